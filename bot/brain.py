@@ -1,0 +1,234 @@
+"""The brain: the model provider seam (reply, fast completion); Anthropic is the first provider."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol, cast
+
+import anthropic
+import httpx2
+import structlog
+from anthropic.types import (
+    MessageParam,
+    RawContentBlockDeltaEvent,
+    RawMessageDeltaEvent,
+    RawMessageStartEvent,
+    RawMessageStopEvent,
+    TextBlockParam,
+    TextDelta,
+)
+
+from bot.config import AnthropicConfig
+from bot.errors import ModelError
+
+log = structlog.get_logger("switchboard.brain")
+
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+MAX_BACKOFF = 8.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyRequest:
+    """Everything one reply call sends: a cacheable and a per-turn system part, and the turns."""
+
+    system_stable: str
+    system_turn: str
+    messages: list[dict[str, str]]
+    deadline: float  # time.monotonic() by which the reply must be complete
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    text: str
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    attempts: int = 1
+
+
+class FastCompleter(Protocol):
+    """A small, quick model call (triage), through whichever provider the agent uses."""
+
+    async def complete(
+        self, prompt: str, *, system: str, model: str, deadline: float
+    ) -> Completion: ...
+
+
+class Brain(Protocol):
+    """A model provider: replies for chats, and a fast completer when one can be built."""
+
+    async def reply(self, request: ReplyRequest) -> Completion: ...
+
+    def fast_completer(self) -> FastCompleter | None: ...
+
+    def model_for(self, role: str) -> str: ...
+
+
+class AnthropicBrain:
+    """Claude through the official SDK; our own bounded retries under one deadline per call.
+
+    The SDK's own retries are off: it honours any `retry-after` with no cap, which an
+    interactive reply cannot afford.
+    """
+
+    def __init__(self, config: AnthropicConfig, api_key: str | None) -> None:
+        self._config = config
+        self._client: anthropic.AsyncAnthropic | None = None
+        if api_key:
+            self._client = anthropic.AsyncAnthropic(
+                api_key=api_key,
+                base_url=config.base_url,
+                max_retries=0,
+                timeout=config.timeout,
+            )
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+
+    def model_for(self, role: str) -> str:
+        """Resolve a role alias ("fast", "main") or pass an explicit model id through."""
+        return {"fast": self._config.fast_model, "main": self._config.model}.get(
+            role, role
+        )
+
+    def fast_completer(self) -> FastCompleter | None:
+        return self if self._client is not None else None
+
+    async def reply(self, request: ReplyRequest) -> Completion:
+        client = self._require_client()
+        system: list[TextBlockParam] = [
+            {"type": "text", "text": request.system_stable, "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": request.system_turn},
+        ]
+        messages = cast(list[MessageParam], request.messages)
+
+        async def attempt(timeout: float) -> Completion:
+            return await _stream_reply(
+                client.with_options(timeout=timeout),
+                model=self._config.model,
+                max_tokens=self._config.max_tokens,
+                system=system,
+                messages=messages,
+            )
+
+        return await self._with_retries(attempt, request.deadline, "reply")
+
+    async def complete(self, prompt: str, *, system: str, model: str, deadline: float) -> Completion:
+        client = self._require_client()
+
+        async def attempt(timeout: float) -> Completion:
+            message = await client.with_options(timeout=timeout).messages.create(
+                model=model,
+                max_tokens=256,
+                system=system,
+                messages=[{"role": "user", "content": prompt}],
+                stream=False,
+            )
+            text = "".join(block.text for block in message.content if block.type == "text")
+            return Completion(
+                text, model, message.usage.input_tokens, message.usage.output_tokens
+            )
+
+        return await self._with_retries(attempt, deadline, "fast completion")
+
+    def _require_client(self) -> anthropic.AsyncAnthropic:
+        if self._client is None:
+            raise ModelError(
+                f"no Anthropic API key: set the {self._config.api_key_env} environment variable",
+                retryable=False,
+            )
+        return self._client
+
+    async def _with_retries(
+        self, call: Callable[[float], Awaitable[Completion]], deadline: float, what: str
+    ) -> Completion:
+        attempts = self._config.max_retries + 1
+        last_error = "no attempt made"
+        for attempt in range(1, attempts + 1):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                async with asyncio.timeout(remaining):
+                    result = await call(remaining)
+                return Completion(
+                    result.text, result.model, result.input_tokens, result.output_tokens, attempt
+                )
+            except TimeoutError:
+                last_error = "timed out"
+                break
+            except Exception as exc:
+                retryable, wait_hint, last_error = _classify(exc)
+                if not retryable:
+                    raise ModelError(f"{what} failed: {last_error}", retryable=False) from exc
+                if attempt == attempts:
+                    break
+                wait = wait_hint if wait_hint is not None else _backoff(attempt)
+                if time.monotonic() + wait >= deadline:
+                    break
+                log.warning("model call failed, retrying", what=what, attempt=attempt,
+                            error=last_error, wait_s=round(wait, 2))
+                await asyncio.sleep(wait)
+        raise ModelError(f"{what} failed after retries: {last_error}")
+
+
+class IncompleteStreamError(Exception):
+    """The reply stream ended without `message_stop`: the answer may be cut off."""
+
+
+async def _stream_reply(
+    client: anthropic.AsyncAnthropic, *, model: str, max_tokens: int,
+    system: list[TextBlockParam], messages: list[MessageParam],
+) -> Completion:
+    parts: list[str] = []
+    input_tokens = output_tokens = 0
+    finished = False
+    stream = await client.messages.create(
+        model=model, max_tokens=max_tokens, system=system, messages=messages, stream=True
+    )
+    async with stream:
+        async for event in stream:
+            if isinstance(event, RawMessageStartEvent):
+                input_tokens = event.message.usage.input_tokens
+            elif isinstance(event, RawContentBlockDeltaEvent) and isinstance(event.delta, TextDelta):
+                parts.append(event.delta.text)
+            elif isinstance(event, RawMessageDeltaEvent):
+                output_tokens = event.usage.output_tokens
+            elif isinstance(event, RawMessageStopEvent):
+                finished = True
+    if not finished:
+        raise IncompleteStreamError("the reply stream ended before message_stop")
+    return Completion("".join(parts), model, input_tokens, output_tokens)
+
+
+def _classify(exc: Exception) -> tuple[bool, float | None, str]:
+    """(retryable, server-suggested wait, short description) for a failed call."""
+    if isinstance(exc, anthropic.APIStatusError):
+        status = exc.status_code
+        kind = getattr(exc, "type", None) or type(exc).__name__
+        if status == 200:  # a mid-stream error event, e.g. overloaded_error
+            return True, None, f"stream error ({kind})"
+        return status in RETRYABLE_STATUS, _retry_after(exc), f"HTTP {status} ({kind})"
+    if isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
+        return True, None, f"connection error ({type(exc).__name__})"
+    if isinstance(exc, IncompleteStreamError):
+        return True, None, str(exc)
+    raise exc
+
+
+def _retry_after(exc: anthropic.APIStatusError) -> float | None:
+    value = exc.response.headers.get("retry-after")
+    try:
+        return max(float(value), 0.0) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _backoff(attempt: int) -> float:
+    base: float = min(0.5 * 2 ** (attempt - 1), MAX_BACKOFF)
+    return base * (0.75 + random.random() / 2)

@@ -1,0 +1,266 @@
+"""Configuration: config.toml read once and validated into typed, frozen models."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from bot.errors import ConfigError
+from bot.session_key import SessionKey
+
+NonNegInt = Annotated[int, Field(ge=0)]
+PosInt = Annotated[int, Field(ge=1)]
+PosFloat = Annotated[float, Field(gt=0)]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class AgentConfig(_Section):
+    id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")] = "main"
+    name: str = "Switchboard"
+    soul_file: str | None = None
+    memory_file: str | None = None
+    file_excerpt_chars: PosInt = 4000
+    timezone: str = "UTC"
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError("an IANA timezone name such as 'Europe/Berlin'") from exc
+        return value
+
+
+class DatabaseConfig(_Section):
+    path: str | None = None
+
+
+class AnthropicConfig(_Section):
+    api_key_env: EnvName = "ANTHROPIC_API_KEY"
+    model: str = "claude-sonnet-5-5"
+    fast_model: str = "claude-haiku-5-5"
+    max_tokens: PosInt = 1024
+    timeout: PosFloat = 60.0
+    max_retries: NonNegInt = 2
+    base_url: str | None = None
+
+    def api_key(self) -> str | None:
+        """The key from the environment variable this section names; never stored in the file."""
+        return os.environ.get(self.api_key_env) or None
+
+
+class ConversationConfig(_Section):
+    enabled: bool = True
+    lookback_count: PosInt = 25
+    skip_selection_threshold: NonNegInt = 3
+    use_selection: bool = True
+    selection_model: str = "fast"
+    selection_timeout: PosFloat = 30.0
+    always_include_recent: NonNegInt = 5
+    context_truncation: NonNegInt = 0
+    context_recency_hours: Annotated[float, Field(ge=0)] = 0
+    context_min_messages: NonNegInt = 10
+    previous_tasks_count: NonNegInt = 3
+    selection_fallback: Literal["recent", "all"] = "recent"
+    history_limit: NonNegInt = 0
+
+
+class DmConfig(_Section):
+    history_limit: NonNegInt | None = None
+
+
+class _ChatChannelConfig(_Section):
+    enabled: bool = False
+    history_limit: NonNegInt | None = None
+    dm_history_limit: NonNegInt | None = None
+    dms: dict[str, DmConfig] = Field(default_factory=dict)
+
+
+class TelegramConfig(_ChatChannelConfig):
+    token_env: EnvName = "TELEGRAM_BOT_TOKEN"
+
+
+class DiscordConfig(_ChatChannelConfig):
+    token_env: EnvName = "DISCORD_BOT_TOKEN"
+
+
+class ConsoleConfig(_Section):
+    enabled: bool = True
+    user_name: str = "you"
+    history_limit: NonNegInt | None = None
+    dm_history_limit: NonNegInt | None = None
+
+
+class ChannelsConfig(_Section):
+    console: ConsoleConfig = ConsoleConfig()
+    telegram: TelegramConfig = TelegramConfig()
+    discord: DiscordConfig = DiscordConfig()
+
+
+class RouterConfig(_Section):
+    max_concurrent_turns: PosInt = 8
+    shutdown_grace: PosFloat = 10.0
+
+
+class LoggingConfig(_Section):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    format: Literal["auto", "json", "console"] = "auto"
+
+
+class Config(_Section):
+    agent: AgentConfig = AgentConfig()
+    database: DatabaseConfig = DatabaseConfig()
+    anthropic: AnthropicConfig = AnthropicConfig()
+    conversation: ConversationConfig = ConversationConfig()
+    channels: ChannelsConfig = ChannelsConfig()
+    router: RouterConfig = RouterConfig()
+    logging: LoggingConfig = LoggingConfig()
+    # Where the file was read from; relative paths inside it are resolved against its folder.
+    source: str = Field(default="<defaults>", exclude=True)
+
+    def database_path(self) -> Path:
+        """The database file: configured path, else $XDG_STATE_HOME/switchboard, else ./state."""
+        if self.database.path:
+            return self.resolve(self.database.path)
+        state = os.environ.get("XDG_STATE_HOME")
+        base = Path(state) / "switchboard" if state else Path.cwd() / "state"
+        return base / "switchboard.db"
+
+    def resolve(self, path: str) -> Path:
+        """A path from the file, made absolute relative to the file's folder."""
+        candidate = Path(path).expanduser()
+        if candidate.is_absolute() or self.source == "<defaults>":
+            return candidate
+        return Path(self.source).resolve().parent / candidate
+
+    def channel(self, provider: str) -> ConsoleConfig | TelegramConfig | DiscordConfig | None:
+        section = getattr(self.channels, provider, None)
+        if isinstance(section, ConsoleConfig | TelegramConfig | DiscordConfig):
+            return section
+        return None
+
+    def secret_env_names(self) -> list[str]:
+        """Names of the environment variables holding secrets, for redaction and `init`."""
+        return [
+            self.anthropic.api_key_env,
+            self.channels.telegram.token_env,
+            self.channels.discord.token_env,
+        ]
+
+
+def resolve_history_limit(config: Config, key: SessionKey) -> int | None:
+    """The history limit (in user turns) for a session, or None for unlimited.
+
+    Lookup order, first that is set: the per-DM entry, the channel's DM limit (direct chats),
+    the channel's limit (groups and channels), then `[conversation].history_limit`. A set value
+    of 0 means "unlimited" at that level and ends the lookup.
+    """
+    section = config.channel(key.provider)
+    value: int | None = None
+    if section is not None:
+        if key.is_direct:
+            dms = getattr(section, "dms", {})
+            dm_entry = dms.get(key.base().peer)
+            if dm_entry is not None and dm_entry.history_limit is not None:
+                value = dm_entry.history_limit
+            else:
+                value = section.dm_history_limit
+        else:
+            value = section.history_limit
+    if value is None:
+        value = config.conversation.history_limit
+    return value or None
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read and validate a config file, raising ConfigError with the file and key on any problem."""
+    shown = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(shown, None, "file not found") from None
+    except OSError as exc:
+        raise ConfigError(shown, None, f"cannot be read ({exc.strerror})") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(shown, None, f"is not valid TOML: {exc}") from None
+    return parse_config(data, shown)
+
+
+def parse_config(data: dict[str, Any], source: str) -> Config:
+    """Validate already-parsed TOML data; errors name `source` and the key path."""
+    if "source" in data:
+        raise ConfigError(source, "source", f"unknown key; expected one of: {_field_list(Config)}")
+    try:
+        return Config.model_validate({**data, "source": source})
+    except ValidationError as exc:
+        raise _to_config_error(exc, source) from None
+
+
+def _to_config_error(exc: ValidationError, source: str) -> ConfigError:
+    error = exc.errors()[0]
+    loc = tuple(str(part) for part in error["loc"])
+    key = _key_path(loc)
+    if error["type"] == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        expected = "unknown key"
+        if parent is not None:
+            expected += f"; expected one of: {_field_list(parent)}"
+        return ConfigError(source, key, expected)
+    message = str(error["msg"]).removeprefix("Value error, ")
+    given = error.get("input")
+    if error["type"] == "missing":
+        return ConfigError(source, key, "required key is missing")
+    shown = f" (got {given!r})" if not isinstance(given, dict) else ""
+    return ConfigError(source, key, f"expected {_lower_first(message)}{shown}")
+
+
+def _key_path(loc: tuple[str, ...]) -> str:
+    parts = []
+    for part in loc:
+        parts.append(part if part.replace("_", "").isalnum() and not part.isdigit() else f'"{part}"')
+    return ".".join(parts)
+
+
+def _model_at(loc: tuple[str, ...]) -> type[BaseModel] | None:
+    model: type[BaseModel] = Config
+    index = 0
+    while index < len(loc):
+        field = model.model_fields.get(loc[index])
+        if field is None:
+            return None
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+            index += 1
+        elif getattr(annotation, "__origin__", None) is dict:
+            value_type = annotation.__args__[1]  # type: ignore[union-attr]
+            model = value_type
+            index += 2  # skip the dict key
+        else:
+            return None
+    return model
+
+
+def _field_list(model: type[BaseModel]) -> str:
+    return ", ".join(name for name, field in model.model_fields.items() if not field.exclude)
+
+
+def _lower_first(text: str) -> str:
+    text = text.removeprefix("Input should be ")
+    if text.startswith(("greater", "less")):
+        text = "a value " + text
+    if text.startswith("a valid dictionary"):
+        text = "a table"
+    return text[:1].lower() + text[1:]

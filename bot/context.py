@@ -1,0 +1,174 @@
+"""Context selection stages: pure functions over lists of stored messages, plus the result shape."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from bot.messages import StoredMessage
+
+Reason = Literal["all", "recent", "triaged", "fail_open", "fallback_all", "reply_to"]
+TriageOutcome = Literal[
+    "skipped", "disabled", "selected", "fail_open", "error", "timeout", "unparseable"
+]
+
+
+def limit_history_turns(messages: Sequence[StoredMessage], limit: int | None) -> list[StoredMessage]:
+    """Keep the newest `limit` user turns (a user message and what followed it); None keeps all."""
+    if limit is None:
+        return list(messages)
+    if limit <= 0:
+        return []
+    seen = 0
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].role == "user":
+            seen += 1
+            if seen == limit:
+                return list(messages[index:])
+    return list(messages)
+
+
+def apply_recency(
+    messages: Sequence[StoredMessage], *, now: float, hours: float, min_messages: int
+) -> list[StoredMessage]:
+    """Drop messages older than `hours` (0 = off), always keeping the newest `min_messages`."""
+    if hours <= 0:
+        return list(messages)
+    cutoff = now - hours * 3600
+    keep_from = len(messages)
+    for index, message in enumerate(messages):
+        if message.created_at >= cutoff:
+            keep_from = index
+            break
+    keep_from = min(keep_from, max(len(messages) - min_messages, 0))
+    return list(messages[keep_from:])
+
+
+def split_recent(
+    messages: Sequence[StoredMessage], always_include_recent: int
+) -> tuple[list[StoredMessage], list[StoredMessage]]:
+    """Split into (older, guaranteed recent): the newest `always_include_recent` are always in."""
+    cut = max(len(messages) - always_include_recent, 0)
+    return list(messages[:cut]), list(messages[cut:])
+
+
+def group_turns(messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
+    """Group messages into triage units: a user message with the replies that followed it."""
+    units: list[list[StoredMessage]] = []
+    for message in messages:
+        if message.role == "user" or not units:
+            units.append([message])
+        else:
+            units[-1].append(message)
+    return units
+
+
+def truncate_replies(messages: Iterable[StoredMessage], max_chars: int) -> list[StoredMessage]:
+    """Cut the agent's replies to `max_chars` characters (0 = no cut)."""
+    if max_chars <= 0:
+        return list(messages)
+    result = []
+    for message in messages:
+        if message.role == "assistant" and len(message.text) > max_chars:
+            message = replace(message, text=message.text[:max_chars] + " […]")
+        result.append(message)
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class ContextEntry:
+    message: StoredMessage
+    reason: Reason
+
+
+@dataclass(frozen=True, slots=True)
+class TriageReport:
+    """What the fast-model triage did for one turn."""
+
+    outcome: TriageOutcome
+    candidates: int = 0
+    selected: int = 0
+    latency_ms: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    error: str | None = None
+
+    @property
+    def ran(self) -> bool:
+        return self.outcome not in ("skipped", "disabled", "fail_open")
+
+
+def merge_entries(
+    *groups: Iterable[ContextEntry], truncation: int = 0
+) -> list[ContextEntry]:
+    """Merge chosen entries in chronological order, each message once (first reason wins)."""
+    by_id: dict[int, ContextEntry] = {}
+    for group in groups:
+        for entry in group:
+            by_id.setdefault(entry.message.id, entry)
+    ordered = sorted(by_id.values(), key=lambda entry: entry.message.id)
+    messages = truncate_replies((entry.message for entry in ordered), truncation)
+    return [ContextEntry(message, entry.reason) for message, entry in zip(messages, ordered, strict=True)]
+
+
+def tag(messages: Iterable[StoredMessage], reason: Reason) -> list[ContextEntry]:
+    return [ContextEntry(message, reason) for message in messages]
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """The slice of history one reply is built from, and why each part is there."""
+
+    entries: list[ContextEntry]
+    scheduled: list[StoredMessage]
+    reply_to: StoredMessage | None
+    triage: TriageReport
+    history_limit: int | None
+    counts: dict[str, int] = field(default_factory=dict)
+    input_hash: str = ""
+
+    def snapshot(self) -> dict[str, Any]:
+        """A JSON-ready record of what went in and why, stored with every turn."""
+        return {
+            "entries": [
+                {"id": e.message.id, "role": e.message.role, "reason": e.reason}
+                for e in self.entries
+            ],
+            "scheduled_block": [m.id for m in self.scheduled],
+            "reply_to": self.reply_to.id if self.reply_to else None,
+            "history_limit": self.history_limit,
+            "counts": dict(self.counts),
+            "triage": {
+                "outcome": self.triage.outcome,
+                "ran": self.triage.ran,
+                "candidates": self.triage.candidates,
+                "selected": self.triage.selected,
+                "latency_ms": round(self.triage.latency_ms, 1),
+                "input_tokens": self.triage.input_tokens,
+                "output_tokens": self.triage.output_tokens,
+                "error": self.triage.error,
+            },
+            "hash": self.input_hash,
+        }
+
+
+def input_hash(
+    config: dict[str, Any],
+    history_limit: int | None,
+    fetched: Sequence[StoredMessage],
+    scheduled: Sequence[StoredMessage],
+    reply_to: StoredMessage | None,
+) -> str:
+    """A hash of everything selection depends on: equal history and config give equal hashes."""
+    payload = {
+        "config": config,
+        "history_limit": history_limit,
+        "fetched": [[m.id, m.role, m.token_estimate] for m in fetched],
+        "scheduled": [m.id for m in scheduled],
+        "reply_to": reply_to.id if reply_to else None,
+    }
+    encoded = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(encoded).hexdigest()[:16]

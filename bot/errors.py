@@ -1,0 +1,38 @@
+"""The error tree: every error Switchboard raises on purpose descends from BotError."""
+
+from __future__ import annotations
+
+
+class BotError(Exception):
+    """Root of Switchboard's own errors; the CLI turns these into exit codes."""
+
+
+class ConfigError(BotError):
+    """A config file is missing, unreadable or invalid; carries where and what was expected."""
+
+    def __init__(self, path: str, key: str | None, expected: str) -> None:
+        self.path = path
+        self.key = key
+        self.expected = expected
+        where = f"{path}: {key}" if key else path
+        super().__init__(f"{where}: {expected}")
+
+
+class SessionKeyError(BotError, ValueError):
+    """A session key string does not have the documented shape."""
+
+
+class StoreError(BotError):
+    """The database cannot be opened or migrated."""
+
+
+class ModelError(BotError):
+    """The model provider could not produce a reply within the retries and deadline allowed."""
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        self.retryable = retryable
+        super().__init__(message)
+
+
+class SessionNotFoundError(BotError):
+    """An admin command named a session the store does not know."""

@@ -1,0 +1,98 @@
+"""Logging: structlog for our lines and the libraries' (JSON off a terminal), with secrets redacted."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any, TextIO
+
+import structlog
+from structlog.typing import EventDict, Processor
+
+REDACTED = "[redacted]"
+# Shapes of secrets that might reach a log line even when we don't know their value.
+_SECRET_PATTERNS = [
+    re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"\b\d{6,12}:[A-Za-z0-9_\-]{30,}\b"),  # Telegram bot token
+    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-]{8,}"),
+    re.compile(r"/bot\d{6,12}:[A-Za-z0-9_\-]+"),  # token inside a Bot API URL
+]
+# httpx logs every request at INFO; the turn line already says what matters.
+_QUIET_LIBRARIES = ("httpx", "httpx2", "httpcore", "aiosqlite")
+
+
+class Redactor:
+    """A processor that blanks known secret values and secret-shaped strings in every field."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self._secrets = sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True)
+
+    def redact(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        for pattern in _SECRET_PATTERNS:
+            text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + REDACTED, text)
+        return text
+
+    def __call__(self, logger: Any, name: str, event_dict: EventDict) -> EventDict:
+        for key in list(event_dict):
+            event_dict[key] = _walk(event_dict[key], self.redact)
+        return event_dict
+
+
+def _walk(value: Any, redact: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: _walk(item, redact) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_walk(item, redact) for item in value)
+    return value
+
+
+def configure_logging(
+    level: str = "INFO",
+    fmt: str = "auto",
+    secrets: Iterable[str] = (),
+    stream: TextIO | None = None,
+) -> None:
+    """Route structlog and stdlib logging (telegram, discord, httpx, apscheduler) through one chain."""
+    out = stream or sys.stderr
+    use_json = fmt == "json" or (fmt == "auto" and not out.isatty())
+    shared: list[Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info if use_json else _noop,
+        Redactor(secrets),
+    ]
+    renderer: Processor = (
+        structlog.processors.JSONRenderer() if use_json
+        else structlog.dev.ConsoleRenderer(colors=out.isatty())
+    )
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    for name in _QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLevelName(level)))
+
+
+def _noop(logger: Any, name: str, event_dict: EventDict) -> EventDict:
+    return event_dict

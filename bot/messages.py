@@ -1,0 +1,64 @@
+"""The normalised message shapes every channel and the core exchange: pure values, no library objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from bot.session_key import SessionKey
+
+Role = Literal["user", "assistant"]
+Origin = Literal["interactive", "scheduled"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRef:
+    """Where to send: a provider's chat, and optionally a thread or forum topic inside it."""
+
+    provider: str
+    chat_id: str
+    thread_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InboundMessage:
+    """One platform message, normalised by its channel adapter."""
+
+    session_key: SessionKey
+    chat: ChatRef
+    sender_id: str
+    sender_name: str
+    text: str
+    provider_message_id: str | None = None
+    reply_to_id: str | None = None
+    # Groups store every message they see but only some (mentions, replies, commands) start a turn.
+    starts_turn: bool = True
+    sent_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundMessage:
+    """A reply or delivery for a channel to send; the channel splits it as its platform needs."""
+
+    chat: ChatRef
+    text: str
+    reply_to_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message as the store holds it; `id` grows with arrival order within the database."""
+
+    id: int
+    session_key: str
+    role: Role
+    origin: Origin
+    text: str
+    created_at: float
+    sender_id: str | None = None
+    sender_name: str | None = None
+    provider_message_id: str | None = None
+    reply_to_id: str | None = None
+    actions: tuple[str, ...] = field(default_factory=tuple)
+    job_id: str | None = None
+    token_estimate: int = 0

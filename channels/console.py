@@ -1,0 +1,85 @@
+"""The console channel: a local terminal (or any pair of streams) as session `…:console:direct:local`."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TextIO
+
+from bot.channel import Submit
+from bot.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.session_key import build
+
+PROVIDER = "console"
+PEER = "local"
+
+
+class ConsoleChannel:
+    """Reads lines from a stream, prints replies; one person, one session."""
+
+    provider = PROVIDER
+
+    def __init__(
+        self,
+        agent_id: str,
+        *,
+        agent_name: str = "Switchboard",
+        user_name: str = "you",
+        reader: asyncio.StreamReader | None = None,
+        output: TextIO | None = None,
+    ) -> None:
+        self.session_key = build(agent_id, PROVIDER, "direct", PEER)
+        self.chat = ChatRef(PROVIDER, PEER)
+        self._agent_name = agent_name
+        self._user_name = user_name
+        self._reader = reader
+        self._output = output or sys.stdout
+        self._stopped = asyncio.Event()
+
+    async def run(self, submit: Submit) -> None:
+        reader = self._reader or await _stdin_reader()
+        while not self._stopped.is_set():
+            read = asyncio.ensure_future(reader.readline())
+            stop = asyncio.ensure_future(self._stopped.wait())
+            done, _ = await asyncio.wait({read, stop}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (read, stop):
+                if task not in done:
+                    task.cancel()
+            if read not in done:
+                break
+            raw = read.result()
+            if not raw:  # end of input
+                break
+            text = raw.decode("utf-8", errors="replace").strip()
+            if text:
+                await submit(self._inbound(text))
+
+    def _inbound(self, text: str) -> InboundMessage:
+        return InboundMessage(
+            session_key=self.session_key,
+            chat=self.chat,
+            sender_id=PEER,
+            sender_name=self._user_name,
+            text=text,
+        )
+
+    async def send(self, message: OutboundMessage) -> list[str]:
+        self._output.write(f"{self._agent_name}> {message.text}\n")
+        self._output.flush()
+        return []
+
+    @asynccontextmanager
+    async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
+        yield
+
+    async def stop(self) -> None:
+        self._stopped.set()
+
+
+async def _stdin_reader() -> asyncio.StreamReader:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    return reader

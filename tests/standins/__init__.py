@@ -1,0 +1,1 @@
+"""Local stand-ins of the external services Switchboard talks to, for tests."""

@@ -1,0 +1,308 @@
+"""Local aiohttp stand-in of the Anthropic Messages API (POST /v1/messages) for the real SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import math
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+from aiohttp import web
+
+__all__ = [
+    "AnthropicStandIn",
+    "DropConnection",
+    "Error",
+    "RecordedRequest",
+    "Response",
+    "Slow",
+    "Text",
+    "TruncatedStream",
+]
+
+
+@dataclass(frozen=True)
+class Text:
+    """A normal assistant reply: JSON, or a complete SSE stream when the request streams."""
+
+    text: str
+    input_tokens: int = 10
+    output_tokens: int = 5
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Error:
+    """An API error. `mid_stream=True` sends it as an SSE `error` event (status 200) to streams."""
+
+    status: int
+    type: str
+    message: str = "stand-in error"
+    retry_after: float | None = None
+    delay: float = 0.0
+    mid_stream: bool = False
+
+
+@dataclass(frozen=True)
+class Slow:
+    """Sleep `seconds` (cancelled if the client goes away), then answer with `then`."""
+
+    seconds: float
+    then: Response
+
+
+@dataclass(frozen=True)
+class TruncatedStream:
+    """A stream that ends cleanly before message_delta/message_stop; a plain reply otherwise."""
+
+    text: str
+    input_tokens: int = 10
+
+
+@dataclass(frozen=True)
+class DropConnection:
+    """Abort the TCP connection: before any response, or after message_start + one delta."""
+
+
+Response: TypeAlias = Text | Error | Slow | TruncatedStream | DropConnection
+
+
+@dataclass
+class RecordedRequest:
+    """One request as the stand-in received it."""
+
+    body: dict[str, Any]
+    headers: dict[str, str]
+    model: str
+    stream: bool
+    retry_count: int = 0
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = self.body.get("messages", [])
+        return messages
+
+    @property
+    def system_text(self) -> str:
+        system = self.body.get("system")
+        if system is None:
+            return ""
+        if isinstance(system, str):
+            return system
+        return "\n".join(str(b.get("text", "")) for b in system if isinstance(b, dict))
+
+
+def _chunks(text: str, parts: int = 3) -> list[str]:
+    size = max(1, math.ceil(len(text) / parts))
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+class AnthropicStandIn:
+    """`async with AnthropicStandIn() as api:` serves the Messages API on 127.0.0.1:<free port>."""
+
+    def __init__(self, *, valid_keys: set[str] | None = None) -> None:
+        self.requests: list[RecordedRequest] = []
+        self.valid_keys: set[str] | None = valid_keys
+        self.default: Callable[[RecordedRequest], Response] = lambda rec: Text("ok")
+        self._queues: defaultdict[str | None, deque[Response]] = defaultdict(deque)
+        self._ids = itertools.count(1)
+        self._inflight: set[asyncio.Task[Any]] = set()
+        self._runner: web.AppRunner | None = None
+        self._port = 0
+
+    async def __aenter__(self) -> AnthropicStandIn:
+        app = web.Application()
+        app.router.add_post("/v1/messages", self._handle)
+        # handler_cancellation: a client that times out and disconnects cancels its slow handler.
+        self._runner = web.AppRunner(
+            app, handler_cancellation=True, shutdown_timeout=0.1, access_log=None
+        )
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self._port = int(self._runner.addresses[0][1])
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Cancel in-flight handlers and stop the server; safe to call twice."""
+        inflight = list(self._inflight)
+        for task in inflight:
+            task.cancel()
+        if inflight:
+            await asyncio.wait(inflight)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    def script(self, *responses: Response, model: str | None = None) -> None:
+        """Queue responses (FIFO) for `model`; model=None queues for any model."""
+        self._queues[model].extend(responses)
+
+    @property
+    def count(self) -> int:
+        return len(self.requests)
+
+    def requests_for(self, model: str) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.model == model]
+
+    def _next_response(self, rec: RecordedRequest) -> Response:
+        for key in (rec.model, None):
+            queue = self._queues.get(key)
+            if queue:
+                return queue.popleft()
+        return self.default(rec)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        task = asyncio.current_task()
+        if task is not None:
+            self._inflight.add(task)
+        try:
+            return await self._serve(request)
+        finally:
+            if task is not None:
+                self._inflight.discard(task)
+
+    async def _serve(self, request: web.Request) -> web.StreamResponse:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        try:
+            body = json.loads(await request.read())
+        except ValueError:
+            body = None
+        parsed: dict[str, Any] = body if isinstance(body, dict) else {}
+        retries = headers.get("x-stainless-retry-count", "0")
+        model, stream = str(parsed.get("model", "")), bool(parsed.get("stream", False))
+        rec = RecordedRequest(
+            parsed, headers, model, stream, int(retries) if retries.isdigit() else 0
+        )
+        self.requests.append(rec)
+
+        auth = headers.get("authorization", "")
+        bearer = auth.lower().startswith("bearer ")
+        key = auth[7:].strip() if bearer else headers.get("x-api-key", "")
+        if not key or (self.valid_keys is not None and key not in self.valid_keys):
+            return self._error(Error(401, "authentication_error", "invalid x-api-key"))
+        if body is None or not isinstance(body, dict):
+            return self._error(Error(400, "invalid_request_error", "body is not a JSON object"))
+        for name, kind in (("model", str), ("messages", list), ("max_tokens", int)):
+            if not isinstance(parsed.get(name), kind):
+                return self._error(Error(400, "invalid_request_error", f"{name}: Field required"))
+        return await self._respond(request, rec, self._next_response(rec))
+
+    async def _respond(
+        self, request: web.Request, rec: RecordedRequest, response: Response
+    ) -> web.StreamResponse:
+        match response:
+            case Slow(seconds=seconds, then=then):
+                await asyncio.sleep(seconds)
+                return await self._respond(request, rec, then)
+            case Error(delay=delay, mid_stream=mid_stream):
+                await asyncio.sleep(delay)
+                if mid_stream and rec.stream:
+                    return await self._stream(request, rec, Text(""), "complete", response)
+                return self._error(response)
+            case Text(delay=delay):
+                await asyncio.sleep(delay)
+                if rec.stream:
+                    return await self._stream(request, rec, response, "complete")
+                return self._message(rec, response)
+            case TruncatedStream(text=text, input_tokens=tin):
+                reply = Text(text, input_tokens=tin)
+                if rec.stream:
+                    return await self._stream(request, rec, reply, "truncated")
+                return self._message(rec, reply)
+            case DropConnection():
+                if rec.stream:
+                    return await self._stream(request, rec, Text("dropped reply"), "drop")
+                _abort(request)
+                # aiohttp fails to write this and treats it as a premature client disconnect.
+                return web.Response(status=500)
+        raise TypeError(f"not a stand-in response: {response!r}")
+
+    def _request_id(self) -> str:
+        return f"req_standin_{next(self._ids):08d}"
+
+    def _error(self, error: Error) -> web.Response:
+        request_id = self._request_id()
+        headers = {"request-id": request_id}
+        if error.retry_after is not None:
+            headers["retry-after"] = f"{error.retry_after:g}"
+        err = {"type": error.type, "message": error.message}
+        body = {"type": "error", "error": err, "request_id": request_id}
+        return web.json_response(body, status=error.status, headers=headers)
+
+    def _message_json(self, rec: RecordedRequest, reply: Text, started: bool = False) -> Any:
+        return {
+            "id": f"msg_standin_{next(self._ids):08d}",
+            "type": "message",
+            "role": "assistant",
+            "model": rec.model,
+            "content": [] if started else [{"type": "text", "text": reply.text}],
+            "stop_reason": None if started else "end_turn",
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": reply.input_tokens,
+                "output_tokens": 1 if started else reply.output_tokens,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            },
+        }
+
+    def _message(self, rec: RecordedRequest, reply: Text) -> web.Response:
+        body = self._message_json(rec, reply)
+        return web.json_response(body, headers={"request-id": self._request_id()})
+
+    async def _stream(
+        self,
+        request: web.Request,
+        rec: RecordedRequest,
+        reply: Text,
+        end: Literal["complete", "truncated", "drop"],
+        error: Error | None = None,
+    ) -> web.StreamResponse:
+        request_id = self._request_id()
+        headers = {"content-type": "text/event-stream; charset=utf-8", "request-id": request_id}
+        resp = web.StreamResponse(headers={**headers, "cache-control": "no-cache"})
+        await resp.prepare(request)
+        message = self._message_json(rec, reply, started=True)
+        events: list[dict[str, Any]] = [{"type": "message_start", "message": message}]
+        events.append({"type": "ping"})
+        deltas = [{"type": "text_delta", "text": chunk} for chunk in _chunks(reply.text)]
+        keep = {"complete": len(deltas), "truncated": max(1, len(deltas) - 1), "drop": 1}[end]
+        if error is not None:
+            err = {"type": error.type, "message": error.message}
+            events.append({"type": "error", "error": err, "request_id": request_id})
+        else:
+            block = {"type": "text", "text": ""}
+            events.append({"type": "content_block_start", "index": 0, "content_block": block})
+            events += [
+                {"type": "content_block_delta", "index": 0, "delta": d} for d in deltas[:keep]
+            ]
+        if error is None and end == "complete":
+            stop = {"stop_reason": "end_turn", "stop_sequence": None}
+            usage = {"output_tokens": reply.output_tokens}
+            events.append({"type": "content_block_stop", "index": 0})
+            events.append({"type": "message_delta", "delta": stop, "usage": usage})
+            events.append({"type": "message_stop"})
+        for event in events:
+            await resp.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+        if end == "drop":
+            _abort(request)
+        else:
+            await resp.write_eof()
+        return resp
+
+
+def _abort(request: web.Request) -> None:
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
