@@ -97,7 +97,8 @@ class DiscordConfig(_ChatChannelConfig):
 class ConsoleConfig(_Section):
     enabled: bool = True
     user_name: str = "you"
-    history_limit: NonNegInt | None = None
+    # The console session is a DM, so only the DM limit applies; a group `history_limit` here
+    # would silently do nothing, so it is not a key.
     dm_history_limit: NonNegInt | None = None
 
 
@@ -195,7 +196,9 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(shown, None, f"is not valid TOML: {exc}") from None
-    return parse_config(data, shown)
+    config = parse_config(data, shown)
+    # Pin the file's folder now: relative paths in it must not depend on a later working directory.
+    return config.model_copy(update={"source": str(Path(path).absolute())})
 
 
 def parse_config(data: dict[str, Any], source: str) -> Config:
@@ -263,4 +266,6 @@ def _lower_first(text: str) -> str:
         text = "a value " + text
     if text.startswith("a valid dictionary"):
         text = "a table"
+    if text.startswith("String should match pattern"):
+        text = "a string matching" + text.removeprefix("String should match")
     return text[:1].lower() + text[1:]

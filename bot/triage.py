@@ -30,9 +30,10 @@ def triage_prompt(units: Sequence[Sequence[StoredMessage]], request: str) -> str
         when = datetime.fromtimestamp(first.created_at, UTC).strftime("%Y-%m-%d %H:%M")
         speaker = "assistant" if first.role == "assistant" else (first.sender_name or "user")
         lines.append(f"[{index}] {speaker} ({when} UTC): {_clip(first.text)}")
-        for message in unit[1:]:
-            lines.append(f"    assistant replied: {_clip(message.text)}")
-        for message in unit:
+        for position, message in enumerate(unit):
+            if position:
+                lines.append(f"    assistant replied: {_clip(message.text)}")
+            # Actions go right after the reply that took them, so the model can tell whose they are.
             if message.actions:
                 lines.append(f"    actions: {'; '.join(message.actions)}")
     lines.append("")

@@ -1,0 +1,78 @@
+"""Shared fixtures: a guard against real network, a clean environment, temp databases."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.config import Config, parse_config
+from bot.store import Store
+
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+
+
+def _is_local(address: Any) -> bool:
+    if not isinstance(address, tuple):  # unix sockets, socketpairs
+        return True
+    host = address[0]
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _guarded_connect(self: socket.socket, address: Any) -> None:
+    if not _is_local(address):
+        raise AssertionError(f"test tried to reach a non-local host: {address!r}")
+    _real_connect(self, address)
+
+
+def _guarded_connect_ex(self: socket.socket, address: Any) -> int:
+    if not _is_local(address):
+        raise AssertionError(f"test tried to reach a non-local host: {address!r}")
+    return _real_connect_ex(self, address)
+
+
+@pytest.fixture(autouse=True)
+def _no_real_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any connection to a non-loopback address fails the test."""
+    monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", _guarded_connect_ex)
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No credentials or state paths leak in from the developer's environment."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("PTB_TIMEDELTA", "1")
+
+
+@pytest.fixture
+def make_config(tmp_path: Path) -> Iterator[Any]:
+    """Build a Config from a dict of sections, with the database in tmp_path."""
+
+    def make(data: dict[str, Any] | None = None) -> Config:
+        data = dict(data or {})
+        data.setdefault("database", {"path": str(tmp_path / "switchboard.db")})
+        return parse_config(data, str(tmp_path / "config.toml"))
+
+    yield make
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    async with Store.open(tmp_path / "switchboard.db") as opened:
+        yield opened

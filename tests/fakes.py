@@ -1,0 +1,75 @@
+"""In-process fakes of the outside world for core tests: a channel that records what it sends."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from bot.channel import Submit
+from bot.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.session_key import SessionKey, build
+
+
+class FakeChannel:
+    """A channel driven by the test: `inject` sends an inbound message, `sent` records replies."""
+
+    def __init__(self, provider: str = "fake", agent_id: str = "main") -> None:
+        self.provider = provider
+        self.agent_id = agent_id
+        self.sent: list[OutboundMessage] = []
+        self.typing_chats: list[ChatRef] = []
+        self._submit: Submit | None = None
+        self._ready = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._next_id = 1000
+
+    async def run(self, submit: Submit) -> None:
+        self._submit = submit
+        self._ready.set()
+        await self._stopped.wait()
+
+    async def stop(self) -> None:
+        self._stopped.set()
+
+    async def send(self, message: OutboundMessage) -> list[str]:
+        self.sent.append(message)
+        self._next_id += 1
+        return [str(self._next_id)]
+
+    @asynccontextmanager
+    async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
+        self.typing_chats.append(chat)
+        yield
+
+    def key(self, kind: str = "direct", peer: str = "42", **suffix: str) -> SessionKey:
+        return build(self.agent_id, self.provider, kind, peer, **suffix)  # type: ignore[arg-type]
+
+    def message(
+        self,
+        text: str,
+        *,
+        kind: str = "direct",
+        peer: str = "42",
+        sender: str = "42",
+        name: str = "Ada",
+        message_id: str | None = None,
+        reply_to: str | None = None,
+        starts_turn: bool = True,
+    ) -> InboundMessage:
+        key = self.key(kind, peer)
+        return InboundMessage(
+            session_key=key,
+            chat=ChatRef(self.provider, peer),
+            sender_id=sender,
+            sender_name=name,
+            text=text,
+            provider_message_id=message_id,
+            reply_to_id=reply_to,
+            starts_turn=starts_turn,
+        )
+
+    async def inject(self, message: InboundMessage) -> None:
+        await self._ready.wait()
+        assert self._submit is not None
+        await self._submit(message)

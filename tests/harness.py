@@ -1,0 +1,111 @@
+"""Shared helpers for end-to-end tests: a daemon with the real SDK brain against the API stand-in."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from bot.brain import AnthropicBrain
+from bot.channel import Channel
+from bot.config import Config
+from bot.daemon import Daemon
+from bot.messages import ChatRef, InboundMessage
+from bot.router import Router
+from tests.fakes import FakeChannel
+from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
+
+MODEL = "test-model"
+FAST = "test-fast"
+API_KEY = "test-key"
+
+
+def config_data(api: AnthropicStandIn, **sections: dict[str, Any]) -> dict[str, Any]:
+    """Config sections for a test daemon: made-up models, small timeouts, the stand-in's URL."""
+    anthropic = {
+        "base_url": api.base_url, "model": MODEL, "fast_model": FAST,
+        "timeout": 2.0, "max_retries": 1,
+    }
+    anthropic.update(sections.pop("anthropic", {}))
+    conversation: dict[str, Any] = {"selection_timeout": 0.5}
+    conversation.update(sections.pop("conversation", {}))
+    router: dict[str, Any] = {"shutdown_grace": 2.0}
+    router.update(sections.pop("router", {}))
+    return {"anthropic": anthropic, "conversation": conversation, "router": router, **sections}
+
+
+def last_user_line(request: RecordedRequest) -> str:
+    """The last line the user wrote in a recorded request (the current message)."""
+    content = request.messages[-1]["content"]
+    text = content if isinstance(content, str) else " ".join(b.get("text", "") for b in content)
+    return text.strip().splitlines()[-1]
+
+
+def echo(request: RecordedRequest) -> Response:
+    """A default answer: the reply model echoes the current message; triage picks nothing."""
+    if request.model == FAST:
+        return Text('{"relevant": []}')
+    return Text(f"re: {last_user_line(request)}")
+
+
+def reply_requests(api: AnthropicStandIn) -> list[RecordedRequest]:
+    return api.requests_for(MODEL)
+
+
+def request_text(request: RecordedRequest) -> str:
+    """Everything the model was sent in a request's turns, as one string."""
+    return "\n".join(str(m["content"]) for m in request.messages)
+
+
+def router_of(daemon: Daemon) -> Router:
+    assert daemon.router is not None, "the daemon has not started"
+    return daemon.router
+
+
+@asynccontextmanager
+async def running(
+    config: Config,
+    channels: Sequence[Channel],
+    brain: AnthropicBrain,
+) -> AsyncIterator[Daemon]:
+    """Run a daemon as a task; on exit stop it, wait for it, close the brain."""
+    daemon = Daemon(config, channels, brain=brain)
+    task = asyncio.create_task(daemon.run())
+    try:
+        yield daemon
+    finally:
+        daemon.request_stop()
+        try:
+            await asyncio.wait_for(task, timeout=10)
+        finally:
+            await brain.aclose()
+
+
+@asynccontextmanager
+async def daemon_with(
+    config: Config, channel: FakeChannel, *, api_key: str | None = API_KEY
+) -> AsyncIterator[Daemon]:
+    async with running(config, [channel], AnthropicBrain(config.anthropic, api_key)) as daemon:
+        yield daemon
+
+
+async def turn(daemon: Daemon, channel: FakeChannel, message: InboundMessage) -> None:
+    """Inject one message and wait until every queued turn has been answered."""
+    await channel.inject(message)
+    await router_of(daemon).idle()
+
+
+async def say(daemon: Daemon, channel: FakeChannel, text: str, **kwargs: Any) -> None:
+    await turn(daemon, channel, channel.message(text, **kwargs))
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll a condition with tiny waits (for I/O happening in other tasks)."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+
+def chat(channel: FakeChannel, peer: str = "42") -> ChatRef:
+    return ChatRef(channel.provider, peer)

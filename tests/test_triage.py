@@ -1,0 +1,284 @@
+"""Unit tests of fast-model triage: the numbered prompt, answer parsing and the triage call."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import pytest
+
+from bot.brain import Completion
+from bot.context import group_turns
+from bot.errors import ModelError
+from bot.messages import Role, StoredMessage
+from bot.triage import TRIAGE_SYSTEM, parse_triage_answer, triage, triage_prompt
+
+SESSION = "agent:main:fake:group:7"
+T0 = datetime(2024, 3, 1, 9, 30, tzinfo=UTC).timestamp()
+
+
+def msg(
+    id: int,
+    role: Role = "user",
+    text: str | None = None,
+    *,
+    name: str | None = "Ada",
+    actions: tuple[str, ...] = (),
+    at: float | None = None,
+) -> StoredMessage:
+    return StoredMessage(
+        id=id,
+        session_key=SESSION,
+        role=role,
+        origin="interactive",
+        text=text if text is not None else f"{role} message {id}",
+        created_at=at if at is not None else T0 + id * 60,
+        sender_id="100" if role == "user" else None,
+        sender_name=name if role == "user" else None,
+        actions=actions,
+    )
+
+
+@dataclass
+class Call:
+    prompt: str
+    system: str
+    model: str
+    deadline: float
+    called_at: float
+
+
+@dataclass
+class FastCompleter:
+    """A scripted fast completer: answers `text`, raises `error`, or hangs for `delay` seconds."""
+
+    text: str = '{"relevant": []}'
+    error: Exception | None = None
+    delay: float = 0.0
+    input_tokens: int = 120
+    output_tokens: int = 9
+    calls: list[Call] = field(default_factory=list)
+
+    async def complete(self, prompt: str, *, system: str, model: str, deadline: float) -> Completion:
+        self.calls.append(Call(prompt, system, model, deadline, time.monotonic()))
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.error is not None:
+            raise self.error
+        return Completion(self.text, model, self.input_tokens, self.output_tokens)
+
+
+def older_history() -> list[StoredMessage]:
+    """Three units: [1] u1 a2 a3, [2] u4, [3] u5 a6."""
+    return [
+        msg(1, "user", "what's the weather in Oslo?"),
+        msg(2, "assistant", "Rainy, 8°C.", actions=("weather(Oslo)",)),
+        msg(3, "assistant", "Take an umbrella."),
+        msg(4, "user", "thanks", name="Grace"),
+        msg(5, "user", "remind me about the dentist"),
+        msg(6, "assistant", "Done.", actions=("reminder(dentist, 9:00)",)),
+    ]
+
+
+# --- triage_prompt -------------------------------------------------------------------------------
+
+
+def test_prompt_numbers_units_with_speaker_time_and_text() -> None:
+    """Each unit gets a short index [1]..[n] with the speaker's name, the UTC time and the text."""
+    prompt = triage_prompt(group_turns(older_history()), "when is the dentist?")
+    assert "[1] Ada (2024-03-01 09:31 UTC): what's the weather in Oslo?" in prompt
+    assert "[2] Grace (2024-03-01 09:34 UTC): thanks" in prompt
+    assert "[3] Ada (2024-03-01 09:35 UTC): remind me about the dentist" in prompt
+    assert "[4]" not in prompt
+    assert "[1]..[3]" in prompt
+
+
+def test_prompt_includes_replies_and_actions_and_the_new_message() -> None:
+    """The assistant's replies, their recorded actions and the new message are all in the prompt."""
+    prompt = triage_prompt(group_turns(older_history()), "when is the dentist?")
+    assert "Rainy, 8°C." in prompt
+    assert "Take an umbrella." in prompt
+    assert "weather(Oslo)" in prompt
+    assert "reminder(dentist, 9:00)" in prompt
+    assert "New message: when is the dentist?" in prompt
+    assert prompt.index("Done.") < prompt.index("reminder(dentist, 9:00)") < prompt.index("New message")
+
+
+def test_prompt_puts_actions_after_the_reply_they_belong_to() -> None:
+    """With several replies in a unit, each reply's actions follow that reply, not a later one."""
+    unit = [
+        msg(1, "user", "check both"),
+        msg(2, "assistant", "first reply", actions=("first_tool()",)),
+        msg(3, "assistant", "second reply", actions=("second_tool()",)),
+    ]
+    prompt = triage_prompt([unit], "ok?")
+    assert (
+        prompt.index("first reply")
+        < prompt.index("first_tool()")
+        < prompt.index("second reply")
+        < prompt.index("second_tool()")
+    )
+
+
+def test_prompt_names_unknown_senders_and_leading_replies() -> None:
+    """A user without a display name shows as 'user'; a leading assistant unit shows as 'assistant'."""
+    units = group_turns([msg(1, "assistant", "earlier answer"), msg(2, "user", "hey", name=None)])
+    prompt = triage_prompt(units, "hello")
+    assert "[1] assistant (" in prompt
+    assert "[2] user (" in prompt
+
+
+def test_prompt_flattens_and_clips_long_text() -> None:
+    """Multi-line text is put on one line and very long text is clipped."""
+    long_text = "word " * 500
+    prompt = triage_prompt([[msg(1, "user", "line one\nline two")], [msg(2, "user", long_text)]], "x")
+    assert "line one line two" in prompt
+    assert long_text.strip() not in prompt
+    assert len(prompt) < len(long_text)
+
+
+# --- parse_triage_answer -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ('{"relevant": [1, 3]}', [1, 3]),
+        ("[2, 1]", [1, 2]),
+        ('```json\n{"relevant": [2]}\n```', [2]),
+        ("```\n[1, 2]\n```", [1, 2]),
+        ('Looking at these, the relevant ones are:\n{"relevant": [1, 4]}\nHope that helps.', [1, 4]),
+        ("I would say [3, 1] are relevant.", [1, 3]),
+        ('Sure!\n```json\n{"relevant": [4]}\n```\nThe others are small talk.', [4]),
+        ('{"indices": [2, 3]}', [2, 3]),
+        ('{"reasoning": "the dentist", "relevant_messages": [1]}', [1]),
+        ('{"relevant": [1, 1, 2]}', [1, 2]),
+        ('Units [1] and [3] matter: {"relevant": [1, 3]}', [1, 3]),
+    ],
+)
+def test_parse_accepts_json_in_many_shapes(answer: str, expected: list[int]) -> None:
+    """Objects, bare lists, fenced JSON, JSON inside prose and other key names are all understood."""
+    assert parse_triage_answer(answer, 4) == expected
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ('{"relevant": [0, 1, 5, 99, -2]}', [1]),
+        ('{"relevant": ["2", 3]}', [3]),
+        ('{"relevant": [2.0, 2.5, 4]}', [4]),
+        ('{"relevant": [true, false, 2]}', [2]),
+        ('{"relevant": [null, {"id": 1}, [1], 3]}', [3]),
+    ],
+)
+def test_parse_ignores_out_of_range_and_non_integer_entries(answer: str, expected: list[int]) -> None:
+    """Indices outside 1..n and entries that are strings, floats, bools or other values are ignored."""
+    assert parse_triage_answer(answer, 4) == expected
+
+
+@pytest.mark.parametrize("answer", ['{"relevant": []}', "[]", "```json\n[]\n```", "None are relevant: []"])
+def test_parse_empty_list_is_a_valid_answer(answer: str) -> None:
+    """An empty list means 'nothing relevant', which is different from no answer at all."""
+    assert parse_triage_answer(answer, 4) == []
+
+
+def test_parse_prefers_the_relevant_key() -> None:
+    """When an object holds several lists, the `relevant` one is used."""
+    assert parse_triage_answer('{"irrelevant": [1, 2], "relevant": [3]}', 4) == [3]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "",
+        "I am not sure.",
+        "1, 3",
+        "null",
+        "42",
+        '"relevant"',
+        '{"relevant": "1,3"}',
+        '{"relevant": null}',
+        "{relevant: [1, 2",
+        "```json\nnot json\n```",
+    ],
+)
+def test_parse_garbage_returns_none(answer: str) -> None:
+    """Text with no usable JSON list gives None, so the caller can fall back."""
+    assert parse_triage_answer(answer, 4) is None
+
+
+# --- triage() ------------------------------------------------------------------------------------
+
+
+async def test_triage_maps_selected_units_back_to_all_their_messages() -> None:
+    """Choosing a unit brings back its user message and every reply that followed it."""
+    completer = FastCompleter(text='{"relevant": [1, 3]}', input_tokens=321, output_tokens=12)
+    selected, report = await triage(
+        completer, older_history(), "when is the dentist?", model="test-fast", timeout=5
+    )
+    assert selected is not None
+    assert [m.id for m in selected] == [1, 2, 3, 5, 6]
+    assert report.outcome == "selected"
+    assert report.candidates == 3
+    assert report.selected == 2
+    assert report.input_tokens == 321
+    assert report.output_tokens == 12
+    assert report.latency_ms > 0
+    assert report.error is None
+    assert report.ran
+
+
+async def test_triage_empty_answer_selects_nothing() -> None:
+    """An empty list from the model is a successful triage that keeps no older message."""
+    completer = FastCompleter(text='{"relevant": []}')
+    selected, report = await triage(completer, older_history(), "hi", model="test-fast", timeout=5)
+    assert selected == []
+    assert report.outcome == "selected"
+    assert report.selected == 0
+    assert report.candidates == 3
+
+
+async def test_triage_sends_prompt_system_and_model() -> None:
+    """The fast model gets the numbered prompt, the triage instructions, the chosen model and a deadline."""
+    completer = FastCompleter(text="[2]")
+    await triage(completer, older_history(), "when is the dentist?", model="test-fast", timeout=5)
+    assert len(completer.calls) == 1
+    call = completer.calls[0]
+    assert call.model == "test-fast"
+    assert call.system == TRIAGE_SYSTEM
+    assert call.prompt == triage_prompt(group_turns(older_history()), "when is the dentist?")
+    assert call.called_at < call.deadline <= call.called_at + 5
+
+
+async def test_triage_timeout_gives_none() -> None:
+    """A fast model that does not answer within the timeout gives outcome 'timeout' and no list."""
+    completer = FastCompleter(text="[1]", delay=60)
+    selected, report = await triage(completer, older_history(), "hi", model="test-fast", timeout=0.05)
+    assert selected is None
+    assert report.outcome == "timeout"
+    assert report.candidates == 3
+    assert report.error
+    assert report.ran
+
+
+async def test_triage_model_error_gives_none() -> None:
+    """A model error gives outcome 'error', no list, and the error text in the report."""
+    completer = FastCompleter(error=ModelError("overloaded after 3 attempts"))
+    selected, report = await triage(completer, older_history(), "hi", model="test-fast", timeout=5)
+    assert selected is None
+    assert report.outcome == "error"
+    assert report.error is not None and "overloaded" in report.error
+    assert report.candidates == 3
+
+
+async def test_triage_unparseable_answer_gives_none_but_records_tokens() -> None:
+    """An answer with no usable list gives outcome 'unparseable', still recording tokens spent."""
+    completer = FastCompleter(text="Messages one and three.", input_tokens=200, output_tokens=5)
+    selected, report = await triage(completer, older_history(), "hi", model="test-fast", timeout=5)
+    assert selected is None
+    assert report.outcome == "unparseable"
+    assert report.input_tokens == 200
+    assert report.output_tokens == 5
+    assert report.error is not None and "Messages one and three." in report.error
