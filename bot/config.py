@@ -176,7 +176,7 @@ def resolve_history_limit(config: Config, key: SessionKey) -> int | None:
                 value = dm_entry.history_limit
             else:
                 value = section.dm_history_limit
-        else:
+        elif not isinstance(section, ConsoleConfig):
             value = section.history_limit
     if value is None:
         value = config.conversation.history_limit

@@ -22,6 +22,8 @@ from bot.session_key import SessionKey
 from bot.store import Store
 from bot.triage import triage
 
+_NO_UPPER_BOUND = 2**63 - 1  # SQLite's largest rowid
+
 
 class ContextBuilder:
     """Selects the slice of a session's history that one reply is built from."""
@@ -45,9 +47,7 @@ class ContextBuilder:
             return Context(entries, [], reply_to, TriageReport("disabled"), limit,
                            {"fetched": 0, "included": len(entries)})
 
-        fetched = await self._store.recent_messages(
-            session, before_id=request.id, limit=conv.lookback_count
-        )
+        fetched = await self._history(session, request)
         scheduled = await self._scheduled_block(session, request.id, reply_to)
 
         within_limit = limit_history_turns(fetched, limit)
@@ -68,6 +68,18 @@ class ContextBuilder:
         }
         digest = input_hash(self._config_fingerprint, limit, fetched, scheduled, reply_to)
         return Context(entries, scheduled, reply_to, report, limit, counts, digest)
+
+    async def _history(self, session: str, request: StoredMessage) -> list[StoredMessage]:
+        """The last `lookback_count` interactive messages as this turn sees them.
+
+        A message queued behind earlier ones of its session was stored before the replies to
+        them: those replies (not the user messages queued after it) belong to its history.
+        """
+        limit = self._conv.lookback_count
+        before = await self._store.recent_messages(session, before_id=request.id, limit=limit)
+        newest = await self._store.recent_messages(session, before_id=_NO_UPPER_BOUND, limit=limit)
+        answered = [m for m in newest if m.id > request.id and m.role == "assistant"]
+        return (before + answered)[-limit:] if answered else before
 
     async def _select(
         self, messages: list[StoredMessage], request_text: str

@@ -34,6 +34,8 @@ MIGRATIONS: list[str] = [
     -- Every context read is a range scan on this index, newest first: cost does not grow with
     -- the number of stored messages.
     CREATE INDEX messages_session_origin ON messages(session_key, origin, id);
+    -- Admin reads (history) and /reset, across every origin.
+    CREATE INDEX messages_session ON messages(session_key, id);
 
     -- Every platform id a message was received or sent as: idempotent inbound, reply-to lookup.
     CREATE TABLE provider_messages (

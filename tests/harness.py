@@ -102,9 +102,11 @@ async def say(daemon: Daemon, channel: FakeChannel, text: str, **kwargs: Any) ->
 
 async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
     """Poll a condition with tiny waits (for I/O happening in other tasks)."""
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.005)
+    for _ in range(int(timeout / 0.005)):
+        if predicate():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"condition not met within {timeout}s")
 
 
 def chat(channel: FakeChannel, peer: str = "42") -> ChatRef:

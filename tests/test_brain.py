@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -107,7 +108,7 @@ async def test_turns_sent_alternate_and_start_with_the_user(
 
     roles = [m["role"] for m in api.requests[0].messages]
     assert roles[0] == roles[-1] == "user"
-    assert all(a != b for a, b in zip(roles, roles[1:], strict=False))
+    assert all(a != b for a, b in itertools.pairwise(roles))
     assert roles[:2] == ["user", "assistant"]  # a placeholder opens before the bot's first line
     merged = api.requests[0].messages[2]["content"]
     assert "[Ada]: hi" in merged and "[Bob]: hello" in merged

@@ -301,7 +301,8 @@ async def test_a_burst_is_answered_in_order_while_other_sessions_proceed(
     assert [last_user_line(r) for r in ada_requests] == [f"a{n}" for n in range(1, 6)]
     for n, request in enumerate(ada_requests[1:], start=2):
         # the model is asked about message n only once its answer to message n-1 is stored
-        assert {"role": "assistant", "content": f"re: a{n - 1}"} in request.messages
+        answers = [m["content"] for m in request.messages if m["role"] == "assistant"]
+        assert any(f"re: a{n - 1}" in answer for answer in answers)
         assert f"a{n + 1}" not in request_text(request)
     order = [last_user_line(r) for r in api.requests]
     assert order.index("b1") < order.index("a2")
