@@ -84,9 +84,12 @@ def _load(args: argparse.Namespace) -> Config:
     return config
 
 
-def _logging(config: Config) -> None:
+def _logging(config: Config, *, quiet: bool = False) -> None:
     secrets = [value for name in config.secret_env_names() if (value := _env(name))]
-    configure_logging(config.logging.level, config.logging.format, secrets)
+    level = config.logging.level
+    if quiet and level == "INFO":  # the chat itself shows each turn; keep only warnings
+        level = "WARNING"
+    configure_logging(level, config.logging.format, secrets)
 
 
 def _env(name: str) -> str | None:
@@ -115,7 +118,7 @@ def _chat(args: argparse.Namespace) -> int:
     # A newcomer with only an API key can chat before writing any config.
     explicit = args.config != DEFAULT_CONFIG
     config = _load(args) if explicit or Path(args.config).exists() else parse_config({}, "<defaults>")
-    _logging(config)
+    _logging(config, quiet=True)
     channels = build_channels(config, console=True, platforms=False)
     print(f"Chatting with {config.agent.name} as {channels[0].provider}; Ctrl-D to leave.",
           file=sys.stderr)
