@@ -76,10 +76,16 @@ class ContextBuilder:
         them: those replies (not the user messages queued after it) belong to its history.
         """
         limit = self._conv.lookback_count
+        # One read covers the usual case: nothing was stored after the request yet.
+        newest = await self._store.recent_messages(
+            session, before_id=_NO_UPPER_BOUND, limit=limit + 1
+        )
+        later = [m for m in newest if m.id > request.id]
+        if not later:
+            return [m for m in newest if m.id < request.id][-limit:]
         before = await self._store.recent_messages(session, before_id=request.id, limit=limit)
-        newest = await self._store.recent_messages(session, before_id=_NO_UPPER_BOUND, limit=limit)
-        answered = [m for m in newest if m.id > request.id and m.role == "assistant"]
-        return (before + answered)[-limit:] if answered else before
+        answered = [m for m in later if m.role == "assistant"]
+        return (before + answered)[-limit:]
 
     async def _select(
         self, messages: list[StoredMessage], request_text: str
