@@ -120,7 +120,7 @@ def _chat(args: argparse.Namespace) -> int:
     config = _load(args) if explicit or Path(args.config).exists() else parse_config({}, "<defaults>")
     _logging(config, quiet=True)
     channels = build_channels(config, console=True, platforms=False)
-    print(f"Chatting with {config.agent.name} as {channels[0].provider}; Ctrl-D to leave.",
+    print(f"Chatting with {config.agent.name} as {config.channels.console.user_name}; Ctrl-D to leave.",
           file=sys.stderr)
     asyncio.run(serve(Daemon(config, channels, until_input_ends=True)))
     return 0

@@ -81,5 +81,10 @@ class ConsoleChannel:
 async def _stdin_reader() -> asyncio.StreamReader:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    try:
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    except ValueError:
+        # stdin redirected from a regular file: asyncio cannot watch it, so read it whole.
+        reader.feed_data(await asyncio.to_thread(sys.stdin.buffer.read))
+        reader.feed_eof()
     return reader
