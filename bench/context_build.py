@@ -1,7 +1,7 @@
 """Context build latency (store reads + selection + instant triage) at 10 k, 100 k and 1 M messages.
 
 Usage: .venv/bin/python bench/context_build.py [--sizes 10000,100000,1000000] [--sessions 1000]
-       [--samples 2000] [--keep DIR]
+       [--samples 2000] [--repeat 3] [--pin-cpu N] [--keep DIR]
 
 Each database is created with the real Store (so the schema and migrations are the real ones),
 then filled with plain sqlite3 executemany in big transactions. Prints figures; asserts nothing.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import sqlite3
 import statistics
@@ -109,6 +110,8 @@ def generate_db(
 
     Each session alternates user / assistant; about 3 % of assistant messages are scheduled
     outputs. Every user message has a platform id (as on Telegram), linked in provider_messages.
+    Each session ends with an unanswered user message (the request a turn would answer), which
+    adds up to `session_count` messages to the total.
     """
     started = time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -193,6 +196,28 @@ def generate_db(
         last_at[s] = created
         if len(rows) >= batch:
             flush()
+    # The request of each session is its newest message, not answered yet (as when a turn runs):
+    # sessions whose newest message is a reply get one more user message.
+    offset = total_messages
+    for s in range(session_count):
+        if next_role[s] == "assistant" and s in last_user:
+            continue
+        key = keys[s]
+        text = _text(rng, corpus)
+        message_id = next_id + offset
+        created = now - 1.0 + offset * 1e-6
+        sender = str(20_000 + rng.randrange(5)) if key.kind == "group" else key.peer
+        row = (message_id, texts[s], "user", "interactive", sender, f"User{sender[-1]}", text,
+               str(message_id), None, None, None, created, estimate_tokens(text))
+        links.append((PROVIDER, key.peer, str(message_id), message_id))
+        rows.append(row)
+        last_user[s] = row
+        turns[s] += 1
+        if counts[s] == 0:
+            first_at[s] = created
+        counts[s] += 1
+        last_at[s] = created
+        offset += 1
     if rows:
         flush()
 
@@ -205,7 +230,6 @@ def generate_db(
     )
     conn.execute("COMMIT")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.execute("ANALYZE")
     conn.close()
 
     requests = {
@@ -216,8 +240,7 @@ def generate_db(
         )
         for s, row in last_user.items()
     }
-    return Generated(path, total_messages, [k for i, k in enumerate(keys) if i in last_user],
-                     requests, time.perf_counter() - started)
+    return Generated(path, offset, keys, requests, time.perf_counter() - started)
 
 
 # -- measurement -------------------------------------------------------------------------------
@@ -275,15 +298,31 @@ async def measure(
     )
 
 
-def print_result(size: int, result: Result) -> None:
-    ok = result.median_ms <= MEDIAN_TARGET_MS and result.p99_ms <= P99_TARGET_MS
+async def measure_runs(
+    generated: Generated, config: Config, label: str, samples: int, repeat: int
+) -> list[Result]:
+    """`repeat` runs, each on a fresh Store (and so a fresh SQLite thread)."""
+    return [await measure(generated, config, label, samples, seed=11 + run) for run in range(repeat)]
+
+
+def best(results: list[Result]) -> Result:
+    return min(results, key=lambda r: r.median_ms)
+
+
+def print_result(size: int, results: list[Result]) -> None:
+    """The run with the lowest median; the target is checked against every run."""
+    result = best(results)
+    ok = all(r.median_ms <= MEDIAN_TARGET_MS and r.p99_ms <= P99_TARGET_MS for r in results)
     print(
-        f"  {size:>9,} msgs  {result.label:<22} median {result.median_ms:6.3f} ms  "
-        f"p99 {result.p99_ms:6.3f} ms  mean {result.mean_ms:6.3f}  max {result.max_ms:7.3f}  "
+        f"  {size:>9,} msgs  {result.label:<20} median {result.median_ms:6.3f} ms  "
+        f"p99 {result.p99_ms:6.3f} ms  mean {result.mean_ms:6.3f}  max {result.max_ms:6.3f}  "
         f"fetched/ctx {result.mean_fetched:4.1f}  kept/ctx {result.mean_entries:4.1f}  "
-        f"triage calls {result.triage_calls:>5}  "
-        f"{'target met' if ok else 'TARGET MISSED'}"
+        f"triage calls {result.triage_calls:>5}  {'target met' if ok else 'TARGET MISSED'}"
     )
+    if len(results) > 1:
+        print(f"  {'':>9}       {'':<20} runs: median "
+              f"{' / '.join(f'{r.median_ms:.3f}' for r in results)} ms, p99 "
+              f"{' / '.join(f'{r.p99_ms:.3f}' for r in results)} ms")
 
 
 def main() -> None:
@@ -291,48 +330,60 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000,1000000",
                         help="comma-separated stored-message counts (default 10k,100k,1M)")
     parser.add_argument("--sessions", type=int, default=1000)
-    parser.add_argument("--samples", type=int, default=2000, help="context builds per size")
+    parser.add_argument("--samples", type=int, default=2000, help="context builds per run")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per size and config")
+    parser.add_argument("--pin-cpu", type=int, metavar="N",
+                        help="run every thread on CPU N (the SQLite thread then never wakes on the "
+                             "other core, which removes most run-to-run spread)")
     parser.add_argument("--keep", metavar="DIR", help="keep the generated databases in DIR")
     args = parser.parse_args()
     sizes = [int(part) for part in args.sizes.split(",") if part]
+    if args.pin_cpu is not None:
+        os.sched_setaffinity(0, {args.pin_cpu})
 
-    print(f"context build: {args.samples} builds per size over {args.sessions} sessions; "
-          f"targets median <= {MEDIAN_TARGET_MS} ms, p99 <= {P99_TARGET_MS} ms, no growth")
+    print(f"context build: {args.repeat} runs x {args.samples} builds per size and config over "
+          f"{args.sessions} sessions; targets median <= {MEDIAN_TARGET_MS} ms, "
+          f"p99 <= {P99_TARGET_MS} ms, no growth; CPUs {sorted(os.sched_getaffinity(0))}")
     with tempfile.TemporaryDirectory(prefix="sb-bench-") as tmp:
         folder = Path(args.keep) if args.keep else Path(tmp)
         triaged: dict[int, Result] = {}
+        every_run: list[Result] = []
         for size in sizes:
             db = folder / f"context-{size}.db"
-            db.unlink(missing_ok=True)
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(db) + suffix).unlink(missing_ok=True)
             generated = generate_db(db, size, args.sessions)
             mib = db.stat().st_size / 2**20
-            print(f"generated {size:,} messages in {generated.seconds:.1f} s ({mib:.0f} MiB)")
+            print(f"generated {generated.messages:,} messages ({size:,} + one pending request per "
+                  f"session) in {generated.seconds:.1f} s, {mib:.0f} MiB; "
+                  f"load average {os.getloadavg()[0]:.2f}")
             default = asyncio.run(
-                measure(generated, bench_config(db), "default (triage)", args.samples)
+                measure_runs(generated, bench_config(db), "default (triage)", args.samples,
+                             args.repeat)
             )
             no_triage = asyncio.run(
-                measure(generated, bench_config(db, use_selection=False), "use_selection=false",
-                        args.samples)
+                measure_runs(generated, bench_config(db, use_selection=False),
+                             "use_selection=false", args.samples, args.repeat)
             )
             print_result(size, default)
             print_result(size, no_triage)
-            triaged[size] = default
+            triaged[size] = best(default)
+            every_run += default
             if not args.keep:
                 db.unlink(missing_ok=True)
                 for suffix in ("-wal", "-shm"):
                     Path(str(db) + suffix).unlink(missing_ok=True)
 
     ordered = sorted(triaged)
-    all_ok = all(r.median_ms <= MEDIAN_TARGET_MS and r.p99_ms <= P99_TARGET_MS
-                 for r in triaged.values())
-    print(f"targets (default config): {'met at every size' if all_ok else 'MISSED'}")
+    all_ok = all(r.median_ms <= MEDIAN_TARGET_MS and r.p99_ms <= P99_TARGET_MS for r in every_run)
+    print(f"targets (default config, every run): {'met at every size' if all_ok else 'MISSED'}")
     pairs = [(ordered[0], ordered[-1])] if len(ordered) > 1 else []
     if len(ordered) > 2:
         pairs.append((ordered[1], ordered[-1]))
     for low_size, high_size in pairs:
         low, high = triaged[low_size], triaged[high_size]
         print(
-            f"growth {low_size:,} -> {high_size:,} (default): median "
+            f"growth {low_size:,} -> {high_size:,} (default, best runs): median "
             f"x{high.median_ms / low.median_ms:.2f}, p99 x{high.p99_ms / low.p99_ms:.2f} "
             f"(fetched/ctx {low.mean_fetched:.1f} -> {high.mean_fetched:.1f}; target: no growth)"
         )

@@ -127,13 +127,13 @@ class Store:
         """Store a platform message; None when the same platform message was stored before."""
         async with self._transaction():
             if msg.provider_message_id is not None:
-                async with self._conn.execute(
+                seen = await self._conn.execute_fetchall(
                     "SELECT 1 FROM provider_messages "
                     "WHERE provider = ? AND chat_id = ? AND provider_message_id = ?",
                     (msg.chat.provider, msg.chat.chat_id, msg.provider_message_id),
-                ) as cur:
-                    if await cur.fetchone() is not None:
-                        return None
+                )
+                if seen:
+                    return None
             stored = await self._insert(
                 session_key=str(msg.session_key),
                 role="user",
@@ -280,10 +280,9 @@ class Store:
             "AND id < ? AND id > (SELECT COALESCE((SELECT context_floor FROM sessions "
             "WHERE key = ?), 0)) ORDER BY id DESC LIMIT ?"
         )
-        async with self._conn.execute(
+        rows = await self._conn.execute_fetchall(
             sql, (session_key, origin, before_id, session_key, limit)
-        ) as cur:
-            rows = await cur.fetchall()
+        )
         return [_row_to_message(row) for row in reversed(list(rows))]
 
     async def scheduled_between(
@@ -292,74 +291,70 @@ class Store:
         """Up to `limit` newest scheduled outputs with after_id < id < before_id, oldest first."""
         if limit <= 0:
             return []
-        async with self._conn.execute(
+        rows = await self._conn.execute_fetchall(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_key = ? "
             "AND origin = 'scheduled' AND id > ? AND id < ? ORDER BY id DESC LIMIT ?",
             (session_key, after_id, before_id, limit),
-        ) as cur:
-            rows = await cur.fetchall()
+        )
         return [_row_to_message(row) for row in reversed(list(rows))]
 
     async def previous_user_message_id(self, session_key: str, before_id: int) -> int:
         """Id of the last interactive user message before `before_id` (0 when there is none)."""
-        async with self._conn.execute(
+        found = await self._conn.execute_fetchall(
             "SELECT id FROM messages WHERE session_key = ? AND origin = 'interactive' "
             "AND id < ? AND role = 'user' ORDER BY id DESC LIMIT 1",
             (session_key, before_id),
-        ) as cur:
-            row = await cur.fetchone()
+        )
+        row = next(iter(found), None)
         return int(row[0]) if row else 0
 
     async def message_by_provider_id(
         self, chat: ChatRef, provider_message_id: str
     ) -> StoredMessage | None:
-        async with self._conn.execute(
+        found = await self._conn.execute_fetchall(
             f"SELECT {_qualified_columns('m')} FROM provider_messages p "
             "JOIN messages m ON m.id = p.message_id "
             "WHERE p.provider = ? AND p.chat_id = ? AND p.provider_message_id = ?",
             (chat.provider, chat.chat_id, provider_message_id),
-        ) as cur:
-            row = await cur.fetchone()
+        )
+        row = next(iter(found), None)
         return _row_to_message(row) if row else None
 
     # -- reads for admins -------------------------------------------------------------------
 
     async def list_sessions(self) -> list[SessionSummary]:
-        async with self._conn.execute(
+        rows = await self._conn.execute_fetchall(
             "SELECT key, created_at, updated_at, message_count, user_turns FROM sessions "
             "ORDER BY updated_at DESC"
-        ) as cur:
-            rows = await cur.fetchall()
+        )
         return [SessionSummary(*row) for row in rows]
 
     async def session(self, session_key: str) -> SessionSummary:
-        async with self._conn.execute(
+        found = await self._conn.execute_fetchall(
             "SELECT key, created_at, updated_at, message_count, user_turns FROM sessions "
             "WHERE key = ?",
             (session_key,),
-        ) as cur:
-            row = await cur.fetchone()
+        )
+        row = next(iter(found), None)
         if row is None:
             raise SessionNotFoundError(f"no session {session_key!r} in {self.path}")
         return SessionSummary(*row)
 
     async def history(self, session_key: str, limit: int) -> list[StoredMessage]:
         """The newest `limit` messages of every origin, oldest first."""
-        async with self._conn.execute(
+        rows = await self._conn.execute_fetchall(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_key = ? "
             "ORDER BY id DESC LIMIT ?",
             (session_key, limit),
-        ) as cur:
-            rows = await cur.fetchall()
+        )
         return [_row_to_message(row) for row in reversed(list(rows))]
 
     async def snapshots(self, session_key: str) -> list[SnapshotRecord]:
-        async with self._conn.execute(
+        rows = await self._conn.execute_fetchall(
             "SELECT request_message_id, reply_message_id, created_at, hash, snapshot "
             "FROM context_snapshots WHERE session_key = ? ORDER BY id",
             (session_key,),
-        ) as cur:
-            rows = await cur.fetchall()
+        )
         return [
             SnapshotRecord(turn, row[0], row[1], row[2], row[3], json.loads(row[4]))
             for turn, row in enumerate(rows, start=1)

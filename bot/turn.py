@@ -61,6 +61,10 @@ class TurnRunner:
         except ModelError as exc:
             error = str(exc)
             text = FALLBACK_REPLY
+        except Exception as exc:  # a bug or surprise in the provider path still gets a reply
+            bound.exception("model call crashed")
+            error = f"{type(exc).__name__}: {exc}"
+            text = FALLBACK_REPLY
         model_ms = (time.perf_counter() - model_started) * 1000
 
         reply = await self._store.append_reply(str(key), text)

@@ -35,7 +35,8 @@ class FakeChannel:
     async def send(self, message: OutboundMessage) -> list[str]:
         self.sent.append(message)
         self._next_id += 1
-        return [str(self._next_id)]
+        # Distinct from any inbound id a test injects, so a reply never shadows one.
+        return [f"out-{self._next_id}"]
 
     @asynccontextmanager
     async def typing(self, chat: ChatRef) -> AsyncIterator[None]:

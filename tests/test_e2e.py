@@ -91,7 +91,7 @@ async def test_a_dm_turn_is_answered_stored_and_snapshotted(
     key = str(channel.key())
     history = await view.history(key, 10)
     assert [(m.role, m.text) for m in history] == [("user", "hello there"), ("assistant", "re: hello there")]
-    assert history[1].provider_message_id == "1001"  # the id the channel sent it as
+    assert history[1].provider_message_id == "out-1001"  # the id the channel sent it as
     (snapshot,) = await view.snapshots(key)
     assert (snapshot.request_message_id, snapshot.reply_message_id) == (history[0].id, history[1].id)
 
