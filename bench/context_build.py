@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bot.brain import Completion, ReplyRequest  # noqa: E402
+from bench.instant_brain import InstantBrain  # noqa: E402
 from bot.config import Config, parse_config  # noqa: E402
 from bot.context_builder import ContextBuilder  # noqa: E402
 from bot.messages import ChatRef, StoredMessage  # noqa: E402
@@ -45,35 +45,6 @@ _WORDS = str.split(
     "python sqlite bot context message reply schedule today yesterday week morning evening "
     "thanks sure okay great idea maybe later question answer summary report numbers"
 )
-
-
-# -- instant model stand-ins -----------------------------------------------------------------
-
-
-class InstantCompleter:
-    """Answers every triage prompt at once, choosing the first two units; no I/O."""
-
-    calls = 0
-
-    async def complete(self, prompt: str, *, system: str, model: str, deadline: float) -> Completion:
-        self.calls += 1
-        return Completion('{"relevant":[1,2]}', model, len(prompt) // 4, 8)
-
-
-class InstantBrain:
-    """A Brain whose reply and fast completion return immediately."""
-
-    def __init__(self) -> None:
-        self.completer = InstantCompleter()
-
-    async def reply(self, request: ReplyRequest) -> Completion:
-        return Completion("ok, noted.", "bench-main", 100, 4)
-
-    def fast_completer(self) -> InstantCompleter:
-        return self.completer
-
-    def model_for(self, role: str) -> str:
-        return {"fast": "bench-fast", "main": "bench-main"}.get(role, role)
 
 
 # -- database generation -----------------------------------------------------------------------

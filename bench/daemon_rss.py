@@ -55,31 +55,12 @@ def _peak_mib() -> float:
 async def _drive(
     db: Path, sessions: int, turns: int, concurrency: int, devnull: TextIO
 ) -> dict[str, float]:
-    from bot.brain import Completion, ReplyRequest
+    from bench.instant_brain import InstantBrain
     from bot.config import parse_config
     from bot.daemon import Daemon
     from bot.log import configure_logging
     from bot.messages import OutboundMessage
     from tests.fakes import FakeChannel
-
-    class InstantCompleter:
-        async def complete(
-            self, prompt: str, *, system: str, model: str, deadline: float
-        ) -> Completion:
-            return Completion('{"relevant":[1,2]}', model, len(prompt) // 4, 8)
-
-    class InstantBrain:
-        def __init__(self) -> None:
-            self._completer = InstantCompleter()
-
-        async def reply(self, request: ReplyRequest) -> Completion:
-            return Completion("Sure, noted. Anything else?", "bench-main", 120, 7)
-
-        def fast_completer(self) -> InstantCompleter:
-            return self._completer
-
-        def model_for(self, role: str) -> str:
-            return {"fast": "bench-fast", "main": "bench-main"}.get(role, role)
 
     class RecordingChannel(FakeChannel):
         """Wakes the waiting client per chat, in order (replies in one chat come in FIFO order)."""

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bot.brain import Completion, ReplyRequest  # noqa: E402
+from bench.instant_brain import InstantBrain  # noqa: E402
 from bot.config import parse_config  # noqa: E402
 from bot.log import configure_logging  # noqa: E402
 from bot.messages import OutboundMessage  # noqa: E402
@@ -45,27 +45,6 @@ _WORDS = str.split(
     "about can you summarise the notes from last week check the deploy log for errors thanks "
     "sure sounds good how long does the train take to the airport and what about coffee"
 )
-
-
-class InstantCompleter:
-    async def complete(self, prompt: str, *, system: str, model: str, deadline: float) -> Completion:
-        return Completion('{"relevant":[1,2]}', model, len(prompt) // 4, 8)
-
-
-class InstantBrain:
-    """Replies and triages at once, with no I/O."""
-
-    def __init__(self) -> None:
-        self._completer = InstantCompleter()
-
-    async def reply(self, request: ReplyRequest) -> Completion:
-        return Completion("Sure, noted. Anything else?", "bench-main", 120, 7)
-
-    def fast_completer(self) -> InstantCompleter:
-        return self._completer
-
-    def model_for(self, role: str) -> str:
-        return {"fast": "bench-fast", "main": "bench-main"}.get(role, role)
 
 
 class RecordingChannel(FakeChannel):
