@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from bot.errors import ConfigError
 from bot.session_key import SessionKey
@@ -17,6 +17,15 @@ NonNegInt = Annotated[int, Field(ge=0)]
 PosInt = Annotated[int, Field(ge=1)]
 PosFloat = Annotated[float, Field(gt=0)]
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+def _id_text(value: Any) -> Any:
+    # Ids are written as TOML integers (or strings); the core compares them as strings.
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+PlatformId = Annotated[str, BeforeValidator(_id_text), Field(pattern=r"^-?[0-9]+$")]
+Policy = Literal["allowlist", "open", "disabled"]
 
 
 class _Section(BaseModel):
@@ -79,19 +88,69 @@ class DmConfig(_Section):
     history_limit: NonNegInt | None = None
 
 
+class ChatSettings(_Section):
+    """Overrides for one group (Telegram) or channel/thread (Discord)."""
+
+    require_mention: bool | None = None
+    history_limit: NonNegInt | None = None
+
+
 class _ChatChannelConfig(_Section):
     enabled: bool = False
     history_limit: NonNegInt | None = None
     dm_history_limit: NonNegInt | None = None
     dms: dict[str, DmConfig] = Field(default_factory=dict)
+    dm_policy: Policy = "allowlist"
+    allow_from: list[PlatformId] = Field(default_factory=list)
+    admins: list[PlatformId] = Field(default_factory=list)
+    require_mention: bool = True
+    # Messages older than this (seconds) when they reach us are stored but not answered; 0 = no cap.
+    max_reply_age: NonNegInt = 3600
+
+    def settings_for(self, key: SessionKey) -> list[ChatSettings]:
+        """The per-chat overrides that apply to a session, most specific first."""
+        return []
+
+    def requires_mention(self, key: SessionKey) -> bool:
+        """Whether a group/channel message needs a mention (or reply, or command) to start a turn."""
+        for settings in self.settings_for(key):
+            if settings.require_mention is not None:
+                return settings.require_mention
+        return self.require_mention
 
 
 class TelegramConfig(_ChatChannelConfig):
     token_env: EnvName = "TELEGRAM_BOT_TOKEN"
+    base_url: str = "https://api.telegram.org/bot"
+    group_policy: Policy = "allowlist"
+    groups: list[PlatformId] = Field(default_factory=list)
+    group_settings: dict[str, ChatSettings] = Field(default_factory=dict)
+
+    def settings_for(self, key: SessionKey) -> list[ChatSettings]:
+        found = self.group_settings.get(key.peer)
+        return [found] if found is not None else []
+
+
+class DiscordGuildConfig(_Section):
+    """Who may talk to the bot in one guild; empty lists mean no restriction at that level."""
+
+    channels: list[PlatformId] = Field(default_factory=list)
+    users: list[PlatformId] = Field(default_factory=list)
+    roles: list[PlatformId] = Field(default_factory=list)
+    require_mention: bool | None = None
 
 
 class DiscordConfig(_ChatChannelConfig):
     token_env: EnvName = "DISCORD_BOT_TOKEN"
+    guild_policy: Policy = "allowlist"
+    guilds: dict[str, DiscordGuildConfig] = Field(default_factory=dict)
+    channel_settings: dict[str, ChatSettings] = Field(default_factory=dict)
+    allow_bots: bool = False
+
+    def settings_for(self, key: SessionKey) -> list[ChatSettings]:
+        # A thread uses its own settings when configured, else its parent channel's.
+        ids = [key.suffix_id, key.peer] if key.suffix_kind == "thread" else [key.peer]
+        return [self.channel_settings[i] for i in ids if i is not None and i in self.channel_settings]
 
 
 class ConsoleConfig(_Section):
@@ -150,6 +209,11 @@ class Config(_Section):
             return section
         return None
 
+    def chat_channel(self, provider: str) -> TelegramConfig | DiscordConfig | None:
+        """The section of a platform channel (access lists, admins, reply age), if it has one."""
+        section = self.channel(provider)
+        return section if isinstance(section, TelegramConfig | DiscordConfig) else None
+
     def secret_env_names(self) -> list[str]:
         """Names of the environment variables holding secrets, for redaction and `init`."""
         return [
@@ -163,7 +227,8 @@ def resolve_history_limit(config: Config, key: SessionKey) -> int | None:
     """The history limit (in user turns) for a session, or None for unlimited.
 
     Lookup order, first that is set: the per-DM entry, the channel's DM limit (direct chats),
-    the channel's limit (groups and channels), then `[conversation].history_limit`. A set value
+    the per-chat settings (a Discord thread, then its channel; a Telegram group), the channel's
+    limit (groups and channels), then `[conversation].history_limit`. A set value
     of 0 means "unlimited" at that level and ends the lookup.
     """
     section = config.channel(key.provider)
@@ -177,7 +242,8 @@ def resolve_history_limit(config: Config, key: SessionKey) -> int | None:
             else:
                 value = section.dm_history_limit
         elif not isinstance(section, ConsoleConfig):
-            value = section.history_limit
+            overrides = [s.history_limit for s in section.settings_for(key) if s.history_limit is not None]
+            value = overrides[0] if overrides else section.history_limit
     if value is None:
         value = config.conversation.history_limit
     return value or None

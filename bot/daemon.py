@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -14,7 +15,7 @@ from bot.brain import AnthropicBrain, Brain
 from bot.channel import Channel, Submit
 from bot.config import Config
 from bot.errors import ConfigError
-from bot.messages import InboundMessage
+from bot.inbox import Inbox
 from bot.router import Router
 from bot.store import Store
 from bot.turn import TurnRunner
@@ -34,13 +35,29 @@ def build_channels(config: Config, *, console: bool, platforms: bool = True) -> 
                 user_name=config.channels.console.user_name,
             )
         )
-    for name in ("telegram", "discord") if platforms else ():
-        if getattr(config.channels, name).enabled:
-            raise ConfigError(
-                config.source, f"channels.{name}.enabled",
-                f"the {name} channel is not available in this version yet; set it to false",
-            )
+    if platforms and config.channels.telegram.enabled:
+        from channels.telegram import TelegramChannel
+
+        section = config.channels.telegram
+        built.append(TelegramChannel(section, agent_id=config.agent.id,
+                                     token=_token(config, "telegram", section.token_env)))
+    if platforms and config.channels.discord.enabled:
+        raise ConfigError(
+            config.source, "channels.discord.enabled",
+            "the discord channel is not available in this version yet; set it to false",
+        )
     return built
+
+
+def _token(config: Config, name: str, env: str) -> str:
+    token = os.environ.get(env, "").strip()
+    if not token:
+        raise ConfigError(
+            config.source, f"channels.{name}.token_env",
+            f"the environment variable {env} it names is not set; export the bot token there "
+            f"or set channels.{name}.enabled = false",
+        )
+    return token
 
 
 class Daemon:
@@ -73,13 +90,12 @@ class Daemon:
                 if config.anthropic.api_key() is None:
                     log.warning("no Anthropic API key: replies will be the fallback message",
                                 env=config.anthropic.api_key_env)
-            runner = TurnRunner(config, store, brain, {c.provider: c for c in self.channels})
+            by_provider = {c.provider: c for c in self.channels}
+            runner = TurnRunner(config, store, brain, by_provider)
             router = self.router = Router(
                 store, runner, max_concurrent=config.router.max_concurrent_turns
             )
-
-            async def submit(inbound: InboundMessage) -> None:
-                await router.submit(inbound)
+            submit: Submit = Inbox(config, store, router, by_provider).submit
 
             tasks = [
                 asyncio.create_task(self._run_channel(channel, submit), name=channel.provider)

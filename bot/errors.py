@@ -36,3 +36,15 @@ class ModelError(BotError):
 
 class SessionNotFoundError(BotError):
     """An admin command named a session the store does not know."""
+
+
+class DeliveryError(BotError):
+    """A reply could not be (fully) sent; `sent_ids` are the chunks that did arrive.
+
+    `permanent` means retrying cannot help (the bot was blocked or lacks a permission).
+    """
+
+    def __init__(self, message: str, *, sent_ids: list[str] | None = None, permanent: bool = False) -> None:
+        self.sent_ids = list(sent_ids or [])
+        self.permanent = permanent
+        super().__init__(message)

@@ -34,6 +34,8 @@ class InboundMessage:
     # Groups store every message they see but only some (mentions, replies, commands) start a turn.
     starts_turn: bool = True
     sent_at: float | None = None
+    # A chat command (`reset` for "/reset"), answered before the queue and not stored.
+    command: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

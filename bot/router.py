@@ -32,20 +32,57 @@ class Router:
         self._closed = False
 
     async def submit(self, inbound: InboundMessage) -> StoredMessage | None:
-        """Store a message and, when it starts a turn, queue it; None for a duplicate."""
+        """Store a message and, when it starts a turn, queue it; None for a duplicate.
+
+        A duplicate whose turn never ran (the daemon stopped before answering, and the platform
+        delivered the message again) is queued once more rather than dropped.
+        """
         if self._closed:
             raise RouterClosedError("the router is shutting down")
         stored = await self._store.append_inbound(inbound)
         if stored is None:
-            log.info("duplicate inbound ignored", session_key=str(inbound.session_key),
-                     provider_message_id=inbound.provider_message_id)
-            return None
+            pending = None
+            if inbound.starts_turn and inbound.provider_message_id is not None:
+                pending = await self._store.awaiting_request(inbound.chat, inbound.provider_message_id)
+            if pending is None or self._is_queued(pending.id):
+                log.info("duplicate inbound ignored", session_key=str(inbound.session_key),
+                         provider_message_id=inbound.provider_message_id)
+                return None
+            log.info("redelivered message still unanswered; queued", session_key=str(inbound.session_key),
+                     request_id=pending.id)
+            stored = pending
         if inbound.starts_turn:
-            key = str(inbound.session_key)
-            self._queues.setdefault(key, deque()).append((stored, inbound))
-            if key not in self._workers:
-                self._workers[key] = asyncio.create_task(self._drain(key), name=f"session {key}")
+            self._enqueue(str(inbound.session_key), stored, inbound)
         return stored
+
+    def _enqueue(self, key: str, stored: StoredMessage, inbound: InboundMessage) -> None:
+        self._queues.setdefault(key, deque()).append((stored, inbound))
+        if key not in self._workers:
+            self._workers[key] = asyncio.create_task(self._drain(key), name=f"session {key}")
+
+    def _is_queued(self, message_id: int) -> bool:
+        return any(stored.id == message_id for queue in self._queues.values() for stored, _ in queue)
+
+    def session_state(self, key: str) -> tuple[bool, int]:
+        """(a turn is running, messages waiting behind it) for one session."""
+        queue = self._queues.get(key)
+        if not queue:
+            return False, 0
+        running = key in self._workers
+        return running, len(queue) - (1 if running else 0)
+
+    async def stop_session(self, key: str) -> list[StoredMessage]:
+        """Abandon a session's running turn and everything queued behind it (/stop).
+
+        The messages stay stored; they are returned so the caller can mark them abandoned.
+        """
+        queue = self._queues.pop(key, None)
+        worker = self._workers.pop(key, None)
+        abandoned = [stored for stored, _ in queue] if queue else []
+        if worker is not None:
+            worker.cancel()
+            await asyncio.gather(worker, return_exceptions=True)
+        return abandoned
 
     @property
     def pending(self) -> int:
@@ -53,6 +90,7 @@ class Router:
 
     async def _drain(self, key: str) -> None:
         queue = self._queues[key]
+        me = asyncio.current_task()
         try:
             while queue:
                 stored, inbound = queue[0]
@@ -63,8 +101,10 @@ class Router:
                         log.exception("turn failed", session_key=key, request_id=stored.id)
                 queue.popleft()
         finally:
-            del self._workers[key]
-            if not queue:
+            # After /stop a new worker may already own this key: only clean up our own entries.
+            if self._workers.get(key) is me:
+                del self._workers[key]
+            if self._queues.get(key) is queue and not queue:
                 del self._queues[key]
 
     async def close(self, grace: float) -> None:

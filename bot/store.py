@@ -144,6 +144,7 @@ class Store:
                 sender_name=msg.sender_name,
                 provider_message_id=msg.provider_message_id,
                 reply_to_id=msg.reply_to_id,
+                awaiting_reply=msg.starts_turn,
             )
             if msg.provider_message_id is not None:
                 await self._link(msg.chat, msg.provider_message_id, stored.id)
@@ -157,9 +158,16 @@ class Store:
         actions: Sequence[str] = (),
         origin: Origin = "interactive",
         job_id: str | None = None,
+        request_id: int | None = None,
     ) -> StoredMessage:
-        """Store the agent's reply (or a scheduled output) before it is sent."""
+        """Store the agent's reply (or a scheduled output) before it is sent.
+
+        `request_id` is the message it answers, which stops waiting for a reply in the same
+        transaction.
+        """
         async with self._transaction():
+            if request_id is not None:
+                await self._clear_awaiting(request_id)
             return await self._insert(
                 session_key=session_key,
                 role="assistant",
@@ -184,6 +192,28 @@ class Store:
             )
             for provider_id in provider_message_ids:
                 await self._link(chat, provider_id, message_id)
+
+    async def abandon_request(self, message_id: int) -> None:
+        """A request whose turn was stopped (/stop): it no longer waits for a reply."""
+        async with self._transaction():
+            await self._clear_awaiting(message_id)
+
+    async def _clear_awaiting(self, message_id: int) -> None:
+        await self._conn.execute(
+            "UPDATE messages SET awaiting_reply = 0 WHERE id = ? AND awaiting_reply = 1", (message_id,)
+        )
+
+    async def awaiting_request(self, chat: ChatRef, provider_message_id: str) -> StoredMessage | None:
+        """A stored platform message whose turn never finished (the daemon stopped first)."""
+        found = await self._conn.execute_fetchall(
+            f"SELECT {_qualified_columns('m')} FROM provider_messages p "
+            "JOIN messages m ON m.id = p.message_id "
+            "WHERE p.provider = ? AND p.chat_id = ? AND p.provider_message_id = ? "
+            "AND m.awaiting_reply = 1",
+            (chat.provider, chat.chat_id, provider_message_id),
+        )
+        row = next(iter(found), None)
+        return _row_to_message(row) if row else None
 
     async def reset_context(self, session_key: str) -> None:
         """Start a fresh context for a session without deleting its history."""
@@ -230,6 +260,7 @@ class Store:
         reply_to_id: str | None = None,
         actions: tuple[str, ...] = (),
         job_id: str | None = None,
+        awaiting_reply: bool = False,
     ) -> StoredMessage:
         now = time.time()
         is_turn = 1 if role == "user" and origin == "interactive" else 0
@@ -242,12 +273,12 @@ class Store:
         tokens = estimate_tokens(text)
         cursor = await self._conn.execute(
             "INSERT INTO messages (session_key, role, origin, sender_id, sender_name, text, "
-            "provider_message_id, reply_to_id, actions, job_id, created_at, token_estimate) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "provider_message_id, reply_to_id, actions, job_id, created_at, token_estimate, "
+            "awaiting_reply) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 session_key, role, origin, sender_id, sender_name, text, provider_message_id,
                 reply_to_id, json.dumps(list(actions)) if actions else None, job_id,
-                created_at, tokens,
+                created_at, tokens, int(awaiting_reply),
             ),
         )
         message_id = cursor.lastrowid

@@ -11,7 +11,7 @@ from bot.brain import Brain, Completion, ReplyRequest
 from bot.channel import Channel
 from bot.config import Config
 from bot.context_builder import ContextBuilder
-from bot.errors import ModelError
+from bot.errors import DeliveryError, ModelError
 from bot.messages import InboundMessage, OutboundMessage, StoredMessage
 from bot.prompt import conversation_turns, stable_system_prompt, turn_system_prompt
 from bot.store import Store
@@ -67,7 +67,7 @@ class TurnRunner:
             text = FALLBACK_REPLY
         model_ms = (time.perf_counter() - model_started) * 1000
 
-        reply = await self._store.append_reply(str(key), text)
+        reply = await self._store.append_reply(str(key), text, request_id=request.id)
         await self._store.record_snapshot(
             str(key), request.id, reply.id, context.snapshot(), context.input_hash
         )
@@ -76,6 +76,10 @@ class TurnRunner:
             reply_to = inbound.provider_message_id if not key.is_direct else None
             try:
                 delivered = await channel.send(OutboundMessage(inbound.chat, text, reply_to))
+            except DeliveryError as exc:
+                delivered = exc.sent_ids
+                bound.error("delivery failed", error=str(exc), permanent=exc.permanent,
+                            chunks_delivered=len(delivered))
             except Exception as exc:  # a send failure must not lose the stored reply
                 bound.error("delivery failed", error=f"{type(exc).__name__}: {exc}")
             await self._store.mark_delivered(reply.id, inbound.chat, delivered)

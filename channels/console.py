@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from typing import TextIO
 
 from bot.channel import Submit
+from bot.commands import is_known, parse_command
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.session_key import build
 
@@ -57,12 +58,15 @@ class ConsoleChannel:
                 await submit(self._inbound(text))
 
     def _inbound(self, text: str) -> InboundMessage:
+        name = parse_command(text)
         return InboundMessage(
             session_key=self.session_key,
             chat=self.chat,
             sender_id=PEER,
             sender_name=self._user_name,
             text=text,
+            # Only known commands: a line like "/etc/hosts is broken" is a message.
+            command=name if name is not None and is_known(name) else None,
         )
 
     async def send(self, message: OutboundMessage) -> list[str]:

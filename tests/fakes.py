@@ -57,6 +57,8 @@ class FakeChannel:
         message_id: str | None = None,
         reply_to: str | None = None,
         starts_turn: bool = True,
+        command: str | None = None,
+        sent_at: float | None = None,
     ) -> InboundMessage:
         key = self.key(kind, peer)
         return InboundMessage(
@@ -68,6 +70,8 @@ class FakeChannel:
             provider_message_id=message_id,
             reply_to_id=reply_to,
             starts_turn=starts_turn,
+            command=command,
+            sent_at=sent_at,
         )
 
     async def inject(self, message: InboundMessage) -> None:

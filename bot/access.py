@@ -1,0 +1,33 @@
+"""Access policy: who may talk to the bot, decided before anything is stored or answered."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from bot.config import Policy
+
+REFUSED_DM_REPLY = "Sorry, I'm not set up to talk with you here. An admin can allow your user id."
+TEXT_ONLY_REPLY = "I can only read text for now."
+
+
+def allows(policy: Policy, allowlist: Collection[str], who: str) -> bool:
+    """`open` lets anyone in, `disabled` no one, `allowlist` only listed ids (fails closed)."""
+    if policy == "open":
+        return True
+    if policy == "disabled":
+        return False
+    return who in allowlist
+
+
+class RefusalNotices:
+    """Refused DMs get one polite line per user per run, never a stream of them."""
+
+    def __init__(self) -> None:
+        self._told: set[tuple[str, str]] = set()
+
+    def first_time(self, provider: str, user_id: str) -> bool:
+        key = (provider, user_id)
+        if key in self._told:
+            return False
+        self._told.add(key)
+        return True

@@ -1,0 +1,136 @@
+"""Chat commands (/help, /reset, /stop, …): one implementation shared by every channel.
+
+Commands are answered before the turn queue, so /stop and /status work while a reply is being
+written, and they are not stored as conversation: they would only be noise in later context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.config import Config, resolve_history_limit
+from bot.errors import SessionNotFoundError
+from bot.messages import InboundMessage
+from bot.router import Router
+from bot.store import Store
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    name: str
+    description: str
+    # In a shared chat these affect everyone; when admins are configured only they may use them.
+    admin_in_groups: bool = False
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("start", "Say hello and show what I can do"),
+    Command("help", "List the commands"),
+    Command("reset", "Start a fresh context (history stays stored)", admin_in_groups=True),
+    Command("stop", "Abandon the reply I am working on", admin_in_groups=True),
+    Command("status", "Show this chat's session and limits"),
+    Command("whoami", "Show your user id (for allowlists)"),
+)
+_BY_NAME = {command.name: command for command in COMMANDS}
+
+
+def parse_command(text: str, bot_username: str | None = None) -> str | None:
+    """The command name in `/name[@bot] args`, lower-cased; None when the text is no command
+    or names another bot."""
+    if not text.startswith("/"):
+        return None
+    word = text[1:].split(maxsplit=1)[0] if len(text) > 1 and not text[1].isspace() else ""
+    name, _, addressee = word.partition("@")
+    if not name:
+        return None
+    if addressee and (bot_username is None or addressee.lower() != bot_username.lower()):
+        return None
+    return name.lower()
+
+
+def is_known(name: str) -> bool:
+    return name in _BY_NAME
+
+
+class CommandHandler:
+    """Runs a command for the session it was sent in and returns the text to answer with."""
+
+    def __init__(self, config: Config, store: Store, router: Router) -> None:
+        self._config = config
+        self._store = store
+        self._router = router
+
+    async def run(self, name: str, inbound: InboundMessage) -> str:
+        command = _BY_NAME.get(name)
+        if command is None:
+            return f"Unknown command /{name}. Send /help for the list."
+        key = inbound.session_key
+        if command.admin_in_groups and not key.is_direct and not self._is_admin(inbound):
+            return f"Only an admin can use /{name} in a shared chat."
+        handler = getattr(self, f"_{name}")
+        text: str = await handler(inbound)
+        return text
+
+    def _is_admin(self, inbound: InboundMessage) -> bool:
+        section = self._config.chat_channel(inbound.chat.provider)
+        # Channels without admin lists (the local console) are run by their admin.
+        if section is None or not section.admins:
+            return True
+        return inbound.sender_id in section.admins
+
+    async def _start(self, inbound: InboundMessage) -> str:
+        return (
+            f"Hi, I'm {self._config.agent.name}. Write to me and I'll answer; "
+            "send /help to see the commands."
+        )
+
+    async def _help(self, inbound: InboundMessage) -> str:
+        lines = [f"/{c.name} - {c.description}" for c in COMMANDS]
+        if not inbound.session_key.is_direct:
+            lines.append("In this chat, mention me or reply to one of my messages to talk to me.")
+        return "\n".join(lines)
+
+    async def _reset(self, inbound: InboundMessage) -> str:
+        await self._store.reset_context(str(inbound.session_key))
+        return "Started a fresh context. Earlier messages stay stored but I won't use them."
+
+    async def _stop(self, inbound: InboundMessage) -> str:
+        abandoned = await self._router.stop_session(str(inbound.session_key))
+        for stored in abandoned:
+            await self._store.abandon_request(stored.id)
+        if not abandoned:
+            return "Nothing to stop: I'm not working on a reply here."
+        waiting = len(abandoned) - 1
+        tail = f" and dropped {waiting} waiting message{'s' if waiting != 1 else ''}" if waiting else ""
+        return f"Stopped the reply I was working on{tail}."
+
+    async def _status(self, inbound: InboundMessage) -> str:
+        key = inbound.session_key
+        try:
+            summary = await self._store.session(str(key))
+            stored = f"{summary.message_count} ({summary.user_turns} from people)"
+        except SessionNotFoundError:
+            stored = "0"
+        limit = resolve_history_limit(self._config, key)
+        conversation = self._config.conversation
+        if not conversation.enabled:
+            context = "off (each message is answered on its own)"
+        else:
+            context = f"the last {conversation.lookback_count} messages, newest " \
+                      f"{conversation.always_include_recent} always"
+            if conversation.use_selection:
+                context += ", older ones picked for relevance by the fast model"
+        running, waiting = self._router.session_state(str(key))
+        now = "writing a reply" if running else "idle"
+        if waiting:
+            now += f", {waiting} message{'s' if waiting != 1 else ''} waiting"
+        return "\n".join([
+            f"Session: {key}",
+            f"Messages stored: {stored}",
+            f"History limit: {f'{limit} turns' if limit else 'unlimited'}",
+            f"Context: {context}",
+            f"Now: {now}",
+        ])
+
+    async def _whoami(self, inbound: InboundMessage) -> str:
+        return f"Your user id is {inbound.sender_id} (chat {inbound.chat.chat_id})."
