@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from bot.brain import Completion, ReplyRequest
 
 
@@ -19,10 +21,14 @@ class InstantCompleter:
 class InstantBrain:
     """A Brain whose reply and fast completion return immediately."""
 
-    def __init__(self) -> None:
+    def __init__(self, reply_delay: float = 0.0) -> None:
         self.completer = InstantCompleter()
+        # A reply delay stands for the model's time where a bench measures what happens meanwhile.
+        self.reply_delay = reply_delay
 
     async def reply(self, request: ReplyRequest) -> Completion:
+        if self.reply_delay:
+            await asyncio.sleep(self.reply_delay)
         return Completion("Sure, noted. Anything else?", "bench-main", 120, 7)
 
     def fast_completer(self) -> InstantCompleter:

@@ -17,7 +17,11 @@ class Channel(Protocol):
     provider: str
 
     async def run(self, submit: Submit) -> None:
-        """Receive until stopped or cancelled, passing every normalised message to `submit`."""
+        """Receive, passing every normalised message to `submit`, until cancelled.
+
+        Sending must keep working after `stop()` until this task is cancelled: the daemon lets
+        in-flight turns deliver their replies first. Resources are released on cancellation.
+        """
         ...
 
     async def send(self, message: OutboundMessage) -> list[str]:
@@ -29,5 +33,5 @@ class Channel(Protocol):
         ...
 
     async def stop(self) -> None:
-        """Stop taking input; `run` returns soon after."""
+        """Stop taking input; when it returns, everything received has been submitted."""
         ...

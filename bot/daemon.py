@@ -42,10 +42,11 @@ def build_channels(config: Config, *, console: bool, platforms: bool = True) -> 
         built.append(TelegramChannel(section, agent_id=config.agent.id,
                                      token=_token(config, "telegram", section.token_env)))
     if platforms and config.channels.discord.enabled:
-        raise ConfigError(
-            config.source, "channels.discord.enabled",
-            "the discord channel is not available in this version yet; set it to false",
-        )
+        from channels.discord import DiscordChannel
+
+        discord_section = config.channels.discord
+        built.append(DiscordChannel(discord_section, agent_id=config.agent.id,
+                                    token=_token(config, "discord", discord_section.token_env)))
     return built
 
 
@@ -112,12 +113,14 @@ class Daemon:
                 await waiter
             log.info("stopping")
             waiter.cancel()
+            # Input first (every received message reaches the store), then the turns in flight
+            # (they still need their channel to deliver), then the channels' connections.
             for channel in self.channels:
-                await channel.stop()
+                await self._stop_channel(channel)
+            await router.close(config.router.shutdown_grace)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await router.close(config.router.shutdown_grace)
         log.info("stopped")
 
     async def _run_channel(self, channel: Channel, submit: Submit) -> None:
@@ -127,6 +130,12 @@ class Daemon:
             raise
         except Exception:
             log.exception("channel stopped with an error", channel=channel.provider)
+
+    async def _stop_channel(self, channel: Channel) -> None:
+        try:
+            await channel.stop()
+        except Exception:
+            log.exception("channel did not stop cleanly", channel=channel.provider)
 
     def request_stop(self) -> None:
         self.stop_requested.set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping
 
@@ -40,31 +41,30 @@ class TurnRunner:
         key = inbound.session_key
         bound = log.bind(session_key=str(key))
         channel = self._channels.get(inbound.chat.provider)
-        context = await self._context.build(key, request, inbound.chat)
-        context_ms = (time.perf_counter() - started) * 1000
-        call = ReplyRequest(
-            system_stable=self._system_stable,
-            system_turn=turn_system_prompt(self._config, key, time.time()),
-            messages=conversation_turns(context, request, group=not key.is_direct),
-            deadline=time.monotonic() + self._config.anthropic.timeout,
-        )
+        # "typing…" from the start: triage is model work the user waits for too.
+        typing = channel.typing(inbound.chat) if channel is not None else contextlib.nullcontext()
         completion: Completion | None = None
         error: str | None = None
-        model_started = time.perf_counter()
-        try:
-            if channel is not None:
-                async with channel.typing(inbound.chat):
-                    completion = await self._brain.reply(call)
-            else:
+        async with typing:
+            context = await self._context.build(key, request, inbound.chat)
+            context_ms = (time.perf_counter() - started) * 1000
+            call = ReplyRequest(
+                system_stable=self._system_stable,
+                system_turn=turn_system_prompt(self._config, key, time.time()),
+                messages=conversation_turns(context, request, group=not key.is_direct),
+                deadline=time.monotonic() + self._config.anthropic.timeout,
+            )
+            model_started = time.perf_counter()
+            try:
                 completion = await self._brain.reply(call)
-            text = completion.text.strip() or "(no reply)"
-        except ModelError as exc:
-            error = str(exc)
-            text = FALLBACK_REPLY
-        except Exception as exc:  # a bug or surprise in the provider path still gets a reply
-            bound.exception("model call crashed")
-            error = f"{type(exc).__name__}: {exc}"
-            text = FALLBACK_REPLY
+                text = completion.text.strip() or "(no reply)"
+            except ModelError as exc:
+                error = str(exc)
+                text = FALLBACK_REPLY
+            except Exception as exc:  # a bug or surprise in the provider path still gets a reply
+                bound.exception("model call crashed")
+                error = f"{type(exc).__name__}: {exc}"
+                text = FALLBACK_REPLY
         model_ms = (time.perf_counter() - model_started) * 1000
 
         reply = await self._store.append_reply(str(key), text, request_id=request.id)

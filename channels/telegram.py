@@ -1,0 +1,399 @@
+"""Telegram: python-telegram-bot driven by hand inside the daemon's event loop.
+
+Edits are ignored: only new messages are fetched (`allowed_updates=["message"]`), so what the
+model saw is what was stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import re
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+import structlog
+from telegram import BotCommand, Message, MessageEntity, ReplyParameters, Update
+from telegram.constants import ChatAction, ChatType, ParseMode
+from telegram.error import (
+    BadRequest,
+    Forbidden,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+    TimedOut,
+)
+from telegram.ext import AIORateLimiter, Application, BaseRateLimiter, ContextTypes, MessageHandler, filters
+
+from bot.access import REFUSED_DM_REPLY, TEXT_ONLY_REPLY, RefusalNotices, allows
+from bot.channel import Submit
+from bot.chunking import split_message
+from bot.commands import COMMANDS, is_known, parse_command
+from bot.config import TelegramConfig
+from bot.errors import DeliveryError
+from bot.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.session_key import build
+from channels.telegram_html import to_telegram_html
+
+log = structlog.get_logger("switchboard.telegram")
+
+PROVIDER = "telegram"
+MESSAGE_LIMIT = 4096
+# Telegram shows "typing…" for about five seconds; refresh a little sooner, and never forever.
+TYPING_REFRESH = 4.0
+TYPING_CAP = 120.0
+GENERAL_TOPIC = "1"  # a forum message without a thread id belongs to the General topic
+SEND_ATTEMPTS = 3
+MIN_CHUNK = 256
+
+Verdict = Literal["accept", "refuse", "ignore"]
+
+
+@dataclass(frozen=True, slots=True)
+class BotIdentity:
+    id: int
+    username: str
+
+
+def admit(message: Message, config: TelegramConfig) -> Verdict:
+    """Whether a message may be stored and answered; a refused DM may get one polite line."""
+    sender = message.from_user
+    if sender is None:
+        return "ignore"
+    if message.chat.type == ChatType.PRIVATE:
+        return "accept" if allows(config.dm_policy, config.allow_from, str(sender.id)) else "refuse"
+    if message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP):
+        return "accept" if allows(config.group_policy, config.groups, str(message.chat.id)) else "ignore"
+    return "ignore"  # channel posts
+
+
+def message_text(message: Message) -> tuple[str, dict[MessageEntity, str]]:
+    """The text (or caption) and its entities, with offsets already resolved from UTF-16."""
+    if message.text is not None:
+        return message.text, message.parse_entities()
+    if message.caption is not None:
+        return message.caption, message.parse_caption_entities()
+    return "", {}
+
+
+def to_inbound(
+    message: Message, *, agent_id: str, bot: BotIdentity, config: TelegramConfig
+) -> InboundMessage | None:
+    """Normalise an admitted message; None when it has no text to read."""
+    sender = message.from_user
+    text, entities = message_text(message)
+    if sender is None or not text.strip():
+        return None
+    chat = message.chat
+    private = chat.type == ChatType.PRIVATE
+    thread: str | None = None
+    if private:
+        key = build(agent_id, PROVIDER, "direct", sender.id)
+    elif chat.is_forum:
+        thread = str(message.message_thread_id) if message.is_topic_message else None
+        key = build(agent_id, PROVIDER, "group", chat.id, topic=thread or GENERAL_TOPIC)
+    else:
+        key = build(agent_id, PROVIDER, "group", chat.id)
+
+    replied = message.reply_to_message
+    # Inside a forum topic every message "replies" to the topic's creation notice; that is no reply.
+    if replied is not None and replied.forum_topic_created is not None:
+        replied = None
+    reply_to_bot = replied is not None and replied.from_user is not None and replied.from_user.id == bot.id
+
+    command = _command(text, entities, bot, private=private)
+    mentioned = any(_mentions(entity, value, bot) for entity, value in entities.items())
+    starts_turn = private or mentioned or reply_to_bot or not config.requires_mention(key)
+    return InboundMessage(
+        session_key=key,
+        chat=ChatRef(PROVIDER, str(chat.id), thread),
+        sender_id=str(sender.id),
+        sender_name=sender.full_name or sender.username or str(sender.id),
+        text=text,
+        provider_message_id=str(message.message_id),
+        reply_to_id=str(replied.message_id) if replied is not None else None,
+        starts_turn=starts_turn,
+        sent_at=message.date.timestamp(),
+        command=command,
+    )
+
+
+def _mentions(entity: MessageEntity, value: str, bot: BotIdentity) -> bool:
+    if entity.type == MessageEntity.MENTION:
+        return value[1:].lower() == bot.username.lower()
+    if entity.type == MessageEntity.TEXT_MENTION:
+        return entity.user is not None and entity.user.id == bot.id
+    return False
+
+
+def _command(text: str, entities: dict[MessageEntity, str], bot: BotIdentity, *, private: bool) -> str | None:
+    if not any(e.type == MessageEntity.BOT_COMMAND and e.offset == 0 for e in entities):
+        return None
+    name = parse_command(text, bot.username)
+    if name is None:
+        return None
+    explicit = text.split(maxsplit=1)[0].lower().endswith(f"@{bot.username.lower()}")
+    # In a group a bare /foo may be meant for another bot; only ours are taken.
+    return name if private or explicit or is_known(name) else None
+
+
+def telegram_chunks(markdown: str, size: int = MESSAGE_LIMIT) -> list[str]:
+    """Markdown chunks whose rendered text fits a message, counted as Telegram does (UTF-16).
+
+    Rendering can lengthen text a little (list bullets, numbering) and emoji count twice, so a
+    chunk that renders too long is split again, smaller.
+    """
+    chunks: list[str] = []
+    for chunk in split_message(markdown, size):
+        if _visible_units(to_telegram_html(chunk)) <= MESSAGE_LIMIT or size <= MIN_CHUNK:
+            chunks.append(chunk)
+        else:
+            chunks.extend(telegram_chunks(chunk, max(size * 3 // 4, MIN_CHUNK)))
+    return chunks
+
+
+def _visible_units(rendered: str) -> int:
+    visible = html.unescape(re.sub(r"<[^>]*>", "", rendered))
+    return len(visible.encode("utf-16-le")) // 2
+
+
+class _Limiter(AIORateLimiter):
+    """Telegram's flood limits are about messages; "typing…" must not eat a group's budget."""
+
+    async def process_request(
+        self,
+        callback: Callable[..., Coroutine[Any, Any, Any]],
+        args: Any,
+        kwargs: dict[str, Any],
+        endpoint: str,
+        data: dict[str, Any],
+        rate_limit_args: int | None,
+    ) -> Any:
+        if endpoint == "sendChatAction":
+            return await callback(*args, **kwargs)
+        return await super().process_request(callback, args, kwargs, endpoint, data, rate_limit_args)
+
+
+def default_rate_limiter() -> BaseRateLimiter[int]:
+    """Telegram's limits (30 messages/s, 20 a minute per group), waiting out 429s up to 3 times."""
+    return _Limiter(max_retries=3)
+
+
+class TelegramChannel:
+    """Long-polls the Bot API and sends replies; one instance per bot token."""
+
+    provider = PROVIDER
+
+    def __init__(
+        self,
+        config: TelegramConfig,
+        *,
+        agent_id: str,
+        token: str,
+        rate_limiter: BaseRateLimiter[int] | None = None,
+        poll_timeout: float = 30.0,
+    ) -> None:
+        self._config = config
+        self._agent_id = agent_id
+        self._app = _build_application(token, config.base_url, rate_limiter or default_rate_limiter())
+        self._poll_timeout = poll_timeout
+        self._bot: BotIdentity | None = None
+        self._submit: Submit | None = None
+        self._notices = RefusalNotices()
+        self._stopped = asyncio.Event()
+        self._lifecycle = asyncio.Lock()
+        self.ready = asyncio.Event()
+
+    async def run(self, submit: Submit) -> None:
+        self._submit = submit
+        app = self._app
+        app.add_handler(MessageHandler(filters.UpdateType.MESSAGE, self._on_message))
+        app.add_error_handler(self._on_error)
+        if not await self._connect():
+            return
+        try:
+            me = app.bot
+            self._bot = BotIdentity(me.id, me.username)
+            await self._register_commands()
+            assert app.updater is not None
+            await app.updater.start_polling(
+                timeout=timedelta(seconds=self._poll_timeout),
+                allowed_updates=["message"],
+                error_callback=self._on_polling_error,
+            )
+            await app.start()
+            log.info("telegram connected", bot=me.username)
+            self.ready.set()
+            # Until cancelled: after stop() the bot still sends the replies of turns in flight.
+            await asyncio.get_running_loop().create_future()
+        finally:
+            await self._stop_input()
+            await app.shutdown()
+
+    async def _connect(self) -> bool:
+        """Initialise (getMe), retrying while Telegram is unreachable; False when stopped first."""
+        delay = 1.0
+        while not self._stopped.is_set():
+            try:
+                await self._app.initialize()
+                return True
+            except InvalidToken:
+                await self._app.bot.shutdown()  # initialize() leaves its HTTP client open on failure
+                log.error("Telegram rejected the bot token; the channel stays off",
+                          token_env=self._config.token_env)
+                return False
+            except NetworkError as exc:
+                await self._app.bot.shutdown()
+                log.warning("Telegram unreachable; retrying", error=str(exc), retry_in=delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), delay)
+            delay = min(delay * 2, 60.0)
+        return False
+
+    async def _register_commands(self) -> None:
+        commands = [BotCommand(c.name, c.description) for c in COMMANDS]
+        try:
+            await self._app.bot.set_my_commands(commands)
+        except TelegramError as exc:
+            log.warning("could not register the command menu", error=str(exc))
+
+    async def _stop_input(self) -> None:
+        app = self._app
+        async with self._lifecycle:
+            # Stop fetching (the last poll confirms the offset), then finish the updates fetched.
+            if app.updater is not None and app.updater.running:
+                await app.updater.stop()
+            if app.running:
+                await app.stop()
+
+    async def stop(self) -> None:
+        self._stopped.set()
+        await self._stop_input()
+
+    # -- receiving ----------------------------------------------------------------------
+
+    async def _on_message(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        message = update.message
+        if message is None or self._bot is None or self._submit is None:
+            return
+        verdict = admit(message, self._config)
+        sender_id = str(message.from_user.id) if message.from_user else "?"
+        if verdict == "refuse":
+            log.info("message refused", chat_id=message.chat.id, sender_id=sender_id)
+            if self._notices.first_time(PROVIDER, sender_id):
+                await self._reply_quietly(message, REFUSED_DM_REPLY)
+            return
+        if verdict == "ignore":
+            log.debug("message ignored", chat_id=message.chat.id, sender_id=sender_id)
+            return
+        inbound = to_inbound(message, agent_id=self._agent_id, bot=self._bot, config=self._config)
+        if inbound is None:
+            if message.chat.type == ChatType.PRIVATE:
+                await self._reply_quietly(message, TEXT_ONLY_REPLY)
+            return
+        await self._submit(inbound)
+
+    async def _reply_quietly(self, message: Message, text: str) -> None:
+        try:
+            await self._app.bot.send_message(message.chat.id, text)
+        except TelegramError as exc:
+            log.warning("notice not delivered", chat_id=message.chat.id, error=str(exc))
+
+    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        error = context.error
+        log.error("telegram update failed", error=f"{type(error).__name__}: {error}",
+                  update_id=update.update_id if isinstance(update, Update) else None)
+
+    def _on_polling_error(self, error: TelegramError) -> None:
+        # The updater retries with back-off by itself; say so once per error, without a traceback.
+        log.warning("telegram polling error; retrying", error=f"{type(error).__name__}: {error}")
+
+    # -- sending ------------------------------------------------------------------------
+
+    async def send(self, message: OutboundMessage) -> list[str]:
+        chat = message.chat
+        sent: list[str] = []
+        for index, chunk in enumerate(telegram_chunks(message.text)):
+            reply = None
+            if index == 0 and message.reply_to_id is not None:
+                reply = ReplyParameters(int(message.reply_to_id), allow_sending_without_reply=True)
+            try:
+                result = await self._send_chunk(chat, chunk, reply)
+            except TelegramError as exc:
+                permanent = isinstance(exc, Forbidden | BadRequest)
+                if isinstance(exc, Forbidden):
+                    log.warning("the chat blocked the bot or removed it", chat_id=chat.chat_id)
+                raise DeliveryError(
+                    f"Telegram refused the message: {type(exc).__name__}: {exc}",
+                    sent_ids=sent, permanent=permanent,
+                ) from exc
+            sent.append(str(result.message_id))
+        return sent
+
+    async def _send_chunk(self, chat: ChatRef, chunk: str, reply: ReplyParameters | None) -> Message:
+        try:
+            return await self._send_retrying(chat, to_telegram_html(chunk), ParseMode.HTML, reply)
+        except BadRequest as exc:
+            if "parse entities" not in str(exc).lower():
+                raise
+            log.warning("Telegram rejected the formatting; sending plain text", chat_id=chat.chat_id,
+                        error=str(exc))
+            return await self._send_retrying(chat, chunk, None, reply)
+
+    async def _send_retrying(
+        self, chat: ChatRef, text: str, parse_mode: str | None, reply: ReplyParameters | None
+    ) -> Message:
+        # Connection failures are retried: the request never arrived. A timeout is not, since
+        # the message may have been delivered and must not arrive twice. 429s are the limiter's.
+        for attempt in range(1, SEND_ATTEMPTS + 1):
+            try:
+                sent: Message = await self._app.bot.send_message(
+                    int(chat.chat_id), text, parse_mode=parse_mode,
+                    message_thread_id=int(chat.thread_id) if chat.thread_id else None,
+                    reply_parameters=reply,
+                )
+                return sent
+            except (TimedOut, RetryAfter, BadRequest):  # BadRequest is a NetworkError in PTB
+                raise
+            except NetworkError as exc:
+                if attempt == SEND_ATTEMPTS:
+                    raise
+                log.warning("telegram send failed; retrying", attempt=attempt, error=str(exc))
+                await asyncio.sleep(0.5 * attempt)
+        raise AssertionError("unreachable")
+
+    @asynccontextmanager
+    async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
+        task = asyncio.create_task(self._keep_typing(chat), name=f"typing {chat.chat_id}")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _keep_typing(self, chat: ChatRef) -> None:
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + TYPING_CAP
+        while loop.time() < give_up:
+            try:
+                await self._app.bot.send_chat_action(
+                    int(chat.chat_id), ChatAction.TYPING,
+                    message_thread_id=int(chat.thread_id) if chat.thread_id else None,
+                )
+            except Forbidden:
+                return
+            except TelegramError as exc:
+                log.debug("typing action failed", chat_id=chat.chat_id, error=str(exc))
+            await asyncio.sleep(TYPING_REFRESH)
+
+
+def _build_application(
+    token: str, base_url: str, rate_limiter: BaseRateLimiter[int]
+) -> Application[Any, Any, Any, Any, Any, Any]:
+    return Application.builder().token(token).base_url(base_url).rate_limiter(rate_limiter).build()

@@ -1,0 +1,710 @@
+"""Local stand-in of the Discord gateway (websocket) and REST API v10 for the real discord.py client."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http import HTTPStatus
+from typing import Any, TypeVar
+
+import pytest
+import yarl
+from aiohttp import WSMsgType, web
+
+with warnings.catch_warnings():
+    # discord.py imports the stdlib audioop (deprecated since 3.11) for voice, which we never use.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import discord
+
+__all__ = ["DiscordStandIn", "RecordedRequest", "SentMessage", "TypingCall", "user"]
+
+Json = dict[str, Any]
+T = TypeVar("T")
+API = "/api/v10"
+BODY: web.RequestKey[Any] = web.RequestKey("body", object)  # parsed once by the middleware
+DISCORD_EPOCH_MS = 1_420_070_400_000
+GUILD_MEMBERS, GUILD_PRESENCES, MESSAGE_CONTENT = 1 << 1, 1 << 8, 1 << 15
+_TOO_LONG = {
+    "code": 50035,
+    "errors": {"content": {"_errors": [
+        {"code": "BASE_TYPE_MAX_LENGTH", "message": "Must be 2000 or fewer in length."}
+    ]}},
+    "message": "Invalid Form Body",
+}
+
+
+def user(id: int, username: str, bot: bool = False, global_name: str | None = None) -> Json:
+    """A user object shaped as Discord sends it."""
+    return {
+        "id": str(id), "username": username, "discriminator": "0", "global_name": global_name,
+        "avatar": None, "bot": bot, "public_flags": 0,
+    }
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    # Exactly "application/json": discord.py treats "application/json; charset=utf-8" as text.
+    all_headers = {"Content-Type": "application/json", **(headers or {})}
+    return web.Response(body=json.dumps(body).encode(), status=status, headers=all_headers)
+
+
+def _error(status: int, code: int = 0, message: str | None = None) -> web.Response:
+    default = "Missing Permissions" if status == 403 else f"{status}: {HTTPStatus(status).phrase}"
+    return _json({"message": message or default, "code": code}, status)
+
+
+@dataclass(frozen=True)
+class SentMessage:
+    """A message the bot created through POST /channels/{id}/messages."""
+
+    id: int
+    channel_id: int
+    content: str | None
+    message_reference: Json | None
+    allowed_mentions: Json | None
+    embeds: list[Json]
+    time: float  # time.monotonic()
+
+
+@dataclass(frozen=True)
+class TypingCall:
+    channel_id: int
+    time: float
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One REST call as answered, failures included."""
+
+    method: str
+    path: str  # without the /api/v10 prefix
+    body: Any
+    status: int
+    time: float
+
+    @property
+    def failed(self) -> bool:
+        return self.status >= 400
+
+
+@dataclass
+class _Fault:
+    route: str
+    status: int
+    retry_after: float | None
+    is_global: bool
+    code: int | None
+    message: str | None
+    times: int
+
+
+@dataclass
+class _Guild:
+    id: int
+    name: str
+    channels: list[Json]
+    threads: list[Json]
+    roles: list[Json]
+    members: dict[int, tuple[Json, list[int]]]  # user id -> (user, role ids)
+
+
+class _Connection:
+    """One gateway socket; every frame goes through `outbox` so sends keep their order."""
+
+    def __init__(self, ws: web.WebSocketResponse) -> None:
+        self.ws = ws
+        self.outbox: asyncio.Queue[Json | tuple[int, str]] = asyncio.Queue()
+        self.closing = False
+        self.done = asyncio.Event()
+
+    def send(self, payload: Json) -> None:
+        self.outbox.put_nowait(payload)
+
+    def close(self, code: int, reason: str = "") -> None:
+        self.outbox.put_nowait((code, reason))
+
+
+class DiscordStandIn:
+    """`async with DiscordStandIn() as dc:` serves the gateway and REST API on 127.0.0.1:<free port>."""
+
+    def __init__(
+        self,
+        *,
+        token: str = "TEST.TOKEN",
+        bot_id: int = 9000,
+        bot_name: str = "switchboard",
+        message_content_intent: bool = True,
+        members_intent: bool = False,
+        presences_intent: bool = False,
+        heartbeat_interval_ms: int = 41_250,
+    ) -> None:
+        self.token, self.bot_id, self.heartbeat_interval_ms = token, bot_id, heartbeat_interval_ms
+        self.bot_user: Json = {**user(bot_id, bot_name, bot=True), "verified": True, "flags": 0}
+        self.allowed_privileged = (
+            (MESSAGE_CONTENT if message_content_intent else 0)
+            | (GUILD_MEMBERS if members_intent else 0)
+            | (GUILD_PRESENCES if presences_intent else 0)
+        )
+        self.sent: list[SentMessage] = []
+        self.typing_calls: list[TypingCall] = []
+        self.requests: list[RecordedRequest] = []
+        self.commands: dict[int | None, list[Json]] = {}  # guild id (None = global) -> commands
+        self.identifies: list[Json] = []
+        self.resumes: list[Json] = []
+        self.gateway_urls: list[str] = []  # path + query of every gateway connection
+        self.connected = asyncio.Event()  # set on READY and RESUMED, cleared when the socket drops
+        self._faults: list[_Fault] = []
+        self._guilds: dict[int, _Guild] = {}
+        self._channels: dict[int, Json] = {}
+        self._guild_of: dict[int, int] = {}  # channel id -> guild id
+        self._dm_of: dict[int, int] = {}  # recipient id -> DM channel id
+        self._users: dict[int, Json] = {bot_id: self.bot_user}
+        self._messages: dict[int, Json] = {}
+        self._last_id = 0
+        self._joined_at = datetime.now(UTC).isoformat()
+        # Gateway session: events are logged with their sequence number so RESUME can replay them.
+        self._session_id: str | None = None
+        self._resumable = False
+        self._intents = 0
+        self._seq = 0
+        self._log: list[Json] = []
+        self._live: _Connection | None = None
+        self._runner: web.AppRunner | None = None
+        self._port = 0
+
+    async def __aenter__(self) -> DiscordStandIn:
+        app = web.Application(middlewares=[self._rest])
+        app.router.add_get("/gateway", self._gateway)
+        app.router.add_get("/resume", self._gateway)
+        routes: list[tuple[str, str, Callable[[web.Request], Any]]] = [
+            ("GET", "/users/@me", self._get_me),
+            ("POST", "/users/@me/channels", self._create_dm),
+            ("GET", "/oauth2/applications/@me", self._get_application),
+            ("GET", "/gateway", self._get_gateway),
+            ("GET", "/gateway/bot", self._get_gateway),
+            ("GET", r"/channels/{channel_id:\d+}", self._get_channel),
+            ("POST", r"/channels/{channel_id:\d+}/messages", self._post_message),
+            ("PATCH", r"/channels/{channel_id:\d+}/messages/{message_id:\d+}", self._edit_message),
+            ("POST", r"/channels/{channel_id:\d+}/typing", self._typing),
+        ]
+        for prefix in (r"/applications/{app_id:\d+}", r"/applications/{app_id:\d+}/guilds/{guild_id:\d+}"):
+            routes += [("GET", f"{prefix}/commands", self._get_commands)]
+            routes += [("PUT", f"{prefix}/commands", self._put_commands)]
+        for method, path, handler in routes:
+            app.router.add_route(method, API + path, handler)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.1, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self._port = int(self._runner.addresses[0][1])
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"ws://127.0.0.1:{self._port}/gateway"
+
+    def patch(self, monkeypatch: pytest.MonkeyPatch, *, skip_identify_delay: bool = True) -> None:
+        """Point discord.py's REST base and default gateway at this stand-in.
+
+        discord.py sleeps 5 s before every IDENTIFY but the first (Client.before_identify_hook);
+        `skip_identify_delay` makes re-identifying after INVALID_SESSION immediate.
+        """
+        monkeypatch.setattr(discord.http.Route, "BASE", f"{self.base_url}{API}")
+        monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", yarl.URL(self.gateway_url))
+        if skip_identify_delay:
+            monkeypatch.setattr(discord.Client, "before_identify_hook", _no_identify_delay)
+
+    # ----- scripting -------------------------------------------------------------------------
+
+    def add_guild(
+        self,
+        guild_id: int,
+        name: str,
+        channels: Iterable[tuple[int, str]] = (),
+        threads: Iterable[tuple[int, int, str]] = (),
+        members: Iterable[Json] = (),
+        roles: Iterable[tuple[int, str]] = (),
+    ) -> None:
+        """Add a guild (the bot is always a member); members are user dicts with an optional "roles" list.
+
+        Added while a session is live, it is announced with GUILD_CREATE like a guild the bot joins.
+        """
+        gid = str(guild_id)
+        texts: list[Json] = [
+            {"id": str(cid), "type": 0, "guild_id": gid, "name": cname, "position": i, "parent_id": None,
+             "permission_overwrites": [], "nsfw": False, "topic": None, "last_message_id": None,
+             "rate_limit_per_user": 0, "flags": 0}
+            for i, (cid, cname) in enumerate(channels)
+        ]
+        metadata = {"archived": False, "auto_archive_duration": 1440, "locked": False,
+                    "archive_timestamp": self._joined_at}
+        thread_list = [
+            {"id": str(tid), "type": 11, "guild_id": gid, "parent_id": str(pid), "owner_id": str(self.bot_id),
+             "name": tname, "last_message_id": None, "message_count": 0, "member_count": 1,
+             "rate_limit_per_user": 0, "flags": 0, "thread_metadata": metadata}
+            for tid, pid, tname in threads
+        ]
+        role_list = [(guild_id, "@everyone"), *roles]
+        role_objects = [
+            {"id": str(rid), "name": rname, "color": 0, "hoist": False, "icon": None, "unicode_emoji": None,
+             "position": i, "permissions": "1071698660929", "managed": False, "mentionable": True, "flags": 0}
+            for i, (rid, rname) in enumerate(role_list)
+        ]
+        member_map: dict[int, tuple[Json, list[int]]] = {self.bot_id: (self.bot_user, [])}
+        for member in members:
+            role_ids = [int(r) for r in member.get("roles", ())]
+            plain = {k: v for k, v in member.items() if k != "roles"}
+            member_map[int(plain["id"])] = (plain, role_ids)
+            self._users[int(plain["id"])] = plain
+        guild = _Guild(guild_id, name, texts, thread_list, role_objects, member_map)
+        self._guilds[guild_id] = guild
+        for channel in texts + thread_list:
+            self._channels[int(channel["id"])] = channel
+            self._guild_of[int(channel["id"])] = guild_id
+        if self._session_id is not None:
+            self._dispatch("GUILD_CREATE", self._guild_create(guild))
+
+    def fail_next(
+        self,
+        route: str,
+        *,
+        status: int,
+        retry_after: float | None = None,
+        is_global: bool = False,
+        code: int | None = None,
+        message: str | None = None,
+        times: int = 1,
+    ) -> None:
+        """Fail the next `times` REST calls whose "METHOD /path" (no /api/v10) contains `route`."""
+        self._faults.append(_Fault(route, status, retry_after, is_global, code, message, times))
+
+    def message_create(
+        self,
+        channel_id: int,
+        author: Json,
+        content: str,
+        *,
+        guild_id: int | None = None,
+        mentions: Iterable[Json | int] = (),
+        mention_roles: Iterable[int] = (),
+        mention_everyone: bool = False,
+        reference_id: int | None = None,
+        reply_ping: bool = True,
+        attachments: int = 0,
+        member_roles: Iterable[int] | None = None,
+    ) -> Json:
+        """Dispatch MESSAGE_CREATE from a user and return the payload as sent (after content blanking).
+
+        The guild comes from the channel when not given; a channel of no guild is a DM with `author`.
+        A reply (`reference_id`) mentions the replied-to author when `reply_ping`, as Discord clients do.
+        """
+        if self._session_id is None:
+            raise RuntimeError("no gateway session yet: wait for dc.connected before dispatching")
+        self._users[int(author["id"])] = author
+        guild_id = guild_id if guild_id is not None else self._guild_of.get(channel_id)
+        if guild_id is None and channel_id not in self._channels:
+            self._add_dm(channel_id, author)
+        files = [f"file{i}.txt" for i in range(attachments)]
+        msg = self._new_message(channel_id, author, content, guild_id, reference_id=reference_id, files=files)
+        mentioned = [m if isinstance(m, dict) else self._users[int(m)] for m in mentions]
+        replied = msg.get("referenced_message")
+        if reply_ping and replied and all(m["id"] != replied["author"]["id"] for m in mentioned):
+            mentioned.append(replied["author"])
+        if guild_id is not None:  # mentioned members carry their member object, as on Discord
+            members = self._guilds[guild_id].members if guild_id in self._guilds else {}
+            mentioned = [
+                {**m, "member": self._member(guild_id, int(m["id"]))} if int(m["id"]) in members else m
+                for m in mentioned
+            ]
+            if member_roles is not None:
+                msg["member"]["roles"] = [str(r) for r in member_roles]
+        msg["mentions"] = mentioned
+        msg.update(mention_everyone=mention_everyone, mention_roles=[str(r) for r in mention_roles])
+        return self._dispatch("MESSAGE_CREATE", self._visible(msg))
+
+    async def disconnect(self, code: int = 4000, *, resumable: bool = True) -> None:
+        """Close the live gateway socket; with resumable=False a later RESUME gets INVALID_SESSION."""
+        conn = self._live
+        if conn is None:
+            raise RuntimeError("no live gateway connection to drop")
+        self._live = None
+        self.connected.clear()
+        self._resumable = resumable
+        conn.close(code, "stand-in disconnect")
+        await asyncio.wait_for(conn.done.wait(), 5)
+
+    async def wait_for(self, predicate: Callable[[], T], timeout: float = 5) -> T:
+        """Poll `predicate` until it returns something truthy, and return that."""
+        deadline = time.monotonic() + timeout
+        while not (result := predicate()):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"condition not met within {timeout} s")
+            await asyncio.sleep(0.01)
+        return result
+
+    # ----- payloads --------------------------------------------------------------------------
+
+    def _snowflake(self) -> int:
+        self._last_id = max(self._last_id + 1, (int(time.time() * 1000) - DISCORD_EPOCH_MS) << 22)
+        return self._last_id
+
+    def _add_dm(self, channel_id: int, recipient: Json) -> Json:
+        channel = {"id": str(channel_id), "type": 1, "recipients": [recipient], "last_message_id": None}
+        self._channels[channel_id] = channel
+        self._dm_of[int(recipient["id"])] = channel_id
+        return channel
+
+    def _member(self, guild_id: int, user_id: int, roles: Iterable[int] | None = None) -> Json:
+        if roles is None:
+            guild = self._guilds.get(guild_id)
+            roles = guild.members[user_id][1] if guild and user_id in guild.members else []
+        return {
+            "roles": [str(r) for r in roles], "joined_at": self._joined_at, "deaf": False, "mute": False,
+            "flags": 0, "pending": False, "nick": None, "premium_since": None,
+            "communication_disabled_until": None,
+        }
+
+    def _new_message(
+        self,
+        channel_id: int,
+        author: Json,
+        content: str,
+        guild_id: int | None,
+        *,
+        reference_id: int | None = None,
+        files: Iterable[str] = (),
+        embeds: Iterable[Json] = (),
+    ) -> Json:
+        """A message object without mentions; guild messages carry guild_id and the author's member."""
+        msg_id = self._snowflake()
+        attachments = [
+            {"id": str(self._snowflake()), "filename": name, "size": 1, "content_type": "text/plain",
+             "url": f"{self.base_url}/attachments/{channel_id}/{name}",
+             "proxy_url": f"{self.base_url}/attachments/{channel_id}/{name}"}
+            for name in files
+        ]
+        msg: Json = {
+            "id": str(msg_id), "channel_id": str(channel_id), "author": author, "content": content,
+            "timestamp": datetime.now(UTC).isoformat(), "edited_timestamp": None, "tts": False,
+            "mention_everyone": False, "mentions": [], "mention_roles": [], "attachments": attachments,
+            "embeds": list(embeds), "pinned": False, "type": 0, "flags": 0, "components": [],
+        }
+        if reference_id is not None:
+            msg["type"] = 19  # REPLY
+            ref = {"type": 0, "message_id": str(reference_id), "channel_id": str(channel_id)}
+            msg["message_reference"] = ref if guild_id is None else {**ref, "guild_id": str(guild_id)}
+            if (replied := self._messages.get(reference_id)) is not None:
+                msg["referenced_message"] = {k: v for k, v in replied.items() if k != "referenced_message"}
+        if guild_id is not None:
+            msg["guild_id"] = str(guild_id)
+            msg["member"] = self._member(guild_id, int(author["id"]))
+        self._messages[msg_id] = msg
+        return msg
+
+    def _visible(self, msg: Json) -> Json:
+        """Blank content as Discord does for a session without the MESSAGE_CONTENT intent."""
+        out = dict(msg)
+        if isinstance(out.get("referenced_message"), dict):
+            out["referenced_message"] = self._visible(out["referenced_message"])
+        bot = str(self.bot_id)
+        exempt = (
+            "guild_id" not in out
+            or self._intents & MESSAGE_CONTENT
+            or out["author"]["id"] == bot
+            or any(m["id"] == bot for m in out.get("mentions", ()))
+        )
+        if not exempt:
+            out.update(content="", embeds=[], attachments=[], components=[])
+        return out
+
+    def _guild_create(self, g: _Guild) -> Json:
+        # Without GUILD_MEMBERS Discord lists only the bot itself; member_count stays the real one.
+        shown = g.members if self._intents & GUILD_MEMBERS else {self.bot_id: g.members[self.bot_id]}
+        members = [{**self._member(g.id, uid, roles), "user": u} for uid, (u, roles) in shown.items()]
+        owner = next((uid for uid in g.members if uid != self.bot_id), self.bot_id)
+        return {
+            "id": str(g.id), "name": g.name, "icon": None, "splash": None, "discovery_splash": None,
+            "banner": None, "description": None, "owner_id": str(owner), "afk_channel_id": None,
+            "afk_timeout": 300, "verification_level": 0, "default_message_notifications": 0,
+            "explicit_content_filter": 0, "mfa_level": 0, "nsfw_level": 0, "premium_tier": 0,
+            "premium_subscription_count": 0, "premium_progress_bar_enabled": False,
+            "system_channel_id": None, "system_channel_flags": 0, "rules_channel_id": None,
+            "public_updates_channel_id": None, "vanity_url_code": None, "preferred_locale": "en-US",
+            "features": [], "emojis": [], "stickers": [], "roles": g.roles, "joined_at": self._joined_at,
+            "large": False, "unavailable": False, "member_count": len(g.members), "members": members,
+            "channels": g.channels, "threads": g.threads, "voice_states": [], "presences": [],
+            "stage_instances": [], "guild_scheduled_events": [], "soundboard_sounds": [],
+        }
+
+    # ----- gateway ---------------------------------------------------------------------------
+
+    def _dispatch(self, event: str, data: Json) -> Json:
+        """Log an event of the session; deliver it now if a socket is live, else on RESUME."""
+        self._seq += 1
+        payload = {"op": 0, "t": event, "s": self._seq, "d": data}
+        self._log.append(payload)
+        if self._live is not None:
+            self._live.send(payload)
+        return data
+
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(max_msg_size=0)
+        await ws.prepare(request)
+        # discord.py asks for ?compress=zlib-stream but only inflates binary frames: text frames are fine.
+        self.gateway_urls.append(str(request.rel_url))
+        conn = _Connection(ws)
+        writer = asyncio.create_task(self._write(conn))
+        conn.send({"op": 10, "d": {"heartbeat_interval": self.heartbeat_interval_ms}})
+        try:
+            async for frame in ws:
+                if frame.type is WSMsgType.TEXT:
+                    self._receive(conn, json.loads(frame.data))
+        finally:
+            if self._live is conn:
+                self._live = None
+                self.connected.clear()
+            if not conn.closing:
+                writer.cancel()
+            await asyncio.wait([writer])
+            conn.done.set()
+        return ws
+
+    async def _write(self, conn: _Connection) -> None:
+        while True:
+            item = await conn.outbox.get()
+            try:
+                if isinstance(item, tuple):
+                    conn.closing = True
+                    await conn.ws.close(code=item[0], message=item[1].encode())
+                    return
+                await conn.ws.send_str(json.dumps(item))
+            except ConnectionError:  # the client went away first
+                return
+
+    def _receive(self, conn: _Connection, payload: Json) -> None:
+        op, data = payload.get("op"), payload.get("d") or {}
+        if op == 1:  # HEARTBEAT
+            conn.send({"op": 11})
+        elif op == 2:
+            self._identify(conn, data)
+        elif op == 6:
+            self._resume(conn, data)
+
+    def _identify(self, conn: _Connection, data: Json) -> None:
+        self.identifies.append(data)
+        intents = int(data.get("intents", 0))
+        if data.get("token") != self.token:
+            conn.close(4004, "Authentication failed.")
+            return
+        if intents & (GUILD_MEMBERS | GUILD_PRESENCES | MESSAGE_CONTENT) & ~self.allowed_privileged:
+            conn.close(4014, "Disallowed intent(s).")
+            return
+        # A new session: whatever the old one had not delivered is lost, as on Discord.
+        self._session_id, self._resumable, self._intents = uuid.uuid4().hex, True, intents
+        self._seq, self._log = 0, []
+        self._live = conn
+        unavailable = [{"id": str(gid), "unavailable": True} for gid in self._guilds]
+        self._dispatch("READY", {
+            "v": 10, "user": self.bot_user, "guilds": unavailable, "session_id": self._session_id,
+            "resume_gateway_url": f"ws://127.0.0.1:{self._port}/resume", "session_type": "normal",
+            "private_channels": [], "relationships": [], "user_settings": {},
+            "application": {"id": str(self.bot_id), "flags": self._application_flags()},
+        })
+        for guild in self._guilds.values():
+            self._dispatch("GUILD_CREATE", self._guild_create(guild))
+        self.connected.set()
+
+    def _resume(self, conn: _Connection, data: Json) -> None:
+        self.resumes.append(data)
+        if data.get("token") != self.token:
+            conn.close(4004, "Authentication failed.")
+            return
+        if not self._resumable or data.get("session_id") != self._session_id:
+            conn.send({"op": 9, "d": False})  # INVALID_SESSION, not resumable: the client re-IDENTIFYs
+            return
+        seq = int(data.get("seq") or 0)
+        for payload in self._log:
+            if payload["s"] > seq:
+                conn.send(payload)
+        self._live = conn
+        self._dispatch("RESUMED", {})
+        self.connected.set()
+
+    def _application_flags(self) -> int:
+        # The *_LIMITED flags an unverified bot gets when the privileged intent is enabled.
+        flags = 1 << 19 if self.allowed_privileged & MESSAGE_CONTENT else 0
+        flags |= 1 << 15 if self.allowed_privileged & GUILD_MEMBERS else 0
+        return flags | (1 << 13 if self.allowed_privileged & GUILD_PRESENCES else 0)
+
+    # ----- REST ------------------------------------------------------------------------------
+
+    @web.middleware
+    async def _rest(
+        self, request: web.Request, handler: Callable[[web.Request], Any]
+    ) -> web.StreamResponse:
+        if not request.path.startswith(API + "/"):
+            response: web.StreamResponse = await handler(request)
+            return response
+        path = request.path.removeprefix(API)
+        if request.content_type == "multipart/form-data":  # files: discord.py sends payload_json
+            request[BODY] = json.loads(str((await request.post()).get("payload_json", "{}")))
+        else:
+            raw = await request.read()
+            request[BODY] = json.loads(raw) if raw else None
+        response = await self._answer(request, handler, f"{request.method} {path}")
+        now = time.monotonic()
+        self.requests.append(RecordedRequest(request.method, path, request[BODY], response.status, now))
+        return response
+
+    async def _answer(
+        self, request: web.Request, handler: Callable[[web.Request], Any], route: str
+    ) -> web.StreamResponse:
+        if request.headers.get("Authorization") != f"Bot {self.token}" and route != "GET /gateway":
+            return _error(401)
+        resource = request.match_info.route.resource
+        bucket = hashlib.sha1(f"{request.method} {resource.canonical if resource else route}".encode())
+        fault = next((f for f in self._faults if f.route in route), None)
+        if fault is not None:
+            fault.times -= 1
+            if fault.times <= 0:
+                self._faults.remove(fault)
+            return self._fault_response(fault, bucket.hexdigest()[:16])
+        try:
+            response: web.StreamResponse = await handler(request)
+        except web.HTTPException as exc:  # unknown route or method
+            return _error(exc.status)
+        if response.status < 400:
+            response.headers.update(_ratelimit_headers(bucket.hexdigest()[:16], remaining=4, reset_after=1.0))
+        return response
+
+    def _fault_response(self, fault: _Fault, bucket: str) -> web.Response:
+        if fault.status != 429:
+            code = fault.code if fault.code is not None else (50013 if fault.status == 403 else 0)
+            return _error(fault.status, code, fault.message)
+        retry_after = 1.0 if fault.retry_after is None else fault.retry_after
+        body: Json = {
+            "message": fault.message or "You are being rate limited.",
+            "retry_after": retry_after,
+            "global": fault.is_global,
+        }
+        if fault.code:
+            body["code"] = fault.code
+        scope = "global" if fault.is_global else "user"
+        # Without "Via" discord.py takes a 429 for a Cloudflare ban and raises instead of waiting.
+        headers = {"Via": "1.1 google", "Retry-After": str(math.ceil(retry_after))}
+        headers |= _ratelimit_headers(bucket, remaining=0, reset_after=retry_after, scope=scope)
+        if fault.is_global:
+            headers["X-RateLimit-Global"] = "true"
+        return _json(body, 429, headers)
+
+    async def _get_me(self, request: web.Request) -> web.Response:
+        return _json(self.bot_user)
+
+    async def _get_application(self, request: web.Request) -> web.Response:
+        return _json({
+            "id": str(self.bot_id), "name": self.bot_user["username"], "description": "", "icon": None,
+            "bot_public": True, "bot_require_code_grant": False, "owner": user(1, "owner"),
+            "verify_key": "0" * 64, "team": None, "flags": self._application_flags(), "summary": "",
+        })
+
+    async def _get_gateway(self, request: web.Request) -> web.Response:
+        limit = {"total": 1000, "remaining": 999, "reset_after": 14_400_000, "max_concurrency": 1}
+        return _json({"url": self.gateway_url, "shards": 1, "session_start_limit": limit})
+
+    async def _create_dm(self, request: web.Request) -> web.Response:
+        recipient_id = int((request[BODY] or {}).get("recipient_id", 0))
+        if recipient_id not in self._users:
+            return _error(400, 50033, "Invalid Recipient(s)")
+        if recipient_id in self._dm_of:
+            return _json(self._channels[self._dm_of[recipient_id]])
+        return _json(self._add_dm(self._snowflake(), self._users[recipient_id]))
+
+    async def _get_channel(self, request: web.Request) -> web.Response:
+        found = self._channels.get(int(request.match_info["channel_id"]))
+        return _json(found) if found else _error(404, 10003, "Unknown Channel")
+
+    async def _post_message(self, request: web.Request) -> web.Response:
+        channel_id = int(request.match_info["channel_id"])
+        if channel_id not in self._channels:
+            return _error(404, 10003, "Unknown Channel")
+        body: Json = request[BODY] or {}
+        content = body.get("content")
+        if content is not None and len(str(content)) > 2000:
+            return _json(_TOO_LONG, 400)
+        if not content and not any(body.get(k) for k in ("embeds", "attachments", "sticker_ids", "poll")):
+            return _error(400, 50006, "Cannot send an empty message")
+        ref = body.get("message_reference")
+        names = [str(a.get("filename", "file")) for a in body.get("attachments") or []]
+        msg = self._new_message(
+            channel_id, self.bot_user, str(content or ""), self._guild_of.get(channel_id),
+            reference_id=int(ref["message_id"]) if ref else None, files=names, embeds=body.get("embeds", ()),
+        )
+        allowed, now = body.get("allowed_mentions"), time.monotonic()
+        self.sent.append(SentMessage(int(msg["id"]), channel_id, content, ref, allowed, msg["embeds"], now))
+        if self._session_id is not None:  # Discord echoes the bot's own messages on the gateway
+            self._dispatch("MESSAGE_CREATE", self._visible(msg))
+        return _json(msg)
+
+    async def _edit_message(self, request: web.Request) -> web.Response:
+        found = self._messages.get(int(request.match_info["message_id"]))
+        if found is None or found["channel_id"] != request.match_info["channel_id"]:
+            return _error(404, 10008, "Unknown Message")
+        body: Json = request[BODY] or {}
+        if len(str(body.get("content") or "")) > 2000:
+            return _json(_TOO_LONG, 400)
+        found.update({k: body[k] for k in ("content", "embeds") if k in body})
+        found["edited_timestamp"] = datetime.now(UTC).isoformat()
+        return _json(found)
+
+    async def _typing(self, request: web.Request) -> web.Response:
+        channel_id = int(request.match_info["channel_id"])
+        if channel_id not in self._channels:
+            return _error(404, 10003, "Unknown Channel")
+        self.typing_calls.append(TypingCall(channel_id, time.monotonic()))
+        return web.Response(status=204)
+
+    async def _get_commands(self, request: web.Request) -> web.Response:
+        guild_id = request.match_info.get("guild_id")
+        return _json(self.commands.get(int(guild_id) if guild_id else None, []))
+
+    async def _put_commands(self, request: web.Request) -> web.Response:
+        app_id, guild_id = request.match_info["app_id"], request.match_info.get("guild_id")
+        defaults = {"type": 1, "description": "", "options": [], "default_member_permissions": None,
+                    "dm_permission": True, "nsfw": False}
+        commands = [
+            {**defaults, **command, "id": str(self._snowflake()), "application_id": app_id,
+             "version": str(self._snowflake()), **({"guild_id": guild_id} if guild_id else {})}
+            for command in request[BODY] or []
+        ]
+        self.commands[int(guild_id) if guild_id else None] = commands
+        return _json(commands)
+
+
+async def _no_identify_delay(self: discord.Client, shard_id: int | None, *, initial: bool = False) -> None:
+    return None
+
+
+def _ratelimit_headers(bucket: str, *, remaining: int, reset_after: float, scope: str = "user") -> Json:
+    return {
+        "X-RateLimit-Bucket": bucket,
+        "X-RateLimit-Limit": "5",
+        "X-RateLimit-Remaining": str(remaining),
+        "X-RateLimit-Reset": f"{time.time() + reset_after:.3f}",
+        "X-RateLimit-Reset-After": f"{reset_after:.3f}",
+        "X-RateLimit-Scope": scope,
+    }

@@ -1,0 +1,602 @@
+"""Local aiohttp stand-in of the Telegram Bot API that the real python-telegram-bot talks to."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+import time
+from collections import defaultdict
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any, TypeAlias
+
+from aiohttp import web
+
+__all__ = [
+    "Call",
+    "EntityParseError",
+    "SentMessage",
+    "TelegramStandIn",
+    "command_entities",
+    "group_chat",
+    "mention_entities",
+    "message",
+    "parse_html",
+    "private_chat",
+    "user",
+]
+
+JSON: TypeAlias = dict[str, Any]
+MAX_TEXT = 4096
+# Values PTB sends raw that must stay strings even when they look like JSON ("42", "true").
+_STRING_PARAMS = {"text", "caption", "parse_mode", "action", "language_code", "url", "emoji", "query"}
+_CHAT_ACTIONS = {"typing", "upload_photo", "record_video", "upload_video", "record_voice", "upload_voice",
+                 "upload_document", "choose_sticker", "find_location", "record_video_note",
+                 "upload_video_note"}
+# Telegram's default when allowed_updates was never set (or set to []).
+_OPT_IN_UPDATES = {"chat_member", "message_reaction", "message_reaction_count"}
+
+
+@dataclass
+class Call:
+    """One Bot API request as received; `failed` is set when it got an error or was dropped."""
+
+    method: str
+    params: JSON
+    time: float
+    failed: bool = False
+
+
+@dataclass(frozen=True)
+class SentMessage:
+    """A message the bot sent (or an edit), as the user would see it."""
+
+    chat_id: int
+    text: str
+    visible_text: str
+    parse_mode: str | None
+    message_thread_id: int | None
+    reply_to_message_id: int | None
+    message_id: int
+    time: float
+
+
+@dataclass
+class _Fault:
+    method: str
+    status: int
+    description: str
+    parameters: JSON
+    chat_id: int | str | None
+    times: int
+    drop: bool = False
+
+
+class _ApiError(Exception):
+    def __init__(self, status: int, description: str) -> None:
+        super().__init__(description)
+        self.status, self.description = status, description
+
+
+def _u16(text: str) -> int:
+    """Telegram offsets and lengths count UTF-16 code units."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+# -- update builders: plain Telegram JSON, usable with telegram.Update.de_json -----------------------
+
+_message_ids = itertools.count(1)
+
+
+def user(id: int, first_name: str = "Test", username: str | None = None, is_bot: bool = False) -> JSON:
+    named = {"username": username} if username else {}
+    return {"id": id, "is_bot": is_bot, "first_name": first_name} | named
+
+
+def private_chat(user: JSON) -> JSON:
+    keys = ("first_name", "username")
+    return {"id": user["id"], "type": "private"} | {k: user[k] for k in keys if k in user}
+
+
+def group_chat(id: int, title: str, supergroup: bool = False, forum: bool = False) -> JSON:
+    chat: JSON = {"id": id, "type": "supergroup" if supergroup or forum else "group", "title": title}
+    return chat | ({"is_forum": True} if forum else {})
+
+
+def message(
+    chat: JSON, sender: JSON, text: str | None = None, *, message_id: int | None = None,
+    date: int | None = None, entities: list[JSON] | None = None, caption: str | None = None,
+    photo: bool = False, sticker: bool = False, voice: bool = False, reply_to: JSON | None = None,
+    thread_id: int | None = None, is_topic_message: bool | None = None,
+) -> JSON:
+    """A Message dict; without message_id it takes the next id of a module-wide counter."""
+    msg: JSON = {"message_id": next(_message_ids) if message_id is None else message_id,
+                 "date": int(time.time()) if date is None else date, "chat": chat, "from": sender}
+    optional: JSON = {"text": text, "caption": caption, "reply_to_message": reply_to,
+                      "message_thread_id": thread_id, "is_topic_message": is_topic_message}
+    msg |= {k: v for k, v in optional.items() if v is not None}
+    if entities:
+        msg["entities" if text is not None else "caption_entities"] = entities
+    n = msg["message_id"]
+    if photo:
+        msg["photo"] = [{"file_id": f"photo-{n}-{w}", "file_unique_id": f"p{n}{w}", "width": w,
+                         "height": w, "file_size": w * 40} for w in (90, 320, 1280)]
+    if sticker:
+        msg["sticker"] = {"file_id": f"sticker-{n}", "file_unique_id": f"s{n}", "type": "regular",
+                          "width": 512, "height": 512, "is_animated": False, "is_video": False, "emoji": "🙂"}
+    if voice:
+        msg["voice"] = {"file_id": f"voice-{n}", "file_unique_id": f"v{n}", "duration": 2,
+                        "mime_type": "audio/ogg", "file_size": 4000}
+    return msg
+
+
+def command_entities(text: str) -> list[JSON]:
+    """The bot_command entity Telegram adds when a message starts with "/"."""
+    if not text.startswith("/"):
+        return []
+    return [{"type": "bot_command", "offset": 0, "length": _u16(text.split(maxsplit=1)[0])}]
+
+
+def mention_entities(text: str, username: str) -> list[JSON]:
+    """A mention entity for every "@username" in text."""
+    pattern = re.compile(rf"(?<!\w)@{re.escape(username.lstrip('@'))}\b", re.IGNORECASE)
+    return [{"type": "mention", "offset": _u16(text[: m.start()]), "length": _u16(m.group())}
+            for m in pattern.finditer(text)]
+
+
+# -- HTML parse mode, after tdlib's parse_html (td/telegram/MessageEntity.cpp) ------------------------
+
+
+class EntityParseError(ValueError):
+    """Why Telegram rejects HTML, e.g. 'Unexpected end tag at byte offset 3'."""
+
+
+_TAG_TYPES = {"b": "bold", "strong": "bold", "i": "italic", "em": "italic", "u": "underline",
+              "ins": "underline", "s": "strikethrough", "strike": "strikethrough", "del": "strikethrough",
+              "tg-spoiler": "spoiler", "span": "spoiler", "a": "text_link", "code": "code", "pre": "pre",
+              "blockquote": "blockquote", "tg-emoji": "custom_emoji"}
+_NAMED = {"lt": "<", "gt": ">", "amp": "&", "quot": '"'}
+_ENTITY = re.compile(r"&(?:#x([0-9a-fA-F]*)|#([0-9]*)|([a-zA-Z]*));?")
+_TAG_NAME = re.compile(r"</?([^\s>]*)")
+_VALUE = r"(?:\"[^\"]*\"|'[^']*'|[A-Za-z0-9.-]*(?=[\s>]))"
+_START_TAG = re.compile(rf"<[^\s>]+((?:\s+[^\s=>]+\s*=\s*{_VALUE}|\s+expandable)*)\s*>", re.IGNORECASE)
+_ATTRIBUTE = re.compile(rf"([^\s=>]+)\s*=\s*({_VALUE})")
+_END_TAG = re.compile(r"</[^\s>]*\s*>")
+
+
+def _decode_entity(html: str, i: int) -> tuple[str, int] | None:
+    """The character of the entity at html[i] ("&") and the index after it; None keeps '&' literal."""
+    m = _ENTITY.match(html, i)
+    if m is None:
+        return None
+    hexa, dec, name = m.groups()
+    if name is not None:
+        return (_NAMED[name], m.end()) if name in _NAMED else None
+    code = int(hexa or dec, 16 if hexa is not None else 10) if hexa or dec else 0
+    if 0xD800 <= code <= 0xDFFF:
+        raise EntityParseError("Text contains invalid Unicode characters after decoding HTML entities, "
+                               "check for unmatched surrogate code units")
+    return (chr(code), m.end()) if 0 < code < 0x10FFFF else None
+
+
+def _unescape(value: str) -> str:
+    return _ENTITY.sub(lambda m: (_decode_entity(m.group(), 0) or (m.group(),))[0], value)
+
+
+def parse_html(html: str) -> tuple[str, list[JSON]]:
+    """Text and entities of `html` under parse_mode HTML; raises EntityParseError with tdlib's words.
+
+    Faithful to tdlib's parse_html for tags, entities and nesting; a malformed attribute list is
+    reported as "Unclosed start tag" instead of tdlib's finer-grained reasons.
+    """
+    out: list[str] = []
+    units = 0  # UTF-16 code units emitted so far
+    open_tags: list[tuple[str, str, int, int]] = []  # tag, argument, start in units, index in out
+    entities: list[JSON] = []
+    i = 0
+
+    def fail(reason: str, suffix: str = "") -> EntityParseError:
+        return EntityParseError(f"{reason} at byte offset {len(html[:i].encode())}{suffix}")
+
+    while i < len(html):
+        ch = html[i]
+        decoded = _decode_entity(html, i) if ch == "&" else None
+        if decoded or ch != "<":
+            text, i = decoded or (ch, i + 1)
+            out.append(text)
+            units += _u16(text)
+            continue
+        name_match = _TAG_NAME.match(html, i)
+        assert name_match is not None
+        tag = name_match.group(1).lower()
+        if not html.startswith("</", i):
+            if name_match.end() == len(html):
+                raise fail("Unclosed start tag")
+            if tag not in _TAG_TYPES:
+                raise fail(f'Unsupported start tag "{tag}"')
+            m = _START_TAG.match(html, i)
+            if m is None:
+                raise fail("Unclosed start tag")
+            argument = ""
+            for attr, raw in _ATTRIBUTE.findall(m.group(1) + ">"):  # ">" ends a bare value
+                value = _unescape(raw[1:-1]) if raw[:1] in "'\"" and raw else raw.lower()
+                if (tag, attr) in {("a", "href"), ("tg-emoji", "emoji-id")}:
+                    argument = value
+                elif (tag, attr) in {("code", "class"), ("span", "class")}:
+                    argument = value.removeprefix("language-" if tag == "code" else "tg-")
+            if tag == "blockquote" and re.search(r"\bexpandable\b", m.group(1), re.IGNORECASE):
+                argument = "expandable"
+            if tag == "span" and argument != "spoiler":
+                raise fail('Tag "span" must have class "tg-spoiler"')
+            open_tags.append((tag, argument, units, len(out)))
+            i = m.end()
+            continue
+        if not open_tags:
+            raise fail("Unexpected end tag")
+        m = _END_TAG.match(html, i)
+        if m is None:
+            raise fail("Unclosed end tag")
+        top, argument, start, out_index = open_tags[-1]
+        if tag and tag != top:
+            raise fail("Unmatched end tag", f', expected "</{top}>", found "</{tag}>"')
+        open_tags.pop()
+        i = m.end()
+        if units == start:
+            continue  # empty entities are dropped
+        entity: JSON = {"type": _TAG_TYPES[top], "offset": start, "length": units - start}
+        last = [entities[-1].get(k) for k in ("type", "offset", "length")] if entities else []
+        if top == "tg-emoji" and not (argument.isdigit() and int(argument)):
+            raise EntityParseError("Invalid custom emoji identifier specified")
+        if top == "tg-emoji":
+            entity["custom_emoji_id"] = argument
+        elif top == "a":
+            entity["url"] = argument or "".join(out[out_index:])
+        elif top == "blockquote" and argument:
+            entity["type"] = "expandable_blockquote"
+        elif top == "code" and argument:
+            entity["language"] = argument  # moved to the enclosing <pre> below, or dropped
+        elif top == "pre" and last == ["code", start, units - start]:
+            # <pre><code class="language-x">…</code></pre> is one pre entity with a language.
+            entity |= {k: v for k, v in entities.pop().items() if k == "language"}
+        entities.append(entity)
+    if open_tags:
+        raise EntityParseError(f'Can\'t find end tag corresponding to start tag "{open_tags[-1][0]}"')
+    for entity in entities:
+        if entity["type"] == "code":
+            entity.pop("language", None)
+    return "".join(out), sorted(entities, key=lambda e: (e["offset"], -e["length"]))
+
+
+# -- the server ----------------------------------------------------------------------------------------
+
+_Handler: TypeAlias = Callable[[JSON], Coroutine[Any, Any, Any]]
+
+
+class TelegramStandIn:
+    """`async with TelegramStandIn() as tg:` serves the Bot API at `tg.base_url` on 127.0.0.1."""
+
+    def __init__(self, *, token: str = "123456:TEST", bot_id: int = 1000,
+                 bot_username: str = "switchboard_bot", bot_first_name: str = "Switchboard") -> None:
+        self.token = token
+        self.bot_user: JSON = {"id": bot_id, "is_bot": True, "first_name": bot_first_name,
+                               "username": bot_username}
+        self.calls: list[Call] = []
+        self.sent: list[SentMessage] = []
+        self.edits: list[SentMessage] = []
+        self.blocked: set[int] = set()
+        self.confirmed_offset = 0
+        self.commands: dict[tuple[str, str], list[JSON]] = {}  # (scope JSON, language) -> commands
+        self._faults: list[_Fault] = []
+        self._pending: list[JSON] = []
+        self._allowed: set[str] | None = None
+        self._update_ids = itertools.count(1)
+        self._last_ids: defaultdict[int, int] = defaultdict(int)
+        self._messages: dict[tuple[int, int], JSON] = {}
+        self._chats: dict[int, JSON] = {}
+        self._pushed = asyncio.Event()
+        self._inflight: set[asyncio.Task[Any]] = set()
+        self._runner: web.AppRunner | None = None
+        self._port = 0
+        self._methods: dict[str, _Handler] = {
+            "getme": self._get_me, "deletewebhook": self._delete_webhook, "getupdates": self._get_updates,
+            "sendmessage": self._send_message, "editmessagetext": self._edit_message_text,
+            "sendchataction": self._send_chat_action, "setmycommands": self._set_my_commands,
+            "getmycommands": self._get_my_commands, "close": self._true, "logout": self._true,
+        }
+
+    async def __aenter__(self) -> TelegramStandIn:
+        app = web.Application()
+        app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        # handler_cancellation: a long poll whose client went away must not linger until its timeout.
+        self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self._port = int(self._runner.addresses[0][1])
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Cancel in-flight requests (long polls) and stop the server; safe to call twice."""
+        inflight = list(self._inflight)
+        for task in inflight:
+            task.cancel()
+        if inflight:
+            await asyncio.wait(inflight)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._port}/bot"
+
+    # -- scripting and inspection
+
+    def calls_of(self, method: str) -> list[Call]:
+        return [c for c in self.calls if c.method.lower() == method.lower()]
+
+    def fail_next(self, method: str, *, status: int | None = None, description: str | None = None,
+                  retry_after: int | None = None, migrate_to_chat_id: int | None = None, times: int = 1,
+                  chat_id: int | str | None = None) -> None:
+        """Answer the next `times` calls of `method` (to `chat_id`, if given) with an error envelope."""
+        status = status or (429 if retry_after is not None else 400)
+        if description is None and migrate_to_chat_id is not None:
+            description = "Bad Request: group chat was upgraded to a supergroup chat"
+        elif description is None:
+            description = HTTPStatus(status).phrase + (f": retry after {retry_after}" if retry_after else "")
+        parameters = {k: v for k, v in (("retry_after", retry_after),
+                                        ("migrate_to_chat_id", migrate_to_chat_id)) if v is not None}
+        self._faults.append(_Fault(method.lower(), status, description, parameters, chat_id, times))
+
+    def drop_next(self, method: str, times: int = 1) -> None:
+        """Abort the connection of the next `times` calls of `method` without answering."""
+        self._faults.append(_Fault(method.lower(), 0, "", {}, None, times, drop=True))
+
+    def block(self, chat_id: int) -> None:
+        """The user of `chat_id` blocked the bot: sends and chat actions there get 403."""
+        self.blocked.add(chat_id)
+
+    def next_message_id(self, chat_id: int) -> int:
+        """Message ids are per chat and shared by inbound and outbound messages, like Telegram's."""
+        self._last_ids[chat_id] += 1
+        return self._last_ids[chat_id]
+
+    def push(self, update_kind: str, msg: JSON) -> JSON:
+        """Queue an update carrying `msg` under `update_kind` and wake long polls; returns the update."""
+        chat_id = msg["chat"]["id"]
+        self._chats[chat_id] = msg["chat"]
+        self._messages[(chat_id, msg["message_id"])] = msg
+        self._last_ids[chat_id] = max(self._last_ids[chat_id], msg["message_id"])
+        update = {"update_id": next(self._update_ids), update_kind: msg}
+        self._pending.append(update)
+        self._pushed.set()
+        self._pushed = asyncio.Event()  # waiters hold the old, now set, event
+        return update
+
+    def push_message(self, chat: JSON, sender: JSON, text: str | None = None, **fields: Any) -> JSON:
+        """Build a message (see `message()`) with the chat's next message id and push it."""
+        if fields.get("message_id") is None:
+            fields["message_id"] = self.next_message_id(chat["id"])
+        return self.push("message", message(chat, sender, text, **fields))
+
+    async def wait_for(self, predicate: Callable[[], Any], timeout: float = 5.0) -> Any:
+        """Poll `predicate` until it is truthy and return its value; TimeoutError after `timeout` s."""
+        async with asyncio.timeout(timeout):
+            # Polling, not an event: predicates often read client-side state the server never sees.
+            while not (result := predicate()):  # noqa: ASYNC110
+                await asyncio.sleep(0.005)
+        return result
+
+    # -- HTTP
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        task = asyncio.current_task()
+        if task is not None:
+            self._inflight.add(task)
+        try:
+            return await self._serve(request)
+        finally:
+            if task is not None:
+                self._inflight.discard(task)
+
+    async def _serve(self, request: web.Request) -> web.StreamResponse:
+        method = request.match_info["method"]
+        form = dict(request.query) | dict(await request.post())
+        params = {k: _decode_value(k, v) for k, v in form.items()}
+        call = Call(method, params, time.monotonic())
+        self.calls.append(call)
+        handler = self._methods.get(method.lower())
+        if request.match_info["token"] != self.token:
+            return _error(call, 401, "Unauthorized")
+        if handler is None:
+            return _error(call, 404, "Not Found")
+        fault = self._take_fault(method.lower(), params.get("chat_id"))
+        if fault is not None and fault.drop:
+            call.failed = True
+            if request.transport is not None:
+                request.transport.abort()
+            return web.Response(status=500)  # never written: the client sees a dropped connection
+        if fault is not None:
+            return _error(call, fault.status, fault.description, fault.parameters)
+        try:
+            result = await handler(params)
+        except _ApiError as exc:
+            return _error(call, exc.status, exc.description)
+        return web.json_response({"ok": True, "result": result})
+
+    def _take_fault(self, method: str, chat_id: Any) -> _Fault | None:
+        for fault in self._faults:
+            if fault.method == method and (fault.chat_id is None or str(fault.chat_id) == str(chat_id)):
+                fault.times -= 1
+                if fault.times <= 0:
+                    self._faults.remove(fault)
+                return fault
+        return None
+
+    # -- methods
+
+    async def _true(self, p: JSON) -> bool:
+        return True
+
+    async def _get_me(self, p: JSON) -> JSON:
+        return self.bot_user | {"can_join_groups": True, "can_read_all_group_messages": False,
+                                "supports_inline_queries": False, "can_connect_to_business": False,
+                                "has_main_web_app": False}
+
+    async def _delete_webhook(self, p: JSON) -> bool:
+        if p.get("drop_pending_updates"):
+            self._pending.clear()
+        return True
+
+    async def _get_updates(self, p: JSON) -> list[JSON]:
+        offset = int(p.get("offset") or 0)
+        if offset > 0:
+            self.confirmed_offset = max(self.confirmed_offset, offset)
+            self._pending = [u for u in self._pending if u["update_id"] >= offset]
+        elif offset < 0:
+            self._pending = self._pending[offset:]
+        if "allowed_updates" in p:
+            self._allowed = set(p["allowed_updates"] or ()) or None  # Telegram remembers the last list
+        limit = min(max(int(p.get("limit") or 100), 1), 100)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + float(p.get("timeout") or 0)
+        while True:
+            pushed = self._pushed
+            ready = [u for u in self._pending if self._is_allowed(u)][:limit]
+            if ready or loop.time() >= deadline:
+                return ready
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await pushed.wait()
+            except TimeoutError:
+                pass
+
+    def _is_allowed(self, update: JSON) -> bool:
+        kind = next(k for k in update if k != "update_id")
+        return kind in self._allowed if self._allowed is not None else kind not in _OPT_IN_UPDATES
+
+    def _chat(self, p: JSON, *, sending: bool = True) -> JSON:
+        """A pushed chat, or one made up from the id's sign; "@channel" names are not supported."""
+        chat_id = p.get("chat_id")
+        if not isinstance(chat_id, int):
+            raise _ApiError(400, "Bad Request: chat not found")
+        chat = self._chats.get(chat_id) or (
+            {"id": chat_id, "type": "private", "first_name": "User"} if chat_id > 0
+            else {"id": chat_id, "type": "supergroup", "title": "Group"})
+        if sending and chat["id"] in self.blocked:
+            raise _ApiError(403, "Forbidden: bot was blocked by the user")
+        return chat
+
+    def _render(self, p: JSON) -> tuple[str, list[JSON]]:
+        text, mode = str(p.get("text") or ""), p.get("parse_mode")
+        visible, entities = text, list[JSON]()
+        if isinstance(mode, str) and mode.lower() == "html":
+            try:
+                visible, entities = parse_html(text)
+            except EntityParseError as exc:
+                raise _ApiError(400, f"Bad Request: can't parse entities: {exc}") from None
+        elif mode not in (None, "", "Markdown", "MarkdownV2"):  # Markdown is passed through unparsed
+            raise _ApiError(400, "Bad Request: unsupported parse_mode")
+        if not visible.strip():
+            raise _ApiError(400, "Bad Request: message text is empty")
+        if len(visible) > MAX_TEXT:
+            raise _ApiError(400, "Bad Request: message is too long")
+        return visible, entities
+
+    def _record(self, msg: JSON, p: JSON, reply_to: int | None) -> SentMessage:
+        return SentMessage(msg["chat"]["id"], str(p.get("text")), msg["text"], p.get("parse_mode"),
+                           msg.get("message_thread_id"), reply_to, msg["message_id"], time.monotonic())
+
+    async def _send_message(self, p: JSON) -> JSON:
+        chat = self._chat(p)
+        visible, entities = self._render(p)
+        reply = p.get("reply_parameters")
+        reply = reply if isinstance(reply, dict) else {"message_id": p.get("reply_to_message_id"),
+                                                       "allow_sending_without_reply":
+                                                       p.get("allow_sending_without_reply")}
+        reply_to, target = reply.get("message_id"), None
+        if reply_to is not None:
+            target = self._messages.get((chat["id"], int(reply_to)))
+            if target is None and not reply.get("allow_sending_without_reply"):
+                raise _ApiError(400, "Bad Request: message to be replied not found")
+        msg: JSON = {"message_id": self.next_message_id(chat["id"]), "date": int(time.time()), "chat": chat,
+                     "from": self.bot_user, "text": visible}
+        if entities:
+            msg["entities"] = entities
+        if p.get("message_thread_id") is not None:
+            msg["message_thread_id"] = p["message_thread_id"]
+            if chat.get("is_forum"):
+                msg["is_topic_message"] = True
+        if target is not None:
+            msg["reply_to_message"] = {k: v for k, v in target.items() if k != "reply_to_message"}
+        self._messages[(chat["id"], msg["message_id"])] = msg
+        self.sent.append(self._record(msg, p, reply_to))
+        return msg
+
+    async def _edit_message_text(self, p: JSON) -> JSON:
+        chat = self._chat(p, sending=False)
+        old = self._messages.get((chat["id"], int(p.get("message_id") or 0)))
+        if old is None:
+            raise _ApiError(400, "Bad Request: message to edit not found")
+        if old["from"]["id"] != self.bot_user["id"]:
+            raise _ApiError(400, "Bad Request: message can't be edited")
+        visible, entities = self._render(p)
+        if (visible, entities) == (old.get("text"), old.get("entities", [])):
+            raise _ApiError(400, "Bad Request: message is not modified: specified new message content and "
+                                 "reply markup are exactly the same as a current content and reply markup "
+                                 "of the message")
+        msg = {k: v for k, v in old.items() if k != "entities"}
+        msg |= {"text": visible, "edit_date": int(time.time())}
+        if entities:
+            msg["entities"] = entities
+        self._messages[(chat["id"], msg["message_id"])] = msg
+        self.edits.append(self._record(msg, p, None))
+        return msg
+
+    async def _send_chat_action(self, p: JSON) -> bool:
+        self._chat(p)
+        if p.get("action") not in _CHAT_ACTIONS:
+            raise _ApiError(400, "Bad Request: wrong parameter action in request")
+        return True
+
+    @staticmethod
+    def _commands_key(p: JSON) -> tuple[str, str]:
+        scope = p.get("scope") or {"type": "default"}
+        return json.dumps(scope, sort_keys=True), str(p.get("language_code") or "")
+
+    async def _set_my_commands(self, p: JSON) -> bool:
+        commands = p.get("commands")
+        if not isinstance(commands, list) or not all(
+            re.fullmatch(r"[a-z0-9_]{1,32}", str(c.get("command"))) for c in commands
+        ):
+            raise _ApiError(400, "Bad Request: BOT_COMMAND_INVALID")
+        self.commands[self._commands_key(p)] = commands
+        return True
+
+    async def _get_my_commands(self, p: JSON) -> list[JSON]:
+        return self.commands.get(self._commands_key(p), [])
+
+
+def _decode_value(key: str, value: Any) -> Any:
+    """PTB JSON-encodes every non-string value; uploads arrive as multipart file fields."""
+    if not isinstance(value, str):
+        return value.file.read() if isinstance(value, web.FileField) else value
+    if key in _STRING_PARAMS:
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _error(call: Call, status: int, description: str, parameters: JSON | None = None) -> web.Response:
+    call.failed = True
+    body: JSON = {"ok": False, "error_code": status, "description": description}
+    if parameters:
+        body["parameters"] = parameters
+    return web.json_response(body, status=status)
