@@ -396,3 +396,16 @@ def test_a_missing_token_is_a_config_error_naming_the_variable(make_config: Make
         build_channels(config, console=False)
     assert info.value.key == "channels.telegram.token_env"
     assert "MY_TG_TOKEN" in str(info.value)
+
+
+async def test_a_stop_during_a_turn_still_delivers_its_reply(
+    tg: TelegramStandIn, api: AnthropicStandIn, telegram_config: Callable[..., Config]
+) -> None:
+    """On shutdown, input stops first and the turn in flight still reaches Telegram within the grace."""
+    api.default = lambda rec: Text("worth the wait", delay=0.5)
+    config = telegram_config(router={"shutdown_grace": 5.0})
+    async with telegram_daemon(config):
+        tg.push_message(private_chat(ADA), ADA, "take your time")
+        await tg.wait_for(lambda: api.count == 1)
+
+    assert texts_to(tg, 42) == ["worth the wait"]
