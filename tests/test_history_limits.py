@@ -269,3 +269,32 @@ async def test_limit_counts_turns_not_messages(tmp_path: Path) -> None:
     ]
     assert context.history_limit == 2
     assert context.snapshot()["history_limit"] == 2
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("agent:main:telegram:group:-100", 4),          # its group settings
+        ("agent:main:telegram:group:-100:topic:9", 4),  # a forum topic shares its group's
+        ("agent:main:telegram:group:-200", 50),         # another group: the channel's limit
+        ("agent:main:discord:channel:555", 6),          # the channel's settings
+        ("agent:main:discord:channel:555:thread:1", 6),  # a thread shares its parent's ...
+        ("agent:main:discord:channel:555:thread:2", 2),  # ... unless it has its own entry
+        ("agent:main:discord:channel:777", 40),
+    ],
+)
+def test_per_chat_settings_override_the_channel_limit(key: str, expected: int) -> None:
+    """`group_settings`/`channel_settings` limits beat the channel's; topics and threads inherit."""
+    config = parse_config(
+        {
+            "channels": {
+                "telegram": {"history_limit": 50, "group_settings": {"-100": {"history_limit": 4}}},
+                "discord": {
+                    "history_limit": 40,
+                    "channel_settings": {"555": {"history_limit": 6}, "2": {"history_limit": 2}},
+                },
+            }
+        },
+        "config.toml",
+    )
+    assert resolve_history_limit(config, parse(key)) == expected
