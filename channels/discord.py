@@ -1,0 +1,473 @@
+"""Discord: a discord.py Client run by hand inside the daemon's event loop.
+
+Sessions: a DM is `…:discord:direct:<userId>`, a guild text channel `…:discord:channel:<channelId>`,
+a thread `…:discord:channel:<parentId>:thread:<threadId>`. On Discord a thread is itself a
+channel, so a ChatRef's `chat_id` is the channel the message was posted in (the thread's own id,
+or the DM channel's id) and `thread_id` is always None: replies, typing and the store's
+provider-message-id lookups all key on that one id.
+
+Commands are plain messages, not application commands: `/help`, `/reset`, `/stop`, `/status`,
+`/whoami` and `/start` at the start of a message, or right after a leading mention of the bot
+("@Switchboard /status"). In DMs and after a mention any `/word` is taken (an unknown one gets the
+core's "Unknown command" answer); a bare `/word` in a guild channel is taken only when it is one
+of ours, since it may be meant for another bot. Other bots' commands are ignored unless
+`allow_bots`.
+
+Stored text is Discord's rendering of the message (`clean_content`: `<@id>` shown as `@name`).
+Edits, reactions and system messages (joins, pins, thread notices) are ignored: only new messages
+are read, so what the model saw is what was stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import warnings
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import aiohttp
+import structlog
+
+from bot.access import REFUSED_DM_REPLY, TEXT_ONLY_REPLY, RefusalNotices, allows
+from bot.channel import Submit
+from bot.chunking import split_message
+from bot.commands import is_known, parse_command
+from bot.config import DiscordConfig
+from bot.errors import DeliveryError
+from bot.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.session_key import SessionKey, build
+
+with warnings.catch_warnings():
+    # discord.py imports the stdlib audioop (deprecated since 3.11) for voice, which we never use.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import discord
+
+log = structlog.get_logger("switchboard.discord")
+
+PROVIDER = "discord"
+MESSAGE_LIMIT = 2000
+# Discord has no line limit, but a 2000-character reply of short lines (a long list, a code
+# listing) is several screens tall; 40 lines is about one desktop screen of chat.
+MAX_LINES = 40
+# Discord shows "typing…" for about ten seconds; refresh a little sooner, and never forever.
+TYPING_REFRESH = 8.0
+TYPING_CAP = 120.0
+# discord.py sleeps through any 429; past this the reply fails instead of blocking its session.
+MAX_RATE_LIMIT_WAIT = 60.0
+# Messages already received are handed to the core for at most this long after stop().
+DRAIN_TIMEOUT = 2.0
+# Model output may mention users by name but must never ping anyone, let alone @everyone or roles.
+NO_PINGS = discord.AllowedMentions(everyone=False, users=False, roles=False, replied_user=False)
+
+Verdict = Literal["accept", "refuse", "ignore"]
+_LEADING_MENTION = re.compile(r"\s*<@!?(\d+)>\s*")
+_NETWORK_ERRORS = (OSError, aiohttp.ClientError, TimeoutError)
+
+
+@dataclass(frozen=True, slots=True)
+class DiscordMessage:
+    """The plain facts of a `discord.Message` that gating and normalisation read."""
+
+    id: int
+    channel_id: int
+    guild_id: int | None  # None in DMs
+    author_id: int
+    author_name: str
+    text: str  # mentions shown as @name, as Discord renders them
+    content: str = ""  # the raw text, with <@id> mentions (commands are read from it)
+    author_is_bot: bool = False
+    parent_id: int | None = None  # a thread's parent channel
+    role_ids: frozenset[int] = frozenset()
+    mentions: frozenset[int] = frozenset()  # user ids only: @everyone and roles are not listed
+    reply_to_id: int | None = None
+    replied_author_id: int | None = None
+    attachments: int = 0
+    created_at: float | None = None
+
+
+def read_message(message: discord.Message) -> DiscordMessage | None:
+    """The facts of a user message; None for system messages and channels we cannot place."""
+    if message.is_system():
+        return None
+    channel = message.channel
+    author = message.author
+    direct = isinstance(channel, discord.DMChannel)
+    guild_id = None if direct else message.guild.id if message.guild else getattr(channel, "guild_id", None)
+    if not direct and guild_id is None:
+        return None  # a group DM: bots are never in one
+    reference = message.reference
+    replied = reference.resolved if reference is not None else None
+    is_reply = reference is not None and reference.type != discord.MessageReferenceType.forward
+    return DiscordMessage(
+        id=message.id,
+        channel_id=channel.id,
+        guild_id=guild_id,
+        author_id=author.id,
+        author_name=author.display_name,
+        text=message.clean_content,
+        content=message.content,
+        author_is_bot=author.bot,
+        parent_id=channel.parent_id if isinstance(channel, discord.Thread) else None,
+        role_ids=frozenset(r.id for r in author.roles) if isinstance(author, discord.Member) else frozenset(),
+        mentions=frozenset(user.id for user in message.mentions),
+        reply_to_id=reference.message_id if is_reply and reference is not None else None,
+        replied_author_id=replied.author.id if is_reply and isinstance(replied, discord.Message) else None,
+        attachments=len(message.attachments) + len(message.stickers),
+        created_at=message.created_at.timestamp(),
+    )
+
+
+def admit(msg: DiscordMessage, config: DiscordConfig, *, bot_id: int) -> Verdict:
+    """Whether a message may be stored and answered; a refused DM may get one polite line."""
+    if msg.author_id == bot_id:
+        return "ignore"  # Discord echoes our own messages back
+    if msg.guild_id is None:
+        if allows(config.dm_policy, config.allow_from, str(msg.author_id)):
+            return "accept"
+        return "ignore" if msg.author_is_bot else "refuse"  # never start a chat between two bots
+    return "accept" if guild_allows(msg, config) else "ignore"
+
+
+def guild_allows(msg: DiscordMessage, config: DiscordConfig) -> bool:
+    """The guild policy, then the guild's channel list (a thread goes by its parent), users and roles."""
+    guild = config.guilds.get(str(msg.guild_id))
+    if config.guild_policy == "disabled" or (guild is None and config.guild_policy == "allowlist"):
+        return False
+    if guild is None:
+        return True  # open policy, no entry for this guild: no further restriction
+    if guild.channels:
+        places = {str(msg.channel_id)} | ({str(msg.parent_id)} if msg.parent_id is not None else set())
+        if not places & set(guild.channels):
+            return False
+    if guild.users or guild.roles:
+        return str(msg.author_id) in guild.users or any(str(r) in guild.roles for r in msg.role_ids)
+    return True
+
+
+def session_key_of(msg: DiscordMessage, agent_id: str) -> SessionKey:
+    if msg.guild_id is None:
+        return build(agent_id, PROVIDER, "direct", msg.author_id)
+    if msg.parent_id is not None:
+        return build(agent_id, PROVIDER, "channel", msg.parent_id, thread=msg.channel_id)
+    return build(agent_id, PROVIDER, "channel", msg.channel_id)
+
+
+def requires_mention(config: DiscordConfig, key: SessionKey, guild_id: int | None) -> bool:
+    """Channel or thread settings first, then the guild's entry, then the section default."""
+    for settings in config.settings_for(key):
+        if settings.require_mention is not None:
+            return settings.require_mention
+    guild = config.guilds.get(str(guild_id)) if guild_id is not None else None
+    if guild is not None and guild.require_mention is not None:
+        return guild.require_mention
+    return config.require_mention
+
+
+def command_of(msg: DiscordMessage, *, bot_id: int) -> str | None:
+    """The command in `/name args` or `<@bot> /name args`; see the module docstring for the rules."""
+    text = msg.content.lstrip()
+    mention = _LEADING_MENTION.match(text)
+    explicit = mention is not None and int(mention.group(1)) == bot_id
+    if mention is not None:
+        if not explicit:
+            return None  # "@someone /status" is not for us
+        text = text[mention.end():]
+    name = parse_command(text)
+    if name is None:
+        return None
+    return name if msg.guild_id is None or explicit or is_known(name) else None
+
+
+def to_inbound(
+    msg: DiscordMessage, *, agent_id: str, bot_id: int, config: DiscordConfig
+) -> InboundMessage | None:
+    """Normalise an admitted message; None when it has no text to read."""
+    if not msg.text.strip():
+        return None
+    key = session_key_of(msg, agent_id)
+    direct = msg.guild_id is None
+    may_start = not msg.author_is_bot or config.allow_bots
+    addressed = (
+        direct
+        or bot_id in msg.mentions
+        or msg.replied_author_id == bot_id
+        or not requires_mention(config, key, msg.guild_id)
+    )
+    return InboundMessage(
+        session_key=key,
+        chat=ChatRef(PROVIDER, str(msg.channel_id)),
+        sender_id=str(msg.author_id),
+        sender_name=msg.author_name,
+        text=msg.text,
+        provider_message_id=str(msg.id),
+        reply_to_id=str(msg.reply_to_id) if msg.reply_to_id is not None else None,
+        starts_turn=addressed and may_start,
+        sent_at=msg.created_at,
+        command=command_of(msg, bot_id=bot_id) if may_start else None,
+    )
+
+
+def default_intents() -> discord.Intents:
+    """Guilds (channel, thread and role cache), guild and DM messages, and their content; no typing,
+    reaction, voice or presence events we would only throw away."""
+    intents = discord.Intents.none()
+    intents.guilds = True
+    intents.guild_messages = True
+    intents.dm_messages = True
+    intents.message_content = True
+    return intents
+
+
+class _Client(discord.Client):
+    """A discord.Client that hands its events to the channel that owns it."""
+
+    def __init__(self, owner: DiscordChannel, **options: Any) -> None:
+        super().__init__(**options)
+        self._owner = owner
+
+    async def on_ready(self) -> None:
+        self._owner._on_ready(self)
+
+    async def on_resumed(self) -> None:
+        log.info("discord gateway resumed")
+
+    async def on_message(self, message: discord.Message) -> None:
+        self._owner._on_message(message)
+
+
+class DiscordChannel:
+    """Receives over the gateway and sends over REST; one instance per bot token."""
+
+    provider = PROVIDER
+
+    def __init__(
+        self,
+        config: DiscordConfig,
+        *,
+        agent_id: str,
+        token: str,
+        guild_ready_timeout: float = 2.0,
+        retry_delay: float = 1.0,
+    ) -> None:
+        self._config = config
+        self._agent_id = agent_id
+        self._token = token
+        self._guild_ready_timeout = guild_ready_timeout
+        self._retry_delay = retry_delay
+        self._client: _Client | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._typing: set[asyncio.Task[None]] = set()
+        self._submit: Submit | None = None
+        self._notices = RefusalNotices()
+        # One intake worker keeps messages in gateway order (discord.py runs each event as a task).
+        self._intake: asyncio.Queue[discord.Message] = asyncio.Queue()
+        self._stopped = asyncio.Event()
+        self.ready = asyncio.Event()
+
+    async def run(self, submit: Submit) -> None:
+        self._submit = submit
+        worker = self._worker = asyncio.create_task(self._take_messages(), name="discord intake")
+        try:
+            delay = self._retry_delay
+            while not self._stopped.is_set():
+                try:
+                    retry = await self._session()
+                except Exception:
+                    if self._stopped.is_set():
+                        return  # stop() closed the client under a login in progress
+                    raise
+                if not retry or self._stopped.is_set():
+                    return
+                log.warning("Discord unreachable; retrying", retry_in=delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopped.wait(), delay)
+                delay = min(delay * 2, 60.0)
+        finally:
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+
+    async def _session(self) -> bool:
+        """Log in and stay connected until closed; True when worth retrying (Discord unreachable)."""
+        client = self._client = _Client(
+            self,
+            intents=default_intents(),
+            guild_ready_timeout=self._guild_ready_timeout,
+            allowed_mentions=NO_PINGS,
+            max_messages=None,  # the store keeps history; no message cache needed
+            max_ratelimit_timeout=MAX_RATE_LIMIT_WAIT,
+        )
+        try:
+            async with client:
+                await client.login(self._token)
+                try:
+                    await client.connect(reconnect=True)
+                except AttributeError:
+                    # discord.py #10520: when the very first gateway connection fails, its retry
+                    # path reads `client.ws.sequence` of a socket it never had.
+                    if client.ws is not None:
+                        raise
+                    return not self._stopped.is_set()
+            return False
+        except discord.LoginFailure:
+            log.error("Discord rejected the bot token; the channel stays off",
+                      token_env=self._config.token_env)
+        except discord.PrivilegedIntentsRequired:
+            log.error("Discord refused the Message Content intent; enable it for the bot in the Developer "
+                      "Portal (Bot → Privileged Gateway Intents); the channel stays off")
+        except discord.ConnectionClosed as exc:
+            log.error("Discord closed the gateway for good; the channel stays off", code=exc.code,
+                      reason=exc.reason)
+        except discord.DiscordServerError as exc:
+            log.warning("Discord server error at login", status=exc.status, error=exc.text)
+            return True
+        except discord.HTTPException as exc:
+            log.error("Discord refused the login; the channel stays off", status=exc.status, error=exc.text)
+        except (*_NETWORK_ERRORS, discord.GatewayNotFound) as exc:
+            if not self._stopped.is_set():
+                log.warning("Discord connection failed", error=f"{type(exc).__name__}: {exc}")
+            return True
+        return False
+
+    async def stop(self) -> None:
+        """Stop taking input; the client stays open so turns in flight still deliver.
+
+        Messages arriving after this are dropped, as they would be while the daemon is down;
+        cancelling `run()` closes the client.
+        """
+        self._stopped.set()
+        # What already arrived is handed over (and so stored) before the core shuts down.
+        if self._worker is not None and not self._worker.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._intake.join(), DRAIN_TIMEOUT)
+
+    # -- receiving ----------------------------------------------------------------------
+
+    def _on_ready(self, client: discord.Client) -> None:
+        assert client.user is not None
+        log.info("discord connected", bot=client.user.name, guilds=len(client.guilds))
+        self.ready.set()
+
+    def _on_message(self, message: discord.Message) -> None:
+        if not self._stopped.is_set():
+            self._intake.put_nowait(message)
+
+    async def _take_messages(self) -> None:
+        while True:
+            message = await self._intake.get()
+            try:
+                await self._handle(message)
+            except Exception:  # one bad message must not stop the intake
+                log.exception("discord message failed", message_id=message.id)
+            finally:
+                self._intake.task_done()
+
+    async def _handle(self, message: discord.Message) -> None:
+        client = self._client
+        if client is None or client.user is None or self._submit is None:
+            return
+        bot_id = client.user.id
+        msg = read_message(message)
+        if msg is None:
+            return
+        verdict = admit(msg, self._config, bot_id=bot_id)
+        if verdict == "refuse":
+            log.info("message refused", channel_id=msg.channel_id, sender_id=msg.author_id)
+            if self._notices.first_time(PROVIDER, str(msg.author_id)):
+                await self._notify(msg, REFUSED_DM_REPLY)
+            return
+        if verdict == "ignore":
+            if msg.author_id != bot_id:
+                log.debug("message ignored", channel_id=msg.channel_id, guild_id=msg.guild_id,
+                          sender_id=msg.author_id)
+            return
+        inbound = to_inbound(msg, agent_id=self._agent_id, bot_id=bot_id, config=self._config)
+        if inbound is None:
+            if msg.guild_id is None and not msg.author_is_bot:
+                await self._notify(msg, TEXT_ONLY_REPLY)
+            return
+        await self._submit(inbound)
+
+    async def _notify(self, msg: DiscordMessage, text: str) -> None:
+        try:
+            await self.send(OutboundMessage(ChatRef(PROVIDER, str(msg.channel_id)), text))
+        except DeliveryError as exc:
+            log.warning("notice not delivered", channel_id=msg.channel_id, error=str(exc))
+
+    # -- sending ------------------------------------------------------------------------
+
+    def _messageable(self, chat: ChatRef) -> discord.PartialMessageable:
+        client = self._client
+        if client is None or client.user is None or client.is_closed():
+            raise DeliveryError("Discord is not connected")
+        # A partial messageable needs no cache: it works for threads and DMs seen before a restart.
+        return client.get_partial_messageable(int(chat.chat_id))
+
+    async def send(self, message: OutboundMessage) -> list[str]:
+        channel = self._messageable(message.chat)
+        sent: list[str] = []
+        for index, chunk in enumerate(split_message(message.text, MESSAGE_LIMIT, max_lines=MAX_LINES)):
+            reference = None
+            if index == 0 and message.reply_to_id is not None:
+                reference = discord.MessageReference(
+                    message_id=int(message.reply_to_id), channel_id=channel.id, fail_if_not_exists=False
+                )
+            try:
+                if reference is None:
+                    posted = await channel.send(chunk, allowed_mentions=NO_PINGS)
+                else:
+                    posted = await channel.send(chunk, reference=reference, allowed_mentions=NO_PINGS)
+            except discord.HTTPException as exc:
+                # 4xx cannot succeed on retry (no permission, unknown channel, bad request);
+                # 429s never get here: discord.py waits them out.
+                permanent = 400 <= exc.status < 500
+                if isinstance(exc, discord.Forbidden):
+                    log.warning("Discord forbids the bot to post here (missing permission?)",
+                                channel_id=channel.id, code=exc.code, error=exc.text)
+                raise DeliveryError(
+                    f"Discord refused the message: {exc.status} {exc.text or type(exc).__name__}",
+                    sent_ids=sent, permanent=permanent,
+                ) from exc
+            except (discord.RateLimited, *_NETWORK_ERRORS) as exc:
+                # Not retried: after a timeout the message may have arrived and must not arrive twice.
+                raise DeliveryError(
+                    f"Discord send failed: {type(exc).__name__}: {exc}", sent_ids=sent
+                ) from exc
+            sent.append(str(posted.id))
+        return sent
+
+    @asynccontextmanager
+    async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
+        done = asyncio.Event()
+        task = asyncio.create_task(self._keep_typing(chat, done), name=f"typing {chat.chat_id}")
+        self._typing.add(task)
+        task.add_done_callback(self._typing.discard)
+        try:
+            yield
+        finally:
+            # Signalled, not cancelled: a request cancelled inside discord.py's rate limiter keeps
+            # its token (the bucket drains) and the cancelled task then sleeps out the bucket's
+            # reset, which would hold up the reply that follows.
+            done.set()
+
+    async def _keep_typing(self, chat: ChatRef, done: asyncio.Event) -> None:
+        try:
+            channel = self._messageable(chat)
+        except DeliveryError:
+            return
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + TYPING_CAP
+        while loop.time() < give_up and not done.is_set():
+            try:
+                await channel.typing()
+            except discord.Forbidden:
+                log.debug("typing not allowed here", channel_id=channel.id)
+                return
+            except (discord.HTTPException, discord.RateLimited, *_NETWORK_ERRORS) as exc:
+                log.debug("typing indicator failed", channel_id=channel.id, error=str(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), TYPING_REFRESH)

@@ -1,0 +1,577 @@
+"""Discord end to end: the daemon with the real discord.py against the gateway + REST stand-in."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import pytest
+import yarl
+from structlog.testing import capture_logs
+
+from bot.access import REFUSED_DM_REPLY, TEXT_ONLY_REPLY
+from bot.brain import AnthropicBrain
+from bot.config import Config
+from bot.daemon import Daemon, build_channels
+from bot.errors import ConfigError, DeliveryError
+from bot.messages import ChatRef, InboundMessage, OutboundMessage, StoredMessage
+from bot.store import Store
+from channels.discord import DiscordChannel
+from tests.harness import API_KEY, config_data, echo, reply_requests, request_text
+from tests.standins.anthropic_api import AnthropicStandIn, Text
+from tests.standins.discord_api import DiscordStandIn, user
+
+MakeConfig = Callable[[dict[str, Any]], Config]
+TOKEN = "TEST.TOKEN"
+# Snowflake-sized ids: discord.py only renders <@id> mentions of 15 to 20 digits as @names.
+BOT_ID = 900_000_000_000_000_000
+ALICE_ID, BOB_ID = 100_000_000_000_000_001, 100_000_000_000_000_002
+ADMINS = 110_000_000_000_000_000
+GUILD, GENERAL, RANDOM, THREAD = 100, 101, 103, 102
+DM_ALICE, DM_BOB, DM_STRANGER = 201, 202, 266
+ALICE = user(ALICE_ID, "alice", global_name="Alice")
+BOB = user(BOB_ID, "bob")
+STRANGER = user(100_000_000_000_000_666, "mallory")
+HELPER_BOT = user(100_000_000_000_000_050, "helperbot", bot=True)
+MENTION = f"<@{BOT_ID}>"
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[AnthropicStandIn]:
+    async with AnthropicStandIn() as standin:
+        standin.default = echo
+        yield standin
+
+
+@pytest.fixture
+async def dc(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[DiscordStandIn]:
+    async with DiscordStandIn(token=TOKEN, bot_id=BOT_ID, bot_name="switchboard") as standin:
+        standin.add_guild(
+            GUILD, "Test Guild",
+            channels=[(GENERAL, "general"), (RANDOM, "random")],
+            threads=[(THREAD, GENERAL, "plans")],
+            members=[{**ALICE, "roles": [ADMINS]}, BOB, STRANGER],
+            roles=[(ADMINS, "admins")],
+        )
+        standin.add_guild(300, "Elsewhere", channels=[(301, "lobby")], members=[ALICE])
+        standin.patch(monkeypatch)
+        yield standin
+
+
+@pytest.fixture
+def discord_config(
+    api: AnthropicStandIn, dc: DiscordStandIn, make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., Config]:
+    monkeypatch.setenv("DISCORD_BOT_TOKEN", dc.token)
+
+    def make(**discord: Any) -> Config:
+        router = discord.pop("router", {})
+        section = {"enabled": True, "allow_from": [ALICE_ID, BOB_ID], "guilds": {str(GUILD): {}}, **discord}
+        return make_config(config_data(api, channels={"discord": section}, router=router))
+
+    return make
+
+
+def make_channel(config: Config, token: str = TOKEN) -> DiscordChannel:
+    # As build_channels makes it, with a short wait for guilds (2 s by default) to keep tests fast.
+    return DiscordChannel(config.channels.discord, agent_id=config.agent.id, token=token,
+                          guild_ready_timeout=0.05, retry_delay=0.05)
+
+
+@asynccontextmanager
+async def discord_daemon(config: Config) -> AsyncIterator[Daemon]:
+    """The daemon as `switchboard run` assembles it, with Discord as its only channel."""
+    channel = make_channel(config)
+    brain = AnthropicBrain(config.anthropic, API_KEY)
+    daemon = Daemon(config, [channel], brain=brain)
+    task = asyncio.create_task(daemon.run())
+    try:
+        await asyncio.wait_for(channel.ready.wait(), 5)
+        yield daemon
+        assert not task.done(), "the daemon stopped on its own"
+    finally:
+        daemon.request_stop()
+        try:
+            await asyncio.wait_for(task, timeout=10)
+        finally:
+            await brain.aclose()
+
+
+def texts_to(dc: DiscordStandIn, channel_id: int) -> list[str | None]:
+    return [m.content for m in dc.sent if m.channel_id == channel_id]
+
+
+def posts_to(dc: DiscordStandIn, channel_id: int) -> list[int]:
+    """Statuses of every POST of a message to a channel, failures included."""
+    path = f"/channels/{channel_id}/messages"
+    return [r.status for r in dc.requests if r.method == "POST" and r.path == path]
+
+
+async def all_messages(config: Config) -> list[StoredMessage]:
+    async with Store.open(config.database_path()) as store:
+        found = []
+        for session in await store.list_sessions():
+            found.extend(await store.history(session.key, 100))
+        return found
+
+
+async def shut_down(channel: DiscordChannel, task: asyncio.Task[None]) -> None:
+    """As the daemon does: stop input, then cancel run(), which closes the client."""
+    await channel.stop()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def settle(seconds: float = 0.2) -> None:
+    """Give a wrongly sent extra message the time to show up before asserting there is none."""
+    await asyncio.sleep(seconds)
+
+
+async def test_a_dm_is_answered_after_typing_and_stored_with_its_discord_ids(
+    dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config]
+) -> None:
+    """A DM gets typing, then the model's reply without a reference; both are stored with their ids."""
+    config = discord_config()
+    async with discord_daemon(config):
+        asked = dc.message_create(DM_ALICE, ALICE, "hello there")
+        await dc.wait_for(lambda: dc.sent)
+        dc.message_create(DM_ALICE, ALICE, "and again")
+        await dc.wait_for(lambda: len(dc.sent) == 2)
+
+    first, second = dc.sent
+    assert (first.channel_id, first.content, first.message_reference) == (DM_ALICE, "re: hello there", None)
+    assert second.content == "re: and again"
+    assert dc.typing_calls[0].channel_id == DM_ALICE and dc.typing_calls[0].time < first.time
+    assert "hello there" in request_text(reply_requests(api)[1])  # the conversation carries on
+    async with Store.open(config.database_path()) as store:
+        history = await store.history(f"agent:main:discord:direct:{ALICE_ID}", 10)
+        by_id = await store.message_by_provider_id(ChatRef("discord", str(DM_ALICE)), str(first.id))
+    assert [(m.role, m.text, m.sender_name) for m in history] == [
+        ("user", "hello there", "Alice"), ("assistant", "re: hello there", None),
+        ("user", "and again", "Alice"), ("assistant", "re: and again", None)]
+    assert history[0].provider_message_id == asked["id"]
+    assert by_id is not None and by_id.id == history[1].id
+    assert len(dc.identifies) == 1 and dc.identifies[0]["intents"] & (1 << 15)  # message content
+
+
+async def test_guild_chatter_is_stored_and_only_a_mention_is_answered_as_a_reply(
+    dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config]
+) -> None:
+    """Unaddressed guild messages become context (with names); the @mention is answered, referenced."""
+    config = discord_config()
+    async with discord_daemon(config):
+        dc.message_create(GENERAL, BOB, "the meeting moved to Thursday")
+        dc.message_create(GENERAL, BOB, "@everyone heads up", mention_everyone=True)
+        dc.message_create(GENERAL, BOB, f"<@&{ADMINS}> heads up", mention_roles=[ADMINS])
+        asked = dc.message_create(GENERAL, ALICE, f"{MENTION} when is the meeting?", mentions=[BOT_ID])
+        await dc.wait_for(lambda: dc.sent)
+        await settle()
+
+    (sent,) = dc.sent
+    assert sent.channel_id == GENERAL and sent.content == "re: [Alice]: @switchboard when is the meeting?"
+    assert sent.message_reference is not None
+    assert int(sent.message_reference["message_id"]) == int(asked["id"])
+    assert sent.message_reference["fail_if_not_exists"] is False
+    (request,) = reply_requests(api)
+    assert "[bob]: the meeting moved to Thursday" in request_text(request)
+    stored = await all_messages(config)
+    assert {m.session_key for m in stored} == {f"agent:main:discord:channel:{GENERAL}"}
+    assert [m.role for m in stored] == ["user"] * 4 + ["assistant"]
+
+
+async def test_a_thread_is_its_own_session_under_its_channel_and_answered_in_the_thread(
+    dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config]
+) -> None:
+    """A mention in a thread is answered in the thread; a channel allowlist admits its threads."""
+    config = discord_config(guilds={str(GUILD): {"channels": [GENERAL]}})
+    async with discord_daemon(config):
+        dc.message_create(THREAD, ALICE, f"{MENTION} plan it", mentions=[BOT_ID])
+        await dc.wait_for(lambda: dc.sent)
+        dc.message_create(RANDOM, ALICE, f"{MENTION} not here", mentions=[BOT_ID])
+        await settle()
+
+    (sent,) = dc.sent
+    assert sent.channel_id == THREAD and sent.content == "re: [Alice]: @switchboard plan it"
+    assert dc.typing_calls[0].channel_id == THREAD
+    sessions = {m.session_key for m in await all_messages(config)}
+    assert sessions == {f"agent:main:discord:channel:{GENERAL}:thread:{THREAD}"}
+
+
+async def test_a_reply_to_an_old_bot_message_brings_it_back_into_context(
+    dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config]
+) -> None:
+    """Replying to an old answer puts that answer in context even when it is long out of range."""
+    config = discord_config(dm_history_limit=1)
+    async with discord_daemon(config):
+        for n in range(4):
+            dc.message_create(DM_ALICE, ALICE, f"fact number {n}")
+            await dc.wait_for(lambda n=n: len(dc.sent) == n + 1)
+        dc.message_create(DM_ALICE, ALICE, "say that again?", reference_id=dc.sent[0].id)
+        await dc.wait_for(lambda: len(dc.sent) == 5)
+
+    last = request_text(reply_requests(api)[-1])
+    assert "re: fact number 0" in last
+    assert "fact number 1" not in last
+
+
+async def test_a_long_reply_with_code_is_split_within_discord_limits_and_every_id_stored(
+    dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config]
+) -> None:
+    """A 9 000-character answer arrives as messages of at most 2 000 characters and 40 lines, the code
+    fence reopened with its language, only the first referencing the question, every id stored."""
+    code = "\n".join(f"print('line {n}')  # {'x' * 40}" for n in range(120))
+    answer = "Here is the **script**:\n\n```python\n" + code + "\n```\n\n" + ("More words. " * 200).strip()
+    api.default = lambda rec: Text(answer) if rec.model != "test-fast" else echo(rec)
+    config = discord_config(channel_settings={str(GENERAL): {"require_mention": False}})
+    async with discord_daemon(config):
+        asked = dc.message_create(GENERAL, ALICE, "write me a script")
+        await dc.wait_for(lambda: len(dc.sent) >= 5)
+        await settle(0.3)
+
+    contents = [m.content or "" for m in dc.sent]
+    assert len(contents) >= 5
+    assert all(len(c) <= 2000 and c.count("\n") < 40 for c in contents)
+    assert contents[0].startswith("Here is the **script**")
+    assert all(c.startswith("```python\n") for c in contents[1:4])
+    joined = "\n".join(contents)
+    assert all(f"print('line {n}')" in joined for n in range(120))
+    refs = [m.message_reference for m in dc.sent]
+    assert refs[0] is not None and int(refs[0]["message_id"]) == int(asked["id"])
+    assert refs[1:] == [None] * (len(refs) - 1)
+    async with Store.open(config.database_path()) as store:
+        chat = ChatRef("discord", str(GENERAL))
+        found = {await store.message_by_provider_id(chat, str(m.id)) for m in dc.sent}
+    (reply,) = [m for m in await all_messages(config) if m.role == "assistant"]
+    assert found == {reply} and reply.text == answer
+
+
+async def test_a_429_is_waited_out_and_the_reply_delivered_once(
+    dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config]
+) -> None:
+    """discord.py sleeps through a 429's retry_after and the reply arrives exactly once."""
+    config = discord_config()
+    async with discord_daemon(config):
+        dc.fail_next(f"POST /channels/{DM_ALICE}/messages", status=429, retry_after=0.3)
+        dc.message_create(DM_ALICE, ALICE, "busy?")
+        await dc.wait_for(lambda: dc.sent)
+        await settle()
+
+    assert texts_to(dc, DM_ALICE) == ["re: busy?"]
+    posts = [r for r in dc.requests if r.method == "POST" and r.path == f"/channels/{DM_ALICE}/messages"]
+    assert [r.status for r in posts] == [429, 200]
+    assert posts[1].time - posts[0].time >= 0.3
+
+
+async def test_a_gateway_disconnect_mid_conversation_resumes_and_answers_everything_once(
+    dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config]
+) -> None:
+    """After a dropped gateway the client RESUMEs, gets what was sent meanwhile, and nothing is
+    answered twice; the daemon keeps running."""
+    config = discord_config()
+    async with discord_daemon(config):
+        dc.message_create(DM_ALICE, ALICE, "before")
+        await dc.wait_for(lambda: dc.sent)
+        await dc.disconnect(4000)
+        dc.message_create(DM_ALICE, ALICE, "while down")
+        await dc.wait_for(lambda: len(dc.sent) == 2)
+        dc.message_create(DM_ALICE, ALICE, "after")
+        await dc.wait_for(lambda: len(dc.sent) == 3)
+        await settle()
+
+    assert texts_to(dc, DM_ALICE) == ["re: before", "re: while down", "re: after"]
+    assert len(dc.identifies) == 1 and len(dc.resumes) == 1
+    users = [m.text for m in await all_messages(config) if m.role == "user"]
+    assert users == ["before", "while down", "after"]
+
+
+async def test_refused_users_get_one_line_in_dms_and_nothing_in_guilds(
+    dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config]
+) -> None:
+    """A DM from someone not allowed gets one polite line ever; a guild user without the role, or an
+    unlisted guild, gets silence and nothing is stored."""
+    config = discord_config(guilds={str(GUILD): {"roles": [ADMINS]}})
+    async with discord_daemon(config):
+        dc.message_create(DM_STRANGER, STRANGER, "let me in")
+        dc.message_create(DM_STRANGER, STRANGER, "please?")
+        dc.message_create(GENERAL, BOB, f"{MENTION} hi", mentions=[BOT_ID])
+        dc.message_create(301, ALICE, f"{MENTION} hi", mentions=[BOT_ID])
+        dc.message_create(GENERAL, ALICE, f"{MENTION} I am allowed", mentions=[BOT_ID])
+        await dc.wait_for(lambda: texts_to(dc, GENERAL))
+        await settle()
+
+    assert texts_to(dc, DM_STRANGER) == [REFUSED_DM_REPLY]
+    assert texts_to(dc, 301) == []
+    assert texts_to(dc, GENERAL) == ["re: [Alice]: @switchboard I am allowed"]
+    assert [m.sender_name for m in await all_messages(config) if m.role == "user"] == ["Alice"]
+    assert api.count == 1
+
+
+async def test_own_echoes_are_ignored_and_other_bots_are_kept_but_not_answered(
+    dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config]
+) -> None:
+    """The bot's own messages never come back as input; another bot's mention is context only."""
+    config = discord_config()
+    async with discord_daemon(config):
+        # As if posted by an earlier run: not a reply we just stored, so only the channel can drop it.
+        dc.message_create(GENERAL, dc.bot_user, f"{MENTION} talking to myself", mentions=[BOT_ID])
+        dc.message_create(GENERAL, HELPER_BOT, f"{MENTION} ping from a bot", mentions=[BOT_ID])
+        dc.message_create(GENERAL, ALICE, f"{MENTION} what did the bot say?", mentions=[BOT_ID])
+        await dc.wait_for(lambda: dc.sent)
+        await settle()
+
+    assert texts_to(dc, GENERAL) == ["re: [Alice]: @switchboard what did the bot say?"]
+    assert "[helperbot]: @switchboard ping from a bot" in request_text(reply_requests(api)[0])
+    users = [(m.sender_name, m.text) for m in await all_messages(config) if m.role == "user"]
+    assert users == [
+        ("helperbot", "@switchboard ping from a bot"), ("Alice", "@switchboard what did the bot say?")]
+
+
+async def test_allow_bots_lets_another_bot_start_a_turn(
+    dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config]
+) -> None:
+    """With `allow_bots = true` another bot's mention is answered like a person's."""
+    config = discord_config(allow_bots=True)
+    async with discord_daemon(config):
+        dc.message_create(GENERAL, HELPER_BOT, f"{MENTION} ping", mentions=[BOT_ID])
+        await dc.wait_for(lambda: dc.sent)
+
+    assert texts_to(dc, GENERAL) == ["re: [helperbot]: @switchboard ping"]
+
+
+async def test_attachments_without_text_get_a_note_in_dms_and_silence_in_guilds(
+    dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config]
+) -> None:
+    """A file-only DM is answered with a note that only text is read; in a guild it is ignored."""
+    config = discord_config(require_mention=False)
+    async with discord_daemon(config):
+        dc.message_create(DM_ALICE, ALICE, "", attachments=1)
+        dc.message_create(GENERAL, ALICE, "", attachments=1)
+        dc.message_create(GENERAL, ALICE, "text after the file")
+        await dc.wait_for(lambda: texts_to(dc, GENERAL))
+        await settle()
+
+    assert texts_to(dc, DM_ALICE) == [TEXT_ONLY_REPLY]
+    assert texts_to(dc, GENERAL) == ["re: [Alice]: text after the file"]
+    assert api.count == 1
+
+
+async def test_model_output_cannot_ping_everyone_roles_or_users(
+    dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config]
+) -> None:
+    """The create-message JSON allows no mention at all, whatever the model wrote."""
+    api.default = lambda rec: Text(f"@everyone @here <@&{ADMINS}> <@{BOB_ID}> look!")
+    config = discord_config()
+    async with discord_daemon(config):
+        dc.message_create(GENERAL, ALICE, f"{MENTION} shout", mentions=[BOT_ID])
+        await dc.wait_for(lambda: dc.sent)
+
+    (sent,) = dc.sent
+    assert sent.content == f"@everyone @here <@&{ADMINS}> <@{BOB_ID}> look!"
+    assert sent.allowed_mentions == {"parse": []}
+
+
+async def test_a_forbidden_channel_is_logged_not_retried_and_others_carry_on(
+    dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config]
+) -> None:
+    """A 403 is tried once and logged; the reply stays stored and other chats are still answered."""
+    config = discord_config()
+    with capture_logs() as logs:
+        async with discord_daemon(config):
+            dc.fail_next(f"POST /channels/{DM_BOB}/messages", status=403, code=50007,
+                         message="Cannot send messages to this user")
+            dc.message_create(DM_BOB, BOB, "bye forever")
+            await dc.wait_for(lambda: posts_to(dc, DM_BOB))
+            dc.message_create(DM_ALICE, ALICE, "still here")
+            await dc.wait_for(lambda: texts_to(dc, DM_ALICE))
+            await settle()
+
+    assert posts_to(dc, DM_BOB) == [403]
+    assert texts_to(dc, DM_ALICE) == ["re: still here"]
+    assert "re: bye forever" in [m.text for m in await all_messages(config)]
+    (forbidden,) = [e for e in logs if e["event"].startswith("Discord forbids")]
+    assert forbidden["code"] == 50007 and forbidden["log_level"] == "warning"
+    (failed,) = [e for e in logs if e["event"] == "delivery failed"]
+    assert failed["permanent"] is True
+
+
+async def test_commands_are_answered_in_guilds_and_dms_and_stay_out_of_history(
+    dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config]
+) -> None:
+    """`@bot /status` and a bare `/help` in a guild are answered as replies; `/whoami` in a DM."""
+    config = discord_config()
+    async with discord_daemon(config):
+        status = dc.message_create(GENERAL, ALICE, f"{MENTION} /status", mentions=[BOT_ID])
+        dc.message_create(GENERAL, BOB, "/help")
+        dc.message_create(DM_BOB, BOB, "/whoami")
+        await dc.wait_for(lambda: len(dc.sent) == 3)
+        await settle()
+
+    guild_status, guild_help = [m for m in dc.sent if m.channel_id == GENERAL]
+    assert f"Session: agent:main:discord:channel:{GENERAL}" in (guild_status.content or "")
+    assert guild_status.message_reference is not None
+    assert int(guild_status.message_reference["message_id"]) == int(status["id"])
+    assert (guild_help.content or "").startswith("/start - ")
+    assert texts_to(dc, DM_BOB) == [f"Your user id is {BOB_ID} (chat {DM_BOB})."]
+    assert api.count == 0
+    assert await all_messages(config) == []
+
+
+async def test_typing_is_refreshed_while_the_model_works_and_capped(
+    dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Typing is sent again while the model is slow, stops at the cap, and never after the reply."""
+    monkeypatch.setattr("channels.discord.TYPING_REFRESH", 0.05)
+    monkeypatch.setattr("channels.discord.TYPING_CAP", 0.3)
+    api.default = lambda rec: Text("slow answer", delay=0.8)
+    config = discord_config()
+    async with discord_daemon(config):
+        dc.message_create(DM_ALICE, ALICE, "think hard")
+        await dc.wait_for(lambda: dc.sent, timeout=5)
+        await settle()
+
+    (sent,) = dc.sent
+    calls = [t.time for t in dc.typing_calls if t.channel_id == DM_ALICE]
+    assert 3 <= len(calls) <= 8
+    assert calls[-1] - calls[0] < 0.5 and all(t < sent.time for t in calls)
+
+
+async def test_send_failures_are_delivery_errors_and_never_retried_by_us(
+    dc: DiscordStandIn, make_config: MakeConfig
+) -> None:
+    """Unknown channels are permanent failures, server errors are not; neither is retried here."""
+    channel = make_channel(make_config({}))
+    reply = OutboundMessage(ChatRef("discord", str(GENERAL)), "hello")
+    with pytest.raises(DeliveryError, match="not connected"):
+        await channel.send(reply)
+    task = asyncio.create_task(channel.run(ignore))
+    try:
+        await asyncio.wait_for(channel.ready.wait(), 5)
+        with pytest.raises(DeliveryError) as unknown:
+            await channel.send(OutboundMessage(ChatRef("discord", "555"), "hello"))
+        assert unknown.value.permanent and unknown.value.sent_ids == []
+        dc.fail_next(f"POST /channels/{GENERAL}/messages", status=503)
+        with pytest.raises(DeliveryError) as server:
+            await channel.send(reply)
+        assert not server.value.permanent
+        assert posts_to(dc, GENERAL) == [503]
+        assert len(await channel.send(reply)) == 1
+    finally:
+        await shut_down(channel, task)
+
+
+def test_a_missing_token_is_a_config_error_naming_the_variable(make_config: MakeConfig) -> None:
+    """Enabling Discord without its token names the key and the environment variable."""
+    config = make_config({"channels": {"discord": {"enabled": True, "token_env": "MY_DC_TOKEN"}}})
+    with pytest.raises(ConfigError) as info:
+        build_channels(config, console=False)
+    assert info.value.key == "channels.discord.token_env"
+    assert "MY_DC_TOKEN" in str(info.value)
+
+
+def test_build_channels_makes_the_discord_channel(
+    make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With its token set, `[channels.discord] enabled = true` builds one DiscordChannel."""
+    monkeypatch.setenv("DISCORD_BOT_TOKEN", TOKEN)
+    (channel,) = build_channels(make_config({"channels": {"discord": {"enabled": True}}}), console=False)
+    assert isinstance(channel, DiscordChannel) and channel.provider == "discord"
+
+
+# -- start-up failures: the channel alone, no daemon ---------------------------------------
+
+
+async def ignore(inbound: InboundMessage) -> None:
+    return None
+
+
+@contextmanager
+def logged() -> Iterator[list[dict[str, Any]]]:
+    with capture_logs() as logs:
+        yield logs
+
+
+async def test_a_rejected_token_turns_the_channel_off_without_leaking_it(
+    dc: DiscordStandIn, make_config: MakeConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 401 at login is one clear error naming the variable; run() returns and the token is not logged."""
+    channel = make_channel(make_config({}), token="WRONG.SECRET")
+    with logged() as logs:
+        await asyncio.wait_for(channel.run(ignore), 5)
+    (error,) = [e for e in logs if e["log_level"] == "error"]
+    assert error["event"].startswith("Discord rejected the bot token")
+    assert error["token_env"] == "DISCORD_BOT_TOKEN"
+    assert "WRONG.SECRET" not in repr(logs) + caplog.text
+    assert not channel.ready.is_set()
+
+
+async def test_a_missing_privileged_intent_turns_the_channel_off(
+    monkeypatch: pytest.MonkeyPatch, make_config: MakeConfig
+) -> None:
+    """When the Message Content intent is not enabled for the bot, run() logs how to fix it and returns."""
+    async with DiscordStandIn(token=TOKEN, bot_id=BOT_ID, message_content_intent=False) as standin:
+        standin.patch(monkeypatch)
+        channel = make_channel(make_config({}))
+        with logged() as logs:
+            await asyncio.wait_for(channel.run(ignore), 5)
+    (error,) = [e for e in logs if e["log_level"] == "error"]
+    assert "Message Content intent" in error["event"]
+    assert len(standin.identifies) == 1
+
+
+async def test_a_failed_login_is_retried_with_back_off(dc: DiscordStandIn, make_config: MakeConfig) -> None:
+    """A server error at login is retried after a pause until the channel connects."""
+    dc.fail_next("GET /users/@me", status=503)
+    channel = make_channel(make_config({}))
+    with logged() as logs:
+        task = asyncio.create_task(channel.run(ignore))
+        await asyncio.wait_for(channel.ready.wait(), 5)
+        await shut_down(channel, task)
+    assert [r.status for r in dc.requests if r.path == "/users/@me"] == [503, 200]
+    assert any(e["event"] == "Discord unreachable; retrying" for e in logs)
+
+
+async def test_an_unreachable_gateway_at_start_is_retried(
+    dc: DiscordStandIn, make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first gateway connection failing (discord.py #10520's path) is retried until it works."""
+    import discord
+
+    monkeypatch.setattr(discord.backoff.ExponentialBackoff, "delay", lambda self: 0.01)
+    monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", yarl.URL("ws://127.0.0.1:9/gateway"))
+    channel = make_channel(make_config({}))
+    with logged() as logs:
+        task = asyncio.create_task(channel.run(ignore))
+        await dc.wait_for(lambda: any(e["event"] == "Discord unreachable; retrying" for e in logs))
+        monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", yarl.URL(dc.gateway_url))
+        await asyncio.wait_for(channel.ready.wait(), 5)
+        await shut_down(channel, task)
+    assert len(dc.identifies) == 1
+
+
+async def test_stop_ends_run_and_closes_the_client(dc: DiscordStandIn, make_config: MakeConfig) -> None:
+    """stop() then cancelling run() closes the gateway connection promptly."""
+    channel = make_channel(make_config({}))
+    task = asyncio.create_task(channel.run(ignore))
+    await asyncio.wait_for(channel.ready.wait(), 5)
+    started = time.monotonic()
+    await shut_down(channel, task)
+    assert time.monotonic() - started < 2
+    await dc.wait_for(lambda: not dc.connected.is_set())
+
+
+
+async def test_a_stop_during_a_turn_still_delivers_its_reply(
+    dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config]
+) -> None:
+    """On shutdown, input stops first and the turn in flight still reaches Discord within the grace."""
+    api.default = lambda rec: Text("worth the wait", delay=0.5)
+    config = discord_config(router={"shutdown_grace": 5.0})
+    async with discord_daemon(config):
+        dc.message_create(DM_ALICE, ALICE, "take your time")
+        await dc.wait_for(lambda: api.count == 1)
+
+    assert texts_to(dc, DM_ALICE) == ["worth the wait"]
