@@ -12,6 +12,8 @@ import pytest
 
 from bot.config import Config, parse_config
 from bot.store import Store
+from tests.harness import echo
+from tests.standins.anthropic_api import AnthropicStandIn
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
@@ -58,6 +60,14 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
             monkeypatch.delenv(name)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("PTB_TIMEDELTA", "1")
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[AnthropicStandIn]:
+    """The Messages API stand-in, answering with echoes (see `tests.harness.echo`)."""
+    async with AnthropicStandIn() as standin:
+        standin.default = echo
+        yield standin
 
 
 @pytest.fixture

@@ -31,13 +31,6 @@ MakeConfig = Callable[[dict[str, Any]], Config]
 
 
 @pytest.fixture
-async def api() -> AsyncIterator[AnthropicStandIn]:
-    async with AnthropicStandIn() as standin:
-        standin.default = echo
-        yield standin
-
-
-@pytest.fixture
 async def view(tmp_path: Path) -> AsyncIterator[Store]:
     async with Store.open(tmp_path / "switchboard.db") as opened:
         yield opened

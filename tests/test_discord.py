@@ -20,7 +20,7 @@ from bot.errors import ConfigError, DeliveryError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage, StoredMessage
 from bot.store import Store
 from channels.discord import DiscordChannel
-from tests.harness import API_KEY, config_data, echo, reply_requests, request_text
+from tests.harness import API_KEY, config_data, echo, reply_requests, request_text, running
 from tests.standins.anthropic_api import AnthropicStandIn, Text
 from tests.standins.discord_api import DiscordStandIn, user
 
@@ -37,13 +37,6 @@ BOB = user(BOB_ID, "bob")
 STRANGER = user(100_000_000_000_000_666, "mallory")
 HELPER_BOT = user(100_000_000_000_000_050, "helperbot", bot=True)
 MENTION = f"<@{BOT_ID}>"
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[AnthropicStandIn]:
-    async with AnthropicStandIn() as standin:
-        standin.default = echo
-        yield standin
 
 
 @pytest.fixture
@@ -85,19 +78,9 @@ def make_channel(config: Config, token: str = TOKEN) -> DiscordChannel:
 async def discord_daemon(config: Config) -> AsyncIterator[Daemon]:
     """The daemon as `switchboard run` assembles it, with Discord as its only channel."""
     channel = make_channel(config)
-    brain = AnthropicBrain(config.anthropic, API_KEY)
-    daemon = Daemon(config, [channel], brain=brain)
-    task = asyncio.create_task(daemon.run())
-    try:
+    async with running(config, [channel], AnthropicBrain(config.anthropic, API_KEY)) as daemon:
         await asyncio.wait_for(channel.ready.wait(), 5)
         yield daemon
-        assert not task.done(), "the daemon stopped on its own"
-    finally:
-        daemon.request_stop()
-        try:
-            await asyncio.wait_for(task, timeout=10)
-        finally:
-            await brain.aclose()
 
 
 def texts_to(dc: DiscordStandIn, channel_id: int) -> list[str | None]:

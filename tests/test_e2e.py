@@ -38,13 +38,6 @@ TOPICS = ["cats", "taxes", "weather", "lunch"]
 
 
 @pytest.fixture
-async def api() -> AsyncIterator[AnthropicStandIn]:
-    async with AnthropicStandIn() as standin:
-        standin.default = echo
-        yield standin
-
-
-@pytest.fixture
 def channel() -> FakeChannel:
     return FakeChannel()
 

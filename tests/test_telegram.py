@@ -19,7 +19,7 @@ from bot.errors import ConfigError
 from bot.messages import ChatRef
 from bot.store import Store
 from channels.telegram import TelegramChannel
-from tests.harness import API_KEY, config_data, echo, last_user_line, reply_requests, request_text
+from tests.harness import API_KEY, config_data, last_user_line, reply_requests, request_text, running
 from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
 from tests.standins.telegram_api import (
     TelegramStandIn,
@@ -37,13 +37,6 @@ STRANGER = user(666, "Mallory")
 GROUP = group_chat(-100123, "Friends", supergroup=True)
 FORUM = group_chat(-100777, "Forum", forum=True)
 BOT = "switchboard_bot"
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[AnthropicStandIn]:
-    async with AnthropicStandIn() as standin:
-        standin.default = echo
-        yield standin
 
 
 @pytest.fixture
@@ -73,18 +66,9 @@ async def telegram_daemon(config: Config) -> AsyncIterator[Daemon]:
     channels = build_channels(config, console=False)
     (channel,) = channels
     assert isinstance(channel, TelegramChannel)
-    brain = AnthropicBrain(config.anthropic, API_KEY)
-    daemon = Daemon(config, channels, brain=brain)
-    task = asyncio.create_task(daemon.run())
-    try:
+    async with running(config, channels, AnthropicBrain(config.anthropic, API_KEY)) as daemon:
         await asyncio.wait_for(channel.ready.wait(), 5)
         yield daemon
-    finally:
-        daemon.request_stop()
-        try:
-            await asyncio.wait_for(task, timeout=10)
-        finally:
-            await brain.aclose()
 
 
 def texts_to(tg: TelegramStandIn, chat_id: int) -> list[str]:
