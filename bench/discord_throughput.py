@@ -47,6 +47,7 @@ import pytest  # noqa: E402
 import yarl  # noqa: E402
 from aiohttp import web  # noqa: E402
 
+from bench import standin_process  # noqa: E402
 from bench.instant_brain import InstantBrain  # noqa: E402
 from bot.config import parse_config  # noqa: E402
 from bot.daemon import Daemon  # noqa: E402
@@ -152,25 +153,8 @@ async def inline_standin() -> AsyncIterator[Gateway]:
 
 @asynccontextmanager
 async def child_standin() -> AsyncIterator[Gateway]:
-    """Start this script with --serve-standin; closing its stdin stops it."""
-    child = await asyncio.create_subprocess_exec(
-        sys.executable, str(SCRIPT), "--serve-standin",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-    )
-    assert child.stdin is not None and child.stdout is not None
-    try:
-        line = await asyncio.wait_for(child.stdout.readline(), 30)
-        if not line:
-            raise RuntimeError("the Discord stand-in process exited before it was ready")
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WAIT + 10)) as session:
-            yield RemoteGateway(session, json.loads(line))
-    finally:
-        child.stdin.close()
-        try:
-            await asyncio.wait_for(child.wait(), 10)
-        except TimeoutError:
-            child.kill()
-            await child.wait()
+    async with standin_process.child_standin(SCRIPT, WAIT + 10) as (session, hello):
+        yield RemoteGateway(session, hello)
 
 
 async def serve_standin() -> None:

@@ -48,6 +48,7 @@ from aiohttp import web  # noqa: E402
 from telegram.ext import AIORateLimiter, ApplicationBuilder  # noqa: E402
 from telegram.request import BaseRequest, HTTPXRequest  # noqa: E402
 
+from bench import standin_process  # noqa: E402
 from bench.instant_brain import InstantBrain  # noqa: E402
 from bot.config import parse_config  # noqa: E402
 from bot.daemon import Daemon  # noqa: E402
@@ -136,26 +137,8 @@ async def inline_standin() -> AsyncIterator[BotApi]:
 
 @asynccontextmanager
 async def child_standin() -> AsyncIterator[BotApi]:
-    """Start this script with --serve-standin; closing its stdin stops it."""
-    child = await asyncio.create_subprocess_exec(
-        sys.executable, str(SCRIPT), "--serve-standin",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-    )
-    assert child.stdin is not None and child.stdout is not None
-    try:
-        line = await asyncio.wait_for(child.stdout.readline(), 30)
-        if not line:
-            raise RuntimeError("the Bot API stand-in process exited before it was ready")
-        hello = json.loads(line)
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WAIT + 10)) as session:
-            yield RemoteBotApi(session, hello)
-    finally:
-        child.stdin.close()
-        try:
-            await asyncio.wait_for(child.wait(), 10)
-        except TimeoutError:
-            child.kill()
-            await child.wait()
+    async with standin_process.child_standin(SCRIPT, WAIT + 10) as (session, hello):
+        yield RemoteBotApi(session, hello)
 
 
 async def serve_standin() -> None:
