@@ -6,8 +6,9 @@ import argparse
 import asyncio
 import os
 import sys
+import time
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -63,6 +64,15 @@ def _parser() -> argparse.ArgumentParser:
     context.add_argument("session_key")
     context.add_argument("--turn", type=int, default=0,
                          help="turn number from 1; negative counts from the newest (default: newest)")
+    jobs = add("jobs", _jobs, "list scheduled jobs with their next run and last status")
+    jobs_sub = jobs.add_subparsers(dest="jobs_command", metavar="run")
+    run_job = jobs_sub.add_parser(
+        "run", parents=[common], help="ask the running daemon to run a job now, delivered as configured"
+    )
+    run_job.add_argument("job_id")
+    run_job.add_argument("--wait", type=float, default=120.0, metavar="SECONDS",
+                         help="how long to wait for the outcome (default 120; 0: do not wait)")
+    run_job.set_defaults(func=_jobs_run)
     return parser
 
 
@@ -231,6 +241,74 @@ def _context(args: argparse.Namespace) -> int:
 
     asyncio.run(show())
     return 0
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    from bot.scheduler import failing, job_trigger
+
+    config = _load(args)
+    if not config.schedules:
+        print(f"no [[schedules]] in {config.source}")
+        return 0
+    path = config.database_path()
+
+    async def show() -> None:
+        async with AsyncExitStack() as stack:
+            store = await stack.enter_async_context(Store.open(path)) if path.exists() else None
+            now = datetime.now(UTC)
+            for job in config.schedules:
+                when = f'cron "{job.cron}"' if job.cron else f"every {job.every}"
+                zone = job.timezone or config.agent.timezone
+                runs = await store.schedule_runs(job.id, 1) if store else []
+                paused = store is not None and await failing(store, job.id, config.scheduler.max_failures)
+                if not job.enabled:
+                    upcoming = "disabled"
+                elif paused:
+                    upcoming = "paused (failing)"
+                else:
+                    at = job_trigger(job, config).get_next_fire_time(None, now)
+                    upcoming = f"next {at.strftime('%Y-%m-%d %H:%M %Z')}" if at else "no next run"
+                last = "never run"
+                if runs:
+                    run = runs[0]
+                    last = f"last {run.status} for {_when(run.scheduled_for)}"
+                    if run.error:
+                        last += f" ({run.error})"
+                print(f"{job.id}  {when} {zone}  to {job.deliver_to}  {upcoming}  {last}")
+
+    asyncio.run(show())
+    return 0
+
+
+def _jobs_run(args: argparse.Namespace) -> int:
+    config = _load(args)
+    ids = [job.id for job in config.schedules]
+    if args.job_id not in ids:
+        raise BotError(f"no job {args.job_id!r} in {config.source}; jobs: {', '.join(ids) or 'none'}")
+
+    async def request() -> int:
+        async with Store.open(config.database_path()) as store:
+            run = await store.request_run(args.job_id, time.time())
+            print(f"requested run #{run.id} of {args.job_id}; the running daemon picks it up within "
+                  f"{config.scheduler.request_poll:g}s")
+            deadline = time.monotonic() + args.wait
+            status = run.status
+            while args.wait > 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+                current = await store.schedule_run_by_id(run.id)
+                assert current is not None
+                status = current.status
+                if status in ("delivered", "quiet", "failed", "stale"):
+                    detail = f": {current.error}" if current.error else ""
+                    print(f"run #{run.id}: {status}{detail}")
+                    return 0 if status in ("delivered", "quiet") else 1
+            if args.wait > 0:
+                print(f"run #{run.id} is still {status}: is the daemon running (`switchboard run`) "
+                      "with the job's channel?", file=sys.stderr)
+                return 1
+            return 0
+
+    return asyncio.run(request())
 
 
 def _when(timestamp: float) -> str:

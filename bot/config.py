@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from bot.errors import ConfigError
+from bot.errors import ConfigError, SessionKeyError
 from bot.session_key import SessionKey
 
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -172,6 +181,99 @@ class RouterConfig(_Section):
     shutdown_grace: PosFloat = 10.0
 
 
+class SchedulerConfig(_Section):
+    """How scheduled jobs run: catch-up after downtime, staleness, retries, failures, history."""
+
+    # A run missed by at most this many seconds (daemon down, loop busy) still runs, once.
+    misfire_grace: NonNegInt = 600
+    # A run whose output would arrive later than this after its time is not delivered; 0 = no cap.
+    stale_after: NonNegInt = 1800
+    retries: NonNegInt = 2
+    retry_delay: Annotated[float, Field(ge=0)] = 30.0
+    timeout: PosFloat = 120.0
+    max_failures: PosInt = 5
+    history_runs: NonNegInt = 1
+    quiet_marker: Annotated[str, Field(min_length=1)] = "NO_REPLY"
+    # How often the daemon looks for `switchboard jobs run ID` requests.
+    request_poll: PosFloat = 2.0
+
+
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+SCHEDULE_CHANNELS = ("console", "telegram", "discord")
+
+
+def parse_duration(text: str) -> int:
+    """Seconds in a duration such as "90s", "30m", "2h" or "1d12h"; ValueError otherwise."""
+    match = _DURATION.match(text.strip())
+    if not text.strip() or match is None:
+        raise ValueError('a duration such as "30m", "2h" or "1d12h"')
+    days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+class ScheduleConfig(_Section):
+    """One `[[schedules]]` entry: a briefing the daemon runs on a cron or interval schedule."""
+
+    id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
+    cron: str | None = None
+    every: str | None = None
+    timezone: str | None = None
+    prompt: Annotated[str, Field(min_length=1)]
+    deliver_to: str
+    # The platform chat to send to when the session key does not name it (a Discord DM's channel).
+    chat: PlatformId | None = None
+    model: str | None = None
+    enabled: bool = True
+    history_runs: NonNegInt | None = None
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str | None) -> str | None:
+        if value is not None:
+            from bot.scheduler import crontab_trigger  # the scheduler imports this module
+
+            try:
+                crontab_trigger(value, "UTC")
+            except ValueError as exc:
+                raise ValueError(f"a five-field cron expression ({exc})") from exc
+        return value
+
+    @field_validator("every")
+    @classmethod
+    def _valid_every(cls, value: str | None) -> str | None:
+        if value is not None and parse_duration(value) < 60:
+            raise ValueError("an interval of at least 1m")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str | None) -> str | None:
+        return None if value is None else AgentConfig._known_timezone(value)
+
+    @field_validator("deliver_to")
+    @classmethod
+    def _valid_target(cls, value: str) -> str:
+        from bot.scheduler import delivery_key
+
+        try:
+            delivery_key(value, "main")
+        except SessionKeyError as exc:
+            raise ValueError(
+                "a session key such as 'agent:main:telegram:direct:42', or '<channel>:<chat id>' "
+                f"such as 'telegram:-1001234567890' ({exc})"
+            ) from exc
+        return value
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> ScheduleConfig:
+        if (self.cron is None) == (self.every is None):
+            raise ValueError("exactly one of cron or every")
+        return self
+
+    def interval_seconds(self) -> int | None:
+        return parse_duration(self.every) if self.every is not None else None
+
+
 class LoggingConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     format: Literal["auto", "json", "console"] = "auto"
@@ -185,6 +287,8 @@ class Config(_Section):
     channels: ChannelsConfig = ChannelsConfig()
     router: RouterConfig = RouterConfig()
     logging: LoggingConfig = LoggingConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    schedules: list[ScheduleConfig] = Field(default_factory=list)
     # Where the file was read from; relative paths inside it are resolved against its folder.
     source: str = Field(default="<defaults>", exclude=True)
 
@@ -272,15 +376,33 @@ def parse_config(data: dict[str, Any], source: str) -> Config:
     if "source" in data:
         raise ConfigError(source, "source", f"unknown key; expected one of: {_field_list(Config)}")
     try:
-        return Config.model_validate({**data, "source": source})
+        config = Config.model_validate({**data, "source": source})
     except ValidationError as exc:
-        raise _to_config_error(exc, source) from None
+        raise _to_config_error(exc, source, data) from None
+    seen: set[str] = set()
+    for index, job in enumerate(config.schedules):
+        if job.id in seen:
+            key = _key_path(("schedules", str(index), "id"), data)
+            raise ConfigError(source, key, f"a unique id; another [[schedules]] entry is {job.id!r}")
+        seen.add(job.id)
+        target = _key_path(("schedules", str(index), "deliver_to"), data)
+        from bot.scheduler import delivery_key
+
+        key_of = delivery_key(job.deliver_to, config.agent.id)
+        if key_of.agent_id != config.agent.id:
+            raise ConfigError(source, target, f"a session key of this agent ('agent:{config.agent.id}:...')")
+        if key_of.provider == "discord" and key_of.is_direct and job.chat is None:
+            raise ConfigError(
+                source, _key_path(("schedules", str(index), "chat"), data),
+                "the DM channel id: a Discord DM is sent to its channel, which the key does not name",
+            )
+    return config
 
 
-def _to_config_error(exc: ValidationError, source: str) -> ConfigError:
+def _to_config_error(exc: ValidationError, source: str, data: dict[str, Any] | None = None) -> ConfigError:
     error = exc.errors()[0]
     loc = tuple(str(part) for part in error["loc"])
-    key = _key_path(loc)
+    key = _key_path(loc, data)
     if error["type"] == "extra_forbidden":
         parent = _model_at(loc[:-1])
         expected = "unknown key"
@@ -295,9 +417,19 @@ def _to_config_error(exc: ValidationError, source: str) -> ConfigError:
     return ConfigError(source, key, f"expected {_lower_first(message)}{shown}")
 
 
-def _key_path(loc: tuple[str, ...]) -> str:
-    parts = []
+def _key_path(loc: tuple[str, ...], data: Any = None) -> str:
+    """A dotted key; a list entry shows as `schedules[2] (id "daily")` so the entry can be found."""
+    parts: list[str] = []
+    node = data
     for part in loc:
+        if isinstance(node, list) and part.isdigit():
+            node = node[int(part)] if int(part) < len(node) else None
+            entry = f"[{part}]"
+            if isinstance(node, dict) and isinstance(node.get("id"), str):
+                entry += f' (id "{node["id"]}")'
+            parts[-1] += entry
+            continue
+        node = node.get(part) if isinstance(node, dict) else None
         parts.append(part if part.replace("_", "").isalnum() and not part.isdigit() else f'"{part}"')
     return ".".join(parts)
 
@@ -313,6 +445,9 @@ def _model_at(loc: tuple[str, ...]) -> type[BaseModel] | None:
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             model = annotation
             index += 1
+        elif getattr(annotation, "__origin__", None) is list:
+            model = annotation.__args__[0]  # type: ignore[union-attr]
+            index += 2  # skip the list index
         elif getattr(annotation, "__origin__", None) is dict:
             value_type = annotation.__args__[1]  # type: ignore[union-attr]
             model = value_type

@@ -17,6 +17,7 @@ from bot.config import Config
 from bot.errors import ConfigError
 from bot.inbox import Inbox
 from bot.router import Router
+from bot.scheduler import Scheduler
 from bot.store import Store
 from bot.turn import TurnRunner
 
@@ -78,6 +79,7 @@ class Daemon:
         self._until_input_ends = until_input_ends
         self.stop_requested = asyncio.Event()
         self.router: Router | None = None
+        self.scheduler: Scheduler | None = None
 
     async def run(self) -> None:
         config = self.config
@@ -97,11 +99,32 @@ class Daemon:
                 store, runner, max_concurrent=config.router.max_concurrent_turns
             )
             submit: Submit = Inbox(config, store, router, by_provider).submit
+            main_brain = brain
+            model_brains: dict[str, Brain] = {}
+
+            def brain_for(model: str | None) -> Brain:
+                """The brain for a job's `model` (the agent's own unless it names another)."""
+                resolved = main_brain.model_for(model) if model else config.anthropic.model
+                if resolved == config.anthropic.model:
+                    return main_brain
+                if resolved not in model_brains:
+                    other = AnthropicBrain(
+                        config.anthropic.model_copy(update={"model": resolved}), config.anthropic.api_key()
+                    )
+                    stack.push_async_callback(other.aclose)
+                    model_brains[resolved] = other
+                return model_brains[resolved]
+
+            scheduler = self.scheduler = (
+                Scheduler(config, store, brain_for, by_provider) if config.schedules else None
+            )
 
             tasks = [
                 asyncio.create_task(self._run_channel(channel, submit), name=channel.provider)
                 for channel in self.channels
             ]
+            if scheduler is not None:
+                await scheduler.start()
             log.info("started", channels=[c.provider for c in self.channels],
                      database=str(store.path), agent=config.agent.id)
             waiter = asyncio.create_task(self.stop_requested.wait())
@@ -113,10 +136,12 @@ class Daemon:
                 await waiter
             log.info("stopping")
             waiter.cancel()
-            # Input first (every received message reaches the store), then the turns in flight
-            # (they still need their channel to deliver), then the channels' connections.
+            # Input first (every received message reaches the store), then scheduled runs and the
+            # turns in flight (they still need their channel to deliver), then the connections.
             for channel in self.channels:
                 await self._stop_channel(channel)
+            if scheduler is not None:
+                await scheduler.close(config.router.shutdown_grace)
             await router.close(config.router.shutdown_grace)
             for task in tasks:
                 task.cancel()

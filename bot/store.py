@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiosqlite
 
@@ -47,6 +47,33 @@ class SnapshotRecord:
     created_at: float
     hash: str
     snapshot: dict[str, Any]
+
+
+RunStatus = Literal[
+    "requested", "running", "generated", "delivered", "quiet", "failed", "missed", "stale"
+]
+RunTrigger = Literal["schedule", "manual"]
+_RUN_COLUMNS = (
+    "id, job_id, scheduled_for, trigger, status, started_at, finished_at, attempts, "
+    "reply_message_id, delivered_ids, error"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRun:
+    """One run of a scheduled job: its time, what became of it, and what was delivered."""
+
+    id: int
+    job_id: str
+    scheduled_for: float
+    trigger: RunTrigger
+    status: RunStatus
+    started_at: float | None
+    finished_at: float | None
+    attempts: int
+    reply_message_id: int | None
+    delivered_ids: tuple[str, ...]
+    error: str | None
 
 
 class Store:
@@ -319,12 +346,18 @@ class Store:
     async def scheduled_between(
         self, session_key: str, *, after_id: int, before_id: int, limit: int
     ) -> list[StoredMessage]:
-        """Up to `limit` newest scheduled outputs with after_id < id < before_id, oldest first."""
+        """Up to `limit` newest scheduled outputs with after_id < id < before_id, oldest first.
+
+        Output whose run did not deliver it (the send failed, or it is still on its way) is left
+        out: the user never saw it.
+        """
         if limit <= 0:
             return []
         rows = await self._conn.execute_fetchall(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_key = ? "
-            "AND origin = 'scheduled' AND id > ? AND id < ? ORDER BY id DESC LIMIT ?",
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE session_key = ? "
+            "AND origin = 'scheduled' AND id > ? AND id < ? AND NOT EXISTS (SELECT 1 FROM "
+            "schedule_runs r WHERE r.reply_message_id = m.id AND r.status <> 'delivered') "
+            "ORDER BY id DESC LIMIT ?",
             (session_key, after_id, before_id, limit),
         )
         return [_row_to_message(row) for row in reversed(list(rows))]
@@ -347,6 +380,151 @@ class Store:
             "JOIN messages m ON m.id = p.message_id "
             "WHERE p.provider = ? AND p.chat_id = ? AND p.provider_message_id = ?",
             (chat.provider, chat.chat_id, provider_message_id),
+        )
+        row = next(iter(found), None)
+        return _row_to_message(row) if row else None
+
+    # -- scheduled job runs ----------------------------------------------------------------
+
+    async def claim_run(
+        self, job_id: str, scheduled_for: float, trigger: RunTrigger = "schedule"
+    ) -> tuple[ScheduleRun, bool]:
+        """The run record of one job time, and whether this call may (re)start generating it.
+
+        A new time, a requested run or one left `running` by a crash is claimed (status
+        `running`); any other record is returned as it is for the caller to honour.
+        """
+        now = time.time()
+        async with self._transaction():
+            found = await self._conn.execute_fetchall(
+                f"SELECT {_RUN_COLUMNS} FROM schedule_runs WHERE job_id = ? AND scheduled_for = ?",
+                (job_id, scheduled_for),
+            )
+            row = next(iter(found), None)
+            if row is None:
+                await self._conn.execute(
+                    "INSERT INTO schedule_runs (job_id, scheduled_for, trigger, status, started_at) "
+                    "VALUES (?, ?, ?, 'running', ?)",
+                    (job_id, scheduled_for, trigger, now),
+                )
+            elif row[4] in ("requested", "running"):
+                await self._conn.execute(
+                    "UPDATE schedule_runs SET status = 'running', started_at = ? WHERE id = ?",
+                    (now, row[0]),
+                )
+            else:
+                return _row_to_run(row), False
+            claimed = await self._conn.execute_fetchall(
+                f"SELECT {_RUN_COLUMNS} FROM schedule_runs WHERE job_id = ? AND scheduled_for = ?",
+                (job_id, scheduled_for),
+            )
+        return _row_to_run(next(iter(claimed))), True
+
+    async def request_run(self, job_id: str, at: float) -> ScheduleRun:
+        """Ask the running daemon to run a job now (`switchboard jobs run ID`)."""
+        async with self._transaction():
+            cursor = await self._conn.execute(
+                "INSERT INTO schedule_runs (job_id, scheduled_for, trigger, status) "
+                "VALUES (?, ?, 'manual', 'requested')",
+                (job_id, at),
+            )
+        run = await self.schedule_run_by_id(cursor.lastrowid or 0)
+        assert run is not None
+        return run
+
+    async def record_scheduled_output(
+        self, run_id: int, session_key: str, text: str, *, job_id: str, attempts: int
+    ) -> StoredMessage:
+        """Store a job's output and mark its run generated, in one transaction, before sending."""
+        async with self._transaction():
+            stored = await self._insert(
+                session_key=session_key, role="assistant", origin="scheduled", text=text,
+                created_at=time.time(), job_id=job_id,
+            )
+            await self._conn.execute(
+                "UPDATE schedule_runs SET status = 'generated', reply_message_id = ?, attempts = ? "
+                "WHERE id = ?",
+                (stored.id, attempts, run_id),
+            )
+        return stored
+
+    async def finish_run(
+        self,
+        run_id: int,
+        status: RunStatus,
+        *,
+        error: str | None = None,
+        delivered_ids: Sequence[str] = (),
+        attempts: int | None = None,
+    ) -> None:
+        async with self._transaction():
+            await self._conn.execute(
+                "UPDATE schedule_runs SET status = ?, finished_at = ?, error = ?, "
+                "delivered_ids = ?, attempts = COALESCE(?, attempts) WHERE id = ?",
+                (status, time.time(), error, json.dumps(list(delivered_ids)) if delivered_ids else None,
+                 attempts, run_id),
+            )
+
+    async def record_missed(self, job_id: str, times: Sequence[float], reason: str) -> None:
+        """Record scheduled times that will not run (down too long, or coalesced into a later run)."""
+        if not times:
+            return
+        now = time.time()
+        async with self._transaction():
+            await self._conn.executemany(
+                "INSERT OR IGNORE INTO schedule_runs (job_id, scheduled_for, trigger, status, "
+                "finished_at, error) VALUES (?, ?, 'schedule', 'missed', ?, ?)",
+                [(job_id, at, now, reason) for at in times],
+            )
+
+    async def schedule_run_by_id(self, run_id: int) -> ScheduleRun | None:
+        found = await self._conn.execute_fetchall(
+            f"SELECT {_RUN_COLUMNS} FROM schedule_runs WHERE id = ?", (run_id,)
+        )
+        row = next(iter(found), None)
+        return _row_to_run(row) if row else None
+
+    async def schedule_runs(self, job_id: str, limit: int) -> list[ScheduleRun]:
+        """A job's newest `limit` runs, newest first (by scheduled time)."""
+        rows = await self._conn.execute_fetchall(
+            f"SELECT {_RUN_COLUMNS} FROM schedule_runs WHERE job_id = ? "
+            "ORDER BY scheduled_for DESC, id DESC LIMIT ?",
+            (job_id, limit),
+        )
+        return [_row_to_run(row) for row in rows]
+
+    async def last_scheduled_time(self, job_id: str) -> float | None:
+        """The newest time of the job's own schedule that has a record (manual runs do not count)."""
+        found = await self._conn.execute_fetchall(
+            "SELECT MAX(scheduled_for) FROM schedule_runs WHERE job_id = ? AND trigger = 'schedule'",
+            (job_id,),
+        )
+        row = next(iter(found), None)
+        return float(row[0]) if row and row[0] is not None else None
+
+    async def pending_runs(self, status: RunStatus) -> list[ScheduleRun]:
+        """Runs waiting in one state (`requested` by the CLI, `generated` but not delivered)."""
+        rows = await self._conn.execute_fetchall(
+            f"SELECT {_RUN_COLUMNS} FROM schedule_runs WHERE status = ? ORDER BY scheduled_for, id",
+            (status,),
+        )
+        return [_row_to_run(row) for row in rows]
+
+    async def job_outputs(self, job_id: str, limit: int) -> list[StoredMessage]:
+        """The job's newest `limit` delivered outputs, oldest first."""
+        if limit <= 0:
+            return []
+        rows = await self._conn.execute_fetchall(
+            f"SELECT {_qualified_columns('m')} FROM schedule_runs r "
+            "JOIN messages m ON m.id = r.reply_message_id "
+            "WHERE r.job_id = ? AND r.status = 'delivered' ORDER BY r.scheduled_for DESC LIMIT ?",
+            (job_id, limit),
+        )
+        return [_row_to_message(row) for row in reversed(list(rows))]
+
+    async def message_by_id(self, message_id: int) -> StoredMessage | None:
+        found = await self._conn.execute_fetchall(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ?", (message_id,)
         )
         row = next(iter(found), None)
         return _row_to_message(row) if row else None
@@ -406,4 +584,12 @@ def _row_to_message(row: Any) -> StoredMessage:
         id=row[0], session_key=row[1], role=row[2], origin=row[3], text=row[4],
         created_at=row[5], sender_id=row[6], sender_name=row[7], provider_message_id=row[8],
         reply_to_id=row[9], actions=actions, job_id=row[11], token_estimate=row[12],
+    )
+
+
+def _row_to_run(row: Any) -> ScheduleRun:
+    return ScheduleRun(
+        id=row[0], job_id=row[1], scheduled_for=row[2], trigger=row[3], status=row[4],
+        started_at=row[5], finished_at=row[6], attempts=row[7], reply_message_id=row[8],
+        delivered_ids=tuple(json.loads(row[9])) if row[9] else (), error=row[10],
     )
