@@ -244,7 +244,8 @@ def _context(args: argparse.Namespace) -> int:
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    from bot.scheduler import failing, job_trigger
+    from bot.scheduler import failing
+    from bot.schedules import job_trigger
 
     config = _load(args)
     if not config.schedules:

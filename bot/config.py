@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from bot.errors import ConfigError, SessionKeyError
+from bot.schedules import crontab_trigger, delivery_key
 from bot.session_key import SessionKey
 
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -230,7 +231,6 @@ class ScheduleConfig(_Section):
     @classmethod
     def _valid_cron(cls, value: str | None) -> str | None:
         if value is not None:
-            from bot.scheduler import crontab_trigger  # the scheduler imports this module
 
             try:
                 crontab_trigger(value, "UTC")
@@ -253,7 +253,6 @@ class ScheduleConfig(_Section):
     @field_validator("deliver_to")
     @classmethod
     def _valid_target(cls, value: str) -> str:
-        from bot.scheduler import delivery_key
 
         try:
             delivery_key(value, "main")
@@ -386,7 +385,6 @@ def parse_config(data: dict[str, Any], source: str) -> Config:
             raise ConfigError(source, key, f"a unique id; another [[schedules]] entry is {job.id!r}")
         seen.add(job.id)
         target = _key_path(("schedules", str(index), "deliver_to"), data)
-        from bot.scheduler import delivery_key
 
         key_of = delivery_key(job.deliver_to, config.agent.id)
         if key_of.agent_id != config.agent.id:

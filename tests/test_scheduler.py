@@ -16,7 +16,8 @@ from bot.brain import AnthropicBrain, Brain
 from bot.config import Config
 from bot.errors import DeliveryError
 from bot.messages import ChatRef, OutboundMessage
-from bot.scheduler import Scheduler, crontab_trigger, delivery_chat, delivery_key, plan_runs
+from bot.scheduler import Scheduler
+from bot.schedules import crontab_trigger, delivery_chat, delivery_key, plan_runs
 from bot.store import Store
 from tests.fakes import FakeChannel
 from tests.harness import API_KEY, MODEL, config_data, daemon_with, reply_requests, request_text, say
