@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= config.toml
 
-.PHONY: run chat init test lint bench clean
+.PHONY: run chat init test lint bench clean install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,3 +44,26 @@ bench: $(VENV)/.installed-dev
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# System-wide service (needs root; see README "Operations"). Creates the `switchboard` user, a venv
+# with the app under $(PREFIX), the unit, and /etc/switchboard/{config.toml,env} unless present.
+PREFIX ?= /opt/switchboard
+ETC ?= /etc/switchboard
+UNIT_DIR ?= /etc/systemd/system
+
+install:
+	@test "$$(id -u)" = 0 || { echo "make install needs root: sudo make install" >&2; exit 1; }
+	id -u switchboard >/dev/null 2>&1 || useradd --system --home-dir /var/lib/switchboard \
+		--no-create-home --shell /usr/sbin/nologin switchboard
+	install -d -m 0755 $(PREFIX)
+	cp -r bot channels pyproject.toml README.md config.toml.example $(PREFIX)/
+	$(PYTHON) -m venv $(PREFIX)/.venv
+	$(PREFIX)/.venv/bin/python -m pip install --quiet $(PREFIX)
+	install -d -m 0755 $(ETC)
+	test -e $(ETC)/config.toml || { sed 's|^# *path = .*|path = "/var/lib/switchboard/switchboard.db"|' \
+		config.toml.example > $(ETC)/config.toml && chmod 0644 $(ETC)/config.toml; }
+	test -e $(ETC)/env || install -m 0600 /dev/null $(ETC)/env
+	install -m 0644 systemd/switchboard.service $(UNIT_DIR)/switchboard.service
+	systemctl daemon-reload
+	@echo "Now put ANTHROPIC_API_KEY=... (and bot tokens) in $(ETC)/env, edit $(ETC)/config.toml,"
+	@echo "then: sudo systemctl enable --now switchboard"

@@ -12,6 +12,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from bot.config import Config, load_config
 from bot.errors import BotError, ConfigError
@@ -64,6 +65,14 @@ def _parser() -> argparse.ArgumentParser:
     context.add_argument("session_key")
     context.add_argument("--turn", type=int, default=0,
                          help="turn number from 1; negative counts from the newest (default: newest)")
+    replay = add("replay", _replay,
+                 "build a turn's context again from the stored log and config; exit 1 if it differs")
+    replay.add_argument("session_key")
+    replay.add_argument("--turn", type=int, default=0,
+                        help="turn number from 1; negative counts from the newest (default: newest)")
+    compact = add("compact", _compact,
+                  "summarise a session's older messages now (the full history stays stored)")
+    compact.add_argument("session_key")
     jobs = add("jobs", _jobs, "list scheduled jobs with their next run and last status")
     jobs_sub = jobs.add_subparsers(dest="jobs_command", metavar="run")
     run_job = jobs_sub.add_parser(
@@ -73,6 +82,21 @@ def _parser() -> argparse.ArgumentParser:
     run_job.add_argument("--wait", type=float, default=120.0, metavar="SECONDS",
                          help="how long to wait for the outcome (default 120; 0: do not wait)")
     run_job.set_defaults(func=_jobs_run)
+    status = add("status", _status, "show whether the daemon runs: channels, queues, schedules, last error")
+    status.add_argument("--json", action="store_true", help="print the daemon's answer as JSON")
+    add("reload", _reload, "make the running daemon re-read its config file (as SIGHUP does)")
+    db = add("db", _db_help, "database care: backup, prune")
+    db_sub = db.add_subparsers(dest="db_command", metavar="backup|prune")
+    backup = db_sub.add_parser("backup", parents=[common], help="copy the database, safely while it runs")
+    backup.add_argument("path", help="the new backup file")
+    backup.add_argument("--force", action="store_true", help="replace the file if it exists")
+    backup.set_defaults(func=_db_backup)
+    prune = db_sub.add_parser("prune", parents=[common],
+                              help="delete old conversation messages that no limit still needs")
+    prune.add_argument("--older-than", type=_positive, required=True, metavar="DAYS",
+                       help="only messages older than this many days")
+    prune.add_argument("--dry-run", action="store_true", help="show what would go, delete nothing")
+    prune.set_defaults(func=_db_prune)
     return parser
 
 
@@ -210,6 +234,8 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _context(args: argparse.Namespace) -> int:
+    from bot.replay import pick_turn
+
     config = _load(args)
     key = str(parse(args.session_key))
 
@@ -217,30 +243,101 @@ def _context(args: argparse.Namespace) -> int:
         async with _open_store(config) as store:
             await store.session(key)
             snapshots = await store.snapshots(key)
-            if not snapshots:
-                raise BotError(f"session {key} has no recorded turns yet")
-            turn = args.turn or -1
-            index = turn - 1 if turn > 0 else len(snapshots) + turn
-            if not 0 <= index < len(snapshots):
-                raise BotError(f"session {key} has turns 1..{len(snapshots)}; no turn {args.turn}")
-            record = snapshots[index]
+            record = pick_turn(snapshots, key, args.turn)
             snap = record.snapshot
-            triage = snap["triage"]
-            print(f"turn {record.turn} of {len(snapshots)}  at {_when(record.created_at)}  "
+            print(f"turn {record.turn} of {snapshots[-1].turn}  at {_when(record.created_at)}  "
                   f"request #{record.request_message_id}  reply #{record.reply_message_id}")
-            print(f"hash {record.hash}  history limit {snap['history_limit'] or 'none'}  "
-                  f"counts {snap['counts']}")
-            print(f"triage {triage['outcome']}: {triage['selected']} of {triage['candidates']} "
-                  f"older turns kept, {triage['latency_ms']} ms, "
-                  f"{triage['input_tokens']}+{triage['output_tokens']} tokens"
-                  + (f", {triage['error']}" if triage["error"] else ""))
-            for entry in snap["entries"]:
+            if snap.get("status") == "failed":
+                print(f"FAILED: {snap.get('error')}")
+            print(f"hash {record.hash}  history limit {snap.get('history_limit') or 'none'}  "
+                  f"counts {snap.get('counts', {})}")
+            tokens = snap.get("tokens")
+            if tokens and tokens.get("budget"):
+                print(f"tokens ~{tokens['estimate']} of a {tokens['budget']} history budget "
+                      f"(estimates x1.2)")
+            if snap.get("compaction") is not None:
+                print(f"summary from compaction #{snap['compaction']} leads the context")
+            triage = snap.get("triage")
+            if triage:
+                print(f"triage {triage['outcome']}: {triage['selected']} of {triage['candidates']} "
+                      f"older turns kept, {triage['latency_ms']} ms, "
+                      f"{triage['input_tokens']}+{triage['output_tokens']} tokens"
+                      + (f", {triage['error']}" if triage["error"] else ""))
+            for entry in snap.get("entries", []):
                 print(f"  #{entry['id']:<8} {entry['role']:<9} {entry['reason']}")
-            for message_id in snap["scheduled_block"]:
+            for message_id in snap.get("scheduled_block", []):
                 print(f"  #{message_id:<8} scheduled previous-tasks block")
+            for trimmed in snap.get("trimmed", []):
+                print(f"  #{trimmed['id']:<8} trimmed   {trimmed['reason']}")
+            recalled = snap.get("recalled") or []
+            if recalled:
+                print(f"recalled by full-text search: {' '.join(f'#{i}' for i in recalled)}")
 
     asyncio.run(show())
     return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from bot.brain import AnthropicBrain
+    from bot.replay import replay
+
+    config = _load(args)
+    key = str(parse(args.session_key))
+
+    async def run() -> int:
+        async with _open_store(config) as store:
+            await store.session(key)
+            # No key: replay never calls a model (triage answers come from the snapshot).
+            result = await replay(config, store, AnthropicBrain(config.anthropic, None), key, args.turn)
+        record, rebuilt = result.record, result.rebuilt
+        print(f"turn {record.turn}: hash recorded {record.hash or '(none)'}, "
+              f"rebuilt {rebuilt.input_hash}")
+        print(f"entries recorded {len(result.recorded_ids)}, rebuilt {len(result.rebuilt_ids)}")
+        if result.matches:
+            print("match")
+            return 0
+        missing = [i for i in result.recorded_ids if i not in result.rebuilt_ids]
+        extra = [i for i in result.rebuilt_ids if i not in result.recorded_ids]
+        print("MISMATCH")
+        if record.snapshot.get("status") == "failed":
+            print(f"the turn failed to build its context: {record.snapshot.get('error')}")
+        print("only recorded: " + (" ".join(f"#{i}" for i in missing) or "-"))
+        print("only rebuilt:  " + (" ".join(f"#{i}" for i in extra) or "-"))
+        return 1
+
+    return asyncio.run(run())
+
+
+def _compact(args: argparse.Namespace) -> int:
+    from bot.brain import AnthropicBrain
+    from bot.compaction import Compactor
+    from bot.context_builder import ContextBuilder
+
+    config = _load(args)
+    _logging(config, quiet=True)
+    key = str(parse(args.session_key))
+
+    async def run() -> int:
+        brain = AnthropicBrain(config.anthropic, config.anthropic.api_key())
+        try:
+            async with _open_store(config) as store:
+                await store.session(key)
+                budget = ContextBuilder(config, store, brain).budget
+                outcome = await Compactor(config, store, brain, budget).compact(key)
+        finally:
+            await brain.aclose()
+        record = outcome.record
+        if record is None:
+            print(outcome.reason)
+            return 0
+        print(f"compaction #{record.id}: summarised {outcome.summarised} messages "
+              f"(up to #{record.last_summarised_id}) in {outcome.calls} calls; "
+              f"~{record.tokens_before} -> ~{record.tokens_after} tokens; "
+              f"context now starts at #{record.first_kept_message_id}")
+        print(record.summary)
+        return 0
+
+    return asyncio.run(run())
 
 
 def _jobs(args: argparse.Namespace) -> int:
@@ -314,3 +411,157 @@ def _jobs_run(args: argparse.Namespace) -> int:
 
 def _when(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+# -- operations: status, reload, database care (see README "Operations") -----------------------
+
+# `switchboard status` exits 3 when no daemon runs, as `systemctl status` does for a stopped unit.
+EXIT_NOT_RUNNING = 3
+
+
+def _control_path(config: Config) -> Path:
+    from bot.control import socket_path
+
+    return socket_path(config.database_path())
+
+
+def _status(args: argparse.Namespace) -> int:
+    import json
+
+    from bot.control import NotRunningError, request
+
+    config = _load(args)
+    try:
+        reply = request(_control_path(config), "status", timeout=10.0)
+    except NotRunningError as exc:
+        print(f"switchboard: {exc}")
+        return EXIT_NOT_RUNNING
+    if args.json:
+        print(json.dumps(reply, indent=2, sort_keys=True))
+        return 0 if reply.get("ok") else 1
+    if not reply.get("ok"):
+        raise BotError(f"the daemon could not answer: {reply.get('error')}")
+    print(f"running: pid {reply['pid']}, up {_duration(reply['uptime_s'])}, agent {reply['agent']}, "
+          f"{'ready' if reply['ready'] else 'starting'}")
+    print(f"config {reply['config']}  database {reply['database']}")
+    for channel in reply["channels"]:
+        error = f"  ({channel['error']})" if channel["error"] else ""
+        print(f"channel {channel['provider']}: {channel['state']}{error}")
+    queue = reply["queue"]
+    print(f"queue: {queue['pending']} message(s) in {len(queue['sessions'])} session(s)")
+    for key, state in sorted(queue["sessions"].items()):
+        print(f"  {key}  {'running' if state['running'] else 'idle'}, {state['waiting']} waiting")
+    for job in reply["schedules"]:
+        upcoming = ("paused (failing)" if job["paused"] else "disabled" if not job["enabled"]
+                    else "not here: its channel is not running" if not job["runnable"]
+                    else f"next {job['next_run']}")
+        last = f"last {job['last_status']}" if job["last_status"] else "never run"
+        if job["last_error"]:
+            last += f" ({job['last_error']})"
+        print(f"job {job['id']}: {upcoming}; {last}")
+    failure = reply.get("last_error")
+    print(f"last error: {failure.get('timestamp', '')} {failure.get('event')}"
+          + (f": {failure['error']}" if failure.get("error") else "") if failure else "last error: none")
+    reload = reply.get("last_reload")
+    if reload:
+        outcome = "applied" if reload["reloaded"] else f"rejected: {reload['error']}"
+        print(f"last reload: {_when(reload['at'])} {outcome}")
+    return 0
+
+
+def _reload(args: argparse.Namespace) -> int:
+    from bot.control import request
+
+    config = _load(args)  # a broken file is reported here, before the daemon is asked
+    reply = request(_control_path(config), "reload")
+    if not reply.get("ok"):
+        raise BotError(f"the daemon could not reload: {reply.get('error')}")
+    if not reply["reloaded"]:
+        print(f"switchboard: reload rejected, the old config stays in force: {reply['error']}",
+              file=sys.stderr)
+        return 1
+    print(f"reloaded {config.source}: changed {', '.join(reply['changed']) or 'nothing'}")
+    if reply["restart_required"]:
+        print(f"note: restart the daemon to apply {', '.join(reply['restart_required'])}")
+    return 0
+
+
+def _db_help(args: argparse.Namespace) -> int:
+    print("usage: switchboard db backup PATH [--force] | switchboard db prune --older-than DAYS "
+          "[--dry-run]", file=sys.stderr)
+    return 2
+
+
+def _db_backup(args: argparse.Namespace) -> int:
+    import sqlite3
+
+    config = _load(args)
+    target = Path(args.path)
+    if target.exists() and not args.force:
+        raise BotError(f"{target} already exists; choose a new file or pass --force to replace it")
+    # Written beside the target, then renamed: a failed backup never leaves half a file behind.
+    partial = target.with_name(f".{target.name}.partial")
+    partial.unlink(missing_ok=True)
+
+    async def copy() -> int:
+        async with _open_store(config) as store:
+            await store.backup_to(partial)
+        async with Store.open(partial) as copied:
+            await copied.check_integrity()
+            return await copied.message_count()
+
+    try:
+        count = _on_database(config, copy)
+        os.replace(partial, target)
+    except (OSError, sqlite3.Error) as exc:
+        raise BotError(f"backup to {target} failed: {exc}") from exc
+    finally:
+        partial.unlink(missing_ok=True)
+    print(f"backed up {config.database_path()} to {target} ({count} messages)")
+    return 0
+
+
+def _db_prune(args: argparse.Namespace) -> int:
+    from bot.config import resolve_history_limit
+
+    config = _load(args)
+    before = time.time() - args.older_than * 86400
+
+    async def prune() -> None:
+        async with _open_store(config) as store:
+            keep_turns: dict[str, int] = {}
+            for session in await store.list_sessions():
+                try:
+                    keep_turns[session.key] = resolve_history_limit(config, parse(session.key)) or 0
+                except BotError:
+                    continue  # a key this version cannot read: the lookback floor still applies
+            report = await store.prune_interactive(
+                before, keep_recent=config.conversation.lookback_count, keep_turns=keep_turns,
+                dry_run=args.dry_run,
+            )
+        verb = "would remove" if report.dry_run else "removed"
+        print(f"{verb} {report.messages} message(s) older than {args.older_than} day(s) and "
+              f"{report.snapshots} context snapshot(s); kept the newest "
+              f"{config.conversation.lookback_count} messages and the history-limit turns of each session")
+        for key, count in report.messages_by_session.items():
+            print(f"  {key}  {count}")
+
+    _on_database(config, prune)
+    return 0
+
+
+def _on_database(config: Config, work: Any) -> Any:
+    """Run an async database job; a damaged file becomes the one-line StoreError, not a traceback."""
+    import sqlite3
+
+    try:
+        return asyncio.run(work())
+    except sqlite3.DatabaseError as exc:
+        raise Store.damaged(config.database_path(), str(exc)) from exc
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours}h" if days else f"{hours}h{minutes}m" if hours else f"{minutes}m{secs}s"

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bot.brain import AnthropicBrain
+from bot.compaction import CompactionError, Compactor
 from bot.config import Config, resolve_history_limit
+from bot.context_builder import ContextBuilder
 from bot.errors import SessionNotFoundError
 from bot.messages import InboundMessage
 from bot.router import Router
@@ -28,6 +31,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("help", "List the commands"),
     Command("reset", "Start a fresh context (history stays stored)", admin_in_groups=True),
     Command("stop", "Abandon the reply I am working on", admin_in_groups=True),
+    Command("compact", "Summarise this chat's older messages to make room (history stays stored)",
+            admin_in_groups=True),
     Command("status", "Show this chat's session and limits"),
     Command("whoami", "Show your user id (for allowlists)"),
 )
@@ -55,10 +60,14 @@ def is_known(name: str) -> bool:
 class CommandHandler:
     """Runs a command for the session it was sent in and returns the text to answer with."""
 
-    def __init__(self, config: Config, store: Store, router: Router) -> None:
+    def __init__(
+        self, config: Config, store: Store, router: Router, compactor: Compactor | None = None
+    ) -> None:
         self._config = config
         self._store = store
         self._router = router
+        # Without the daemon's compactor, /compact makes its own brain for the one call.
+        self._compactor = compactor
 
     async def run(self, name: str, inbound: InboundMessage) -> str:
         command = _BY_NAME.get(name)
@@ -103,6 +112,29 @@ class CommandHandler:
         waiting = len(abandoned) - 1
         tail = f" and dropped {waiting} waiting message{'s' if waiting != 1 else ''}" if waiting else ""
         return f"Stopped the reply I was working on{tail}."
+
+    async def _compact(self, inbound: InboundMessage) -> str:
+        key = str(inbound.session_key)
+        try:
+            if self._compactor is not None:
+                outcome = await self._compactor.compact(key, notified=True)
+            else:
+                config = self._config
+                brain = AnthropicBrain(config.anthropic, config.anthropic.api_key())
+                try:
+                    budget = ContextBuilder(config, self._store, brain).budget
+                    outcome = await Compactor(config, self._store, brain, budget).compact(
+                        key, notified=True
+                    )
+                finally:
+                    await brain.aclose()
+        except CompactionError as exc:
+            return f"I couldn't summarise this chat now ({exc}). Nothing was lost."
+        if outcome.record is None:
+            return "Nothing to summarise yet: this chat is still short."
+        kept = self._config.compaction.keep_recent
+        return (f"Summarised {outcome.summarised} earlier messages; the newest {kept} stay as they "
+                "are. The full history is still stored.")
 
     async def _status(self, inbound: InboundMessage) -> str:
         key = inbound.session_key

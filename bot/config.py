@@ -48,6 +48,8 @@ class AgentConfig(_Section):
     soul_file: str | None = None
     memory_file: str | None = None
     file_excerpt_chars: PosInt = 4000
+    # Soul and memory together: what is left after the soul file goes to the memory file.
+    files_total_chars: PosInt = 8000
     timezone: str = "UTC"
 
     @field_validator("timezone")
@@ -92,6 +94,25 @@ class ConversationConfig(_Section):
     previous_tasks_count: NonNegInt = 3
     selection_fallback: Literal["recent", "all"] = "recent"
     history_limit: NonNegInt = 0
+    # Token budget: the model's window (0: known model table, else 200 000), a reserve for the
+    # system prompt and the reply, and the share of the window history may use.
+    context_window: NonNegInt = 0
+    reserve_tokens: NonNegInt = 20000
+    history_share: Annotated[float, Field(gt=0, le=1)] = 0.5
+    # Older messages matching the request (full-text search) offered to triage; 0 = off.
+    recall_count: NonNegInt = 0
+
+
+class CompactionConfig(_Section):
+    """Summaries of a long session's older part, written by the fast model."""
+
+    enabled: bool = True
+    # Compact when the uncompacted history exceeds this share of the history budget.
+    trigger_share: Annotated[float, Field(gt=0)] = 1.0
+    keep_recent: NonNegInt = 10
+    chunk_tokens: Annotated[int, Field(ge=500)] = 6000
+    model: str = "fast"
+    timeout: PosFloat = 60.0
 
 
 class DmConfig(_Section):
@@ -283,6 +304,7 @@ class Config(_Section):
     database: DatabaseConfig = DatabaseConfig()
     anthropic: AnthropicConfig = AnthropicConfig()
     conversation: ConversationConfig = ConversationConfig()
+    compaction: CompactionConfig = CompactionConfig()
     channels: ChannelsConfig = ChannelsConfig()
     router: RouterConfig = RouterConfig()
     logging: LoggingConfig = LoggingConfig()

@@ -8,9 +8,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from bot.messages import StoredMessage
+from bot.messages import ChatRef, StoredMessage
 
-Reason = Literal["all", "recent", "triaged", "fail_open", "fallback_all", "reply_to"]
+Reason = Literal["all", "recent", "triaged", "fail_open", "fallback_all", "reply_to", "recalled"]
 TriageOutcome = Literal[
     "skipped", "disabled", "selected", "fail_open", "error", "timeout", "unparseable"
 ]
@@ -129,10 +129,44 @@ class Context:
     history_limit: int | None
     counts: dict[str, int] = field(default_factory=dict)
     input_hash: str = ""
+    # The latest compaction summary, sent as a leading block, and its record id.
+    summary: str | None = None
+    compaction_id: int | None = None
+    trimmed: list[int] = field(default_factory=list)
+    recalled: list[int] = field(default_factory=list)
+    # What triage picked (before the budget trimmed anything): replay answers triage with it.
+    triaged: list[int] = field(default_factory=list)
+    token_estimate: int = 0
+    token_budget: int = 0
+    # Where in the log and when it was built, and the chat: what replay needs to build it again.
+    as_of: int = 0
+    built_at: float = 0.0
+    chat: ChatRef | None = None
+    status: Literal["ok", "failed"] = "ok"
+    error: str | None = None
+
+    @classmethod
+    def failed(cls, error: str, chat: ChatRef | None = None) -> Context:
+        """The record of a turn whose context could not be built (`context_build_error`)."""
+        return cls([], [], None, TriageReport("skipped"), None, chat=chat, status="failed", error=error)
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON-ready record of what went in and why, stored with every turn."""
+        chat = None
+        if self.chat is not None:
+            chat = {"provider": self.chat.provider, "chat_id": self.chat.chat_id,
+                    "thread_id": self.chat.thread_id}
         return {
+            "status": self.status,
+            "error": self.error,
+            "compaction": self.compaction_id,
+            "trimmed": [{"id": message_id, "reason": "budget"} for message_id in self.trimmed],
+            "recalled": list(self.recalled),
+            "triaged": list(self.triaged),
+            "tokens": {"estimate": self.token_estimate, "budget": self.token_budget},
+            "as_of": self.as_of,
+            "built_at": self.built_at,
+            "chat": chat,
             "entries": [
                 {"id": e.message.id, "role": e.message.role, "reason": e.reason}
                 for e in self.entries
@@ -161,14 +195,21 @@ def input_hash(
     fetched: Sequence[StoredMessage],
     scheduled: Sequence[StoredMessage],
     reply_to: StoredMessage | None,
+    *,
+    recalled: Sequence[StoredMessage] = (),
+    compaction_id: int | None = None,
 ) -> str:
     """A hash of everything selection depends on: equal history and config give equal hashes."""
-    payload = {
+    payload: dict[str, Any] = {
         "config": config,
         "history_limit": history_limit,
         "fetched": [[m.id, m.role, m.token_estimate] for m in fetched],
         "scheduled": [m.id for m in scheduled],
         "reply_to": reply_to.id if reply_to else None,
     }
+    if recalled:
+        payload["recalled"] = [[m.id, m.role, m.token_estimate] for m in recalled]
+    if compaction_id is not None:
+        payload["compaction"] = compaction_id
     encoded = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(encoded).hexdigest()[:16]

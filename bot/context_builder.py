@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 from bot.brain import Brain
-from bot.config import Config, resolve_history_limit
+from bot.budget import Budget, context_window, cost, fit_budget, message_cost
+from bot.config import Config, ConversationConfig, resolve_history_limit
 from bot.context import (
     Context,
     ContextEntry,
@@ -18,99 +22,198 @@ from bot.context import (
     tag,
 )
 from bot.messages import ChatRef, StoredMessage
+from bot.recall import fts_query
 from bot.session_key import SessionKey
-from bot.store import Store
+from bot.store import CompactionRecord, Store
 from bot.triage import triage
 
 _NO_UPPER_BOUND = 2**63 - 1  # SQLite's largest rowid
 
 
+class Triager(Protocol):
+    """Answers which older messages matter: the fast model live, or a recorded answer in replay."""
+
+    @property
+    def available(self) -> bool: ...
+
+    async def __call__(
+        self, older: Sequence[StoredMessage], request_text: str
+    ) -> tuple[list[StoredMessage] | None, TriageReport]: ...
+
+
+class LiveTriage:
+    """Triage by the agent's fast model (through whichever provider the brain is)."""
+
+    def __init__(self, brain: Brain, conv: ConversationConfig) -> None:
+        self._brain = brain
+        self._conv = conv
+
+    @property
+    def available(self) -> bool:
+        return self._brain.fast_completer() is not None
+
+    async def __call__(
+        self, older: Sequence[StoredMessage], request_text: str
+    ) -> tuple[list[StoredMessage] | None, TriageReport]:
+        completer = self._brain.fast_completer()
+        assert completer is not None
+        return await triage(
+            completer, older, request_text,
+            model=self._brain.model_for(self._conv.selection_model),
+            timeout=self._conv.selection_timeout,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """What a replay fixes to the recorded turn: the log position, the time and the compaction."""
+
+    as_of: int
+    now: float
+    compaction_id: int | None
+
+
 class ContextBuilder:
     """Selects the slice of a session's history that one reply is built from."""
 
-    def __init__(self, config: Config, store: Store, brain: Brain) -> None:
+    def __init__(
+        self, config: Config, store: Store, brain: Brain, *, triager: Triager | None = None
+    ) -> None:
         self._config = config
-        self._conv = config.conversation
+        self._conv = conv = config.conversation
         self._store = store
-        self._brain = brain
-        self._config_fingerprint = self._conv.model_dump()
+        self._triager = triager if triager is not None else LiveTriage(brain, conv)
+        window = context_window(brain.model_for("main"), conv.context_window)
+        self.budget = Budget(window, conv.reserve_tokens, conv.history_share)
+        self._config_fingerprint = {**conv.model_dump(), "window": window}
 
     async def build(
-        self, key: SessionKey, request: StoredMessage, chat: ChatRef | None = None
+        self, key: SessionKey, request: StoredMessage, chat: ChatRef | None = None,
+        *, pin: Pin | None = None,
     ) -> Context:
         conv = self._conv
         session = str(key)
+        now = pin.now if pin is not None else time.time()
         limit = resolve_history_limit(self._config, key)
         reply_to = await self._reply_target(request, chat)
         if not conv.enabled:
             entries = tag([reply_to], "reply_to") if reply_to else []
             return Context(entries, [], reply_to, TriageReport("disabled"), limit,
-                           {"fetched": 0, "included": len(entries)})
+                           {"fetched": 0, "included": len(entries)},
+                           as_of=pin.as_of if pin else request.id, built_at=now, chat=chat)
 
-        fetched = await self._history(session, request)
+        compaction = await self._compaction(session, pin)
+        after_id = compaction.first_kept_message_id - 1 if compaction else 0
+        fetched, as_of = await self._history(session, request, after_id, pin)
         scheduled = await self._scheduled_block(session, request.id, reply_to)
 
         within_limit = limit_history_turns(fetched, limit)
         recent_enough = apply_recency(
-            within_limit, now=time.time(), hours=conv.context_recency_hours,
+            within_limit, now=now, hours=conv.context_recency_hours,
             min_messages=conv.context_min_messages,
         )
-        chosen, report = await self._select(recent_enough, request.text)
+        # A history limit caps what the model may see, so recall reaches back only without one.
+        recalled = await self._recall(session, request, fetched) if limit is None else []
+        chosen, report = await self._select(recent_enough, recalled, request.text)
+        triaged = [entry.message.id for entry in chosen if entry.reason == "triaged"]
         if reply_to is not None:
             chosen = [ContextEntry(reply_to, "reply_to"), *chosen]
-        entries = merge_entries(chosen, truncation=conv.context_truncation)
+        merged = merge_entries(chosen, truncation=conv.context_truncation)
+        summary = compaction.summary if compaction else None
+        fixed = cost(request.text) + sum(message_cost(m) for m in scheduled)
+        if summary:
+            fixed += cost(summary)
+        fitted = fit_budget(
+            merged, limit=self.budget.history_tokens, fixed=fixed,
+            protected={reply_to.id} if reply_to else (),
+        )
         counts = {
             "fetched": len(fetched),
             "within_history_limit": len(within_limit),
             "within_recency": len(recent_enough),
-            "included": len(entries),
+            "recalled": len(recalled),
+            "trimmed": len(fitted.trimmed),
+            "included": len(fitted.kept),
             "scheduled_block": len(scheduled),
         }
-        digest = input_hash(self._config_fingerprint, limit, fetched, scheduled, reply_to)
-        return Context(entries, scheduled, reply_to, report, limit, counts, digest)
+        digest = input_hash(
+            self._config_fingerprint, limit, fetched, scheduled, reply_to,
+            recalled=recalled, compaction_id=compaction.id if compaction else None,
+        )
+        return Context(
+            fitted.kept, scheduled, reply_to, report, limit, counts, digest,
+            summary=summary, compaction_id=compaction.id if compaction else None,
+            trimmed=fitted.trimmed, recalled=[m.id for m in recalled], triaged=triaged,
+            token_estimate=fitted.used, token_budget=self.budget.history_tokens,
+            as_of=as_of, built_at=now, chat=chat,
+        )
 
-    async def _history(self, session: str, request: StoredMessage) -> list[StoredMessage]:
-        """The last `lookback_count` interactive messages as this turn sees them.
+    async def _compaction(self, session: str, pin: Pin | None) -> CompactionRecord | None:
+        if pin is None:
+            return await self._store.latest_compaction(session)
+        if pin.compaction_id is None:
+            return None
+        return await self._store.compaction_by_id(pin.compaction_id)
+
+    async def _history(
+        self, session: str, request: StoredMessage, after_id: int, pin: Pin | None
+    ) -> tuple[list[StoredMessage], int]:
+        """The last `lookback_count` interactive messages as this turn sees them, and the log
+        position they were read at (the newest id seen), which replay reads up to.
 
         A message queued behind earlier ones of its session was stored before the replies to
         them: those replies (not the user messages queued after it) belong to its history.
         """
         limit = self._conv.lookback_count
+        upper = pin.as_of + 1 if pin is not None else _NO_UPPER_BOUND
         # One read covers the usual case: nothing was stored after the request yet.
         newest = await self._store.recent_messages(
-            session, before_id=_NO_UPPER_BOUND, limit=limit + 1
+            session, before_id=upper, limit=limit + 1, after_id=after_id
         )
+        as_of = max([request.id, *(m.id for m in newest)])
         later = [m for m in newest if m.id > request.id]
         if not later:
-            return [m for m in newest if m.id < request.id][-limit:]
-        before = await self._store.recent_messages(session, before_id=request.id, limit=limit)
+            return [m for m in newest if m.id < request.id][-limit:], as_of
+        before = await self._store.recent_messages(
+            session, before_id=request.id, limit=limit, after_id=after_id
+        )
         answered = [m for m in later if m.role == "assistant"]
-        return (before + answered)[-limit:]
+        return (before + answered)[-limit:], as_of
+
+    async def _recall(
+        self, session: str, request: StoredMessage, fetched: Sequence[StoredMessage]
+    ) -> list[StoredMessage]:
+        """Older messages (before the lookback) whose words match the request, oldest first."""
+        count = self._conv.recall_count
+        query = fts_query(request.text) if count > 0 else ""
+        if not query:
+            return []
+        before = min([request.id, *(m.id for m in fetched)])
+        found = await self._store.search_messages(session, query, before_id=before, limit=count)
+        return sorted(found, key=lambda m: m.id)
 
     async def _select(
-        self, messages: list[StoredMessage], request_text: str
+        self, messages: list[StoredMessage], recalled: list[StoredMessage], request_text: str
     ) -> tuple[list[ContextEntry], TriageReport]:
         conv = self._conv
         if not conv.use_selection:
-            return tag(messages, "all"), TriageReport("disabled")
+            return tag(recalled, "recalled") + tag(messages, "all"), TriageReport("disabled")
         if len(messages) <= conv.skip_selection_threshold:
-            return tag(messages, "all"), TriageReport("skipped")
-        older, recent = split_recent(messages, conv.always_include_recent)
+            older, kept = list(recalled), tag(messages, "all")
+        else:
+            older_window, recent = split_recent(messages, conv.always_include_recent)
+            older, kept = recalled + older_window, tag(recent, "recent")
         if not older:
-            return tag(recent, "recent"), TriageReport("skipped")
-        completer = self._brain.fast_completer()
-        if completer is None:
-            return tag(older, "fail_open") + tag(recent, "recent"), TriageReport(
+            return kept, TriageReport("skipped")
+        if not self._triager.available:
+            return tag(older, "fail_open") + kept, TriageReport(
                 "fail_open", candidates=len(older), error="no fast completer (no API key)"
             )
-        selected, report = await triage(
-            completer, older, request_text,
-            model=self._brain.model_for(conv.selection_model), timeout=conv.selection_timeout,
-        )
+        selected, report = await self._triager(older, request_text)
         if selected is None:
-            kept = tag(older, "fallback_all") if conv.selection_fallback == "all" else []
-            return kept + tag(recent, "recent"), report
-        return tag(selected, "triaged") + tag(recent, "recent"), report
+            fallback = tag(older, "fallback_all") if conv.selection_fallback == "all" else []
+            return fallback + kept, report
+        return tag(selected, "triaged") + kept, report
 
     async def _reply_target(
         self, request: StoredMessage, chat: ChatRef | None

@@ -42,6 +42,22 @@ class Redactor:
         return event_dict
 
 
+_last_error: dict[str, Any] | None = None
+
+
+def last_error() -> dict[str, Any] | None:
+    """The newest ERROR (or worse) line logged since logging was configured, for `switchboard status`."""
+    return dict(_last_error) if _last_error is not None else None
+
+
+def _remember_errors(logger: Any, name: str, event_dict: EventDict) -> EventDict:
+    global _last_error
+    if event_dict.get("level") in ("error", "critical", "exception"):
+        _last_error = {key: event_dict[key] for key in ("event", "logger", "timestamp", "error")
+                       if key in event_dict}
+    return event_dict
+
+
 def _walk(value: Any, redact: Callable[[str], str]) -> Any:
     if isinstance(value, str):
         return redact(value)
@@ -68,6 +84,7 @@ def configure_logging(
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.format_exc_info if use_json else _noop,
         Redactor(secrets),
+        _remember_errors,  # after the redactor: status shows what the log shows
     ]
     renderer: Processor = (
         structlog.processors.JSONRenderer() if use_json

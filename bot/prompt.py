@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
+
+import structlog
 
 from bot.config import Config
 from bot.context import Context
 from bot.messages import StoredMessage
 from bot.session_key import SessionKey
 
+log = structlog.get_logger("switchboard.prompt")
+
 _KIND_WORDS = {"direct": "a one-to-one chat", "group": "a group chat", "channel": "a channel"}
+
+
+def excerpt(text: str, limit: int, name: str) -> str:
+    """`text` cut to `limit` characters, with a note saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[…truncated: the first {limit} of {len(text)} characters of {name}]"
 
 
 def read_excerpt(path: Path | None, limit: int) -> str | None:
@@ -23,24 +37,93 @@ def read_excerpt(path: Path | None, limit: int) -> str | None:
         text = path.read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         return None
-    return text if len(text) <= limit else text[:limit] + "\n[…truncated]"
+    return excerpt(text, limit, path.name)
+
+
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    signature: tuple[int, int, int] | None  # (mtime_ns, size, inode); None: the file is absent
+    digest: str
+    text: str | None
+
+
+class PromptFiles:
+    """The stable system prompt, with SOUL/MEMORY files cached and reloaded when they change.
+
+    Each call stats the files (cheap); a file is read again only when its mtime, size or inode
+    moved, and the prompt text is rebuilt only when a file's content hash changed, so the bytes
+    sent stay identical between turns and the provider's prompt cache keeps hitting.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        agent = config.agent
+        self._paths = {
+            "soul": config.resolve(agent.soul_file) if agent.soul_file else None,
+            "memory": config.resolve(agent.memory_file) if agent.memory_file else None,
+        }
+        self._loaded: dict[str, _Loaded] = {}
+        self._prompt: str | None = None
+
+    def stable_prompt(self) -> str:
+        changed = False
+        for name, path in self._paths.items():
+            if path is not None and self._refresh(name, path):
+                changed = True
+        if changed or self._prompt is None:
+            self._prompt = self._compose()
+        return self._prompt
+
+    def _refresh(self, name: str, path: Path) -> bool:
+        """Reload one file if it moved on disk; True when its content is not what was loaded."""
+        try:
+            stat = os.stat(path)
+            signature: tuple[int, int, int] | None = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        except OSError:
+            signature = None
+        previous = self._loaded.get(name)
+        if previous is not None and previous.signature == signature:
+            return False
+        text: str | None = None
+        if signature is not None:
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace").strip()
+            except OSError:
+                signature = None
+        digest = hashlib.sha256(text.encode()).hexdigest() if text is not None else ""
+        self._loaded[name] = _Loaded(signature, digest, text)
+        if previous is None:
+            return True
+        if previous.digest != digest:
+            log.info("prompt file reloaded", file=str(path), chars=len(text or ""))
+            return True
+        return False
+
+    def _compose(self) -> str:
+        agent = self._config.agent
+        parts = [
+            f"You are {agent.name}, an assistant people reach through chat apps "
+            "(Telegram, Discord, a console). Reply in plain, concise chat style; Markdown is allowed.",
+        ]
+        left = agent.files_total_chars
+        for name, path in self._paths.items():
+            loaded = self._loaded.get(name)
+            if path is None or loaded is None or not loaded.text:
+                continue
+            limit = min(agent.file_excerpt_chars, left)
+            if limit <= 0:
+                parts.append(f"<{name}>\n[{path.name} left out: the prompt files' total cap "
+                             f"({agent.files_total_chars} characters) is used up]\n</{name}>")
+                continue
+            text = excerpt(loaded.text, limit, path.name)
+            left -= min(len(loaded.text), limit)
+            parts.append(f"<{name}>\n{text}\n</{name}>")
+        return "\n\n".join(parts)
 
 
 def stable_system_prompt(config: Config) -> str:
     """The part of the system prompt that is the same every turn (and so worth caching)."""
-    agent = config.agent
-    parts = [
-        f"You are {agent.name}, an assistant people reach through chat apps "
-        "(Telegram, Discord, a console). Reply in plain, concise chat style; Markdown is allowed.",
-    ]
-    limit = agent.file_excerpt_chars
-    soul = read_excerpt(config.resolve(agent.soul_file) if agent.soul_file else None, limit)
-    if soul:
-        parts.append(f"<soul>\n{soul}\n</soul>")
-    memory = read_excerpt(config.resolve(agent.memory_file) if agent.memory_file else None, limit)
-    if memory:
-        parts.append(f"<memory>\n{memory}\n</memory>")
-    return "\n\n".join(parts)
+    return PromptFiles(config).stable_prompt()
 
 
 def turn_system_prompt(config: Config, key: SessionKey, now: float) -> str:
@@ -62,6 +145,8 @@ def conversation_turns(
 ) -> list[dict[str, str]]:
     """Context and request as alternating user/assistant turns, same-role neighbours merged."""
     turns: list[dict[str, str]] = []
+    if context.summary:
+        _append(turns, "user", _summary_block(context.summary))
     for entry in context.entries:
         _append(turns, entry.message.role, _render(entry.message, group))
     final = _render(request, group)
@@ -91,6 +176,13 @@ def _render(message: StoredMessage, group: bool) -> str:
     if message.actions:
         text += "\n[actions: " + "; ".join(message.actions) + "]"
     return text
+
+
+def _summary_block(summary: str) -> str:
+    return (
+        "[Summary of the earlier part of this conversation (the messages themselves are not shown):]"
+        f"\n{summary}\n[End of summary.]"
+    )
 
 
 def _scheduled_block(messages: Sequence[StoredMessage]) -> str:

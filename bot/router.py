@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 
@@ -29,6 +30,8 @@ class Router:
         self._slots = asyncio.Semaphore(max_concurrent)
         self._queues: dict[str, deque[tuple[StoredMessage, InboundMessage]]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
+        # When each queued request was queued: its wait is part of the turn's latency.
+        self._queued_at: dict[int, float] = {}
         self._closed = False
 
     async def submit(self, inbound: InboundMessage) -> StoredMessage | None:
@@ -57,6 +60,7 @@ class Router:
 
     def _enqueue(self, key: str, stored: StoredMessage, inbound: InboundMessage) -> None:
         self._queues.setdefault(key, deque()).append((stored, inbound))
+        self._queued_at.setdefault(stored.id, time.perf_counter())
         if key not in self._workers:
             self._workers[key] = asyncio.create_task(self._drain(key), name=f"session {key}")
 
@@ -79,10 +83,20 @@ class Router:
         queue = self._queues.pop(key, None)
         worker = self._workers.pop(key, None)
         abandoned = [stored for stored, _ in queue] if queue else []
+        for stored in abandoned:
+            self._queued_at.pop(stored.id, None)
         if worker is not None:
             worker.cancel()
             await asyncio.gather(worker, return_exceptions=True)
         return abandoned
+
+    def replace_handler(self, handle_turn: TurnHandler) -> None:
+        """Answer turns started from now on with `handle_turn` (config reload); turns running finish."""
+        self._handle_turn = handle_turn
+
+    def sessions(self) -> dict[str, tuple[bool, int]]:
+        """Every session with queued work: (a turn is running, messages waiting behind it)."""
+        return {key: self.session_state(key) for key in list(self._queues)}
 
     @property
     def pending(self) -> int:
@@ -95,8 +109,12 @@ class Router:
             while queue:
                 stored, inbound = queue[0]
                 async with self._slots:
+                    queued_at = self._queued_at.pop(stored.id, None)
+                    waited = (time.perf_counter() - queued_at) * 1000 if queued_at is not None else 0.0
                     try:
-                        await self._handle_turn(stored, inbound)
+                        # Bound for the turn's log line: the wait for the session and a free slot.
+                        with structlog.contextvars.bound_contextvars(queue_ms=round(waited, 1)):
+                            await self._handle_turn(stored, inbound)
                     except Exception:
                         log.exception("turn failed", session_key=key, request_id=stored.id)
                 queue.popleft()

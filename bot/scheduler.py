@@ -198,6 +198,72 @@ class Scheduler:
         while self._inflight:
             await asyncio.wait(set(self._inflight))
 
+    async def reconfigure(self, config: Config) -> None:
+        """Take a reloaded config: jobs added, removed or changed are (un)scheduled, runs go on.
+
+        A job added or changed starts from now (its past times under the new schedule are not
+        caught up); an unchanged job keeps its place, and runs in flight finish as they started.
+        """
+        from bot.prompt import stable_system_prompt
+
+        old_jobs, old_triggers = self.jobs, self._triggers
+        self._config = config
+        self._settings = config.scheduler
+        self.jobs = {job.id: job for job in config.schedules}
+        self._triggers = {job.id: job_trigger(job, config) for job in config.schedules}
+        self.runnable = {
+            job.id for job in config.schedules
+            if delivery_key(job.deliver_to, config.agent.id).provider in self._channels
+        }
+        self._system_stable = stable_system_prompt(config)
+        now = self._now()
+        changed: list[str] = []
+        for job_id in set(old_jobs) | set(self.jobs):
+            job = self.jobs.get(job_id)
+            same = (job is not None and old_jobs.get(job_id) == job
+                    and repr(old_triggers.get(job_id)) == repr(self._triggers[job_id]))
+            scheduled = self._aps is not None and self._aps.get_job(job_id) is not None
+            wanted = job is not None and job.enabled and job_id in self.runnable
+            if same and scheduled == wanted:
+                continue
+            changed.append(job_id)
+            if scheduled and self._aps is not None:
+                self._aps.remove_job(job_id)
+            if job is None:
+                self.paused.discard(job_id)
+                self._cursor.pop(job_id, None)
+                continue
+            self._locks.setdefault(job_id, asyncio.Lock())
+            self._cursor[job_id] = now
+            if wanted and self._aps is not None:
+                self._aps.add_job(
+                    self._fire_tracked, self._triggers[job_id], args=[job_id], id=job_id, name=job_id,
+                    misfire_grace_time=None, coalesce=True, max_instances=1,
+                )
+                if job_id in self.paused:
+                    self._aps.pause_job(job_id)
+        if changed:
+            log.info("schedules reconfigured", changed=sorted(changed),
+                     jobs=sorted(j for j in self.jobs if self.jobs[j].enabled and j in self.runnable))
+
+    async def job_states(self) -> list[dict[str, Any]]:
+        """Each configured job's next run, last run and whether it is paused (for `status`)."""
+        states: list[dict[str, Any]] = []
+        for job_id, job in self.jobs.items():
+            runs = await self._store.schedule_runs(job_id, 1)
+            upcoming = self.next_run_time(job_id) if job_id in self.runnable else None
+            states.append({
+                "id": job_id,
+                "enabled": job.enabled,
+                "runnable": job_id in self.runnable,
+                "paused": job_id in self.paused,
+                "next_run": upcoming.isoformat() if upcoming else None,
+                "last_status": runs[0].status if runs else None,
+                "last_scheduled_for": runs[0].scheduled_for if runs else None,
+                "last_error": runs[0].error if runs else None,
+            })
+        return states
+
     def next_run_time(self, job_id: str) -> datetime | None:
         job = self.jobs[job_id]
         if not job.enabled or job_id in self.paused:

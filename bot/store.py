@@ -7,27 +7,26 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import aiosqlite
+import structlog
 
+from bot.budget import estimate_tokens
 from bot.errors import SessionNotFoundError, StoreError
 from bot.messages import ChatRef, InboundMessage, Origin, Role, StoredMessage
 from bot.migrations import MIGRATIONS
+
+log = structlog.get_logger("switchboard.store")
 
 _MESSAGE_COLUMNS = (
     "id, session_key, role, origin, text, created_at, sender_id, sender_name, "
     "provider_message_id, reply_to_id, actions, job_id, token_estimate"
 )
-
-
-def estimate_tokens(text: str) -> int:
-    """A cheap token estimate (about four characters a token), stored with each message."""
-    return (len(text) + 3) // 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +36,28 @@ class SessionSummary:
     updated_at: float
     message_count: int
     user_turns: int
+
+
+_COMPACTION_COLUMNS = (
+    "id, session_key, summary, last_summarised_id, first_kept_message_id, tokens_before, "
+    "tokens_after, model, created_at, notified"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionRecord:
+    """A summary of a session's older messages; context reads from `first_kept_message_id` on."""
+
+    id: int
+    session_key: str
+    summary: str
+    last_summarised_id: int
+    first_kept_message_id: int
+    tokens_before: int
+    tokens_after: int
+    model: str
+    created_at: float
+    notified: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +95,22 @@ class ScheduleRun:
     reply_message_id: int | None
     delivered_ids: tuple[str, ...]
     error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    """What `prune_interactive` removed (or, on a dry run, would remove)."""
+
+    messages_by_session: dict[str, int]
+    snapshots: int
+    dry_run: bool
+
+    @property
+    def messages(self) -> int:
+        return sum(self.messages_by_session.values())
+
+
+_NO_ID_ABOVE = 2**63 - 1  # SQLite's largest rowid: "no floor"
 
 
 class Store:
@@ -327,21 +364,22 @@ class Store:
     # -- reads for the context pipeline ----------------------------------------------------
 
     async def recent_messages(
-        self, session_key: str, *, before_id: int, limit: int, origin: Origin = "interactive"
+        self, session_key: str, *, before_id: int, limit: int, origin: Origin = "interactive",
+        after_id: int = 0,
     ) -> list[StoredMessage]:
-        """The newest `limit` messages of one origin before `before_id`, oldest first.
+        """The newest `limit` messages of one origin with after_id < id < before_id, oldest first.
 
         Reads stop at the session's context floor (set by /reset).
         """
         sql = (
             f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_key = ? AND origin = ? "
-            "AND id < ? AND id > (SELECT COALESCE((SELECT context_floor FROM sessions "
-            "WHERE key = ?), 0)) ORDER BY id DESC LIMIT ?"
+            "AND id < ? AND id > MAX(?, (SELECT COALESCE((SELECT context_floor FROM sessions "
+            "WHERE key = ?), 0))) ORDER BY id DESC LIMIT ?"
         )
         rows = await self._conn.execute_fetchall(
-            sql, (session_key, origin, before_id, session_key, limit)
+            sql, (session_key, origin, before_id, after_id, session_key, limit)
         )
-        return [_row_to_message(row) for row in reversed(list(rows))]
+        return _rows_to_messages(reversed(list(rows)))
 
     async def scheduled_between(
         self, session_key: str, *, after_id: int, before_id: int, limit: int
@@ -360,7 +398,7 @@ class Store:
             "ORDER BY id DESC LIMIT ?",
             (session_key, after_id, before_id, limit),
         )
-        return [_row_to_message(row) for row in reversed(list(rows))]
+        return _rows_to_messages(reversed(list(rows)))
 
     async def previous_user_message_id(self, session_key: str, before_id: int) -> int:
         """Id of the last interactive user message before `before_id` (0 when there is none)."""
@@ -383,6 +421,115 @@ class Store:
         )
         row = next(iter(found), None)
         return _row_to_message(row) if row else None
+
+    # -- long conversations: recall and compaction -----------------------------------------
+
+    async def search_messages(
+        self, session_key: str, query: str, *, before_id: int, limit: int
+    ) -> list[StoredMessage]:
+        """Up to `limit` interactive messages before `before_id` matching an FTS5 query, best first.
+
+        `query` must already be a safe FTS5 expression (`bot.recall.fts_query`). Reads stop at the
+        session's context floor.
+        """
+        if limit <= 0 or not query:
+            return []
+        rows = await self._conn.execute_fetchall(
+            f"SELECT {_qualified_columns('m')} FROM messages_fts f JOIN messages m ON m.id = f.rowid "
+            "WHERE messages_fts MATCH ? AND m.session_key = ? AND m.origin = 'interactive' "
+            "AND m.id < ? AND m.id > (SELECT COALESCE((SELECT context_floor FROM sessions "
+            "WHERE key = ?), 0)) ORDER BY f.rank, m.id DESC LIMIT ?",
+            (query, session_key, before_id, session_key, limit),
+        )
+        return _rows_to_messages(rows)
+
+    async def messages_between(
+        self, session_key: str, *, after_id: int, before_id: int
+    ) -> list[StoredMessage]:
+        """Every interactive message with after_id < id < before_id above the context floor."""
+        return await self.recent_messages(
+            session_key, before_id=before_id, after_id=after_id, limit=-1
+        )
+
+    async def history_tokens(self, session_key: str, *, after_id: int) -> tuple[int, int]:
+        """(messages, estimated tokens) of interactive history after `after_id` and the floor."""
+        found = await self._conn.execute_fetchall(
+            "SELECT COUNT(*), COALESCE(SUM(token_estimate), 0) FROM messages "
+            "WHERE session_key = ? AND origin = 'interactive' AND id > MAX(?, (SELECT "
+            "COALESCE((SELECT context_floor FROM sessions WHERE key = ?), 0)))",
+            (session_key, after_id, session_key),
+        )
+        row = next(iter(found))
+        return int(row[0]), int(row[1])
+
+    async def latest_compaction(self, session_key: str) -> CompactionRecord | None:
+        """The session's newest compaction that summarised messages above its context floor."""
+        found = await self._conn.execute_fetchall(
+            f"SELECT {_COMPACTION_COLUMNS} FROM compactions WHERE session_key = ? AND "
+            "last_summarised_id > (SELECT COALESCE((SELECT context_floor FROM sessions "
+            "WHERE key = ?), 0)) ORDER BY id DESC LIMIT 1",
+            (session_key, session_key),
+        )
+        row = next(iter(found), None)
+        return CompactionRecord(*row) if row else None
+
+    async def compaction_by_id(self, compaction_id: int) -> CompactionRecord | None:
+        found = await self._conn.execute_fetchall(
+            f"SELECT {_COMPACTION_COLUMNS} FROM compactions WHERE id = ?", (compaction_id,)
+        )
+        row = next(iter(found), None)
+        return CompactionRecord(*row) if row else None
+
+    async def record_compaction(
+        self,
+        session_key: str,
+        *,
+        summary: str,
+        last_summarised_id: int,
+        first_kept_message_id: int,
+        tokens_before: int,
+        tokens_after: int,
+        model: str,
+        replaces: int | None,
+        notified: bool = False,
+    ) -> CompactionRecord | None:
+        """Write a compaction built on `replaces` (the latest one when it started, or None).
+
+        None when another compaction of the session was written meanwhile: the caller's summary
+        is stale and is dropped rather than hiding the newer one.
+        """
+        async with self._transaction():
+            found = await self._conn.execute_fetchall(
+                "SELECT MAX(id) FROM compactions WHERE session_key = ?", (session_key,)
+            )
+            latest = next(iter(found))[0]
+            if latest is not None and (replaces is None or latest > replaces):
+                return None
+            cursor = await self._conn.execute(
+                "INSERT INTO compactions (session_key, summary, last_summarised_id, "
+                "first_kept_message_id, tokens_before, tokens_after, model, created_at, notified) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (session_key, summary, last_summarised_id, first_kept_message_id, tokens_before,
+                 tokens_after, model, time.time(), int(notified)),
+            )
+        return await self.compaction_by_id(cursor.lastrowid or 0)
+
+    async def take_compaction_notice(self, session_key: str) -> CompactionRecord | None:
+        """The newest compaction the chat was not told about yet, marked as told."""
+        async with self._transaction():
+            found = await self._conn.execute_fetchall(
+                f"SELECT {_COMPACTION_COLUMNS} FROM compactions WHERE session_key = ? AND "
+                "notified = 0 ORDER BY id DESC LIMIT 1",
+                (session_key,),
+            )
+            row = next(iter(found), None)
+            if row is None:
+                return None
+            await self._conn.execute(
+                "UPDATE compactions SET notified = 1 WHERE session_key = ? AND notified = 0",
+                (session_key,),
+            )
+        return CompactionRecord(*row)
 
     # -- scheduled job runs ----------------------------------------------------------------
 
@@ -520,7 +667,7 @@ class Store:
             "WHERE r.job_id = ? AND r.status = 'delivered' ORDER BY r.scheduled_for DESC LIMIT ?",
             (job_id, limit),
         )
-        return [_row_to_message(row) for row in reversed(list(rows))]
+        return _rows_to_messages(reversed(list(rows)))
 
     async def message_by_id(self, message_id: int) -> StoredMessage | None:
         found = await self._conn.execute_fetchall(
@@ -556,30 +703,190 @@ class Store:
             "ORDER BY id DESC LIMIT ?",
             (session_key, limit),
         )
-        return [_row_to_message(row) for row in reversed(list(rows))]
+        return _rows_to_messages(reversed(list(rows)))
 
     async def snapshots(self, session_key: str) -> list[SnapshotRecord]:
+        """Every turn's snapshot, numbered from 1; an unreadable one keeps its number but is left out."""
         rows = await self._conn.execute_fetchall(
             "SELECT request_message_id, reply_message_id, created_at, hash, snapshot "
             "FROM context_snapshots WHERE session_key = ? ORDER BY id",
             (session_key,),
         )
-        return [
-            SnapshotRecord(turn, row[0], row[1], row[2], row[3], json.loads(row[4]))
-            for turn, row in enumerate(rows, start=1)
-        ]
+        records = []
+        for turn, row in enumerate(rows, start=1):
+            try:
+                snapshot = json.loads(row[4])
+                if not isinstance(snapshot, dict):
+                    raise ValueError("not a JSON object")
+            except (ValueError, TypeError) as exc:
+                log.warning("unreadable context snapshot skipped", session_key=session_key,
+                            turn=turn, error=str(exc))
+                continue
+            records.append(SnapshotRecord(turn, row[0], row[1], row[2], row[3], snapshot))
+        return records
+
+    # -- operations: integrity, backup, pruning --------------------------------------------------
+
+    @staticmethod
+    def damaged(path: Path, detail: str) -> StoreError:
+        """The error for a database file SQLite finds damaged, saying what to do about it."""
+        return StoreError(
+            f"database {path} is damaged ({detail}); stop the daemon, move the file aside and "
+            "restore the newest backup (`switchboard db backup` makes them), or start afresh"
+        )
+
+    async def check_integrity(self) -> None:
+        """`PRAGMA quick_check`: StoreError naming the file when SQLite finds it damaged."""
+        try:
+            rows = await self._conn.execute_fetchall("PRAGMA quick_check")
+        except sqlite3.DatabaseError as exc:
+            raise Store.damaged(self.path, str(exc)) from exc
+        problems = [str(row[0]) for row in rows if row[0] != "ok"]
+        if problems:
+            shown = "; ".join(problems[:3]) + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else "")
+            raise Store.damaged(self.path, shown)
+
+    async def backup_to(self, target: Path) -> None:
+        """Copy the whole database, consistent as of one moment, into a new file (mode 0600).
+
+        SQLite's online backup reads under a read transaction, so a running daemon keeps writing.
+        """
+        fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(fd)
+        copy = await aiosqlite.connect(target)
+        try:
+            await self._conn.backup(copy)
+        finally:
+            await copy.close()
+
+    async def prune_interactive(
+        self, before: float, *, keep_recent: int, keep_turns: dict[str, int], dry_run: bool = False
+    ) -> PruneReport:
+        """Delete interactive messages older than `before` that no limit can still reach.
+
+        Kept in every session: the newest `keep_recent` interactive messages (what a turn reads),
+        everything from the `keep_turns[session]`-th newest user message on, requests still
+        waiting for a reply, scheduled outputs, and any message another table refers to (other
+        than the platform ids and context snapshots, which go with their message).
+        """
+        async with self._transaction():
+            await self._conn.execute("CREATE TEMP TABLE IF NOT EXISTS prune_ids (id INTEGER PRIMARY KEY)")
+            await self._conn.execute("DELETE FROM temp.prune_ids")
+            guards = "".join(
+                f" AND id NOT IN (SELECT {column} FROM {table} WHERE {column} IS NOT NULL)"
+                for table, column in await self._references_to_messages()
+            )
+            keys = [str(row[0]) for row in await self._conn.execute_fetchall("SELECT key FROM sessions")]
+            for key in keys:
+                floor = await self._nth_newest_id(key, keep_recent, users_only=False)
+                turns = keep_turns.get(key, 0)
+                if turns > 0:
+                    floor = min(floor, await self._nth_newest_id(key, turns, users_only=True))
+                await self._conn.execute(
+                    "INSERT INTO temp.prune_ids SELECT id FROM messages WHERE session_key = ? "
+                    "AND origin = 'interactive' AND created_at < ? AND id < ? AND awaiting_reply = 0"
+                    + guards,
+                    (key, before, floor),
+                )
+            per_session = {
+                str(row[0]): int(row[1]) for row in await self._conn.execute_fetchall(
+                    "SELECT session_key, COUNT(*) FROM messages WHERE id IN (SELECT id FROM temp.prune_ids) "
+                    "GROUP BY session_key ORDER BY session_key"
+                )
+            }
+            snapshot_filter = (
+                "FROM context_snapshots WHERE request_message_id IN (SELECT id FROM temp.prune_ids) "
+                "OR reply_message_id IN (SELECT id FROM temp.prune_ids)"
+            )
+            snapshots = await self._count(f"SELECT COUNT(*) {snapshot_filter}")
+            if not dry_run:
+                await self._conn.execute(f"DELETE {snapshot_filter}")
+                await self._conn.execute(
+                    "DELETE FROM provider_messages WHERE message_id IN (SELECT id FROM temp.prune_ids)")
+                for key in per_session:
+                    await self._conn.execute(
+                        "UPDATE sessions SET message_count = message_count - (SELECT COUNT(*) "
+                        "FROM messages WHERE session_key = ?1 AND id IN (SELECT id FROM temp.prune_ids)), "
+                        "user_turns = user_turns - (SELECT COUNT(*) FROM messages WHERE session_key = ?1 "
+                        "AND role = 'user' AND id IN (SELECT id FROM temp.prune_ids)) WHERE key = ?1",
+                        (key,),
+                    )
+                await self._conn.execute("DELETE FROM messages WHERE id IN (SELECT id FROM temp.prune_ids)")
+            await self._conn.execute("DELETE FROM temp.prune_ids")
+        return PruneReport(per_session, snapshots, dry_run)
+
+    async def _nth_newest_id(self, session_key: str, n: int, *, users_only: bool) -> int:
+        """Id of the n-th newest interactive (user) message of a session; 0 when it has fewer."""
+        if n <= 0:
+            return _NO_ID_ABOVE
+        found = await self._conn.execute_fetchall(
+            "SELECT id FROM messages WHERE session_key = ? AND origin = 'interactive'"
+            + (" AND role = 'user'" if users_only else "") + " ORDER BY id DESC LIMIT 1 OFFSET ?",
+            (session_key, n - 1),
+        )
+        row = next(iter(found), None)
+        return int(row[0]) if row else 0
+
+    async def _references_to_messages(self) -> list[tuple[str, str]]:
+        """(table, column) of every foreign key to messages.id, except those pruning cleans up."""
+        tables = [str(row[0]) for row in await self._conn.execute_fetchall(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+        found: list[tuple[str, str]] = []
+        for table in tables:
+            if table in ("messages", "provider_messages", "context_snapshots"):
+                continue
+            for ref in await self._conn.execute_fetchall(f'PRAGMA foreign_key_list("{table}")'):
+                if ref["table"] == "messages":
+                    found.append((f'"{table}"', f'"{ref["from"]}"'))
+        return found
+
+    async def _count(self, sql: str) -> int:
+        found = await self._conn.execute_fetchall(sql)
+        row = next(iter(found), None)
+        return int(row[0]) if row else 0
+
+    async def foreign_key_problems(self) -> int:
+        """Rows whose foreign key points nowhere (`PRAGMA foreign_key_check`); 0 in a sound file."""
+        return len(list(await self._conn.execute_fetchall("PRAGMA foreign_key_check")))
+
+    async def message_count(self) -> int:
+        return await self._count("SELECT COUNT(*) FROM messages")
 
 
 def _statements(sql: str) -> list[str]:
-    return [part.strip() for part in sql.split(";") if part.strip()]
+    """Split a migration into statements; a trigger body's own semicolons stay inside it."""
+    statements: list[str] = []
+    pending = ""
+    for part in sql.split(";"):
+        pending += part + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                statements.append(pending.strip())
+            pending = ""
+    return statements
 
 
 def _qualified_columns(alias: str) -> str:
     return ", ".join(f"{alias}.{name.strip()}" for name in _MESSAGE_COLUMNS.split(","))
 
 
+def _rows_to_messages(rows: Iterable[Any]) -> list[StoredMessage]:
+    """Messages from rows; a malformed row is skipped with a warning instead of failing the read."""
+    messages = []
+    for row in rows:
+        try:
+            messages.append(_row_to_message(row))
+        except (ValueError, TypeError, IndexError) as exc:
+            log.warning("malformed message row skipped", message_id=row[0], error=str(exc))
+    return messages
+
+
 def _row_to_message(row: Any) -> StoredMessage:
     actions = tuple(json.loads(row[10])) if row[10] else ()
+    if not all(isinstance(action, str) for action in actions):
+        raise ValueError("actions is not a list of strings")
+    if not isinstance(row[4], str) or row[2] not in ("user", "assistant"):
+        raise ValueError("text or role is malformed")
     return StoredMessage(
         id=row[0], session_key=row[1], role=row[2], origin=row[3], text=row[4],
         created_at=row[5], sender_id=row[6], sender_name=row[7], provider_message_id=row[8],

@@ -333,6 +333,13 @@ class DiscordChannel:
             return True
         return False
 
+    def reconfigure(self, config: DiscordConfig) -> None:
+        """Apply a reloaded section (access lists, mentions, reply age) to messages from now on.
+
+        The token and connection settings are read once; the daemon restarts the channel for those.
+        """
+        self._config = config
+
     async def stop(self) -> None:
         """Stop taking input; the client stays open so turns in flight still deliver.
 

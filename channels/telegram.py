@@ -272,6 +272,13 @@ class TelegramChannel:
             if app.running:
                 await app.stop()
 
+    def reconfigure(self, config: TelegramConfig) -> None:
+        """Apply a reloaded section (access lists, mentions, reply age) to messages from now on.
+
+        The token and connection settings are read once; the daemon restarts the channel for those.
+        """
+        self._config = config
+
     async def stop(self) -> None:
         self._stopped.set()
         await self._stop_input()

@@ -73,6 +73,12 @@ async def running(
     daemon = Daemon(config, channels, brain=brain)
     task = asyncio.create_task(daemon.run())
     try:
+        # Started (router up, channels running) or failed: a failure surfaces from the task.
+        started = asyncio.create_task(daemon.started.wait())
+        await asyncio.wait([started, task], timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        started.cancel()
+        if task.done():
+            task.result()
         yield daemon
     finally:
         daemon.request_stop()

@@ -48,6 +48,10 @@ def test_conversation_defaults_match_the_spec() -> None:
         "previous_tasks_count": 3,
         "selection_fallback": "recent",
         "history_limit": 0,
+        "context_window": 0,
+        "reserve_tokens": 20000,
+        "history_share": 0.5,
+        "recall_count": 0,
     }
 
 

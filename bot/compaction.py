@@ -1,0 +1,248 @@
+"""Compaction: the older part of a long session summarised by the fast model, in chunks.
+
+The summary is written as a compaction record; later contexts start with it and read messages
+from the record's first kept message on. Nothing is deleted: the full history stays stored, and a
+failed compaction leaves everything as it was (the token budget's trimming still bounds context).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import structlog
+
+from bot.brain import Brain, FastCompleter
+from bot.budget import SAFETY_MARGIN, Budget, cost, message_cost
+from bot.config import Config
+from bot.errors import BotError, ModelError
+from bot.messages import StoredMessage
+from bot.store import CompactionRecord, Store
+
+log = structlog.get_logger("switchboard.compaction")
+
+ATTEMPTS = 3
+CONCURRENT_CHUNKS = 4
+# After a failed automatic compaction the session is not tried again for a while: each try costs
+# model calls, and trimming keeps the context in bounds meanwhile.
+RETRY_AFTER = 600.0
+_NO_UPPER_BOUND = 2**63 - 1
+
+NOTICE = (
+    "(This conversation has grown long, so I summarised its older part to keep going; "
+    "the full history is still stored.)"
+)
+SUMMARY_SYSTEM = (
+    "You summarise part of a chat so the conversation can continue without it. Keep every "
+    "decision, open question or request, constraint and preference, and copy exact identifiers "
+    "verbatim (names, numbers, dates, ids, URLs, file paths, amounts). Leave out small talk. "
+    "Plain text, short lines, no preamble."
+)
+MERGE_SYSTEM = (
+    "You merge summaries of consecutive parts of one chat, oldest first, into one summary. Keep "
+    "every decision, open question or request, constraint and exact identifier; when a later "
+    "part changes an earlier decision, keep the later one. Plain text, short lines, no preamble."
+)
+
+
+class CompactionError(BotError):
+    """A compaction could not be completed; nothing was written."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What one compaction summarises and what it keeps verbatim."""
+
+    previous: CompactionRecord | None
+    summarise: list[StoredMessage]
+    keep: list[StoredMessage]
+
+
+def plan(
+    previous: CompactionRecord | None, messages: Sequence[StoredMessage], keep_recent: int
+) -> Plan:
+    """Summarise all uncompacted messages but the newest `keep_recent`."""
+    cut = max(len(messages) - keep_recent, 0)
+    return Plan(previous, list(messages[:cut]), list(messages[cut:]))
+
+
+def split_chunks(messages: Sequence[StoredMessage], chunk_tokens: int) -> list[list[StoredMessage]]:
+    """Consecutive chunks of about equal token share, none over `chunk_tokens` unless one message
+    alone is: such a message is a chunk of its own (and is clipped when rendered)."""
+    sizes = [max(message_cost(m), 1) for m in messages]
+    parts = max(1, math.ceil(sum(sizes) / chunk_tokens))
+    target = sum(sizes) / parts
+    chunks: list[list[StoredMessage]] = []
+    current: list[StoredMessage] = []
+    filled = 0
+    for message, size in zip(messages, sizes, strict=True):
+        if size > chunk_tokens:
+            if current:
+                chunks.append(current)
+            chunks.append([message])
+            current, filled = [], 0
+            continue
+        if current and (filled + size > chunk_tokens or filled >= target):
+            chunks.append(current)
+            current, filled = [], 0
+        current.append(message)
+        filled += size
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def render_chunk(messages: Sequence[StoredMessage], chunk_tokens: int) -> str:
+    """The chunk as dated speaker lines; a message too big for one call keeps its head only."""
+    max_chars = chunk_tokens * 4
+    lines = []
+    for message in messages:
+        when = datetime.fromtimestamp(message.created_at, UTC).strftime("%Y-%m-%d %H:%M")
+        speaker = "assistant" if message.role == "assistant" else (message.sender_name or "user")
+        text = message.text
+        if len(text) > max_chars:
+            cut = len(text) - max_chars
+            text = text[:max_chars] + f"\n[…the rest of this message ({cut} characters) is cut]"
+        lines.append(f"[{when}] {speaker}: {text}")
+        if message.actions:
+            lines.append(f"    actions: {'; '.join(message.actions)}")
+    return "Summarise this part of the chat:\n\n" + "\n".join(lines)
+
+
+def merge_prompt(parts: Sequence[str]) -> str:
+    numbered = [f"Part {index}:\n{part}" for index, part in enumerate(parts, start=1)]
+    return "Merge these summaries, oldest first:\n\n" + "\n\n".join(numbered)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a compaction did: the record written, or why none was."""
+
+    record: CompactionRecord | None
+    reason: str
+    summarised: int = 0
+    calls: int = 0
+
+
+class Compactor:
+    """Compacts sessions: automatically after a turn when history outgrows the budget, or on request."""
+
+    def __init__(self, config: Config, store: Store, brain: Brain, budget: Budget) -> None:
+        self._config = config
+        self._settings = config.compaction
+        self._store = store
+        self._brain = brain
+        self._budget = budget
+        self._failed_at: dict[str, float] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def due(self, session: str) -> bool:
+        """Whether the uncompacted history (with the summary) is past the trigger share of the budget."""
+        latest = await self._store.latest_compaction(session)
+        after = latest.first_kept_message_id - 1 if latest else 0
+        count, tokens = await self._store.history_tokens(session, after_id=after)
+        if count <= self._settings.keep_recent:
+            return False
+        size = math.ceil(tokens * SAFETY_MARGIN) + (cost(latest.summary) if latest else 0)
+        return size > self._budget.history_tokens * self._settings.trigger_share
+
+    async def maybe_compact(self, session: str) -> Outcome | None:
+        """Compact when due and enabled; never raises (a failure is logged, trimming carries on)."""
+        if not self._settings.enabled:
+            return None
+        failed = self._failed_at.get(session)
+        if failed is not None and time.monotonic() - failed < RETRY_AFTER:
+            return None
+        try:
+            if not await self.due(session):
+                return None
+            return await self.compact(session)
+        except Exception as exc:  # compaction is an optimisation: it must never cost a turn
+            self._failed_at[session] = time.monotonic()
+            log.warning("compaction failed; context is trimmed instead", session_key=session,
+                        error=f"{type(exc).__name__}: {exc}")
+            return None
+
+    async def compact(self, session: str, *, notified: bool = False) -> Outcome:
+        """Summarise the session's older part now; raises CompactionError when it cannot."""
+        lock = self._locks.setdefault(session, asyncio.Lock())
+        async with lock:
+            try:
+                async with asyncio.timeout(self._settings.timeout):
+                    return await self._compact(session, notified)
+            except TimeoutError as exc:
+                raise CompactionError(
+                    f"compaction of {session} took longer than {self._settings.timeout:g}s"
+                ) from exc
+
+    async def _compact(self, session: str, notified: bool) -> Outcome:
+        started = time.perf_counter()
+        latest = await self._store.latest_compaction(session)
+        after = latest.first_kept_message_id - 1 if latest else 0
+        messages = await self._store.messages_between(session, after_id=after, before_id=_NO_UPPER_BOUND)
+        work = plan(latest, messages, self._settings.keep_recent)
+        if not work.summarise:
+            return Outcome(None, f"nothing to compact: {len(messages)} messages since the last summary")
+        completer = self._brain.fast_completer()
+        if completer is None:
+            raise CompactionError("no fast completer (no API key)")
+        model = self._brain.model_for(self._settings.model)
+        deadline = time.monotonic() + self._settings.timeout
+        chunk_tokens = self._settings.chunk_tokens
+        chunks = split_chunks(work.summarise, chunk_tokens)
+        gate = asyncio.Semaphore(CONCURRENT_CHUNKS)
+
+        async def summarise(chunk: list[StoredMessage]) -> str:
+            async with gate:
+                return await _ask(completer, render_chunk(chunk, chunk_tokens), SUMMARY_SYSTEM,
+                                  model, deadline)
+
+        partials = list(await asyncio.gather(*(summarise(chunk) for chunk in chunks)))
+        calls = len(partials)
+        if latest is not None:
+            partials.insert(0, latest.summary)
+        summary = partials[0]
+        if len(partials) > 1:
+            summary = await _ask(completer, merge_prompt(partials), MERGE_SYSTEM, model, deadline)
+            calls += 1
+        before = sum(message_cost(m) for m in messages) + (cost(latest.summary) if latest else 0)
+        after_tokens = cost(summary) + sum(message_cost(m) for m in work.keep)
+        last = work.summarise[-1].id
+        record = await self._store.record_compaction(
+            session, summary=summary, last_summarised_id=last,
+            first_kept_message_id=work.keep[0].id if work.keep else last + 1,
+            tokens_before=before, tokens_after=after_tokens, model=model,
+            replaces=latest.id if latest else None, notified=notified,
+        )
+        if record is None:
+            return Outcome(None, "another compaction of this session was written meanwhile")
+        self._failed_at.pop(session, None)
+        log.info("compacted", session_key=session, compaction_id=record.id,
+                 summarised=len(work.summarise), kept=len(work.keep), chunks=len(chunks),
+                 tokens_before=before, tokens_after=after_tokens,
+                 ms=round((time.perf_counter() - started) * 1000, 1))
+        return Outcome(record, "compacted", len(work.summarise), calls)
+
+
+async def _ask(
+    completer: FastCompleter, prompt: str, system: str, model: str, deadline: float
+) -> str:
+    """One summary, tried up to ATTEMPTS times (an error or an empty answer is a failed try)."""
+    problem = "no attempt made"
+    for _ in range(ATTEMPTS):
+        if time.monotonic() >= deadline:
+            break
+        try:
+            completion = await completer.complete(prompt, system=system, model=model, deadline=deadline)
+        except ModelError as exc:
+            problem = str(exc)
+            continue
+        text = completion.text.strip()
+        if text:
+            return text
+        problem = "empty answer"
+    raise CompactionError(f"a summary failed after {ATTEMPTS} tries: {problem}")
