@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 import structlog
 
+from bot.access import REFUSED_DM_REPLY
 from bot.brain import AnthropicBrain
 from bot.config import load_config
 from bot.control import request, socket_path
-from bot.daemon import Daemon
+from bot.daemon import Daemon, build_channels
 from bot.errors import StoreError
 from bot.messages import ChatRef, InboundMessage
 from bot.notify import Notifier
@@ -36,10 +37,13 @@ from tests.harness import (
     reply_requests,
     request_text,
     router_of,
+    running,
     say,
     wait_until,
 )
 from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
+from tests.standins.telegram_api import TelegramStandIn, private_chat
+from tests.standins.telegram_api import user as tg_user
 
 
 def toml(data: dict[str, Any]) -> str:
@@ -331,6 +335,43 @@ async def test_reload_adds_changes_and_removes_schedules(api: AnthropicStandIn, 
     assert added["next_run"].endswith(":00:00+00:00")
     assert disabled["enabled"] is False and disabled["next_run"] is None
     assert removed == []
+
+
+async def test_reload_applies_access_lists_and_turns_a_channel_off_and_on_losing_nothing(
+    api: AnthropicStandIn, config_file: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reload that allows a new user lets them in at once; one that disables Telegram stops it,
+    and enabling it again answers what was sent meanwhile."""
+    async with TelegramStandIn() as tg:
+        monkeypatch.setenv("TELEGRAM_BOT_TOKEN", tg.token)
+
+        def telegram(**section: Any) -> dict[str, Any]:
+            return {"channels": {"telegram": {"enabled": True, "base_url": tg.base_url, **section}}}
+
+        ada, bea = tg_user(42, "Ada"), tg_user(7, "Bea")
+        path = config_file(**telegram(allow_from=[42]))
+        config = load_config(path)
+        brain = AnthropicBrain(config.anthropic, API_KEY)
+        async with running(config, build_channels(config, console=False), brain) as daemon:
+            tg.push_message(private_chat(bea), bea, "let me in")
+            await tg.wait_for(lambda: [m for m in tg.sent if m.chat_id == 7])
+            config_file(**telegram(allow_from=[42, 7]))
+            assert (await daemon.reload())["changed"] == ["channels"]
+            tg.push_message(private_chat(bea), bea, "now?")
+            await tg.wait_for(lambda: len([m for m in tg.sent if m.chat_id == 7]) == 2)
+
+            config_file(**telegram(enabled=False, allow_from=[42, 7]))
+            await daemon.reload()
+            off = await daemon.status()
+            tg.push_message(private_chat(ada), ada, "while you were away")
+            config_file(**telegram(allow_from=[42, 7]))
+            await daemon.reload()
+            await tg.wait_for(lambda: [m for m in tg.sent if m.chat_id == 42])
+            on = await daemon.status()
+    assert [m.visible_text for m in tg.sent if m.chat_id == 7] == [REFUSED_DM_REPLY, "re: now?"]
+    assert off["channels"] == []
+    assert on["channels"] == [{"provider": "telegram", "state": "connected", "error": None}]
+    assert [m.visible_text for m in tg.sent if m.chat_id == 42] == ["re: while you were away"]
 
 
 # -- control socket ------------------------------------------------------------------------------
