@@ -6,7 +6,7 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, cast
 
 import anthropic
@@ -48,13 +48,15 @@ class Completion:
     input_tokens: int = 0
     output_tokens: int = 0
     attempts: int = 1
+    # "max_tokens" when the answer was cut at the limit (the provider's own word for it).
+    stop_reason: str | None = None
 
 
 class FastCompleter(Protocol):
-    """A small, quick model call (triage), through whichever provider the agent uses."""
+    """A small, quick model call (triage, summaries), through whichever provider the agent uses."""
 
     async def complete(
-        self, prompt: str, *, system: str, model: str, deadline: float
+        self, prompt: str, *, system: str, model: str, deadline: float, max_tokens: int = 256
     ) -> Completion: ...
 
 
@@ -118,20 +120,23 @@ class AnthropicBrain:
 
         return await self._with_retries(attempt, request.deadline, "reply")
 
-    async def complete(self, prompt: str, *, system: str, model: str, deadline: float) -> Completion:
+    async def complete(
+        self, prompt: str, *, system: str, model: str, deadline: float, max_tokens: int = 256
+    ) -> Completion:
         client = self._require_client()
 
         async def attempt(timeout: float) -> Completion:
             message = await client.with_options(timeout=timeout).messages.create(
                 model=model,
-                max_tokens=256,
+                max_tokens=max_tokens,
                 system=system,
                 messages=[{"role": "user", "content": prompt}],
                 stream=False,
             )
             text = "".join(block.text for block in message.content if block.type == "text")
             return Completion(
-                text, model, message.usage.input_tokens, message.usage.output_tokens
+                text, model, message.usage.input_tokens, message.usage.output_tokens,
+                stop_reason=message.stop_reason,
             )
 
         return await self._with_retries(attempt, deadline, "fast completion")
@@ -156,9 +161,7 @@ class AnthropicBrain:
             try:
                 async with asyncio.timeout(remaining):
                     result = await call(remaining)
-                return Completion(
-                    result.text, result.model, result.input_tokens, result.output_tokens, attempt
-                )
+                return replace(result, attempts=attempt)
             except TimeoutError:
                 last_error = "timed out"
                 break

@@ -237,15 +237,16 @@ def _context(args: argparse.Namespace) -> int:
     from bot.replay import pick_turn
 
     config = _load(args)
+    _logging(config, quiet=True)  # an unreadable snapshot's warning goes to stderr
     key = str(parse(args.session_key))
 
     async def show() -> None:
         async with _open_store(config) as store:
             await store.session(key)
-            snapshots = await store.snapshots(key)
-            record = pick_turn(snapshots, key, args.turn)
+            total = await store.snapshot_count(key)
+            record = pick_turn(await store.snapshots(key), key, args.turn, total)
             snap = record.snapshot
-            print(f"turn {record.turn} of {snapshots[-1].turn}  at {_when(record.created_at)}  "
+            print(f"turn {record.turn} of {total}  at {_when(record.created_at)}  "
                   f"request #{record.request_message_id}  reply #{record.reply_message_id}")
             if snap.get("status") == "failed":
                 print(f"FAILED: {snap.get('error')}")
@@ -253,27 +254,28 @@ def _context(args: argparse.Namespace) -> int:
                   f"counts {snap.get('counts', {})}")
             tokens = snap.get("tokens")
             if tokens and tokens.get("budget"):
-                print(f"tokens ~{tokens['estimate']} of a {tokens['budget']} history budget "
+                print(f"tokens ~{tokens.get('estimate')} of a {tokens['budget']} history budget "
                       f"(estimates x1.2)")
             if snap.get("compaction") is not None:
                 print(f"summary from compaction #{snap['compaction']} leads the context")
             triage = snap.get("triage")
             if triage:
-                print(f"triage {triage['outcome']}: {triage['selected']} of {triage['candidates']} "
-                      f"older turns kept, {triage['latency_ms']} ms, "
-                      f"{triage['input_tokens']}+{triage['output_tokens']} tokens"
-                      + (f", {triage['error']}" if triage["error"] else ""))
+                error = triage.get("error")
+                print(f"triage {triage.get('outcome')}: {triage.get('selected', 0)} of "
+                      f"{triage.get('candidates', 0)} older turns kept, {triage.get('latency_ms', 0)} ms, "
+                      f"{triage.get('input_tokens', 0)}+{triage.get('output_tokens', 0)} tokens"
+                      + (f", {error}" if error else ""))
             for entry in snap.get("entries", []):
                 print(f"  #{entry['id']:<8} {entry['role']:<9} {entry['reason']}")
             for message_id in snap.get("scheduled_block", []):
                 print(f"  #{message_id:<8} scheduled previous-tasks block")
             for trimmed in snap.get("trimmed", []):
-                print(f"  #{trimmed['id']:<8} trimmed   {trimmed['reason']}")
+                print(f"  #{trimmed['id']:<8} trimmed   {trimmed.get('reason', 'budget')}")
             recalled = snap.get("recalled") or []
             if recalled:
                 print(f"recalled by full-text search: {' '.join(f'#{i}' for i in recalled)}")
 
-    asyncio.run(show())
+    _on_database(config, show)
     return 0
 
 
@@ -282,6 +284,7 @@ def _replay(args: argparse.Namespace) -> int:
     from bot.replay import replay
 
     config = _load(args)
+    _logging(config, quiet=True)  # skipped rows and snapshots are warned about on stderr
     key = str(parse(args.session_key))
 
     async def run() -> int:
@@ -305,7 +308,8 @@ def _replay(args: argparse.Namespace) -> int:
         print("only rebuilt:  " + (" ".join(f"#{i}" for i in extra) or "-"))
         return 1
 
-    return asyncio.run(run())
+    code: int = _on_database(config, run)
+    return code
 
 
 def _compact(args: argparse.Namespace) -> int:

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.brain import AnthropicBrain
 from bot.compaction import CompactionError, Compactor
 from bot.config import Config, resolve_history_limit
-from bot.context_builder import ContextBuilder
 from bot.errors import SessionNotFoundError
 from bot.messages import InboundMessage
 from bot.router import Router
@@ -60,13 +58,10 @@ def is_known(name: str) -> bool:
 class CommandHandler:
     """Runs a command for the session it was sent in and returns the text to answer with."""
 
-    def __init__(
-        self, config: Config, store: Store, router: Router, compactor: Compactor | None = None
-    ) -> None:
+    def __init__(self, config: Config, store: Store, router: Router, compactor: Compactor) -> None:
         self._config = config
         self._store = store
         self._router = router
-        # Without the daemon's compactor, /compact makes its own brain for the one call.
         self._compactor = compactor
 
     async def run(self, name: str, inbound: InboundMessage) -> str:
@@ -116,20 +111,11 @@ class CommandHandler:
     async def _compact(self, inbound: InboundMessage) -> str:
         key = str(inbound.session_key)
         try:
-            if self._compactor is not None:
-                outcome = await self._compactor.compact(key, notified=True)
-            else:
-                config = self._config
-                brain = AnthropicBrain(config.anthropic, config.anthropic.api_key())
-                try:
-                    budget = ContextBuilder(config, self._store, brain).budget
-                    outcome = await Compactor(config, self._store, brain, budget).compact(
-                        key, notified=True
-                    )
-                finally:
-                    await brain.aclose()
+            outcome = await self._compactor.compact(key, notified=True)
         except CompactionError as exc:
             return f"I couldn't summarise this chat now ({exc}). Nothing was lost."
+        if outcome.status == "superseded":
+            return "This chat was just summarised (another summary finished first); nothing was lost."
         if outcome.record is None:
             return "Nothing to summarise yet: this chat is still short."
         kept = self._config.compaction.keep_recent

@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Literal
 
 import structlog
 
@@ -26,6 +28,8 @@ from bot.store import CompactionRecord, Store
 log = structlog.get_logger("switchboard.compaction")
 
 ATTEMPTS = 3
+# Room for one summary (a chunk of ~6 000 tokens of chat or a merge); triage's 256 would cut it.
+SUMMARY_MAX_TOKENS = 2048
 CONCURRENT_CHUNKS = 4
 # After a failed automatic compaction the session is not tried again for a while: each try costs
 # model calls, and trimming keeps the context in bounds meanwhile.
@@ -74,11 +78,13 @@ def split_chunks(messages: Sequence[StoredMessage], chunk_tokens: int) -> list[l
     """Consecutive chunks of about equal token share, none over `chunk_tokens` unless one message
     alone is: such a message is a chunk of its own (and is clipped when rendered)."""
     sizes = [max(message_cost(m), 1) for m in messages]
-    parts = max(1, math.ceil(sum(sizes) / chunk_tokens))
-    target = sum(sizes) / parts
+    total = sum(size for size in sizes if size <= chunk_tokens)
+    target = total / max(1, math.ceil(total / chunk_tokens)) if total else 1.0
     chunks: list[list[StoredMessage]] = []
     current: list[StoredMessage] = []
     filled = 0
+    position = 0  # tokens of the messages before this one (oversized ones left out)
+    share = 0
     for message, size in zip(messages, sizes, strict=True):
         if size > chunk_tokens:
             if current:
@@ -86,11 +92,16 @@ def split_chunks(messages: Sequence[StoredMessage], chunk_tokens: int) -> list[l
             chunks.append([message])
             current, filled = [], 0
             continue
-        if current and (filled + size > chunk_tokens or filled >= target):
+        # A message belongs to the share its middle falls in: boundaries sit at multiples of
+        # the target, so one chunk's overshoot does not leave the last chunk a scrap.
+        mine = int((position + size / 2) // target)
+        if current and (mine > share or filled + size > chunk_tokens):
             chunks.append(current)
             current, filled = [], 0
+        share = max(share, mine)
         current.append(message)
         filled += size
+        position += size
     if current:
         chunks.append(current)
     return chunks
@@ -126,6 +137,22 @@ class Outcome:
     reason: str
     summarised: int = 0
     calls: int = 0
+    # "nothing": too few messages since the last summary; "superseded": another compaction of
+    # the session was written while this one ran.
+    status: Literal["compacted", "nothing", "superseded"] = "compacted"
+
+
+@dataclass
+class _Sessions:
+    """Per-session locks and failure times of one database."""
+
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    failed_at: dict[str, float] = field(default_factory=dict)
+
+
+# Shared by every Compactor on the same store: the turn runner's, /compact's and the runner
+# built after a config reload must not compact one session at once or forget a failure.
+_SESSIONS: weakref.WeakKeyDictionary[Store, _Sessions] = weakref.WeakKeyDictionary()
 
 
 class Compactor:
@@ -137,8 +164,9 @@ class Compactor:
         self._store = store
         self._brain = brain
         self._budget = budget
-        self._failed_at: dict[str, float] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        sessions = _SESSIONS.setdefault(store, _Sessions())
+        self._failed_at = sessions.failed_at
+        self._locks = sessions.locks
 
     async def due(self, session: str) -> bool:
         """Whether the uncompacted history (with the summary) is past the trigger share of the budget."""
@@ -186,10 +214,17 @@ class Compactor:
         messages = await self._store.messages_between(session, after_id=after, before_id=_NO_UPPER_BOUND)
         work = plan(latest, messages, self._settings.keep_recent)
         if not work.summarise:
-            return Outcome(None, f"nothing to compact: {len(messages)} messages since the last summary")
+            since = "since the last summary" if latest else "in its context"
+            return Outcome(
+                None, f"nothing to compact: the session has {len(messages)} messages {since}, and "
+                f"the newest {self._settings.keep_recent} always stay as they are", status="nothing",
+            )
         completer = self._brain.fast_completer()
         if completer is None:
-            raise CompactionError("no fast completer (no API key)")
+            raise CompactionError(
+                f"no model to summarise with: set the {self._config.anthropic.api_key_env} "
+                "environment variable"
+            )
         model = self._brain.model_for(self._settings.model)
         deadline = time.monotonic() + self._settings.timeout
         chunk_tokens = self._settings.chunk_tokens
@@ -201,7 +236,13 @@ class Compactor:
                 return await _ask(completer, render_chunk(chunk, chunk_tokens), SUMMARY_SYSTEM,
                                   model, deadline)
 
-        partials = list(await asyncio.gather(*(summarise(chunk) for chunk in chunks)))
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(summarise(chunk)) for chunk in chunks]
+        except ExceptionGroup as failed:
+            # One chunk that fails for good fails the compaction; its siblings were cancelled.
+            raise failed.exceptions[0] from None
+        partials = [task.result() for task in tasks]
         calls = len(partials)
         if latest is not None:
             partials.insert(0, latest.summary)
@@ -219,7 +260,8 @@ class Compactor:
             replaces=latest.id if latest else None, notified=notified,
         )
         if record is None:
-            return Outcome(None, "another compaction of this session was written meanwhile")
+            return Outcome(None, "another compaction of this session was written meanwhile",
+                           status="superseded")
         self._failed_at.pop(session, None)
         log.info("compacted", session_key=session, compaction_id=record.id,
                  summarised=len(work.summarise), kept=len(work.keep), chunks=len(chunks),
@@ -231,18 +273,27 @@ class Compactor:
 async def _ask(
     completer: FastCompleter, prompt: str, system: str, model: str, deadline: float
 ) -> str:
-    """One summary, tried up to ATTEMPTS times (an error or an empty answer is a failed try)."""
+    """One summary, tried up to ATTEMPTS times.
+
+    An error, an empty answer or one cut at the token limit (its end, the newest part, would be
+    missing) is a failed try.
+    """
     problem = "no attempt made"
     for _ in range(ATTEMPTS):
         if time.monotonic() >= deadline:
             break
         try:
-            completion = await completer.complete(prompt, system=system, model=model, deadline=deadline)
+            completion = await completer.complete(
+                prompt, system=system, model=model, deadline=deadline, max_tokens=SUMMARY_MAX_TOKENS
+            )
         except ModelError as exc:
             problem = str(exc)
             continue
         text = completion.text.strip()
-        if text:
+        if completion.stop_reason == "max_tokens":
+            problem = f"the summary was cut at {SUMMARY_MAX_TOKENS} tokens"
+        elif text:
             return text
-        problem = "empty answer"
+        else:
+            problem = "empty answer"
     raise CompactionError(f"a summary failed after {ATTEMPTS} tries: {problem}")

@@ -6,7 +6,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from bot.messages import ChatRef, StoredMessage
 
@@ -64,6 +64,23 @@ def group_turns(messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
         else:
             units[-1].append(message)
     return units
+
+
+def triage_candidates(
+    recalled: Sequence[StoredMessage], window: Sequence[StoredMessage]
+) -> list[StoredMessage]:
+    """Recalled turns and the older window as one list that `group_turns` splits into true turns.
+
+    Recalled turns are whole (each from its user message on) but not next to the window: the
+    window's leading replies, whose question is older than the lookback, would be grouped with
+    the last recalled turn. They go first instead, as a unit of their own.
+    """
+    if not recalled:
+        return list(window)
+    lead = 0
+    while lead < len(window) and window[lead].role == "assistant":
+        lead += 1
+    return [*window[:lead], *recalled, *window[lead:]]
 
 
 def truncate_replies(messages: Iterable[StoredMessage], max_chars: int) -> list[StoredMessage]:
@@ -213,3 +230,54 @@ def input_hash(
         payload["compaction"] = compaction_id
     encoded = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(encoded).hexdigest()[:16]
+
+
+def read_snapshot(text: str) -> dict[str, Any]:
+    """A stored snapshot parsed and checked; ValueError saying what is wrong when it can't be used.
+
+    Only what readers index is checked (the entries, the trimmed list, the numbers replay pins);
+    keys added later are optional so older snapshots stay readable.
+    """
+    snapshot = json.loads(text)
+    if not isinstance(snapshot, dict):
+        raise ValueError("not a JSON object")
+    entries = snapshot.get("entries", [])
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and _is_int(e.get("id")) and isinstance(e.get("role"), str)
+        and isinstance(e.get("reason"), str) for e in entries
+    ):
+        raise ValueError("entries is not a list of {id, role, reason}")
+    trimmed = snapshot.get("trimmed", [])
+    if not isinstance(trimmed, list) or not all(
+        isinstance(t, dict) and _is_int(t.get("id")) for t in trimmed
+    ):
+        raise ValueError("trimmed is not a list of {id, reason}")
+    for name in ("recalled", "triaged", "scheduled_block"):
+        ids = snapshot.get(name, [])
+        if not isinstance(ids, list) or not all(_is_int(i) for i in ids):
+            raise ValueError(f"{name} is not a list of message ids")
+    for name in ("triage", "tokens", "counts"):
+        if not isinstance(snapshot.get(name, {}), dict):
+            raise ValueError(f"{name} is not an object")
+    triage = snapshot.get("triage", {})
+    if triage and (triage.get("outcome") not in get_args(TriageOutcome) or not all(
+        _is_int(triage.get(name, 0)) for name in ("candidates", "selected")
+    )):
+        raise ValueError("triage has an unknown outcome or non-integer counts")
+    for name in ("as_of", "compaction"):
+        if snapshot.get(name) is not None and not _is_int(snapshot[name]):
+            raise ValueError(f"{name} is not a message id")
+    built_at = snapshot.get("built_at")
+    if built_at is not None and (isinstance(built_at, bool) or not isinstance(built_at, int | float)):
+        raise ValueError("built_at is not a time")
+    chat = snapshot.get("chat")
+    if chat is not None and not (
+        isinstance(chat, dict) and isinstance(chat.get("provider"), str)
+        and isinstance(chat.get("chat_id"), str) and isinstance(chat.get("thread_id"), str | None)
+    ):
+        raise ValueError("chat is not {provider, chat_id, thread_id}")
+    return snapshot
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

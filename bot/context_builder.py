@@ -20,9 +20,9 @@ from bot.context import (
     merge_entries,
     split_recent,
     tag,
+    triage_candidates,
 )
 from bot.messages import ChatRef, StoredMessage
-from bot.recall import fts_query
 from bot.session_key import SessionKey
 from bot.store import CompactionRecord, Store
 from bot.triage import triage
@@ -183,14 +183,19 @@ class ContextBuilder:
     async def _recall(
         self, session: str, request: StoredMessage, fetched: Sequence[StoredMessage]
     ) -> list[StoredMessage]:
-        """Older messages (before the lookback) whose words match the request, oldest first."""
+        """The turns (before the lookback) of the older messages whose words match the request,
+        oldest first: triage judges whole turns, so a match comes with its question and replies."""
         count = self._conv.recall_count
-        query = fts_query(request.text) if count > 0 else ""
-        if not query:
+        if count <= 0:
             return []
         before = min([request.id, *(m.id for m in fetched)])
-        found = await self._store.search_messages(session, query, before_id=before, limit=count)
-        return sorted(found, key=lambda m: m.id)
+        found = await self._store.search_messages(session, request.text, before_id=before, limit=count)
+        turns: dict[int, StoredMessage] = {}
+        for match in found:
+            turn = await self._store.turn_of(session, match.id, before_id=before)
+            if turn and turn[0].role == "user":  # a reply whose question is gone is left out
+                turns.update((m.id, m) for m in turn)
+        return sorted(turns.values(), key=lambda m: m.id)
 
     async def _select(
         self, messages: list[StoredMessage], recalled: list[StoredMessage], request_text: str
@@ -198,11 +203,13 @@ class ContextBuilder:
         conv = self._conv
         if not conv.use_selection:
             return tag(recalled, "recalled") + tag(messages, "all"), TriageReport("disabled")
+        older_window: list[StoredMessage] = []
         if len(messages) <= conv.skip_selection_threshold:
-            older, kept = list(recalled), tag(messages, "all")
+            kept = tag(messages, "all")
         else:
             older_window, recent = split_recent(messages, conv.always_include_recent)
-            older, kept = recalled + older_window, tag(recent, "recent")
+            kept = tag(recent, "recent")
+        older = triage_candidates(recalled, older_window)
         if not older:
             return kept, TriageReport("skipped")
         if not self._triager.available:

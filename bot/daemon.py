@@ -170,7 +170,7 @@ class Daemon:
             router = self.router = Router(
                 store, runner, max_concurrent=config.router.max_concurrent_turns
             )
-            self._inbox = Inbox(config, store, router, self._by_provider)
+            self._inbox = Inbox(config, store, router, self._by_provider, runner.compactor)
             main_brain = brain
             model_brains: dict[str, Brain] = {}
 
@@ -397,8 +397,9 @@ class Daemon:
             if reconfigure is not None:
                 reconfigure(section)
         # Turns already running finish with the runner they started with; queued ones get the new.
-        router.replace_handler(TurnRunner(config, store, brain, self._by_provider))
-        self._inbox = Inbox(config, store, router, self._by_provider)
+        runner = TurnRunner(config, store, brain, self._by_provider)
+        router.replace_handler(runner)
+        self._inbox = Inbox(config, store, router, self._by_provider, runner.compactor)
         if self.scheduler is not None:
             await self.scheduler.reconfigure(config)
         elif config.schedules:

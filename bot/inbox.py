@@ -11,6 +11,7 @@ import structlog
 
 from bot.channel import Channel
 from bot.commands import CommandHandler
+from bot.compaction import Compactor
 from bot.config import Config
 from bot.messages import InboundMessage, OutboundMessage
 from bot.router import Router
@@ -23,12 +24,13 @@ class Inbox:
     """What a channel's `submit` calls for every normalised message."""
 
     def __init__(
-        self, config: Config, store: Store, router: Router, channels: Mapping[str, Channel]
+        self, config: Config, store: Store, router: Router, channels: Mapping[str, Channel],
+        compactor: Compactor,
     ) -> None:
         self._config = config
         self._router = router
         self._channels = channels
-        self._commands = CommandHandler(config, store, router)
+        self._commands = CommandHandler(config, store, router, compactor)
 
     async def submit(self, inbound: InboundMessage) -> None:
         late = self._is_late(inbound)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,15 +30,9 @@ def excerpt(text: str, limit: int, name: str) -> str:
     return text[:limit] + f"\n[…truncated: the first {limit} of {len(text)} characters of {name}]"
 
 
-def read_excerpt(path: Path | None, limit: int) -> str | None:
-    """The head of a soul/memory file, capped at `limit` characters; None if absent."""
-    if path is None:
-        return None
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        return None
-    return excerpt(text, limit, path.name)
+# A file rewritten soon after it was read can keep its size, inode and timestamp (file system
+# clocks tick coarsely): until a file is older than this it is read and hashed again every time.
+_RACY_NS = 2_000_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,14 +40,17 @@ class _Loaded:
     signature: tuple[int, int, int] | None  # (mtime_ns, size, inode); None: the file is absent
     digest: str
     text: str | None
+    # The file was already older than _RACY_NS when read: the same signature means the same text.
+    settled: bool
 
 
 class PromptFiles:
     """The stable system prompt, with SOUL/MEMORY files cached and reloaded when they change.
 
     Each call stats the files (cheap); a file is read again only when its mtime, size or inode
-    moved, and the prompt text is rebuilt only when a file's content hash changed, so the bytes
-    sent stay identical between turns and the provider's prompt cache keeps hitting.
+    moved (or it was written moments before it was read), and the prompt text is rebuilt only
+    when a file's content hash changed, so the bytes sent stay identical between turns and the
+    provider's prompt cache keeps hitting.
     """
 
     def __init__(self, config: Config) -> None:
@@ -82,8 +80,9 @@ class PromptFiles:
         except OSError:
             signature = None
         previous = self._loaded.get(name)
-        if previous is not None and previous.signature == signature:
+        if previous is not None and previous.signature == signature and previous.settled:
             return False
+        read_at = time.time_ns()
         text: str | None = None
         if signature is not None:
             try:
@@ -91,7 +90,8 @@ class PromptFiles:
             except OSError:
                 signature = None
         digest = hashlib.sha256(text.encode()).hexdigest() if text is not None else ""
-        self._loaded[name] = _Loaded(signature, digest, text)
+        settled = signature is None or read_at - signature[0] > _RACY_NS
+        self._loaded[name] = _Loaded(signature, digest, text, settled)
         if previous is None:
             return True
         if previous.digest != digest:

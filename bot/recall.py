@@ -1,8 +1,10 @@
-"""Recall: turning a user's request into a safe full-text query for older messages of the session."""
+"""Recall: a user's request as safe full-text search terms, and a replayable ranking of the matches."""
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Collection, Sequence
 
 MAX_TERMS = 12
 MIN_TERM_CHARS = 3
@@ -31,10 +33,24 @@ def query_terms(text: str) -> list[str]:
     return terms
 
 
-def fts_query(text: str) -> str:
-    """An FTS5 MATCH expression for any user text: its terms quoted and OR-ed; "" for none.
+def fts_phrase(term: str) -> str:
+    """One term as an FTS5 string: quoted, so it is never read as syntax (NEAR, AND, col:, *, ^)."""
+    return '"' + term.replace('"', '""') + '"'
 
-    Every term is a quoted string, so no user text can be read as FTS5 syntax (column filters,
-    NEAR, AND/NOT, a stray quote or parenthesis).
+
+def rank_matches(hits: Sequence[Collection[int]], total: int, limit: int) -> list[int]:
+    """The ids matching any term, best first, at most `limit`.
+
+    `hits[i]` holds the ids of the messages matching term i among the `total` messages searched.
+    A message scores the rarity (idf) of each term it matches; ties go to the newer message.
+    Unlike FTS5's bm25 the score depends on nothing outside the searched messages, so messages
+    stored later (or in other sessions) never change what an earlier turn recalled.
     """
-    return " OR ".join('"' + term.replace('"', '""') + '"' for term in query_terms(text))
+    scores: dict[int, float] = {}
+    for ids in hits:
+        if not ids:
+            continue
+        weight = math.log(1 + (total - len(ids) + 0.5) / (len(ids) + 0.5))
+        for message_id in ids:
+            scores[message_id] = scores.get(message_id, 0.0) + weight
+    return sorted(scores, key=lambda message_id: (-scores[message_id], -message_id))[:limit]

@@ -72,31 +72,38 @@ class ReplayResult:
         return self.record.hash == self.rebuilt.input_hash and self.recorded_ids == self.rebuilt_ids
 
 
-def pick_turn(records: Sequence[SnapshotRecord], session: str, turn: int) -> SnapshotRecord:
-    """Turn `turn` (from 1; 0 or negative counts back from the newest) among the readable ones."""
-    if not records:
+def pick_turn(
+    records: Sequence[SnapshotRecord], session: str, turn: int, total: int | None = None
+) -> SnapshotRecord:
+    """Turn `turn` of `total` (from 1; negative counts back from the newest; 0 the newest readable).
+
+    `records` are the readable snapshots; a turn whose snapshot is unreadable is named as such.
+    """
+    newest = total if total is not None else (records[-1].turn if records else 0)
+    if newest == 0:
         raise BotError(f"session {session} has no recorded turns yet")
-    if turn > 0:
-        for record in records:
-            if record.turn == turn:
-                return record
-        raise BotError(f"session {session} has turns {records[0].turn}..{records[-1].turn}; "
-                       f"no turn {turn}")
-    index = len(records) + (turn or -1)
-    if not 0 <= index < len(records):
-        raise BotError(f"session {session} has turns {records[0].turn}..{records[-1].turn}; "
-                       f"no turn {turn}")
-    return records[index]
+    if turn == 0 and records:
+        return records[-1]
+    number = turn if turn > 0 else newest + 1 + min(turn, -1)
+    for record in records:
+        if record.turn == number:
+            return record
+    if 1 <= number <= newest:
+        raise BotError(f"turn {number} of session {session} has an unreadable snapshot "
+                       "(it is skipped; see the warning)")
+    raise BotError(f"session {session} has turns 1..{newest}; no turn {turn}")
 
 
 async def replay(config: Config, store: Store, brain: Brain, session: str, turn: int) -> ReplayResult:
     """Build turn `turn` of `session` again and pair it with what was recorded."""
     key = parse(session)
-    record = pick_turn(await store.snapshots(str(key)), str(key), turn)
+    records = await store.snapshots(str(key))
+    record = pick_turn(records, str(key), turn, await store.snapshot_count(str(key)))
     snap = record.snapshot
     request = await store.message_by_id(record.request_message_id)
     if request is None:
-        raise BotError(f"turn {record.turn}: request message #{record.request_message_id} is gone")
+        raise BotError(f"turn {record.turn}: request message #{record.request_message_id} is gone "
+                       "or unreadable")
     chat_data = snap.get("chat")
     chat = ChatRef(chat_data["provider"], chat_data["chat_id"], chat_data.get("thread_id")) \
         if chat_data else None

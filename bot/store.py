@@ -17,9 +17,11 @@ import aiosqlite
 import structlog
 
 from bot.budget import estimate_tokens
+from bot.context import read_snapshot
 from bot.errors import SessionNotFoundError, StoreError
 from bot.messages import ChatRef, InboundMessage, Origin, Role, StoredMessage
 from bot.migrations import MIGRATIONS
+from bot.recall import fts_phrase, query_terms, rank_matches
 
 log = structlog.get_logger("switchboard.store")
 
@@ -111,6 +113,7 @@ class PruneReport:
 
 
 _NO_ID_ABOVE = 2**63 - 1  # SQLite's largest rowid: "no floor"
+RECALL_COMMON = 500  # recall ignores a word found in more of the searched messages than this
 
 
 class Store:
@@ -276,8 +279,7 @@ class Store:
             "AND m.awaiting_reply = 1",
             (chat.provider, chat.chat_id, provider_message_id),
         )
-        row = next(iter(found), None)
-        return _row_to_message(row) if row else None
+        return next(iter(_rows_to_messages(found)), None)
 
     async def reset_context(self, session_key: str) -> None:
         """Start a fresh context for a session without deleting its history."""
@@ -419,29 +421,85 @@ class Store:
             "WHERE p.provider = ? AND p.chat_id = ? AND p.provider_message_id = ?",
             (chat.provider, chat.chat_id, provider_message_id),
         )
-        row = next(iter(found), None)
-        return _row_to_message(row) if row else None
+        return next(iter(_rows_to_messages(found)), None)
 
     # -- long conversations: recall and compaction -----------------------------------------
 
     async def search_messages(
-        self, session_key: str, query: str, *, before_id: int, limit: int
+        self, session_key: str, text: str, *, before_id: int, limit: int
     ) -> list[StoredMessage]:
-        """Up to `limit` interactive messages before `before_id` matching an FTS5 query, best first.
+        """Up to `limit` interactive messages before `before_id` sharing words with `text`, best first.
 
-        `query` must already be a safe FTS5 expression (`bot.recall.fts_query`). Reads stop at the
-        session's context floor.
+        Each content word of `text` is searched as a quoted FTS5 string (user text is never FTS5
+        syntax) and the matches ranked by `bot.recall.rank_matches`, which looks only at the
+        session's messages in the searched range: the answer never changes as the log grows.
+        Reads stop at the session's context floor.
         """
-        if limit <= 0 or not query:
+        terms = query_terms(text)
+        if limit <= 0 or not terms:
+            return []
+        found = await self._conn.execute_fetchall(
+            "SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?), 0)", (session_key,)
+        )
+        floor = int(next(iter(found))[0])
+        if before_id <= floor + 1:
+            return []
+        hits: list[set[int]] = []
+        for term in terms:
+            # CROSS JOIN: the full-text index leads (the planner would otherwise scan the session
+            # and search the index once per message). A term in more than RECALL_COMMON messages
+            # says little about any of them and is left out, which also bounds the work.
+            ids = [int(row[0]) for row in await self._conn.execute_fetchall(
+                "SELECT m.id FROM messages_fts f CROSS JOIN messages m ON m.id = f.rowid "
+                "WHERE messages_fts MATCH ? AND f.rowid > ? AND f.rowid < ? "
+                "AND m.session_key = ? AND m.origin = 'interactive' ORDER BY f.rowid DESC LIMIT ?",
+                (fts_phrase(term), floor, before_id, session_key, RECALL_COMMON + 1),
+            )]
+            hits.append(set(ids) if len(ids) <= RECALL_COMMON else set())
+        if not any(hits):
+            return []
+        total = await self._count_interactive(session_key, after_id=floor, before_id=before_id)
+        best = rank_matches(hits, total, limit)
+        marks = ", ".join("?" * len(best))
+        rows = await self._conn.execute_fetchall(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id IN ({marks})", best
+        )
+        by_id = {message.id: message for message in _rows_to_messages(rows)}
+        return [by_id[message_id] for message_id in best if message_id in by_id]
+
+    async def turn_of(
+        self, session_key: str, message_id: int, *, before_id: int, limit: int = 6
+    ) -> list[StoredMessage]:
+        """The turn an interactive message belongs to, oldest first: the user message it is or that
+        it answers, and the replies that followed it (before the next user message and `before_id`).
+
+        Empty when a reply's user message is not above the context floor. At most `limit` messages.
+        """
+        found = await self._conn.execute_fetchall(
+            "SELECT MAX(id) FROM messages WHERE session_key = ?1 AND origin = 'interactive' "
+            "AND role = 'user' AND id <= ?2 AND id > (SELECT COALESCE((SELECT context_floor "
+            "FROM sessions WHERE key = ?1), 0))",
+            (session_key, message_id),
+        )
+        start = next(iter(found))[0]
+        if start is None:
             return []
         rows = await self._conn.execute_fetchall(
-            f"SELECT {_qualified_columns('m')} FROM messages_fts f JOIN messages m ON m.id = f.rowid "
-            "WHERE messages_fts MATCH ? AND m.session_key = ? AND m.origin = 'interactive' "
-            "AND m.id < ? AND m.id > (SELECT COALESCE((SELECT context_floor FROM sessions "
-            "WHERE key = ?), 0)) ORDER BY f.rank, m.id DESC LIMIT ?",
-            (query, session_key, before_id, session_key, limit),
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_key = ?1 "
+            "AND origin = 'interactive' AND id >= ?2 AND id < ?3 AND id < COALESCE((SELECT MIN(id) "
+            "FROM messages WHERE session_key = ?1 AND origin = 'interactive' AND role = 'user' "
+            "AND id > ?2), ?3) ORDER BY id LIMIT ?4",
+            (session_key, int(start), before_id, limit),
         )
         return _rows_to_messages(rows)
+
+    async def _count_interactive(self, session_key: str, *, after_id: int, before_id: int) -> int:
+        found = await self._conn.execute_fetchall(
+            "SELECT COUNT(*) FROM messages WHERE session_key = ? AND origin = 'interactive' "
+            "AND id > ? AND id < ?",
+            (session_key, after_id, before_id),
+        )
+        return int(next(iter(found))[0])
 
     async def messages_between(
         self, session_key: str, *, after_id: int, before_id: int
@@ -496,11 +554,14 @@ class Store:
         """Write a compaction built on `replaces` (the latest one when it started, or None).
 
         None when another compaction of the session was written meanwhile: the caller's summary
-        is stale and is dropped rather than hiding the newer one.
+        is stale and is dropped rather than hiding the newer one. Compactions at or below the
+        context floor (before a /reset) are out of use and do not count.
         """
         async with self._transaction():
             found = await self._conn.execute_fetchall(
-                "SELECT MAX(id) FROM compactions WHERE session_key = ?", (session_key,)
+                "SELECT MAX(id) FROM compactions WHERE session_key = ? AND last_summarised_id > "
+                "(SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?), 0))",
+                (session_key, session_key),
             )
             latest = next(iter(found))[0]
             if latest is not None and (replaces is None or latest > replaces):
@@ -515,20 +576,24 @@ class Store:
         return await self.compaction_by_id(cursor.lastrowid or 0)
 
     async def take_compaction_notice(self, session_key: str) -> CompactionRecord | None:
-        """The newest compaction the chat was not told about yet, marked as told."""
+        """The compaction in use, if the chat was not told about it yet; every one is marked told.
+
+        Summaries already replaced, or out of use since a /reset, are marked without a notice.
+        """
         async with self._transaction():
             found = await self._conn.execute_fetchall(
                 f"SELECT {_COMPACTION_COLUMNS} FROM compactions WHERE session_key = ? AND "
-                "notified = 0 ORDER BY id DESC LIMIT 1",
-                (session_key,),
+                "last_summarised_id > (SELECT COALESCE((SELECT context_floor FROM sessions "
+                "WHERE key = ?), 0)) ORDER BY id DESC LIMIT 1",
+                (session_key, session_key),
             )
             row = next(iter(found), None)
-            if row is None:
-                return None
             await self._conn.execute(
                 "UPDATE compactions SET notified = 1 WHERE session_key = ? AND notified = 0",
                 (session_key,),
             )
+        if row is None or row["notified"]:
+            return None
         return CompactionRecord(*row)
 
     # -- scheduled job runs ----------------------------------------------------------------
@@ -673,8 +738,7 @@ class Store:
         found = await self._conn.execute_fetchall(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ?", (message_id,)
         )
-        row = next(iter(found), None)
-        return _row_to_message(row) if row else None
+        return next(iter(_rows_to_messages(found)), None)
 
     # -- reads for admins -------------------------------------------------------------------
 
@@ -715,15 +779,23 @@ class Store:
         records = []
         for turn, row in enumerate(rows, start=1):
             try:
-                snapshot = json.loads(row[4])
-                if not isinstance(snapshot, dict):
-                    raise ValueError("not a JSON object")
-            except (ValueError, TypeError) as exc:
+                snapshot = read_snapshot(row[4])
+                if not isinstance(row[0], int) or not isinstance(row[2], int | float) \
+                        or not isinstance(row[3], str):
+                    raise ValueError("request id, time or hash is malformed")
+            except (ValueError, TypeError, RecursionError) as exc:
                 log.warning("unreadable context snapshot skipped", session_key=session_key,
                             turn=turn, error=str(exc))
                 continue
             records.append(SnapshotRecord(turn, row[0], row[1], row[2], row[3], snapshot))
         return records
+
+    async def snapshot_count(self, session_key: str) -> int:
+        """How many turns of a session have a snapshot, readable or not (the newest turn's number)."""
+        found = await self._conn.execute_fetchall(
+            "SELECT COUNT(*) FROM context_snapshots WHERE session_key = ?", (session_key,)
+        )
+        return int(next(iter(found))[0])
 
     # -- operations: integrity, backup, pruning --------------------------------------------------
 
@@ -876,21 +948,26 @@ def _rows_to_messages(rows: Iterable[Any]) -> list[StoredMessage]:
     for row in rows:
         try:
             messages.append(_row_to_message(row))
-        except (ValueError, TypeError, IndexError) as exc:
+        except (ValueError, TypeError, IndexError, RecursionError) as exc:
             log.warning("malformed message row skipped", message_id=row[0], error=str(exc))
     return messages
 
 
 def _row_to_message(row: Any) -> StoredMessage:
-    actions = tuple(json.loads(row[10])) if row[10] else ()
-    if not all(isinstance(action, str) for action in actions):
-        raise ValueError("actions is not a list of strings")
-    if not isinstance(row[4], str) or row[2] not in ("user", "assistant"):
-        raise ValueError("text or role is malformed")
+    """One message from a row, or ValueError when a column holds what no write path stores."""
+    actions = json.loads(row[10]) if row[10] else []
+    if not isinstance(actions, list) or not all(isinstance(action, str) for action in actions):
+        raise ValueError("actions is not a JSON list of strings")
+    if not isinstance(row[4], str) or row[2] not in ("user", "assistant") \
+            or row[3] not in ("interactive", "scheduled"):
+        raise ValueError("text, role or origin is malformed")
+    # SQLite keeps whatever a column is given: the context's arithmetic needs real numbers.
+    if not isinstance(row[5], int | float) or not isinstance(row[12], int) or row[12] < 0:
+        raise ValueError("created_at or token_estimate is not a number")
     return StoredMessage(
         id=row[0], session_key=row[1], role=row[2], origin=row[3], text=row[4],
-        created_at=row[5], sender_id=row[6], sender_name=row[7], provider_message_id=row[8],
-        reply_to_id=row[9], actions=actions, job_id=row[11], token_estimate=row[12],
+        created_at=float(row[5]), sender_id=row[6], sender_name=row[7], provider_message_id=row[8],
+        reply_to_id=row[9], actions=tuple(actions), job_id=row[11], token_estimate=row[12],
     )
 
 

@@ -33,6 +33,7 @@ class Text:
     input_tokens: int = 10
     output_tokens: int = 5
     delay: float = 0.0
+    stop_reason: str = "end_turn"  # "max_tokens": the answer was cut at the request's limit
 
 
 @dataclass(frozen=True)
@@ -247,7 +248,7 @@ class AnthropicStandIn:
             "role": "assistant",
             "model": rec.model,
             "content": [] if started else [{"type": "text", "text": reply.text}],
-            "stop_reason": None if started else "end_turn",
+            "stop_reason": None if started else reply.stop_reason,
             "stop_sequence": None,
             "usage": {
                 "input_tokens": reply.input_tokens,
@@ -288,7 +289,7 @@ class AnthropicStandIn:
                 {"type": "content_block_delta", "index": 0, "delta": d} for d in deltas[:keep]
             ]
         if error is None and end == "complete":
-            stop = {"stop_reason": "end_turn", "stop_sequence": None}
+            stop = {"stop_reason": reply.stop_reason, "stop_sequence": None}
             usage = {"output_tokens": reply.output_tokens}
             events.append({"type": "content_block_stop", "index": 0})
             events.append({"type": "message_delta", "delta": stop, "usage": usage})
