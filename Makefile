@@ -41,6 +41,7 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/daemon_rss.py
 	$(BIN)/python bench/telegram_throughput.py
 	$(BIN)/python bench/discord_throughput.py
+	$(BIN)/python bench/long_conversation.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

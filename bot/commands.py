@@ -116,6 +116,9 @@ class CommandHandler:
             return f"I couldn't summarise this chat now ({exc}). Nothing was lost."
         if outcome.status == "superseded":
             return "This chat was just summarised (another summary finished first); nothing was lost."
+        if outcome.status == "limited":
+            return ("This chat has a history limit, so I only see its latest turns anyway; "
+                    "there is nothing to summarise.")
         if outcome.record is None:
             return "Nothing to summarise yet: this chat is still short."
         kept = self._config.compaction.keep_recent

@@ -20,9 +20,10 @@ import structlog
 
 from bot.brain import Brain, FastCompleter
 from bot.budget import SAFETY_MARGIN, Budget, cost, message_cost
-from bot.config import Config
+from bot.config import Config, resolve_history_limit
 from bot.errors import BotError, ModelError
 from bot.messages import StoredMessage
+from bot.session_key import parse
 from bot.store import CompactionRecord, Store
 
 log = structlog.get_logger("switchboard.compaction")
@@ -137,9 +138,10 @@ class Outcome:
     reason: str
     summarised: int = 0
     calls: int = 0
-    # "nothing": too few messages since the last summary; "superseded": another compaction of
-    # the session was written while this one ran.
-    status: Literal["compacted", "nothing", "superseded"] = "compacted"
+    # "nothing": too few messages since the last summary; "limited": the session has a history
+    # limit, so older messages are out of its context anyway; "superseded": another compaction
+    # of the session was written while this one ran.
+    status: Literal["compacted", "nothing", "limited", "superseded"] = "compacted"
 
 
 @dataclass
@@ -168,8 +170,15 @@ class Compactor:
         self._failed_at = sessions.failed_at
         self._locks = sessions.locks
 
+    def history_limit(self, session: str) -> int | None:
+        """The session's history limit: a limited session is never compacted (nor summarised in
+        its context), since the limit says the model sees only its last turns."""
+        return resolve_history_limit(self._config, parse(session))
+
     async def due(self, session: str) -> bool:
         """Whether the uncompacted history (with the summary) is past the trigger share of the budget."""
+        if self.history_limit(session) is not None:
+            return False
         latest = await self._store.latest_compaction(session)
         after = latest.first_kept_message_id - 1 if latest else 0
         count, tokens = await self._store.history_tokens(session, after_id=after)
@@ -197,6 +206,10 @@ class Compactor:
 
     async def compact(self, session: str, *, notified: bool = False) -> Outcome:
         """Summarise the session's older part now; raises CompactionError when it cannot."""
+        limit = self.history_limit(session)
+        if limit is not None:
+            return Outcome(None, f"not compacted: the session has a history limit of {limit} user "
+                           "turns, so older messages are not in its context anyway", status="limited")
         lock = self._locks.setdefault(session, asyncio.Lock())
         async with lock:
             try:

@@ -102,7 +102,8 @@ class ContextBuilder:
                            {"fetched": 0, "included": len(entries)},
                            as_of=pin.as_of if pin else request.id, built_at=now, chat=chat)
 
-        compaction = await self._compaction(session, pin)
+        # A history limit caps what the model may see: no summary of older turns, no recall.
+        compaction = await self._compaction(session, pin) if limit is None else None
         after_id = compaction.first_kept_message_id - 1 if compaction else 0
         fetched, as_of = await self._history(session, request, after_id, pin)
         scheduled = await self._scheduled_block(session, request.id, reply_to)
@@ -112,7 +113,6 @@ class ContextBuilder:
             within_limit, now=now, hours=conv.context_recency_hours,
             min_messages=conv.context_min_messages,
         )
-        # A history limit caps what the model may see, so recall reaches back only without one.
         recalled = await self._recall(session, request, fetched) if limit is None else []
         chosen, report = await self._select(recent_enough, recalled, request.text)
         triaged = [entry.message.id for entry in chosen if entry.reason == "triaged"]

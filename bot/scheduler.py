@@ -89,7 +89,7 @@ class Scheduler:
         clock: Callable[[], float] = time.time,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
-        from bot.prompt import stable_system_prompt
+        from bot.prompt import PromptFiles
 
         self._config = config
         self._settings = config.scheduler
@@ -112,7 +112,8 @@ class Scheduler:
         self._inflight: set[asyncio.Task[Any]] = set()
         self._aps: AsyncIOScheduler | None = None
         self._poller: asyncio.Task[None] | None = None
-        self._system_stable = stable_system_prompt(config)
+        # Read again when SOUL/MEMORY change on disk, as for chat turns.
+        self._prompt_files = PromptFiles(config)
 
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self._clock(), UTC)
@@ -204,7 +205,7 @@ class Scheduler:
         A job added or changed starts from now (its past times under the new schedule are not
         caught up); an unchanged job keeps its place, and runs in flight finish as they started.
         """
-        from bot.prompt import stable_system_prompt
+        from bot.prompt import PromptFiles
 
         old_jobs, old_triggers = self.jobs, self._triggers
         self._config = config
@@ -215,7 +216,8 @@ class Scheduler:
             job.id for job in config.schedules
             if delivery_key(job.deliver_to, config.agent.id).provider in self._channels
         }
-        self._system_stable = stable_system_prompt(config)
+        # Read again when SOUL/MEMORY change on disk, as for chat turns.
+        self._prompt_files = PromptFiles(config)
         now = self._now()
         changed: list[str] = []
         for job_id in set(old_jobs) | set(self.jobs):
@@ -384,7 +386,7 @@ class Scheduler:
         for attempt in range(1, settings.retries + 2):
             attempts = attempt
             request = ReplyRequest(
-                system_stable=self._system_stable,
+                system_stable=self._prompt_files.stable_prompt(),
                 system_turn=job_turn_prompt(job, key, zone, scheduled_for, self._clock()),
                 messages=job_messages(job, zone, previous),
                 deadline=time.monotonic() + settings.timeout,

@@ -264,6 +264,30 @@ async def test_a_long_session_is_compacted_and_later_turns_start_from_the_summar
     assert "Ada: note-01" in request_text(summary_call)
 
 
+async def test_a_session_with_a_history_limit_is_never_compacted(
+    api: AnthropicStandIn, view: Store, make_config: MakeConfig
+) -> None:
+    """A history limit says the model sees only the last turns: such a chat is trimmed, never
+    summarised, and /compact says why."""
+    api.default = summaries
+    channel = FakeChannel()
+    config = make_config(config_data(
+        api,
+        conversation={"context_window": 2000, "reserve_tokens": 0, "history_share": 0.5,
+                      "use_selection": False, "lookback_count": 100, "history_limit": 6},
+        compaction={"keep_recent": 4},
+    ))
+    async with daemon_with(config, channel) as daemon:
+        for n in range(1, 9):
+            await say(daemon, channel, note(n))
+        answer = await command(channel, "compact")
+
+    assert await view.latest_compaction(str(channel.key())) is None
+    assert summary_requests(api) == []
+    assert answer.startswith("This chat has a history limit")
+    assert "note-01" not in request_text(reply_requests(api)[-1])
+
+
 async def test_no_notice_for_a_summary_dropped_by_reset(
     api: AnthropicStandIn, view: Store, make_config: MakeConfig
 ) -> None:

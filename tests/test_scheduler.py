@@ -186,6 +186,27 @@ async def test_the_prompt_has_the_job_times_and_its_previous_outputs(
     assert "previous outputs" not in request_text(first)
 
 
+async def test_a_briefing_sees_memory_edits_without_a_restart(
+    api: AnthropicStandIn, make_config: MakeConfig, store: Store, channel: FakeChannel, tmp_path: Path
+) -> None:
+    """MEMORY.md edited between two runs reaches the second run's system prompt, as it does chats."""
+    memory = tmp_path / "MEMORY.md"
+    memory.write_text("Ada likes tea.", encoding="utf-8")
+    config = make_config(config_data(api, agent={"memory_file": "MEMORY.md"}, schedules=[job()],
+                                     scheduler={"retry_delay": 1.0}))
+    clock = Clock(NINE + 5)
+    scheduler, brain = scheduler_for(config, store, channel, clock)
+    await scheduler.run_job(scheduler.jobs["daily"], NINE)
+    memory.write_text("Ada switched to coffee in May.", encoding="utf-8")
+    clock.now = NINE + 86400 + 5
+    await scheduler.run_job(scheduler.jobs["daily"], NINE + 86400)
+    await brain.aclose()
+
+    first, second = api.requests
+    assert "Ada likes tea." in first.system_text
+    assert "Ada switched to coffee in May." in second.system_text and "tea" not in second.system_text
+
+
 async def test_a_time_already_delivered_is_not_run_again(
     api: AnthropicStandIn, make_config: MakeConfig, store: Store, channel: FakeChannel
 ) -> None:
