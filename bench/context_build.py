@@ -299,7 +299,7 @@ def print_result(size: int, results: list[Result]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000,1000000",
-                        help="comma-separated stored-message counts (default 10k,100k,1M)")
+                        help="comma-separated stored-message counts (default 10000,100000,1000000)")
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=2000, help="context builds per run")
     parser.add_argument("--repeat", type=int, default=3, help="runs per size and config")
@@ -307,6 +307,8 @@ def main() -> None:
                         help="run every thread on CPU N (the SQLite thread then never wakes on the "
                              "other core, which removes most run-to-run spread)")
     parser.add_argument("--keep", metavar="DIR", help="keep the generated databases in DIR")
+    parser.add_argument("--recall", type=int, default=0, metavar="N",
+                        help="[conversation].recall_count for both configs (default 0, as shipped)")
     args = parser.parse_args()
     sizes = [int(part) for part in args.sizes.split(",") if part]
     if args.pin_cpu is not None:
@@ -329,11 +331,11 @@ def main() -> None:
                   f"session) in {generated.seconds:.1f} s, {mib:.0f} MiB; "
                   f"load average {os.getloadavg()[0]:.2f}")
             default = asyncio.run(
-                measure_runs(generated, bench_config(db), "default (triage)", args.samples,
-                             args.repeat)
+                measure_runs(generated, bench_config(db, recall_count=args.recall), "default (triage)",
+                             args.samples, args.repeat)
             )
             no_triage = asyncio.run(
-                measure_runs(generated, bench_config(db, use_selection=False),
+                measure_runs(generated, bench_config(db, use_selection=False, recall_count=args.recall),
                              "use_selection=false", args.samples, args.repeat)
             )
             print_result(size, default)
