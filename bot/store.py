@@ -46,6 +46,14 @@ _COMPACTION_COLUMNS = (
 )
 
 
+# The compaction in use: the newest that summarised messages above the context floor (/reset).
+_LATEST_COMPACTION = (
+    f"SELECT {_COMPACTION_COLUMNS} FROM compactions WHERE session_key = ? AND "
+    "last_summarised_id > (SELECT COALESCE((SELECT context_floor FROM sessions "
+    "WHERE key = ?), 0)) ORDER BY id DESC LIMIT 1"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class CompactionRecord:
     """A summary of a session's older messages; context reads from `first_kept_message_id` on."""
@@ -523,9 +531,7 @@ class Store:
     async def latest_compaction(self, session_key: str) -> CompactionRecord | None:
         """The session's newest compaction that summarised messages above its context floor."""
         found = await self._conn.execute_fetchall(
-            f"SELECT {_COMPACTION_COLUMNS} FROM compactions WHERE session_key = ? AND "
-            "last_summarised_id > (SELECT COALESCE((SELECT context_floor FROM sessions "
-            "WHERE key = ?), 0)) ORDER BY id DESC LIMIT 1",
+            _LATEST_COMPACTION,
             (session_key, session_key),
         )
         row = next(iter(found), None)
@@ -582,9 +588,7 @@ class Store:
         """
         async with self._transaction():
             found = await self._conn.execute_fetchall(
-                f"SELECT {_COMPACTION_COLUMNS} FROM compactions WHERE session_key = ? AND "
-                "last_summarised_id > (SELECT COALESCE((SELECT context_floor FROM sessions "
-                "WHERE key = ?), 0)) ORDER BY id DESC LIMIT 1",
+                _LATEST_COMPACTION,
                 (session_key, session_key),
             )
             row = next(iter(found), None)
