@@ -585,7 +585,13 @@ class Store:
         """The compaction in use, if the chat was not told about it yet; every one is marked told.
 
         Summaries already replaced, or out of use since a /reset, are marked without a notice.
+        Called every turn: a read, and a write only when some compaction is still untold.
         """
+        pending = await self._conn.execute_fetchall(
+            "SELECT 1 FROM compactions WHERE session_key = ? AND notified = 0 LIMIT 1", (session_key,)
+        )
+        if not list(pending):
+            return None
         async with self._transaction():
             found = await self._conn.execute_fetchall(
                 _LATEST_COMPACTION,

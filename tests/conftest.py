@@ -12,6 +12,7 @@ import pytest
 
 from bot.config import Config, parse_config
 from bot.store import Store
+from tests.fakes import FakeChannel
 from tests.harness import echo
 from tests.standins.anthropic_api import AnthropicStandIn
 
@@ -80,6 +81,24 @@ def make_config(tmp_path: Path) -> Iterator[Any]:
         return parse_config(data, str(tmp_path / "config.toml"))
 
     yield make
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """Where a test daemon built by `make_config` keeps its database."""
+    return tmp_path / "switchboard.db"
+
+
+@pytest.fixture
+async def view(db: Path) -> AsyncIterator[Store]:
+    """A second connection on the test daemon's database (opened first, so it runs the migrations)."""
+    async with Store.open(db) as opened:
+        yield opened
+
+
+@pytest.fixture
+def channel() -> FakeChannel:
+    return FakeChannel()
 
 
 @pytest.fixture

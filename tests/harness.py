@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from bot.brain import AnthropicBrain
@@ -19,6 +22,7 @@ from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Resp
 MODEL = "test-model"
 FAST = "test-fast"
 API_KEY = "test-key"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def config_data(api: AnthropicStandIn, **sections: dict[str, Any]) -> dict[str, Any]:
@@ -113,6 +117,23 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> Non
             return
         await asyncio.sleep(0.005)
     raise AssertionError(f"condition not met within {timeout}s")
+
+
+async def switchboard_cli(
+    cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """Run `python -m bot ARGS` as a subprocess without blocking the loop the stand-ins answer on;
+    (exit code, stdout, stderr)."""
+    environ = dict(os.environ)  # already cleaned of secrets by the conftest
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environ.get("PYTHONPATH")]))
+    environ.update(env or {})
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", *args, cwd=cwd, env=environ,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
 
 
 def chat(channel: FakeChannel, peer: str = "42") -> ChatRef:

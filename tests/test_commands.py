@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +28,6 @@ from tests.harness import (
 from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
 
 MakeConfig = Callable[[dict[str, Any]], Config]
-
-
-@pytest.fixture
-async def view(tmp_path: Path) -> AsyncIterator[Store]:
-    async with Store.open(tmp_path / "switchboard.db") as opened:
-        yield opened
 
 
 @pytest.mark.parametrize(

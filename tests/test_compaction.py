@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from bot.brain import AnthropicBrain
 from bot.budget import message_cost
@@ -28,6 +24,7 @@ from bot.compaction import (
 )
 from bot.config import Config
 from bot.context_builder import ContextBuilder
+from bot.daemon import Daemon
 from bot.messages import StoredMessage
 from bot.store import Store
 from bot.turn import FALLBACK_REPLY
@@ -42,12 +39,13 @@ from tests.harness import (
     reply_requests,
     request_text,
     say,
+    switchboard_cli,
     wait_until,
 )
 from tests.standins.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Response, Text
 
 MakeConfig = Callable[[dict[str, Any]], Config]
-ROOT = Path(__file__).resolve().parents[1]
+CLI_ENV = {"ANTHROPIC_API_KEY": API_KEY}  # `switchboard compact` calls the model
 SESSION = "agent:main:fake:direct:42"
 T0 = datetime(2024, 5, 1, 9, 30, tzinfo=UTC).timestamp()
 
@@ -128,11 +126,14 @@ async def compactor_for(config: Config, store: Store) -> AsyncIterator[Compactor
         await brain.aclose()
 
 
-@pytest.fixture
-async def view(tmp_path: Path) -> AsyncIterator[Store]:
-    """A connection on the test daemon's database (opened first, so it runs the migrations)."""
-    async with Store.open(tmp_path / "switchboard.db") as opened:
-        yield opened
+async def talk_until_compacted(daemon: Daemon, channel: FakeChannel, view: Store) -> int:
+    """Say numbered notes until the session has a compaction record; how many turns that took."""
+    turns = 0
+    while await view.latest_compaction(str(channel.key())) is None:
+        turns += 1
+        assert turns <= 10, "the session was never compacted"
+        await say(daemon, channel, note(turns))
+    return turns
 
 
 async def command(channel: FakeChannel, name: str, **kwargs: Any) -> str:
@@ -224,11 +225,7 @@ async def test_a_long_session_is_compacted_and_later_turns_start_from_the_summar
     channel = FakeChannel()
     key = str(channel.key())
     async with daemon_with(long_config(api, make_config), channel) as daemon:
-        turns = 0
-        while await view.latest_compaction(key) is None:
-            turns += 1
-            assert turns <= 10, "the session was never compacted"
-            await say(daemon, channel, note(turns))
+        turns = await talk_until_compacted(daemon, channel, view)
         record = await view.latest_compaction(key)
         await say(daemon, channel, note(turns + 1))
         await say(daemon, channel, note(turns + 2))
@@ -294,13 +291,8 @@ async def test_no_notice_for_a_summary_dropped_by_reset(
     """A chat reset right after being compacted is not told about a summary it no longer uses."""
     api.default = summaries
     channel = FakeChannel()
-    key = str(channel.key())
     async with daemon_with(long_config(api, make_config), channel) as daemon:
-        turns = 0
-        while await view.latest_compaction(key) is None:
-            turns += 1
-            assert turns <= 10, "the session was never compacted"
-            await say(daemon, channel, note(turns))
+        await talk_until_compacted(daemon, channel, view)
         assert "fresh context" in await command(channel, "reset")
         await say(daemon, channel, "start over")
         await say(daemon, channel, "and again")
@@ -502,19 +494,6 @@ async def test_compact_command_says_so_when_no_summary_can_be_made(
 # -- switchboard compact --------------------------------------------------------------------
 
 
-async def switchboard_cli(tmp_path: Path, *args: str) -> tuple[int, str, str]:
-    """Run `python -m bot ARGS` without blocking the loop the API stand-in answers on."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env["ANTHROPIC_API_KEY"] = API_KEY
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", *args, cwd=tmp_path, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
-
 
 async def test_compact_cli_summarises_a_session_and_says_when_there_is_nothing(
     api: AnthropicStandIn, store: Store, tmp_path: Path
@@ -533,8 +512,8 @@ async def test_compact_cli_summarises_a_session_and_says_when_there_is_nothing(
 
     missing = "agent:main:fake:direct:999"
     (code, out, err), unknown = await asyncio.gather(
-        switchboard_cli(tmp_path, "compact", SESSION, "--config", str(config)),
-        switchboard_cli(tmp_path, "compact", missing, "--config", str(config)),
+        switchboard_cli(tmp_path, "compact", SESSION, "--config", str(config), env=CLI_ENV),
+        switchboard_cli(tmp_path, "compact", missing, "--config", str(config), env=CLI_ENV),
     )
     assert (code, err) == (0, ""), err
     record = await store.latest_compaction(SESSION)
@@ -546,7 +525,7 @@ async def test_compact_cli_summarises_a_session_and_says_when_there_is_nothing(
     )
     assert "SUMMARY of note-01..note-03" in out
 
-    code, out, err = await switchboard_cli(tmp_path, "compact", SESSION, "--config", str(config))
+    code, out, err = await switchboard_cli(tmp_path, "compact", SESSION, "--config", str(config), env=CLI_ENV)
     assert (code, err) == (0, ""), err
     assert out == ("nothing to compact: the session has 4 messages since the last summary, "
                    "and the newest 4 always stay as they are\n")

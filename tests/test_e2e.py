@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,23 +35,6 @@ from tests.standins.anthropic_api import AnthropicStandIn, Error, RecordedReques
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 TOPICS = ["cats", "taxes", "weather", "lunch"]
-
-
-@pytest.fixture
-def channel() -> FakeChannel:
-    return FakeChannel()
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "switchboard.db"
-
-
-@pytest.fixture
-async def view(db: Path) -> AsyncIterator[Store]:
-    """A second connection on the daemon's database (opened first, so it runs the migrations)."""
-    async with Store.open(db) as opened:
-        yield opened
 
 
 async def seed(view: Store, channel: FakeChannel, topics: list[str]) -> list[StoredMessage]:

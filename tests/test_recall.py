@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,18 +27,6 @@ from tests.standins.anthropic_api import AnthropicStandIn, Text
 MakeConfig = Callable[[dict[str, Any]], Config]
 FACT = "my locker combination is 4711"
 QUESTION = "what was my locker combination again?"
-
-
-@pytest.fixture
-def channel() -> FakeChannel:
-    return FakeChannel()
-
-
-@pytest.fixture
-async def view(tmp_path: Path) -> AsyncIterator[Store]:
-    """The daemon's database, opened first so it runs the migrations."""
-    async with Store.open(tmp_path / "switchboard.db") as opened:
-        yield opened
 
 
 async def user(store: Store, channel: FakeChannel, text: str, peer: str = "42") -> StoredMessage:

@@ -11,7 +11,7 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,23 +106,6 @@ def raw_sql(db: Path, sql: str, *params: Any) -> None:
             conn.execute(sql, params)
         else:
             conn.executescript(sql)
-
-
-@pytest.fixture
-def channel() -> FakeChannel:
-    return FakeChannel()
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "switchboard.db"
-
-
-@pytest.fixture
-async def view(db: Path) -> AsyncIterator[Store]:
-    """A second connection on the daemon's database (opened first, so it runs the migrations)."""
-    async with Store.open(db) as opened:
-        yield opened
 
 
 async def seed(view: Store, channel: FakeChannel, exchanges: int, *, peer: str = "42") -> list[StoredMessage]:

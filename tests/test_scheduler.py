@@ -20,12 +20,20 @@ from bot.scheduler import Scheduler
 from bot.schedules import crontab_trigger, delivery_chat, delivery_key, plan_runs
 from bot.store import Store
 from tests.fakes import FakeChannel
-from tests.harness import API_KEY, MODEL, config_data, daemon_with, reply_requests, request_text, say
+from tests.harness import (
+    API_KEY,
+    MODEL,
+    config_data,
+    daemon_with,
+    reply_requests,
+    request_text,
+    say,
+    switchboard_cli,
+)
 from tests.standins.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Text
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 TARGET = "agent:main:telegram:direct:42"
-ROOT = Path(__file__).resolve().parents[1]
 # Monday 2025-03-31 09:00 in Berlin (CEST, UTC+2).
 NINE = datetime(2025, 3, 31, 9, 0, tzinfo=ZoneInfo("Europe/Berlin")).timestamp()
 
@@ -611,22 +619,6 @@ async def daemon_store_runs(tmp_path: Path) -> list[Any]:
 
 # -- the CLI ------------------------------------------------------------------------------------------
 
-
-async def switchboard_cli(tmp_path: Path, *args: str) -> tuple[int, str, str]:
-    """Run `python -m bot ARGS` as a subprocess without blocking the loop the daemon runs on."""
-    import asyncio
-    import os
-    import sys
-
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", *args, cwd=tmp_path, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 def write_config(tmp_path: Path, api: AnthropicStandIn, *, poll: float = 0.05) -> Path:
