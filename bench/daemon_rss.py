@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections import deque
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -69,8 +69,8 @@ async def _drive(
             super().__init__()
             self.waiting: dict[str, deque[asyncio.Future[None]]] = {}
 
-        async def send(self, message: OutboundMessage) -> list[str]:
-            ids = await super().send(message)
+        async def send(self, message: OutboundMessage, on_chunk: Any = None) -> list[str]:
+            ids = await super().send(message, on_chunk)
             queue = self.waiting.get(message.chat.chat_id)
             if queue:
                 queue.popleft().set_result(None)

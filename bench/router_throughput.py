@@ -24,6 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -54,8 +55,8 @@ class RecordingChannel(FakeChannel):
         super().__init__()
         self.waiting: dict[str, asyncio.Future[float]] = {}
 
-    async def send(self, message: OutboundMessage) -> list[str]:
-        ids = await super().send(message)
+    async def send(self, message: OutboundMessage, on_chunk: Any = None) -> list[str]:
+        ids = await super().send(message, on_chunk)
         future = self.waiting.pop(message.chat.chat_id, None)
         if future is not None and not future.done():
             future.set_result(time.perf_counter())

@@ -4,11 +4,42 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Protocol
 
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 
 Submit = Callable[[InboundMessage], Awaitable[None]]
+# Called after each chunk of a reply reaches the platform, with its index and platform id, so the
+# outbox can record it before the next one is sent (a restart then sends only the missing chunks).
+ChunkSent = Callable[[int, str], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class CatchUpPoint:
+    """A chat active lately, and the newest platform message id stored for it (read history after it)."""
+
+    chat_id: str
+    after_id: str
+
+
+class Intake(Protocol):
+    """What a channel hands its input to: parse, store, enqueue; it never waits on a turn."""
+
+    async def submit(self, inbound: InboundMessage) -> None:
+        """Store (idempotently) and queue a message; when it returns the message is committed.
+
+        Raises when it could not be stored: the channel must not confirm it to the platform.
+        """
+        ...
+
+    async def catch_up_points(self, provider: str, since: float) -> list[CatchUpPoint]:
+        """Every chat of `provider` with a message stored since `since`, for history catch-up."""
+        ...
+
+    async def quarantine(self, provider: str, ref: str | None, raw: str, error: str) -> None:
+        """Keep an update that could not be parsed, with its error, and let intake go on."""
+        ...
 
 
 class Channel(Protocol):
@@ -16,16 +47,17 @@ class Channel(Protocol):
 
     provider: str
 
-    async def run(self, submit: Submit) -> None:
-        """Receive, passing every normalised message to `submit`, until cancelled.
+    async def run(self, intake: Intake) -> None:
+        """Receive, passing every normalised message to `intake.submit`, until cancelled.
 
         Sending must keep working after `stop()` until this task is cancelled: the daemon lets
         in-flight turns deliver their replies first. Resources are released on cancellation.
         """
         ...
 
-    async def send(self, message: OutboundMessage) -> list[str]:
-        """Send a reply (split as the platform needs); return every platform message id sent."""
+    async def send(self, message: OutboundMessage, on_chunk: ChunkSent | None = None) -> list[str]:
+        """Send a reply (split as the platform needs, from chunk `message.skip_chunks` on); return
+        every platform message id sent by this call, calling `on_chunk` after each."""
         ...
 
     def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]:

@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 
 from bot.brain import AnthropicBrain, Brain
-from bot.channel import Channel
+from bot.channel import CatchUpPoint, Channel
 from bot.config import Config, load_config
 from bot.control import serving, socket_path
 from bot.errors import BotError, ConfigError
@@ -241,10 +241,22 @@ class Daemon:
             raise Store.damaged(path, str(exc)) from exc
         return store
 
+    # -- intake: what every channel hands its input to ------------------------------------------
+
     async def submit(self, inbound: InboundMessage) -> None:
-        """What every channel's input goes to: the inbox of the config in force."""
+        """Store and queue one message through the inbox of the config in force."""
         assert self._inbox is not None, "the daemon has not started"
         await self._inbox.submit(inbound)
+
+    async def catch_up_points(self, provider: str, since: float) -> list[CatchUpPoint]:
+        assert self._store is not None, "the daemon has not started"
+        return [CatchUpPoint(chat_id, after) for chat_id, after in
+                await self._store.catch_up_points(provider, since)]
+
+    async def quarantine(self, provider: str, ref: str | None, raw: str, error: str) -> None:
+        assert self._store is not None, "the daemon has not started"
+        await self._store.quarantine(provider, ref, raw, error)
+        log.warning("unparseable update quarantined", channel=provider, ref=ref, error=error)
 
     # -- channels ------------------------------------------------------------------------------
 
@@ -255,7 +267,7 @@ class Daemon:
 
     async def _run_channel(self, channel: Channel) -> None:
         try:
-            await channel.run(self.submit)
+            await channel.run(self)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -45,6 +45,11 @@ class OutboundMessage:
     chat: ChatRef
     text: str
     reply_to_id: str | None = None
+    # A stable name for this delivery (the stored reply's), from which platforms that can
+    # deduplicate a resend (Discord's nonce) derive a key per chunk; None for one-off notices.
+    delivery_key: str | None = None
+    # Chunks already delivered before a restart: sending resumes after them.
+    skip_chunks: int = 0
 
 
 @dataclass(frozen=True, slots=True)

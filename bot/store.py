@@ -19,9 +19,10 @@ import structlog
 from bot.budget import estimate_tokens
 from bot.context import read_snapshot
 from bot.errors import SessionNotFoundError, StoreError
-from bot.messages import ChatRef, InboundMessage, Origin, Role, StoredMessage
+from bot.messages import ChatRef, InboundMessage, Origin, OutboundMessage, Role, StoredMessage
 from bot.migrations import MIGRATIONS
 from bot.recall import fts_phrase, query_terms, rank_matches
+from bot.session_key import parse as parse_session_key
 
 log = structlog.get_logger("switchboard.store")
 
@@ -68,6 +69,34 @@ class CompactionRecord:
     model: str
     created_at: float
     notified: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRequest:
+    """A stored request still waiting for its reply, with where it came from."""
+
+    message: StoredMessage
+    chat: ChatRef | None  # None for a row stored before chats were recorded, with no platform id
+
+
+@dataclass(frozen=True, slots=True)
+class PendingDelivery:
+    """A stored reply whose chunks were not all delivered: what to send, from which chunk on."""
+
+    message_id: int
+    session_key: str
+    created_at: float
+    outbound: OutboundMessage
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCommand:
+    """A chat command received but not yet run; it runs after message `after_message_id`'s turn."""
+
+    id: int
+    after_message_id: int
+    received_at: float
+    inbound: InboundMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +150,11 @@ class PruneReport:
 
 
 _NO_ID_ABOVE = 2**63 - 1  # SQLite's largest rowid: "no floor"
+
+
+def delivery_key(message_id: int) -> str:
+    """The stable name of a stored reply's delivery (Discord derives each chunk's nonce from it)."""
+    return f"sb{message_id}"
 RECALL_COMMON = 500  # recall ignores a word found in more of the searched messages than this
 
 
@@ -220,6 +254,7 @@ class Store:
                 provider_message_id=msg.provider_message_id,
                 reply_to_id=msg.reply_to_id,
                 awaiting_reply=msg.starts_turn,
+                chat=msg.chat,
             )
             if msg.provider_message_id is not None:
                 await self._link(msg.chat, msg.provider_message_id, stored.id)
@@ -234,16 +269,22 @@ class Store:
         origin: Origin = "interactive",
         job_id: str | None = None,
         request_id: int | None = None,
+        deliver: OutboundMessage | None = None,
     ) -> StoredMessage:
         """Store the agent's reply (or a scheduled output) before it is sent.
 
-        `request_id` is the message it answers, which stops waiting for a reply in the same
-        transaction.
+        `request_id` is the message it answers: it and every earlier request of the session still
+        waiting (the reply's context held them) stop waiting, in the same transaction. `deliver`
+        puts the reply in the outbox, so a restart sends what a crash kept from being sent.
         """
         async with self._transaction():
             if request_id is not None:
-                await self._clear_awaiting(request_id)
-            return await self._insert(
+                await self._conn.execute(
+                    "UPDATE messages SET awaiting_reply = 0 WHERE awaiting_reply = 1 "
+                    "AND session_key = ? AND id <= ?",
+                    (session_key, request_id),
+                )
+            stored = await self._insert(
                 session_key=session_key,
                 role="assistant",
                 origin=origin,
@@ -252,6 +293,15 @@ class Store:
                 actions=tuple(actions),
                 job_id=job_id,
             )
+            if deliver is not None:
+                chat = deliver.chat
+                await self._conn.execute(
+                    "INSERT INTO outbox (message_id, provider, chat_id, thread_id, reply_to_id, text, "
+                    "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (stored.id, chat.provider, chat.chat_id, chat.thread_id, deliver.reply_to_id,
+                     deliver.text, stored.created_at),
+                )
+            return stored
 
     async def mark_delivered(
         self, message_id: int, chat: ChatRef, provider_message_ids: Sequence[str]
@@ -268,15 +318,136 @@ class Store:
             for provider_id in provider_message_ids:
                 await self._link(chat, provider_id, message_id)
 
-    async def abandon_request(self, message_id: int) -> None:
-        """A request whose turn was stopped (/stop): it no longer waits for a reply."""
+    async def abandon_request(self, message_id: int, reason: str = "stopped") -> None:
+        """A request that will not be answered (`stopped` by /stop, `late`): it no longer waits."""
         async with self._transaction():
-            await self._clear_awaiting(message_id)
+            await self._conn.execute(
+                "UPDATE messages SET awaiting_reply = 0, unanswered = ? WHERE id = ? "
+                "AND awaiting_reply = 1",
+                (reason, message_id),
+            )
 
-    async def _clear_awaiting(self, message_id: int) -> None:
-        await self._conn.execute(
-            "UPDATE messages SET awaiting_reply = 0 WHERE id = ? AND awaiting_reply = 1", (message_id,)
+    # -- durable intake and delivery: what a restart picks up ----------------------------------
+
+    async def awaiting_requests(self) -> list[PendingRequest]:
+        """Every stored request still waiting for a reply, oldest first, with its chat."""
+        rows = await self._conn.execute_fetchall(
+            f"SELECT {_MESSAGE_COLUMNS}, chat_id, thread_id, (SELECT p.chat_id FROM provider_messages p "
+            "WHERE p.message_id = messages.id LIMIT 1) FROM messages WHERE awaiting_reply = 1 ORDER BY id"
         )
+        pending = []
+        for row in rows:
+            for message in _rows_to_messages([row]):
+                provider = parse_session_key(message.session_key).provider
+                chat_id = row[13] or row[15] or ("local" if provider == "console" else None)
+                chat = ChatRef(provider, chat_id, row[14]) if chat_id is not None else None
+                pending.append(PendingRequest(message, chat))
+        return pending
+
+    async def record_chunk(
+        self, message_id: int, chat: ChatRef, index: int, provider_message_id: str
+    ) -> None:
+        """One chunk of an outbox reply reached the platform as `provider_message_id`."""
+        async with self._transaction():
+            await self._conn.execute(
+                "UPDATE messages SET provider_message_id = COALESCE(provider_message_id, ?) WHERE id = ?",
+                (provider_message_id, message_id),
+            )
+            await self._link(chat, provider_message_id, message_id)
+            await self._conn.execute(
+                "UPDATE outbox SET chunks_sent = MAX(chunks_sent, ?) WHERE message_id = ?",
+                (index + 1, message_id),
+            )
+
+    async def finish_delivery(self, message_id: int) -> None:
+        """The reply left the outbox: every chunk was delivered, or it never will be."""
+        async with self._transaction():
+            await self._conn.execute("DELETE FROM outbox WHERE message_id = ?", (message_id,))
+
+    async def pending_deliveries(self) -> list[PendingDelivery]:
+        """Replies in the outbox, oldest first, each to be sent from its first undelivered chunk."""
+        rows = await self._conn.execute_fetchall(
+            "SELECT o.message_id, m.session_key, o.created_at, o.provider, o.chat_id, o.thread_id, "
+            "o.reply_to_id, o.text, o.chunks_sent FROM outbox o JOIN messages m ON m.id = o.message_id "
+            "ORDER BY o.message_id"
+        )
+        return [
+            PendingDelivery(row[0], row[1], row[2], OutboundMessage(
+                ChatRef(row[3], row[4], row[5]), row[7], row[6], delivery_key=delivery_key(row[0]),
+                skip_chunks=row[8],
+            ))
+            for row in rows
+        ]
+
+    async def append_command(self, inbound: InboundMessage, command: str) -> PendingCommand | None:
+        """Record a chat command before it waits in its session's queue; None for a redelivery."""
+        chat = inbound.chat
+        async with self._transaction():
+            cursor = await self._conn.execute(
+                "INSERT OR IGNORE INTO chat_commands (session_key, provider, chat_id, thread_id, "
+                "sender_id, sender_name, provider_message_id, command, text, sent_at, received_at, "
+                "after_message_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                "(SELECT COALESCE(MAX(id), 0) FROM messages))",
+                (str(inbound.session_key), chat.provider, chat.chat_id, chat.thread_id, inbound.sender_id,
+                 inbound.sender_name, inbound.provider_message_id, command, inbound.text,
+                 inbound.sent_at, time.time()),
+            )
+            if not cursor.rowcount:
+                return None
+            found = await self._conn.execute_fetchall(
+                "SELECT after_message_id, received_at FROM chat_commands WHERE id = ?", (cursor.lastrowid,)
+            )
+        row = next(iter(found))
+        return PendingCommand(int(cursor.lastrowid or 0), int(row[0]), float(row[1]), inbound)
+
+    async def finish_command(self, command_id: int, status: Literal["done", "late"] = "done") -> None:
+        async with self._transaction():
+            await self._conn.execute(
+                "UPDATE chat_commands SET status = ? WHERE id = ?", (status, command_id)
+            )
+
+    async def pending_commands(self) -> list[PendingCommand]:
+        """Commands received but not yet run, oldest first."""
+        rows = await self._conn.execute_fetchall(
+            "SELECT id, after_message_id, received_at, session_key, provider, chat_id, thread_id, "
+            "sender_id, sender_name, provider_message_id, command, text, sent_at FROM chat_commands "
+            "WHERE status = 'pending' ORDER BY id"
+        )
+        return [
+            PendingCommand(row[0], row[1], row[2], InboundMessage(
+                session_key=parse_session_key(row[3]), chat=ChatRef(row[4], row[5], row[6]),
+                sender_id=row[7], sender_name=row[8], text=row[11], provider_message_id=row[9],
+                sent_at=row[12], command=row[10],
+            ))
+            for row in rows
+        ]
+
+    async def quarantine(self, provider: str, ref: str | None, raw: str, error: str) -> None:
+        """Keep an inbound update that could not be parsed, raw, with the reason."""
+        async with self._transaction():
+            await self._conn.execute(
+                "INSERT INTO quarantine (provider, ref, raw, error, received_at) VALUES (?, ?, ?, ?, ?)",
+                (provider, ref, raw, error, time.time()),
+            )
+
+    async def quarantined(self, provider: str | None = None) -> list[tuple[str, str | None, str, str]]:
+        """(provider, ref, raw, error) of every quarantined update, oldest first."""
+        rows = await self._conn.execute_fetchall(
+            "SELECT provider, ref, raw, error FROM quarantine WHERE ?1 IS NULL OR provider = ?1 ORDER BY id",
+            (provider,),
+        )
+        return [(row[0], row[1], row[2], row[3]) for row in rows]
+
+    async def catch_up_points(self, provider: str, since: float) -> list[tuple[str, str]]:
+        """(chat id, newest platform message id) of every chat of `provider` with a message stored
+        since `since`; ids compare as numbers (Discord snowflakes)."""
+        rows = await self._conn.execute_fetchall(
+            "SELECT p.chat_id, MAX(CAST(p.provider_message_id AS INTEGER)) FROM sessions s "
+            "JOIN messages m ON m.session_key = s.key JOIN provider_messages p ON p.message_id = m.id "
+            "WHERE s.updated_at >= ? AND p.provider = ? AND m.created_at >= ? GROUP BY p.chat_id",
+            (since, provider, since),
+        )
+        return [(str(row[0]), str(row[1])) for row in rows if row[1] is not None]
 
     async def awaiting_request(self, chat: ChatRef, provider_message_id: str) -> StoredMessage | None:
         """A stored platform message whose turn never finished (the daemon stopped first)."""
@@ -335,6 +506,7 @@ class Store:
         actions: tuple[str, ...] = (),
         job_id: str | None = None,
         awaiting_reply: bool = False,
+        chat: ChatRef | None = None,
     ) -> StoredMessage:
         now = time.time()
         is_turn = 1 if role == "user" and origin == "interactive" else 0
@@ -348,11 +520,12 @@ class Store:
         cursor = await self._conn.execute(
             "INSERT INTO messages (session_key, role, origin, sender_id, sender_name, text, "
             "provider_message_id, reply_to_id, actions, job_id, created_at, token_estimate, "
-            "awaiting_reply) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "awaiting_reply, chat_id, thread_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 session_key, role, origin, sender_id, sender_name, text, provider_message_id,
                 reply_to_id, json.dumps(list(actions)) if actions else None, job_id,
                 created_at, tokens, int(awaiting_reply),
+                chat.chat_id if chat else None, chat.thread_id if chat else None,
             ),
         )
         message_id = cursor.lastrowid

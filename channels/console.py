@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TextIO
 
-from bot.channel import Submit
+from bot.channel import ChunkSent, Intake
 from bot.commands import is_known, parse_command
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.session_key import build
@@ -39,7 +39,7 @@ class ConsoleChannel:
         self._output = output or sys.stdout
         self._stopped = asyncio.Event()
 
-    async def run(self, submit: Submit) -> None:
+    async def run(self, intake: Intake) -> None:
         reader = self._reader or await _stdin_reader()
         while not self._stopped.is_set():
             read = asyncio.ensure_future(reader.readline())
@@ -55,7 +55,7 @@ class ConsoleChannel:
                 break
             text = raw.decode("utf-8", errors="replace").strip()
             if text:
-                await submit(self._inbound(text))
+                await intake.submit(self._inbound(text))
 
     def _inbound(self, text: str) -> InboundMessage:
         name = parse_command(text)
@@ -69,7 +69,9 @@ class ConsoleChannel:
             command=name if name is not None and is_known(name) else None,
         )
 
-    async def send(self, message: OutboundMessage) -> list[str]:
+    async def send(self, message: OutboundMessage, on_chunk: ChunkSent | None = None) -> list[str]:
+        if message.skip_chunks:
+            return []  # a console reply is one chunk, already printed
         self._output.write(f"{self._agent_name}> {message.text}\n")
         self._output.flush()
         return []

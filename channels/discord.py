@@ -33,7 +33,7 @@ import aiohttp
 import structlog
 
 from bot.access import REFUSED_DM_REPLY, TEXT_ONLY_REPLY, RefusalNotices, allows
-from bot.channel import Submit
+from bot.channel import ChunkSent, Intake, Submit
 from bot.chunking import split_message
 from bot.commands import is_known, parse_command
 from bot.config import DiscordConfig
@@ -268,8 +268,8 @@ class DiscordChannel:
         self._stopped = asyncio.Event()
         self.ready = asyncio.Event()
 
-    async def run(self, submit: Submit) -> None:
-        self._submit = submit
+    async def run(self, intake: Intake) -> None:
+        self._submit = intake.submit
         worker = self._worker = asyncio.create_task(self._take_messages(), name="discord intake")
         try:
             delay = self._retry_delay
@@ -414,10 +414,12 @@ class DiscordChannel:
         # A partial messageable needs no cache: it works for threads and DMs seen before a restart.
         return client.get_partial_messageable(int(chat.chat_id))
 
-    async def send(self, message: OutboundMessage) -> list[str]:
+    async def send(self, message: OutboundMessage, on_chunk: ChunkSent | None = None) -> list[str]:
         channel = self._messageable(message.chat)
         sent: list[str] = []
         for index, chunk in enumerate(split_message(message.text, MESSAGE_LIMIT, max_lines=MAX_LINES)):
+            if index < message.skip_chunks:
+                continue
             reference = None
             if index == 0 and message.reply_to_id is not None:
                 reference = discord.MessageReference(
@@ -445,6 +447,8 @@ class DiscordChannel:
                     f"Discord send failed: {type(exc).__name__}: {exc}", sent_ids=sent
                 ) from exc
             sent.append(str(posted.id))
+            if on_chunk is not None:
+                await on_chunk(index, str(posted.id))
         return sent
 
     @asynccontextmanager

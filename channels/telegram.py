@@ -31,7 +31,7 @@ from telegram.error import (
 from telegram.ext import AIORateLimiter, Application, BaseRateLimiter, ContextTypes, MessageHandler, filters
 
 from bot.access import REFUSED_DM_REPLY, TEXT_ONLY_REPLY, RefusalNotices, allows
-from bot.channel import Submit
+from bot.channel import ChunkSent, Intake, Submit
 from bot.chunking import split_message
 from bot.commands import COMMANDS, is_known, parse_command
 from bot.config import TelegramConfig
@@ -210,8 +210,8 @@ class TelegramChannel:
         self._lifecycle = asyncio.Lock()
         self.ready = asyncio.Event()
 
-    async def run(self, submit: Submit) -> None:
-        self._submit = submit
+    async def run(self, intake: Intake) -> None:
+        self._submit = intake.submit
         app = self._app
         app.add_handler(MessageHandler(filters.UpdateType.MESSAGE, self._on_message))
         app.add_error_handler(self._on_error)
@@ -323,10 +323,12 @@ class TelegramChannel:
 
     # -- sending ------------------------------------------------------------------------
 
-    async def send(self, message: OutboundMessage) -> list[str]:
+    async def send(self, message: OutboundMessage, on_chunk: ChunkSent | None = None) -> list[str]:
         chat = message.chat
         sent: list[str] = []
         for index, chunk in enumerate(telegram_chunks(message.text)):
+            if index < message.skip_chunks:
+                continue
             reply = None
             if index == 0 and message.reply_to_id is not None:
                 reply = ReplyParameters(int(message.reply_to_id), allow_sending_without_reply=True)
@@ -341,6 +343,8 @@ class TelegramChannel:
                     sent_ids=sent, permanent=permanent,
                 ) from exc
             sent.append(str(result.message_id))
+            if on_chunk is not None:
+                await on_chunk(index, str(result.message_id))
         return sent
 
     async def _send_chunk(self, chat: ChatRef, chunk: str, reply: ReplyParameters | None) -> Message:

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from bot.channel import Submit
+from bot.channel import CatchUpPoint, ChunkSent, Intake, Submit
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.session_key import SessionKey, build
 
@@ -24,19 +24,22 @@ class FakeChannel:
         self._stopped = asyncio.Event()
         self._next_id = 1000
 
-    async def run(self, submit: Submit) -> None:
-        self._submit = submit
+    async def run(self, intake: Intake) -> None:
+        self._submit = intake.submit
         self._ready.set()
         await self._stopped.wait()
 
     async def stop(self) -> None:
         self._stopped.set()
 
-    async def send(self, message: OutboundMessage) -> list[str]:
+    async def send(self, message: OutboundMessage, on_chunk: ChunkSent | None = None) -> list[str]:
         self.sent.append(message)
         self._next_id += 1
         # Distinct from any inbound id a test injects, so a reply never shadows one.
-        return [f"out-{self._next_id}"]
+        sent = f"out-{self._next_id}"
+        if on_chunk is not None:
+            await on_chunk(0, sent)
+        return [sent]
 
     @asynccontextmanager
     async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
@@ -78,3 +81,23 @@ class FakeChannel:
         await self._ready.wait()
         assert self._submit is not None
         await self._submit(message)
+
+
+class RecordingIntake:
+    """An intake for channel unit tests: records what is submitted and quarantined."""
+
+    def __init__(self, submit: Submit | None = None) -> None:
+        self.received: list[InboundMessage] = []
+        self.quarantined: list[tuple[str, str | None, str, str]] = []
+        self._submit = submit
+
+    async def submit(self, inbound: InboundMessage) -> None:
+        self.received.append(inbound)
+        if self._submit is not None:
+            await self._submit(inbound)
+
+    async def catch_up_points(self, provider: str, since: float) -> list[CatchUpPoint]:
+        return []
+
+    async def quarantine(self, provider: str, ref: str | None, raw: str, error: str) -> None:
+        self.quarantined.append((provider, ref, raw, error))

@@ -13,6 +13,7 @@ from bot.daemon import Daemon
 from bot.messages import InboundMessage, OutboundMessage
 from bot.store import Store
 from channels.console import ConsoleChannel
+from tests.fakes import RecordingIntake
 from tests.harness import API_KEY, config_data, echo
 from tests.standins.anthropic_api import AnthropicStandIn
 
@@ -34,7 +35,7 @@ async def test_lines_become_messages_of_the_local_console_session() -> None:
 
     reader.feed_data(b"hello\n\n   \n  how are you?  \nno newline at the end")
     reader.feed_eof()
-    await asyncio.wait_for(channel.run(submit), timeout=2)
+    await asyncio.wait_for(channel.run(RecordingIntake(submit)), timeout=2)
 
     assert [m.text for m in received] == ["hello", "how are you?", "no newline at the end"]
     assert {str(m.session_key) for m in received} == {"agent:main:console:direct:local"}
@@ -57,7 +58,7 @@ async def test_end_of_input_ends_run() -> None:
         raise AssertionError("nothing was typed")
 
     reader.feed_eof()
-    await asyncio.wait_for(channel.run(submit), timeout=2)
+    await asyncio.wait_for(channel.run(RecordingIntake(submit)), timeout=2)
 
 
 async def test_stop_ends_run_while_waiting_for_input() -> None:
@@ -67,7 +68,7 @@ async def test_stop_ends_run_while_waiting_for_input() -> None:
     async def submit(message: InboundMessage) -> None:
         raise AssertionError("nothing was typed")
 
-    running = asyncio.create_task(channel.run(submit))
+    running = asyncio.create_task(channel.run(RecordingIntake(submit)))
     await asyncio.sleep(0)
     await channel.stop()
     await asyncio.wait_for(running, timeout=2)

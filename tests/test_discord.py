@@ -17,9 +17,10 @@ from bot.brain import AnthropicBrain
 from bot.config import Config
 from bot.daemon import Daemon, build_channels
 from bot.errors import ConfigError, DeliveryError
-from bot.messages import ChatRef, InboundMessage, OutboundMessage, StoredMessage
+from bot.messages import ChatRef, OutboundMessage, StoredMessage
 from bot.store import Store
 from channels.discord import DiscordChannel
+from tests.fakes import RecordingIntake
 from tests.harness import API_KEY, config_data, echo, reply_requests, request_text, running
 from tests.standins.anthropic_api import AnthropicStandIn, Text
 from tests.standins.discord_api import DiscordStandIn, user
@@ -430,7 +431,7 @@ async def test_send_failures_are_delivery_errors_and_never_retried_by_us(
     reply = OutboundMessage(ChatRef("discord", str(GENERAL)), "hello")
     with pytest.raises(DeliveryError, match="not connected"):
         await channel.send(reply)
-    task = asyncio.create_task(channel.run(ignore))
+    task = asyncio.create_task(channel.run(RecordingIntake()))
     try:
         await asyncio.wait_for(channel.ready.wait(), 5)
         with pytest.raises(DeliveryError) as unknown:
@@ -467,10 +468,6 @@ def test_build_channels_makes_the_discord_channel(
 # -- start-up failures: the channel alone, no daemon ---------------------------------------
 
 
-async def ignore(inbound: InboundMessage) -> None:
-    return None
-
-
 @contextmanager
 def logged() -> Iterator[list[dict[str, Any]]]:
     with capture_logs() as logs:
@@ -483,7 +480,7 @@ async def test_a_rejected_token_turns_the_channel_off_without_leaking_it(
     """A 401 at login is one clear error naming the variable; run() returns and the token is not logged."""
     channel = make_channel(make_config({}), token="WRONG.SECRET")
     with logged() as logs:
-        await asyncio.wait_for(channel.run(ignore), 5)
+        await asyncio.wait_for(channel.run(RecordingIntake()), 5)
     (error,) = [e for e in logs if e["log_level"] == "error"]
     assert error["event"].startswith("Discord rejected the bot token")
     assert error["token_env"] == "DISCORD_BOT_TOKEN"
@@ -499,7 +496,7 @@ async def test_a_missing_privileged_intent_turns_the_channel_off(
         standin.patch(monkeypatch)
         channel = make_channel(make_config({}))
         with logged() as logs:
-            await asyncio.wait_for(channel.run(ignore), 5)
+            await asyncio.wait_for(channel.run(RecordingIntake()), 5)
     (error,) = [e for e in logs if e["log_level"] == "error"]
     assert "Message Content intent" in error["event"]
     assert len(standin.identifies) == 1
@@ -510,7 +507,7 @@ async def test_a_failed_login_is_retried_with_back_off(dc: DiscordStandIn, make_
     dc.fail_next("GET /users/@me", status=503)
     channel = make_channel(make_config({}))
     with logged() as logs:
-        task = asyncio.create_task(channel.run(ignore))
+        task = asyncio.create_task(channel.run(RecordingIntake()))
         await asyncio.wait_for(channel.ready.wait(), 5)
         await shut_down(channel, task)
     assert [r.status for r in dc.requests if r.path == "/users/@me"] == [503, 200]
@@ -527,7 +524,7 @@ async def test_an_unreachable_gateway_at_start_is_retried(
     monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", yarl.URL("ws://127.0.0.1:9/gateway"))
     channel = make_channel(make_config({}))
     with logged() as logs:
-        task = asyncio.create_task(channel.run(ignore))
+        task = asyncio.create_task(channel.run(RecordingIntake()))
         await dc.wait_for(lambda: any(e["event"] == "Discord unreachable; retrying" for e in logs))
         monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", yarl.URL(dc.gateway_url))
         await asyncio.wait_for(channel.ready.wait(), 5)
@@ -538,7 +535,7 @@ async def test_an_unreachable_gateway_at_start_is_retried(
 async def test_stop_ends_run_and_closes_the_client(dc: DiscordStandIn, make_config: MakeConfig) -> None:
     """stop() then cancelling run() closes the gateway connection promptly."""
     channel = make_channel(make_config({}))
-    task = asyncio.create_task(channel.run(ignore))
+    task = asyncio.create_task(channel.run(RecordingIntake()))
     await asyncio.wait_for(channel.ready.wait(), 5)
     started = time.monotonic()
     await shut_down(channel, task)

@@ -61,7 +61,7 @@ class Sleeps:
 class CrashingChannel(FakeChannel):
     """A channel whose send kills the process (as a crash between generate and deliver would)."""
 
-    async def send(self, message: OutboundMessage) -> list[str]:
+    async def send(self, message: OutboundMessage, on_chunk: Any = None) -> list[str]:
         raise Crash
 
 
@@ -77,11 +77,11 @@ class FlakyChannel(FakeChannel):
         self.errors = list(errors)
         self.attempts = 0
 
-    async def send(self, message: OutboundMessage) -> list[str]:
+    async def send(self, message: OutboundMessage, on_chunk: Any = None) -> list[str]:
         self.attempts += 1
         if self.errors:
             raise self.errors.pop(0)
-        return await super().send(message)
+        return await super().send(message, on_chunk)
 
 
 @pytest.fixture
