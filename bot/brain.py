@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -221,6 +222,8 @@ def _classify(exc: Exception) -> tuple[bool, float | None, str]:
         return True, None, f"connection error ({type(exc).__name__})"
     if isinstance(exc, IncompleteStreamError):
         return True, None, str(exc)
+    if isinstance(exc, json.JSONDecodeError):  # a stream event the SDK could not decode: cut short
+        return True, None, f"malformed stream event ({exc.msg})"
     raise exc
 
 

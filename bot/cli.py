@@ -227,7 +227,8 @@ def _history(args: argparse.Namespace) -> int:
                 origin = ""
                 if m.origin == "scheduled":
                     origin = f" [scheduled {m.job_id}]" if m.job_id else " [scheduled]"
-                print(f"#{m.id} {_when(m.created_at)} {who}{origin}: {m.text}")
+                status = f" [not answered: {m.unanswered}]" if m.unanswered else ""
+                print(f"#{m.id} {_when(m.created_at)} {who}{origin}{status}: {m.text}")
 
     asyncio.run(show())
     return 0
@@ -449,8 +450,10 @@ def _status(args: argparse.Namespace) -> int:
           f"{'ready' if reply['ready'] else 'starting'}")
     print(f"config {reply['config']}  database {reply['database']}")
     for channel in reply["channels"]:
-        error = f"  ({channel['error']})" if channel["error"] else ""
-        print(f"channel {channel['provider']}: {channel['state']}{error}")
+        error = f"  (last error: {channel['error']})" if channel["error"] else ""
+        restarts = channel.get("restarts", 0)
+        restarted = f", restarted {restarts} time{'s' if restarts != 1 else ''}" if restarts else ""
+        print(f"channel {channel['provider']}: {channel['state']}{restarted}{error}")
     queue = reply["queue"]
     print(f"queue: {queue['pending']} message(s) in {len(queue['sessions'])} session(s)")
     for key, state in sorted(queue["sessions"].items()):

@@ -1,7 +1,8 @@
 """Chat commands (/help, /reset, /stop, …): one implementation shared by every channel.
 
-Commands are answered before the turn queue, so /stop and /status work while a reply is being
-written, and they are not stored as conversation: they would only be noise in later context.
+/reset and /compact wait in their session's queue behind the turn being written, so they apply
+in order; /stop and the read-only ones are answered at once, even while a reply is being written.
+None is stored as conversation: they would only be noise in later context.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("whoami", "Show your user id (for allowlists)"),
 )
 _BY_NAME = {command.name: command for command in COMMANDS}
+# Commands that change the session: they keep its order (and are recorded, so a restart runs them).
+QUEUED_COMMANDS = frozenset({"reset", "compact"})
 
 
 def parse_command(text: str, bot_username: str | None = None) -> str | None:
@@ -101,7 +104,7 @@ class CommandHandler:
     async def _stop(self, inbound: InboundMessage) -> str:
         abandoned = await self._router.stop_session(str(inbound.session_key))
         for stored in abandoned:
-            await self._store.abandon_request(stored.id)
+            await self._store.abandon_request(stored.id, "stopped")
         if not abandoned:
             return "Nothing to stop: I'm not working on a reply here."
         waiting = len(abandoned) - 1

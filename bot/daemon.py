@@ -23,6 +23,8 @@ from bot.inbox import Inbox
 from bot.log import last_error
 from bot.messages import InboundMessage
 from bot.notify import Notifier
+from bot.outbox import Outbox
+from bot.resume import resume
 from bot.router import Router
 from bot.scheduler import Scheduler
 from bot.store import Store
@@ -34,6 +36,9 @@ PLATFORMS = ("telegram", "discord")
 # READY=1 waits this long for every channel to connect; a channel still connecting is named in
 # the log and the service counts as started (it keeps retrying on its own).
 READY_TIMEOUT = 30.0
+# A channel that stops with an unexpected error is started again after this, doubling up to the cap.
+RESTART_DELAY = 1.0
+MAX_RESTART_DELAY = 60.0
 
 
 def build_channels(config: Config, *, console: bool, platforms: bool = True) -> list[Channel]:
@@ -144,9 +149,11 @@ class Daemon:
         # The running channels by provider: the turn runner, inbox and scheduler read this one
         # dict, so a reload that starts or stops a channel is seen by all of them.
         self._by_provider: dict[str, Channel] = {}
-        self._tasks: dict[Channel, asyncio.Task[None]] = {}
-        self._errors: dict[Channel, str] = {}
-        self._stopping: set[Channel] = set()
+        # Per provider: the supervising task, the last unexpected error, the restarts after one.
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._errors: dict[str, str] = {}
+        self._restarts: dict[str, int] = {}
+        self._stopping: set[str] = set()
         self._background: set[asyncio.Task[Any]] = set()
         self._reload_lock = asyncio.Lock()
         self._started_at = time.time()
@@ -170,7 +177,9 @@ class Daemon:
             router = self.router = Router(
                 store, runner, max_concurrent=config.router.max_concurrent_turns
             )
-            self._inbox = Inbox(config, store, router, self._by_provider, runner.compactor)
+            inbox = self._inbox = Inbox(config, store, router, self._by_provider, runner.compactor)
+            # Before any channel takes input: what the last run left undone goes first, in order.
+            await resume(store, router, inbox, Outbox(store, self._by_provider), self._by_provider)
             main_brain = brain
             model_brains: dict[str, Brain] = {}
 
@@ -261,21 +270,46 @@ class Daemon:
     # -- channels ------------------------------------------------------------------------------
 
     def _start_channel(self, channel: Channel) -> None:
-        self._by_provider[channel.provider] = channel
-        self._errors.pop(channel, None)
-        self._tasks[channel] = asyncio.create_task(self._run_channel(channel), name=channel.provider)
+        provider = channel.provider
+        self._by_provider[provider] = channel
+        self._errors.pop(provider, None)
+        self._restarts.pop(provider, None)
+        self._tasks[provider] = asyncio.create_task(self._supervise(channel), name=provider)
 
-    async def _run_channel(self, channel: Channel) -> None:
-        try:
-            await channel.run(self)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._errors[channel] = f"{type(exc).__name__}: {exc}"
-            log.exception("channel stopped with an error", channel=channel.provider)
+    async def _supervise(self, channel: Channel) -> None:
+        """Run a channel; one that stops with an unexpected error is started again, with capped
+        backoff, until the daemon stops or a reload retires it. A clean return (input ended, a
+        rejected token) is final."""
+        provider = channel.provider
+        me = asyncio.current_task()
+        delay = RESTART_DELAY
+        while True:
+            try:
+                await channel.run(self)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._errors[provider] = f"{type(exc).__name__}: {exc}"
+                self._restarts[provider] = self._restarts.get(provider, 0) + 1
+                log.exception("channel stopped with an error; restarting it", channel=provider,
+                              restarts=self._restarts[provider], restart_in=delay)
+            stop = asyncio.ensure_future(self.stop_requested.wait())
+            await asyncio.wait([stop], timeout=delay)
+            stop.cancel()
+            retired = provider in self._stopping or self._tasks.get(provider) is not me
+            if retired or self.stop_requested.is_set():
+                return
+            delay = min(delay * 2, MAX_RESTART_DELAY)
+            try:
+                channel = platform_channel(self.config, provider) if provider in PLATFORMS else channel
+            except BotError as exc:
+                log.error("channel not restarted", channel=provider, error=str(exc))
+                return
+            self._by_provider[provider] = channel
 
     async def _stop_channel(self, channel: Channel) -> None:
-        self._stopping.add(channel)
+        self._stopping.add(channel.provider)
         try:
             await channel.stop()
         except Exception:
@@ -289,9 +323,10 @@ class Daemon:
         await self._stop_channel(channel)
         if self._by_provider.get(channel.provider) is channel:
             del self._by_provider[channel.provider]
-        task = self._tasks.pop(channel, None)
-        self._stopping.discard(channel)
-        self._errors.pop(channel, None)
+        task = self._tasks.pop(channel.provider, None)
+        self._stopping.discard(channel.provider)
+        self._errors.pop(channel.provider, None)
+        self._restarts.pop(channel.provider, None)
         if task is not None:
             grace = self.config.router.shutdown_grace
 
@@ -308,16 +343,19 @@ class Daemon:
         task.add_done_callback(self._background.discard)
 
     def channel_state(self, channel: Channel) -> str:
-        """starting, connected, stopping, stopped or error (for `switchboard status`)."""
-        task = self._tasks.get(channel)
-        if channel in self._errors:
-            return "error"
+        """starting, connected, restarting, stopping, stopped or error (for `switchboard status`)."""
+        provider = channel.provider
+        task = self._tasks.get(provider)
         if task is None or task.done():
-            return "stopped"
-        if channel in self._stopping:
+            return "error" if provider in self._errors else "stopped"
+        if provider in self._stopping:
             return "stopping"
+        if self._by_provider.get(provider) is not channel:
+            return "restarting"
         ready = getattr(channel, "ready", None)
-        return "connected" if not isinstance(ready, asyncio.Event) or ready.is_set() else "starting"
+        if isinstance(ready, asyncio.Event) and not ready.is_set():
+            return "restarting" if provider in self._errors else "starting"
+        return "connected"
 
     async def _announce_ready(self) -> None:
         """READY=1 once every channel is connected, or after the timeout naming those still late."""
@@ -431,7 +469,8 @@ class Daemon:
         """What `switchboard status` shows: channels, queues, schedules, the last error."""
         router = self.router
         channels = [
-            {"provider": c.provider, "state": self.channel_state(c), "error": self._errors.get(c)}
+            {"provider": c.provider, "state": self.channel_state(c), "error": self._errors.get(c.provider),
+             "restarts": self._restarts.get(c.provider, 0)}
             for c in self._by_provider.values()
         ]
         sessions = router.sessions() if router is not None else {}

@@ -1,5 +1,10 @@
-"""The way in from every channel: late messages are kept but not answered, commands are answered
-at once, everything else goes to the router."""
+"""The way in from every channel: parse is the channel's, this is store and enqueue.
+
+Nothing here waits on a turn or a command: late messages are kept but not answered; /reset and
+/compact are recorded and wait in their session's queue (so they apply in order, and a restart
+still runs them); /stop runs at once; read-only commands (/status, /help, …) are answered beside
+the queue; everything else is stored and queued by the router.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +15,12 @@ from collections.abc import Mapping
 import structlog
 
 from bot.channel import Channel
-from bot.commands import CommandHandler
+from bot.commands import QUEUED_COMMANDS, CommandHandler
 from bot.compaction import Compactor
 from bot.config import Config
 from bot.messages import InboundMessage, OutboundMessage
 from bot.router import Router
-from bot.store import Store
+from bot.store import PendingCommand, Store
 
 log = structlog.get_logger("switchboard.inbox")
 
@@ -28,18 +33,19 @@ class Inbox:
         compactor: Compactor,
     ) -> None:
         self._config = config
+        self._store = store
         self._router = router
         self._channels = channels
         self._commands = CommandHandler(config, store, router, compactor)
 
     async def submit(self, inbound: InboundMessage) -> None:
-        late = self._is_late(inbound)
+        late = self.is_late(inbound.chat.provider, inbound.sent_at)
         if inbound.command is not None:
             if late:
                 log.info("late command ignored", session_key=str(inbound.session_key),
                          command=inbound.command)
                 return
-            await self._answer_command(inbound, inbound.command)
+            await self._take_command(inbound, inbound.command)
             return
         if late and inbound.starts_turn:
             # Stored for context, but an answer hours later would only confuse.
@@ -48,11 +54,38 @@ class Inbox:
             inbound = dataclasses.replace(inbound, starts_turn=False)
         await self._router.submit(inbound)
 
-    def _is_late(self, inbound: InboundMessage) -> bool:
-        section = self._config.chat_channel(inbound.chat.provider)
-        if section is None or not section.max_reply_age or inbound.sent_at is None:
+    def is_late(self, provider: str, sent_at: float | None) -> bool:
+        """Whether a message sent at `sent_at` is past its channel's `max_reply_age`."""
+        section = self._config.chat_channel(provider)
+        if section is None or not section.max_reply_age or sent_at is None:
             return False
-        return time.time() - inbound.sent_at > section.max_reply_age
+        return time.time() - sent_at > section.max_reply_age
+
+    async def _take_command(self, inbound: InboundMessage, name: str) -> None:
+        key = str(inbound.session_key)
+        if name == "stop":
+            await self._answer_command(inbound, name)  # goes first: it clears the queue
+        elif name in QUEUED_COMMANDS:
+            recorded = await self._store.append_command(inbound, name)
+            if recorded is None:
+                log.info("duplicate command ignored", session_key=key, command=name)
+                return
+            self.queue_command(recorded)
+        else:
+            self._router.run_now(key, f"/{name}", lambda: self._answer_command(inbound, name))
+
+    def queue_command(self, command: PendingCommand) -> None:
+        """Queue a recorded command behind its session's work; it is marked done once answered."""
+        inbound = command.inbound
+        assert inbound.command is not None
+
+        async def run() -> None:
+            try:
+                await self._answer_command(inbound, inbound.command or "")
+            finally:
+                await self._store.finish_command(command.id)
+
+        self._router.enqueue_work(str(inbound.session_key), f"/{inbound.command}", run)
 
     async def _answer_command(self, inbound: InboundMessage, name: str) -> None:
         text = await self._commands.run(name, inbound)

@@ -69,3 +69,5 @@ class StoredMessage:
     actions: tuple[str, ...] = field(default_factory=tuple)
     job_id: str | None = None
     token_estimate: int = 0
+    # Why a request was never answered: "late" (too old when the daemon could), "stopped" (/stop).
+    unanswered: str | None = None

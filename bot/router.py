@@ -1,4 +1,9 @@
-"""The router: stores every inbound message, then runs turns one at a time per session key."""
+"""The router: stores every inbound message, then works through each session's queue in order.
+
+A session's queue holds its turns (one per stored request) and other work that must keep the
+session's order: a chat command such as /reset, or a reply a restart still has to deliver.
+Different sessions run in parallel; turns also share a global limit.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,8 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -15,21 +22,40 @@ from bot.store import Store
 log = structlog.get_logger("switchboard.router")
 
 TurnHandler = Callable[[StoredMessage, InboundMessage], Awaitable[None]]
+Work = Callable[[], Awaitable[None]]
 
 
 class RouterClosedError(Exception):
     """The router is shutting down and takes no new input."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    request: StoredMessage
+    inbound: InboundMessage
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    label: str
+    work: Work
+
+
+_Item = _Turn | _Job
+
+
 class Router:
-    """Per-session FIFO queues; different sessions run in parallel up to a global limit."""
+    """Per-session FIFO queues; different sessions run in parallel, turns up to a global limit."""
 
     def __init__(self, store: Store, handle_turn: TurnHandler, *, max_concurrent: int) -> None:
         self._store = store
         self._handle_turn = handle_turn
         self._slots = asyncio.Semaphore(max_concurrent)
-        self._queues: dict[str, deque[tuple[StoredMessage, InboundMessage]]] = {}
+        self._queues: dict[str, deque[_Item]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
+        # Work that belongs to no queue (a /status answer): tracked so shutdown can wait for it.
+        self._loose: set[asyncio.Task[Any]] = set()
+        self._lanes: dict[str, asyncio.Task[Any]] = {}  # the newest such work per session
         # When each queued request was queued: its wait is part of the turn's latency.
         self._queued_at: dict[int, float] = {}
         self._closed = False
@@ -38,7 +64,8 @@ class Router:
         """Store a message and, when it starts a turn, queue it; None for a duplicate.
 
         A duplicate whose turn never ran (the daemon stopped before answering, and the platform
-        delivered the message again) is queued once more rather than dropped.
+        delivered the message again) is queued once more rather than dropped. Raises when the
+        message could not be stored: the channel must not tell the platform it was received.
         """
         if self._closed:
             raise RouterClosedError("the router is shutting down")
@@ -55,20 +82,52 @@ class Router:
                      request_id=pending.id)
             stored = pending
         if inbound.starts_turn:
-            self._enqueue(str(inbound.session_key), stored, inbound)
+            self.enqueue_turn(stored, inbound)
         return stored
 
-    def _enqueue(self, key: str, stored: StoredMessage, inbound: InboundMessage) -> None:
-        self._queues.setdefault(key, deque()).append((stored, inbound))
+    def enqueue_turn(self, stored: StoredMessage, inbound: InboundMessage) -> None:
+        """Queue a stored request behind its session's earlier work (a restart resumes this way)."""
         self._queued_at.setdefault(stored.id, time.perf_counter())
+        self._enqueue(str(inbound.session_key), _Turn(stored, inbound))
+
+    def enqueue_work(self, key: str, label: str, work: Work) -> None:
+        """Queue other work in a session's order (a command, a delivery left over from a restart)."""
+        self._enqueue(key, _Job(label, work))
+
+    def run_now(self, key: str, label: str, work: Work) -> None:
+        """Run work beside a session's queue, not behind its turn (read-only commands), in order
+        with the session's other such work; shutdown waits for it within the grace."""
+        previous = self._lanes.get(key)
+
+        async def after_previous() -> None:
+            if previous is not None:
+                await asyncio.gather(previous, return_exceptions=True)
+            await self._guarded(label, work, session_key=key)
+
+        task = asyncio.create_task(after_previous(), name=f"{label} {key}")
+        self._lanes[key] = task
+        self._loose.add(task)
+
+        def done(finished: asyncio.Task[Any]) -> None:
+            self._loose.discard(finished)
+            if self._lanes.get(key) is finished:
+                del self._lanes[key]
+
+        task.add_done_callback(done)
+
+    def _enqueue(self, key: str, item: _Item) -> None:
+        if self._closed:
+            raise RouterClosedError("the router is shutting down")
+        self._queues.setdefault(key, deque()).append(item)
         if key not in self._workers:
             self._workers[key] = asyncio.create_task(self._drain(key), name=f"session {key}")
 
     def _is_queued(self, message_id: int) -> bool:
-        return any(stored.id == message_id for queue in self._queues.values() for stored, _ in queue)
+        return any(isinstance(item, _Turn) and item.request.id == message_id
+                   for queue in self._queues.values() for item in queue)
 
     def session_state(self, key: str) -> tuple[bool, int]:
-        """(a turn is running, messages waiting behind it) for one session."""
+        """(work is running, items waiting behind it) for one session."""
         queue = self._queues.get(key)
         if not queue:
             return False, 0
@@ -76,18 +135,31 @@ class Router:
         return running, len(queue) - (1 if running else 0)
 
     async def stop_session(self, key: str) -> list[StoredMessage]:
-        """Abandon a session's running turn and everything queued behind it (/stop).
+        """Abandon a session's running turn and the turns queued behind it (/stop).
 
-        The messages stay stored; they are returned so the caller can mark them abandoned.
+        Other queued work (a /reset, a delivery) stays and still runs in order. The messages stay
+        stored; they are returned so the caller can mark them abandoned.
         """
-        queue = self._queues.pop(key, None)
-        worker = self._workers.pop(key, None)
-        abandoned = [stored for stored, _ in queue] if queue else []
-        for stored in abandoned:
-            self._queued_at.pop(stored.id, None)
-        if worker is not None:
+        queue = self._queues.get(key)
+        if not queue:
+            return []
+        abandoned = [item.request for item in queue if isinstance(item, _Turn)]
+        for request in abandoned:
+            self._queued_at.pop(request.id, None)
+        kept = [item for item in queue if not isinstance(item, _Turn)]
+        worker = self._workers.get(key)
+        if worker is not None and isinstance(queue[0], _Turn):
+            # The worker is inside the head turn: cancel it, and start afresh with what is kept.
+            del self._workers[key]
+            del self._queues[key]
             worker.cancel()
             await asyncio.gather(worker, return_exceptions=True)
+            for item in kept:
+                self._enqueue(key, item)
+        else:
+            # The worker (if any) runs the head job, which stays first: edit its queue in place.
+            queue.clear()
+            queue.extend(kept)
         return abandoned
 
     def replace_handler(self, handle_turn: TurnHandler) -> None:
@@ -95,7 +167,7 @@ class Router:
         self._handle_turn = handle_turn
 
     def sessions(self) -> dict[str, tuple[bool, int]]:
-        """Every session with queued work: (a turn is running, messages waiting behind it)."""
+        """Every session with queued work: (work is running, items waiting behind it)."""
         return {key: self.session_state(key) for key in list(self._queues)}
 
     @property
@@ -107,16 +179,11 @@ class Router:
         me = asyncio.current_task()
         try:
             while queue:
-                stored, inbound = queue[0]
-                async with self._slots:
-                    queued_at = self._queued_at.pop(stored.id, None)
-                    waited = (time.perf_counter() - queued_at) * 1000 if queued_at is not None else 0.0
-                    try:
-                        # Bound for the turn's log line: the wait for the session and a free slot.
-                        with structlog.contextvars.bound_contextvars(queue_ms=round(waited, 1)):
-                            await self._handle_turn(stored, inbound)
-                    except Exception:
-                        log.exception("turn failed", session_key=key, request_id=stored.id)
+                item = queue[0]
+                if isinstance(item, _Turn):
+                    await self._run_turn(key, item)
+                else:
+                    await self._guarded(item.label, item.work, session_key=key)
                 queue.popleft()
         finally:
             # After /stop a new worker may already own this key: only clean up our own entries.
@@ -125,21 +192,39 @@ class Router:
             if self._queues.get(key) is queue and not queue:
                 del self._queues[key]
 
+    async def _run_turn(self, key: str, item: _Turn) -> None:
+        async with self._slots:
+            queued_at = self._queued_at.pop(item.request.id, None)
+            waited = (time.perf_counter() - queued_at) * 1000 if queued_at is not None else 0.0
+            try:
+                # Bound for the turn's log line: the wait for the session and a free slot.
+                with structlog.contextvars.bound_contextvars(queue_ms=round(waited, 1)):
+                    await self._handle_turn(item.request, item.inbound)
+            except Exception:
+                log.exception("turn failed", session_key=key, request_id=item.request.id)
+
+    @staticmethod
+    async def _guarded(label: str, work: Work, **fields: str) -> None:
+        try:
+            await work()
+        except Exception:
+            log.exception("queued work failed", work=label, **fields)
+
     async def close(self, grace: float) -> None:
-        """Stop taking input, let queued turns finish for up to `grace` seconds, then cancel."""
+        """Stop taking input, let queued work finish for up to `grace` seconds, then cancel."""
         self._closed = True
-        workers = list(self._workers.values())
-        if not workers:
+        tasks = [*self._workers.values(), *self._loose]
+        if not tasks:
             return
-        _, still_running = await asyncio.wait(workers, timeout=grace)
+        _, still_running = await asyncio.wait(tasks, timeout=grace)
         for task in still_running:
             task.cancel()
         if still_running:
-            log.warning("abandoned in-flight turns at shutdown", sessions=len(still_running),
+            log.warning("abandoned in-flight turns at shutdown", tasks=len(still_running),
                         queued=self.pending)
             await asyncio.gather(*still_running, return_exceptions=True)
 
     async def idle(self) -> None:
-        """Wait until every queued turn has been handled (used by `chat` and tests)."""
-        while self._workers:
-            await asyncio.gather(*list(self._workers.values()), return_exceptions=True)
+        """Wait until every queued item has been handled (used by `chat` and tests)."""
+        while self._workers or self._loose:
+            await asyncio.gather(*list(self._workers.values()), *list(self._loose), return_exceptions=True)

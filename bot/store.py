@@ -28,7 +28,7 @@ log = structlog.get_logger("switchboard.store")
 
 _MESSAGE_COLUMNS = (
     "id, session_key, role, origin, text, created_at, sender_id, sender_name, "
-    "provider_message_id, reply_to_id, actions, job_id, token_estimate"
+    "provider_message_id, reply_to_id, actions, job_id, token_estimate, unanswered"
 )
 
 
@@ -339,8 +339,8 @@ class Store:
         for row in rows:
             for message in _rows_to_messages([row]):
                 provider = parse_session_key(message.session_key).provider
-                chat_id = row[13] or row[15] or ("local" if provider == "console" else None)
-                chat = ChatRef(provider, chat_id, row[14]) if chat_id is not None else None
+                chat_id = row[14] or row[16] or ("local" if provider == "console" else None)
+                chat = ChatRef(provider, chat_id, row[15]) if chat_id is not None else None
                 pending.append(PendingRequest(message, chat))
         return pending
 
@@ -1151,6 +1151,7 @@ def _row_to_message(row: Any) -> StoredMessage:
         id=row[0], session_key=row[1], role=row[2], origin=row[3], text=row[4],
         created_at=float(row[5]), sender_id=row[6], sender_name=row[7], provider_message_id=row[8],
         reply_to_id=row[9], actions=tuple(actions), job_id=row[11], token_estimate=row[12],
+        unanswered=row[13],
     )
 
 

@@ -1,8 +1,11 @@
-"""One turn: context, model reply (or a short fallback), store, deliver, snapshot, one log line."""
+"""One turn: context, model reply (or a short fallback), store with its outbox row, snapshot,
+deliver, one log line."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Mapping
 
@@ -16,12 +19,16 @@ from bot.context import Context
 from bot.context_builder import ContextBuilder
 from bot.errors import DeliveryError, ModelError
 from bot.messages import InboundMessage, OutboundMessage, StoredMessage
+from bot.outbox import Outbox
 from bot.prompt import PromptFiles, conversation_turns, turn_system_prompt
-from bot.store import Store
+from bot.store import Store, delivery_key
 
 log = structlog.get_logger("switchboard.turn")
 
 FALLBACK_REPLY = "I couldn't reach the model, try again in a moment."
+# Storing a reply is retried briefly (a locked database clears in moments) before it is sent unstored.
+STORE_ATTEMPTS = 3
+STORE_RETRY_DELAY = 0.2
 
 
 class TurnRunner:
@@ -34,6 +41,7 @@ class TurnRunner:
         self._store = store
         self._brain = brain
         self._channels = channels
+        self._outbox = Outbox(store, channels)
         self._context = ContextBuilder(config, store, brain)
         self.compactor = Compactor(config, store, brain, self._context.budget)
         # Soul and memory files are cached and read again only when they change on disk.
@@ -78,27 +86,22 @@ class TurnRunner:
                 text = FALLBACK_REPLY
         model_ms = (time.perf_counter() - model_started) * 1000
 
-        reply = await self._store.append_reply(str(key), text, request_id=request.id)
-        await self._store.record_snapshot(
-            str(key), request.id, reply.id, context.snapshot(), context.input_hash
-        )
-        delivered: list[str] = []
+        reply_to = inbound.provider_message_id if not key.is_direct else None
+        # Told once, under the first reply after the session was compacted (the note is not
+        # stored as conversation: it is about the chat, not part of it).
+        notice = await self._compaction_notice(str(key))
+        outbound = OutboundMessage(inbound.chat, f"{text}\n\n{NOTICE}" if notice else text, reply_to)
         send_started = time.perf_counter()
-        if channel is not None:
-            reply_to = inbound.provider_message_id if not key.is_direct else None
-            # Told once, under the first reply after the session was compacted (the note is not
-            # stored: it is about the chat, not part of it).
-            notice = await self._store.take_compaction_notice(str(key))
-            sent_text = f"{text}\n\n{NOTICE}" if notice is not None else text
-            try:
-                delivered = await channel.send(OutboundMessage(inbound.chat, sent_text, reply_to))
-            except DeliveryError as exc:
-                delivered = exc.sent_ids
-                bound.error("delivery failed", error=str(exc), permanent=exc.permanent,
-                            chunks_delivered=len(delivered))
-            except Exception as exc:  # a send failure must not lose the stored reply
-                bound.error("delivery failed", error=f"{type(exc).__name__}: {exc}")
-            await self._store.mark_delivered(reply.id, inbound.chat, delivered)
+        reply = await self._store_reply(str(key), text, request, outbound)
+        if reply is None:
+            # The model answered but the database would not take it: the user still gets the
+            # answer (a restart may answer the request again, which beats silence).
+            delivered = await self._deliver_unstored(outbound)
+        else:
+            await self._snapshot(str(key), request, reply, context)
+            delivered = await self._outbox.deliver(
+                reply.id, dataclasses.replace(outbound, delivery_key=delivery_key(reply.id))
+            )
 
         triage = context.triage
         bound.info(
@@ -106,7 +109,7 @@ class TurnRunner:
             channel=inbound.chat.provider,
             send_ms=round((time.perf_counter() - send_started) * 1000, 1),
             request_id=request.id,
-            reply_id=reply.id,
+            reply_id=reply.id if reply is not None else None,
             context_messages=len(context.entries),
             scheduled_block=len(context.scheduled),
             reply_to=context.reply_to.id if context.reply_to else None,
@@ -132,5 +135,52 @@ class TurnRunner:
         )
         # After the reply, still holding the session's turn: the user never waits for it, and
         # the session's next turn (queued behind) already sees the summary.
-        if context.status == "ok":
+        if context.status == "ok" and reply is not None:
             await self.compactor.maybe_compact(str(key))
+
+    async def _compaction_notice(self, key: str) -> bool:
+        try:
+            return await self._store.take_compaction_notice(key) is not None
+        except Exception as exc:  # a note about the chat is not worth failing the reply for
+            log.warning("compaction notice unreadable", session_key=key, error=f"{type(exc).__name__}: {exc}")
+            return False
+
+    async def _store_reply(
+        self, key: str, text: str, request: StoredMessage, outbound: OutboundMessage
+    ) -> StoredMessage | None:
+        """Store the reply, clearing the requests it answers, with its outbox row; None when the
+        database refused it every time (a locked or full disk clears in moments, or not at all)."""
+        for attempt in range(1, STORE_ATTEMPTS + 1):
+            try:
+                return await self._store.append_reply(key, text, request_id=request.id, deliver=outbound)
+            except Exception as exc:
+                if attempt == STORE_ATTEMPTS:
+                    log.error("reply not stored; delivering it anyway", session_key=key,
+                              request_id=request.id, error=f"{type(exc).__name__}: {exc}")
+                    return None
+                await asyncio.sleep(STORE_RETRY_DELAY * attempt)
+        return None
+
+    async def _snapshot(
+        self, key: str, request: StoredMessage, reply: StoredMessage, context: Context
+    ) -> None:
+        try:
+            await self._store.record_snapshot(
+                key, request.id, reply.id, context.snapshot(), context.input_hash
+            )
+        except Exception as exc:  # the reply matters more than its explanation
+            log.error("context snapshot not stored", session_key=key, request_id=request.id,
+                      error=f"{type(exc).__name__}: {exc}")
+
+    async def _deliver_unstored(self, outbound: OutboundMessage) -> list[str]:
+        channel = self._channels.get(outbound.chat.provider)
+        if channel is None:
+            return []
+        try:
+            return await channel.send(outbound)
+        except DeliveryError as exc:
+            log.error("delivery failed", error=str(exc), permanent=exc.permanent)
+            return exc.sent_ids
+        except Exception as exc:
+            log.error("delivery failed", error=f"{type(exc).__name__}: {exc}")
+            return []

@@ -21,6 +21,7 @@ from tests.standins.anthropic_api import (
     AnthropicStandIn,
     DropConnection,
     Error,
+    MalformedStream,
     Slow,
     Text,
     TruncatedStream,
@@ -182,6 +183,16 @@ async def test_a_dropped_connection_mid_stream_is_retried(
     api.script(DropConnection(), Text("second try"))
     completion = await brain.reply(ask())
     assert completion.text == "second try"
+    assert api.count == 2
+
+
+async def test_a_malformed_stream_event_is_retried_like_a_cut_stream(
+    api: AnthropicStandIn, brain: AnthropicBrain
+) -> None:
+    """A text delta that is not valid JSON is retried, not answered with the fallback at once."""
+    api.script(MalformedStream("a garbled answer"), Text("the clean answer"))
+    completion = await brain.reply(ask())
+    assert completion.text == "the clean answer"
     assert api.count == 2
 
 

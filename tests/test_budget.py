@@ -239,7 +239,8 @@ async def test_a_small_window_trims_the_oldest_but_keeps_the_request_and_reply_t
             inbound = await view.append_inbound(channel.message(question, message_id=f"seed-{n}"))
             assert inbound is not None
             seeded.append(inbound)
-            seeded.append(await view.append_reply(key, f"answer {n} about topic {n} ".ljust(80, ".")))
+            seeded.append(await view.append_reply(key, f"answer {n} about topic {n} ".ljust(80, "."),
+                                                   request_id=inbound.id))
 
         # The request (18 characters, cost 6) replies to the oldest question. The history budget is
         # 150 (half of 300): 6 + 288 is 144 over, so the six oldest after the protected one go.

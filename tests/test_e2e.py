@@ -45,7 +45,8 @@ async def seed(view: Store, channel: FakeChannel, topics: list[str]) -> list[Sto
         inbound = await view.append_inbound(message)
         assert inbound is not None
         stored.append(inbound)
-        stored.append(await view.append_reply(str(message.session_key), f"answer about {topic}"))
+        stored.append(await view.append_reply(str(message.session_key), f"answer about {topic}",
+                                             request_id=inbound.id))
     return stored
 
 

@@ -370,7 +370,7 @@ async def test_reload_applies_access_lists_and_turns_a_channel_off_and_on_losing
             on = await daemon.status()
     assert [m.visible_text for m in tg.sent if m.chat_id == 7] == [REFUSED_DM_REPLY, "re: now?"]
     assert off["channels"] == []
-    assert on["channels"] == [{"provider": "telegram", "state": "connected", "error": None}]
+    assert on["channels"] == [{"provider": "telegram", "state": "connected", "error": None, "restarts": 0}]
     assert [m.visible_text for m in tg.sent if m.chat_id == 42] == ["re: while you were away"]
 
 
@@ -391,7 +391,7 @@ async def test_status_and_reload_over_the_control_socket(api: AnthropicStandIn, 
         unknown = await asyncio.to_thread(request, sock, "explode")
     assert mode == 0o600
     assert status["ok"] and status["pid"] == os.getpid() and status["agent"] == "main"
-    assert status["channels"] == [{"provider": "fake", "state": "connected", "error": None}]
+    assert status["channels"] == [{"provider": "fake", "state": "connected", "error": None, "restarts": 0}]
     assert status["queue"] == {"pending": 0, "sessions": {}}
     assert reload == {"ok": True, "reloaded": True, "changed": [], "restart_required": []}
     assert unknown["ok"] is False and "unknown command" in unknown["error"]

@@ -41,10 +41,10 @@ async def seed_fact_then_chatter(
     """The fact, its answer, then `exchanges` unrelated exchanges (two messages each)."""
     key = str(channel.key(peer=peer))
     fact = await user(store, channel, FACT, peer)
-    await store.append_reply(key, "noted")
+    await store.append_reply(key, "noted", request_id=fact.id)
     for n in range(exchanges):
-        await user(store, channel, f"chatter number {n}", peer)
-        await store.append_reply(key, f"ok {n}")
+        said = await user(store, channel, f"chatter number {n}", peer)
+        await store.append_reply(key, f"ok {n}", request_id=said.id)
     return fact
 
 

@@ -65,11 +65,19 @@ class TruncatedStream:
 
 
 @dataclass(frozen=True)
+class MalformedStream:
+    """A stream whose second text delta is not valid JSON (seen from real proxies); a plain reply
+    otherwise."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class DropConnection:
     """Abort the TCP connection: before any response, or after message_start + one delta."""
 
 
-Response: TypeAlias = Text | Error | Slow | TruncatedStream | DropConnection
+Response: TypeAlias = Text | Error | Slow | TruncatedStream | MalformedStream | DropConnection
 
 
 @dataclass
@@ -221,6 +229,10 @@ class AnthropicStandIn:
                 if rec.stream:
                     return await self._stream(request, rec, reply, "truncated")
                 return self._message(rec, reply)
+            case MalformedStream(text=text):
+                if rec.stream:
+                    return await self._stream(request, rec, Text(text), "malformed")
+                return self._message(rec, Text(text))
             case DropConnection():
                 if rec.stream:
                     return await self._stream(request, rec, Text("dropped reply"), "drop")
@@ -267,7 +279,7 @@ class AnthropicStandIn:
         request: web.Request,
         rec: RecordedRequest,
         reply: Text,
-        end: Literal["complete", "truncated", "drop"],
+        end: Literal["complete", "truncated", "drop", "malformed"],
         error: Error | None = None,
     ) -> web.StreamResponse:
         request_id = self._request_id()
@@ -278,7 +290,8 @@ class AnthropicStandIn:
         events: list[dict[str, Any]] = [{"type": "message_start", "message": message}]
         events.append({"type": "ping"})
         deltas = [{"type": "text_delta", "text": chunk} for chunk in _chunks(reply.text)]
-        keep = {"complete": len(deltas), "truncated": max(1, len(deltas) - 1), "drop": 1}[end]
+        keep = {"complete": len(deltas), "truncated": max(1, len(deltas) - 1), "drop": 1,
+                "malformed": 1}[end]
         if error is not None:
             err = {"type": error.type, "message": error.message}
             events.append({"type": "error", "error": err, "request_id": request_id})
@@ -296,6 +309,9 @@ class AnthropicStandIn:
             events.append({"type": "message_stop"})
         for event in events:
             await resp.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+        if end == "malformed":
+            broken = json.dumps({"type": "content_block_delta", "index": 0, "delta": deltas[-1]})[:-7]
+            await resp.write(f"event: content_block_delta\ndata: {broken}\n\n".encode())
         if end == "drop":
             _abort(request)
         else:

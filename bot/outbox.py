@@ -1,0 +1,79 @@
+"""The outbox: a stored reply is sent from here, each delivered chunk recorded as it arrives.
+
+A reply enters the outbox in the transaction that stores it and leaves it once every chunk is
+delivered (or can never be: the chat blocked the bot). A crash in between leaves it there, and
+the next start sends the chunks still missing, without asking the model again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+
+import structlog
+
+from bot.channel import Channel
+from bot.errors import DeliveryError
+from bot.messages import OutboundMessage
+from bot.store import Store
+
+log = structlog.get_logger("switchboard.outbox")
+
+# Bookkeeping writes after a chunk was delivered are retried this many times (a locked database
+# clears in moments); giving up means a restart may send that chunk again.
+RECORD_ATTEMPTS = 3
+
+
+class Outbox:
+    """Delivers stored replies through the channels running now."""
+
+    def __init__(self, store: Store, channels: Mapping[str, Channel]) -> None:
+        self._store = store
+        self._channels = channels
+
+    async def deliver(self, message_id: int, outbound: OutboundMessage) -> list[str]:
+        """Send a stored reply from its first undelivered chunk; the platform ids sent now.
+
+        Failures are logged, never raised: a permanent one (blocked, no permission) takes the
+        reply out of the outbox, any other leaves it for the next start.
+        """
+        chat = outbound.chat
+        channel = self._channels.get(chat.provider)
+        if channel is None:
+            log.warning("reply kept for later: its channel is not running", provider=chat.provider,
+                        reply_id=message_id)
+            return []
+
+        async def record(index: int, provider_id: str) -> None:
+            await self._retrying(lambda: self._store.record_chunk(message_id, chat, index, provider_id),
+                                 "chunk delivered but not recorded", message_id)
+
+        try:
+            sent = await channel.send(outbound, record)
+        except DeliveryError as exc:
+            log.error("delivery failed", reply_id=message_id, error=str(exc), permanent=exc.permanent,
+                      chunks_delivered=outbound.skip_chunks + len(exc.sent_ids),
+                      kept_for_restart=not exc.permanent)
+            if exc.permanent:
+                await self._retrying(lambda: self._store.finish_delivery(message_id),
+                                     "undeliverable reply not cleared", message_id)
+            return exc.sent_ids
+        except Exception as exc:  # a send failure must not lose the stored reply
+            log.error("delivery failed", reply_id=message_id, error=f"{type(exc).__name__}: {exc}",
+                      kept_for_restart=True)
+            return []
+        await self._retrying(lambda: self._store.finish_delivery(message_id),
+                             "delivered reply not cleared", message_id)
+        return sent
+
+    @staticmethod
+    async def _retrying(write: Callable[[], Awaitable[None]], what: str, message_id: int) -> None:
+        for attempt in range(1, RECORD_ATTEMPTS + 1):
+            try:
+                await write()
+                return
+            except Exception as exc:
+                if attempt == RECORD_ATTEMPTS:
+                    log.error(what, reply_id=message_id, error=f"{type(exc).__name__}: {exc}")
+                    return
+                await asyncio.sleep(0.1 * attempt)

@@ -1,0 +1,115 @@
+"""What a start picks up where the last run stopped: replies still in the outbox, requests still
+waiting for a reply and commands not yet run, queued per session in their order before new input.
+
+Only the channels running in this process take part (`switchboard chat` never answers Telegram).
+What is older than its channel's `max_reply_age` is not answered late: a request is marked
+`late` (shown by `switchboard history`), a reply or command is dropped, each with a log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import structlog
+
+from bot.channel import Channel
+from bot.inbox import Inbox
+from bot.messages import ChatRef, InboundMessage, StoredMessage
+from bot.outbox import Outbox
+from bot.router import Router, Work
+from bot.session_key import parse as parse_session_key
+from bot.store import PendingCommand, PendingDelivery, PendingRequest, Store
+
+log = structlog.get_logger("switchboard.resume")
+
+# A reply left over from the last run waits this long for its channel to connect before it is
+# tried anyway (a failed try leaves it in the outbox for the next start).
+CONNECT_WAIT = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeReport:
+    replies: int = 0
+    requests: int = 0
+    commands: int = 0
+    late: int = 0
+
+    def __bool__(self) -> bool:
+        return any((self.replies, self.requests, self.commands, self.late))
+
+
+async def resume(
+    store: Store, router: Router, inbox: Inbox, outbox: Outbox, channels: Mapping[str, Channel]
+) -> ResumeReport:
+    """Queue everything the last run left undone; call before the channels take new input."""
+    replies = requests = commands = late = 0
+    for delivery in await store.pending_deliveries():
+        provider = delivery.outbound.chat.provider
+        if provider not in channels:
+            continue
+        if inbox.is_late(provider, delivery.created_at):
+            await store.finish_delivery(delivery.message_id)
+            log.warning("undelivered reply too old to send; dropped", session_key=delivery.session_key,
+                        reply_id=delivery.message_id)
+            late += 1
+            continue
+        router.enqueue_work(delivery.session_key, "resend reply",
+                            _resend(outbox, channels[provider], delivery))
+        replies += 1
+
+    # Requests and commands of a session interleave by position: a command runs after the
+    # message that was newest when it arrived.
+    ordered: list[tuple[float, PendingRequest | PendingCommand]] = []
+    for pending in await store.awaiting_requests():
+        provider = parse_session_key(pending.message.session_key).provider
+        if provider not in channels:
+            continue
+        if pending.chat is None or inbox.is_late(provider, pending.message.created_at):
+            await store.abandon_request(pending.message.id, "late")
+            late += 1
+            continue
+        ordered.append((float(pending.message.id), pending))
+    for command in await store.pending_commands():
+        if command.inbound.chat.provider not in channels:
+            continue
+        if inbox.is_late(command.inbound.chat.provider, command.received_at):
+            await store.finish_command(command.id, "late")
+            late += 1
+            continue
+        ordered.append((command.after_message_id + 0.5, command))
+    for _, item in sorted(ordered, key=lambda entry: entry[0]):
+        if isinstance(item, PendingCommand):
+            inbox.queue_command(item)
+            commands += 1
+        elif item.chat is not None:
+            router.enqueue_turn(item.message, _inbound(item.message, item.chat))
+            requests += 1
+    report = ResumeReport(replies, requests, commands, late)
+    if report:
+        log.info("resumed from the last run", replies=replies, requests=requests, commands=commands,
+                 late=late)
+    return report
+
+
+def _inbound(message: StoredMessage, chat: ChatRef) -> InboundMessage:
+    """The request as its channel handed it in, rebuilt from the store."""
+    return InboundMessage(
+        session_key=parse_session_key(message.session_key), chat=chat,
+        sender_id=message.sender_id or "", sender_name=message.sender_name or "", text=message.text,
+        provider_message_id=message.provider_message_id, reply_to_id=message.reply_to_id,
+        sent_at=message.created_at,
+    )
+
+
+def _resend(outbox: Outbox, channel: Channel, delivery: PendingDelivery) -> Work:
+    async def run() -> None:
+        ready = getattr(channel, "ready", None)
+        if isinstance(ready, asyncio.Event) and not ready.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ready.wait(), CONNECT_WAIT)
+        await outbox.deliver(delivery.message_id, delivery.outbound)
+
+    return run
