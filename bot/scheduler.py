@@ -22,6 +22,7 @@ from bot.errors import DeliveryError, ModelError
 from bot.messages import OutboundMessage, StoredMessage
 from bot.schedules import MISSED_RECORDS, delivery_chat, delivery_key, job_trigger, job_zone, plan_runs
 from bot.session_key import SessionKey
+from bot.store import delivery_key as reply_delivery_key
 
 if TYPE_CHECKING:
     from bot.brain import Brain
@@ -425,7 +426,10 @@ class Scheduler:
         error: str | None = None
         for attempt in range(1, self._settings.retries + 2):
             try:
-                sent = await channel.send(OutboundMessage(chat, message.text))
+                # The same key on every attempt: Discord posts a retried chunk once (its nonce).
+                sent = await channel.send(
+                    OutboundMessage(chat, message.text, delivery_key=reply_delivery_key(message.id))
+                )
                 error = None
                 break
             except DeliveryError as exc:
