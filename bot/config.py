@@ -135,7 +135,8 @@ class _ChatChannelConfig(_Section):
     allow_from: list[PlatformId] = Field(default_factory=list)
     admins: list[PlatformId] = Field(default_factory=list)
     require_mention: bool = True
-    # Messages older than this (seconds) when they reach us are stored but not answered; 0 = no cap.
+    # Messages older than this (seconds) when they reach us are stored but not answered, and a
+    # restart resumes requests and undelivered replies only within it; 0 = no cap.
     max_reply_age: NonNegInt = 3600
 
     def settings_for(self, key: SessionKey) -> list[ChatSettings]:
