@@ -42,6 +42,7 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/telegram_throughput.py
 	$(BIN)/python bench/discord_throughput.py
 	$(BIN)/python bench/long_conversation.py
+	$(BIN)/python bench/crash_loop.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
