@@ -1,7 +1,9 @@
 """Telegram: python-telegram-bot driven by hand inside the daemon's event loop.
 
-Edits are ignored: only new messages are fetched (`allowed_updates=["message"]`), so what the
-model saw is what was stored.
+python-telegram-bot provides the bot (requests, rate limiter, types); updates are fetched by
+`channels.telegram_intake`, which confirms each only once it is committed. Edits are ignored:
+only new messages are fetched (`allowed_updates=["message"]`), so what the model saw is what was
+stored.
 """
 
 from __future__ import annotations
@@ -9,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import html
+import json
 import re
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, Literal
 
 import structlog
@@ -28,10 +30,10 @@ from telegram.error import (
     TelegramError,
     TimedOut,
 )
-from telegram.ext import AIORateLimiter, Application, BaseRateLimiter, ContextTypes, MessageHandler, filters
+from telegram.ext import AIORateLimiter, Application, BaseRateLimiter
 
 from bot.access import REFUSED_DM_REPLY, TEXT_ONLY_REPLY, RefusalNotices, allows
-from bot.channel import ChunkSent, Intake, Submit
+from bot.channel import ChunkSent, Intake
 from bot.chunking import split_message
 from bot.commands import COMMANDS, is_known, parse_command
 from bot.config import TelegramConfig
@@ -39,6 +41,7 @@ from bot.errors import DeliveryError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.session_key import build
 from channels.telegram_html import to_telegram_html
+from channels.telegram_intake import UpdatePoller
 from channels.telegram_request import AiohttpRequest
 
 log = structlog.get_logger("switchboard.telegram")
@@ -201,40 +204,34 @@ class TelegramChannel:
     ) -> None:
         self._config = config
         self._agent_id = agent_id
-        self._app = _build_application(token, config.base_url, rate_limiter or default_rate_limiter())
-        self._poll_timeout = poll_timeout
+        self._updates_request = AiohttpRequest(connection_pool_size=1)
+        self._app = _build_application(token, config.base_url, rate_limiter or default_rate_limiter(),
+                                       self._updates_request)
         self._bot: BotIdentity | None = None
-        self._submit: Submit | None = None
+        self._intake: Intake | None = None
+        self._poller = UpdatePoller(
+            self._app.bot, self._updates_request, self._take, poll_timeout=poll_timeout,
+            allowed_updates=["message"], on_connected=self._connected,
+        )
         self._notices = RefusalNotices()
+        self._notice_tasks: set[asyncio.Task[None]] = set()
         self._stopped = asyncio.Event()
-        self._lifecycle = asyncio.Lock()
         self.ready = asyncio.Event()
 
     async def run(self, intake: Intake) -> None:
-        self._submit = intake.submit
-        app = self._app
-        app.add_handler(MessageHandler(filters.UpdateType.MESSAGE, self._on_message))
-        app.add_error_handler(self._on_error)
-        if not await self._connect():
-            return
+        self._intake = intake
         try:
-            me = app.bot
+            if not await self._connect():
+                return
+            me = self._app.bot
             self._bot = BotIdentity(me.id, me.username)
             await self._register_commands()
-            assert app.updater is not None
-            await app.updater.start_polling(
-                timeout=timedelta(seconds=self._poll_timeout),
-                allowed_updates=["message"],
-                error_callback=self._on_polling_error,
-            )
-            await app.start()
-            log.info("telegram connected", bot=me.username)
-            self.ready.set()
+            if not await self._poller.run():  # returns at once when stop() came first
+                return
             # Until cancelled: after stop() the bot still sends the replies of turns in flight.
             await asyncio.get_running_loop().create_future()
         finally:
-            await self._stop_input()
-            await app.shutdown()
+            await self._close()
 
     async def _connect(self) -> bool:
         """Initialise (getMe), retrying while Telegram is unreachable; False when stopped first."""
@@ -244,17 +241,21 @@ class TelegramChannel:
                 await self._app.initialize()
                 return True
             except InvalidToken:
-                await self._app.bot.shutdown()  # initialize() leaves its HTTP client open on failure
                 log.error("Telegram rejected the bot token; the channel stays off",
                           token_env=self._config.token_env)
                 return False
-            except NetworkError as exc:
-                await self._app.bot.shutdown()
-                log.warning("Telegram unreachable; retrying", error=str(exc), retry_in=delay)
+            except TelegramError as exc:
+                await self._app.bot.shutdown()  # initialize() leaves its HTTP client open on failure
+                log.warning("Telegram unreachable; retrying", error=f"{type(exc).__name__}: {exc}",
+                            retry_in=delay)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopped.wait(), delay)
             delay = min(delay * 2, 60.0)
         return False
+
+    def _connected(self) -> None:
+        log.info("telegram connected", bot=self._bot.username if self._bot else None)
+        self.ready.set()
 
     async def _register_commands(self) -> None:
         commands = [BotCommand(c.name, c.description) for c in COMMANDS]
@@ -263,14 +264,14 @@ class TelegramChannel:
         except TelegramError as exc:
             log.warning("could not register the command menu", error=str(exc))
 
-    async def _stop_input(self) -> None:
-        app = self._app
-        async with self._lifecycle:
-            # Stop fetching (the last poll confirms the offset), then finish the updates fetched.
-            if app.updater is not None and app.updater.running:
-                await app.updater.stop()
-            if app.running:
-                await app.stop()
+    async def _close(self) -> None:
+        """Release everything, whichever way run() ends: notices in flight, then the HTTP clients."""
+        tasks = list(self._notice_tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._app.shutdown()  # a no-op unless initialize() succeeded
+        await self._app.bot.shutdown()  # closes the sessions when initialize() failed half-way
 
     def reconfigure(self, config: TelegramConfig) -> None:
         """Apply a reloaded section (access lists, mentions, reply age) to messages from now on.
@@ -280,46 +281,65 @@ class TelegramChannel:
         self._config = config
 
     async def stop(self) -> None:
+        """Stop fetching; returns once every update fetched is committed and the offset confirmed."""
         self._stopped.set()
-        await self._stop_input()
+        await self._poller.stop()
 
     # -- receiving ----------------------------------------------------------------------
 
-    async def _on_message(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        message = update.message
-        if message is None or self._bot is None or self._submit is None:
+    async def _take(self, raw: Any) -> None:
+        """Commit one raw update: submit it, skip it, or quarantine it when it does not parse.
+
+        Raises only when the intake could not store it, so that it is fetched again.
+        """
+        assert self._intake is not None
+        try:
+            inbound = self._normalise(raw)
+        except Exception as exc:  # one malformed update must not hold up the others
+            update_id = raw.get("update_id") if isinstance(raw, dict) else None
+            await self._intake.quarantine(PROVIDER, None if update_id is None else str(update_id),
+                                          json.dumps(raw, ensure_ascii=False),
+                                          f"{type(exc).__name__}: {exc}")
             return
+        if inbound is not None:
+            await self._intake.submit(inbound)
+
+    def _normalise(self, raw: Any) -> InboundMessage | None:
+        """The message to submit, or None when there is none (notices are sent in the background)."""
+        assert self._bot is not None
+        if not isinstance(raw, dict):
+            raise TypeError(f"an update must be an object, not {type(raw).__name__}")
+        update = Update.de_json(raw, self._app.bot)
+        message = update.message if update is not None else None
+        if message is None:
+            log.debug("update without a message ignored", update_id=raw.get("update_id"))
+            return None
         verdict = admit(message, self._config)
         sender_id = str(message.from_user.id) if message.from_user else "?"
         if verdict == "refuse":
             log.info("message refused", chat_id=message.chat.id, sender_id=sender_id)
             if self._notices.first_time(PROVIDER, sender_id):
-                await self._reply_quietly(message, REFUSED_DM_REPLY)
-            return
+                self._notify(message.chat.id, REFUSED_DM_REPLY)
+            return None
         if verdict == "ignore":
             log.debug("message ignored", chat_id=message.chat.id, sender_id=sender_id)
-            return
+            return None
         inbound = to_inbound(message, agent_id=self._agent_id, bot=self._bot, config=self._config)
-        if inbound is None:
-            if message.chat.type == ChatType.PRIVATE:
-                await self._reply_quietly(message, TEXT_ONLY_REPLY)
-            return
-        await self._submit(inbound)
+        if inbound is None and message.chat.type == ChatType.PRIVATE:
+            self._notify(message.chat.id, TEXT_ONLY_REPLY)
+        return inbound
 
-    async def _reply_quietly(self, message: Message, text: str) -> None:
+    def _notify(self, chat_id: int, text: str) -> None:
+        """Send a notice without holding up intake; the task is cancelled if still running at the end."""
+        task = asyncio.create_task(self._reply_quietly(chat_id, text), name=f"notice {chat_id}")
+        self._notice_tasks.add(task)
+        task.add_done_callback(self._notice_tasks.discard)
+
+    async def _reply_quietly(self, chat_id: int, text: str) -> None:
         try:
-            await self._app.bot.send_message(message.chat.id, text)
+            await self._app.bot.send_message(chat_id, text)
         except TelegramError as exc:
-            log.warning("notice not delivered", chat_id=message.chat.id, error=str(exc))
-
-    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
-        error = context.error
-        log.error("telegram update failed", error=f"{type(error).__name__}: {error}",
-                  update_id=update.update_id if isinstance(update, Update) else None)
-
-    def _on_polling_error(self, error: TelegramError) -> None:
-        # The updater retries with back-off by itself; say so once per error, without a traceback.
-        log.warning("telegram polling error; retrying", error=f"{type(error).__name__}: {error}")
+            log.warning("notice not delivered", chat_id=chat_id, error=str(exc))
 
     # -- sending ------------------------------------------------------------------------
 
@@ -406,13 +426,15 @@ class TelegramChannel:
 
 
 def _build_application(
-    token: str, base_url: str, rate_limiter: BaseRateLimiter[int]
+    token: str, base_url: str, rate_limiter: BaseRateLimiter[int], updates_request: AiohttpRequest
 ) -> Application[Any, Any, Any, Any, Any, Any]:
+    # No Updater: it confirms updates before they are stored (see channels/telegram_intake.py).
     # The aiohttp transport costs a fifth of the CPU per Bot API call that the default httpx one
     # does (bench/telegram_throughput.py): ~500 instead of ~310 turns/s on two cores.
     return (
         Application.builder().token(token).base_url(base_url).rate_limiter(rate_limiter)
+        .updater(None)
         .request(AiohttpRequest())
-        .get_updates_request(AiohttpRequest(connection_pool_size=1))
+        .get_updates_request(updates_request)
         .build()
     )

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from bot.access import REFUSED_DM_REPLY, TEXT_ONLY_REPLY
 from bot.brain import AnthropicBrain
@@ -26,6 +29,7 @@ from tests.standins.telegram_api import (
     command_entities,
     group_chat,
     mention_entities,
+    message,
     private_chat,
     user,
 )
@@ -393,3 +397,59 @@ async def test_a_stop_during_a_turn_still_delivers_its_reply(
         await tg.wait_for(lambda: api.count == 1)
 
     assert texts_to(tg, 42) == ["worth the wait"]
+
+
+async def test_an_unparseable_update_is_quarantined_once_and_the_others_are_answered(
+    tg: TelegramStandIn, api: AnthropicStandIn, telegram_config: Callable[..., Config],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A poll the library cannot parse (no `members_only`) between two questions is kept in the
+    quarantine with one warning line, fetched once, and both questions are answered."""
+    config = telegram_config()
+    poll = {"id": "5", "question": "Lunch?", "total_voter_count": 0, "is_closed": False,
+            "is_anonymous": True, "type": "regular", "allows_multiple_answers": False,
+            "allows_revoting": False, "options": [{"persistent_id": "y", "text": "Yes", "voter_count": 0}]}
+    caplog.set_level(logging.WARNING)
+    with capture_logs() as logs:
+        async with telegram_daemon(config):
+            tg.push_message(private_chat(ADA), ADA, "first question")
+            bad_message = message(private_chat(ADA), ADA, message_id=tg.next_message_id(42)) | {"poll": poll}
+            bad = tg.push_raw({"message": bad_message})
+            tg.push_message(private_chat(ADA), ADA, "second question")
+            await tg.wait_for(lambda: len(tg.sent) == 2)
+            await asyncio.sleep(0.3)
+
+    assert texts_to(tg, 42) == ["re: first question", "re: second question"]
+    async with Store.open(config.database_path()) as store:
+        ((provider, ref, raw, error),) = await store.quarantined()
+    assert (provider, ref, json.loads(raw)) == ("telegram", str(bad["update_id"]), bad)
+    assert error == "TypeError: `members_only` is a required argument since Bot API 10.0"
+    loud = [e for e in logs if e["log_level"] not in ("debug", "info")]
+    assert [(e["event"], e["ref"]) for e in loud] == [("unparseable update quarantined", ref)]
+    assert "exc_info" not in loud[0]
+    assert caplog.records == []  # nothing from python-telegram-bot either
+    fetched = [c for c in tg.calls_of("getUpdates")
+               if any(u["update_id"] == bad["update_id"] for u in c.result or ())]
+    assert len(fetched) == 1
+
+
+async def test_a_stop_right_after_a_batch_arrived_loses_nothing(
+    tg: TelegramStandIn, api: AnthropicStandIn, telegram_config: Callable[..., Config]
+) -> None:
+    """A daemon stopped while it takes a batch of group chatter confirms only what it stored; the
+    next run stores the rest, and every message is kept exactly once."""
+    config = telegram_config()
+    count = 40
+    async with telegram_daemon(config) as daemon:
+        pushed = [tg.push_message(GROUP, BEA, f"chatter {n}") for n in range(count)]
+        ids = {u["update_id"] for u in pushed}
+        await tg.wait_for(lambda: [c for c in tg.calls_of("getUpdates")
+                                   if ids & {u["update_id"] for u in c.result or ()}])
+        daemon.request_stop()
+    stored = {m.text for m in await _all_messages(config)}
+    assert all(u["message"]["text"] in stored for u in pushed if u["update_id"] < tg.confirmed_offset)
+
+    async with telegram_daemon(config):
+        await tg.wait_for(lambda: tg.confirmed_offset > pushed[-1]["update_id"])
+    texts = [m.text for m in await _all_messages(config)]
+    assert sorted(texts) == sorted(f"chatter {n}" for n in range(count))

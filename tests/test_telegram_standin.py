@@ -24,6 +24,7 @@ from telegram.error import (
 )
 from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandler, filters
 
+from channels.telegram_request import AiohttpRequest
 from tests.standins.telegram_api import (
     EntityParseError,
     TelegramStandIn,
@@ -348,3 +349,49 @@ def test_parse_html_matches_tdlib() -> None:
         parse_html("🏟 🏟&lt;<i>a</em   >")
     with pytest.raises(EntityParseError, match=r'^Tag "span" must have class "tg-spoiler" at byte offset 0$'):
         parse_html("<span>x</span>")
+
+
+async def test_push_raw_queues_any_shape_with_the_next_update_id(tg: TelegramStandIn) -> None:
+    """push_raw keeps an update as it is, numbered after the others unless it brings an id, and
+    getUpdates hands it out as Telegram would, its answer recorded on the call."""
+    first = tg.push_message(ANN_CHAT, ANN, "ok")
+    bad = tg.push_raw({"message": [1, 2]})
+    numbered = tg.push_raw({"update_id": 50, "message": {"date": "yesterday"}})
+    after = tg.push_message(ANN_CHAT, ANN, "after")
+    assert [u["update_id"] for u in (first, bad, numbered, after)] == [1, 2, 50, 51]
+    assert bad == {"update_id": 2, "message": [1, 2]}
+    async with AiohttpRequest(connection_pool_size=1) as request:
+        result = await request.post(f"{tg.base_url}{TOKEN}/getUpdates?timeout=0")
+    assert result == [first, bad, numbered, after]
+    assert tg.calls_of("getUpdates")[-1].result == result
+    with pytest.raises(ValueError, match="update_id must be an integer"):
+        tg.push_raw({"update_id": "3", "message": {}})
+
+
+async def test_an_update_below_the_confirmed_offset_is_gone_for_good(
+    tg: TelegramStandIn, bot: telegram.Bot
+) -> None:
+    """Once an offset is confirmed, no later call brings back what lies below it, not even one
+    without an offset, and an update pushed below it is never handed out."""
+    one, two = tg.push_message(ANN_CHAT, ANN, "one"), tg.push_message(ANN_CHAT, ANN, "two")
+    only_two = [two["update_id"]]
+    assert [u.update_id for u in await bot.get_updates(offset=two["update_id"], timeout=0)] == only_two
+    assert [u.update_id for u in await bot.get_updates(timeout=0)] == only_two
+    tg.push_raw({"update_id": one["update_id"], "message": one["message"]})
+    assert [u.update_id for u in await bot.get_updates(timeout=0)] == only_two
+    assert tg.confirmed_offset == two["update_id"]
+
+
+async def test_answer_next_and_delay_next_script_odd_and_slow_answers(
+    tg: TelegramStandIn, bot: telegram.Bot
+) -> None:
+    """answer_next sends a body as it is (here an envelope without a result); delay_next answers
+    normally, only later."""
+    tg.answer_next("getMyCommands", {"ok": True})
+    with pytest.raises(KeyError):
+        await bot.get_my_commands()
+    assert tg.calls_of("getMyCommands")[-1].failed is False
+    tg.delay_next("getMyCommands", 0.2)
+    started = time.monotonic()
+    assert await bot.get_my_commands() == ()
+    assert time.monotonic() - started >= 0.2

@@ -42,12 +42,14 @@ _OPT_IN_UPDATES = {"chat_member", "message_reaction", "message_reaction_count"}
 
 @dataclass
 class Call:
-    """One Bot API request as received; `failed` is set when it got an error or was dropped."""
+    """One Bot API request as received; `failed` is set when it got an error or was dropped, and
+    `result` holds what a successful call returned (for getUpdates, the updates handed out)."""
 
     method: str
     params: JSON
     time: float
     failed: bool = False
+    result: Any = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,8 @@ class _Fault:
     chat_id: int | str | None
     times: int
     drop: bool = False
+    body: JSON | None = None  # a raw answer (any envelope, even a malformed one) instead of an error
+    delay: float = 0.0  # a slow answer: served normally after this many seconds
 
 
 class _ApiError(Exception):
@@ -292,7 +296,7 @@ class TelegramStandIn:
         self._faults: list[_Fault] = []
         self._pending: list[JSON] = []
         self._allowed: set[str] | None = None
-        self._update_ids = itertools.count(1)
+        self._last_update_id = 0
         self._last_ids: defaultdict[int, int] = defaultdict(int)
         self._messages: dict[tuple[int, int], JSON] = {}
         self._chats: dict[int, JSON] = {}
@@ -353,6 +357,15 @@ class TelegramStandIn:
                                         ("migrate_to_chat_id", migrate_to_chat_id)) if v is not None}
         self._faults.append(_Fault(method.lower(), status, description, parameters, chat_id, times))
 
+    def answer_next(self, method: str, body: JSON, *, status: int = 200, times: int = 1) -> None:
+        """Answer the next `times` calls of `method` with `body` as it is, e.g. `{"ok": True}` without
+        a result, or a getMe user without `is_bot`: what a broken proxy or a newer API might send."""
+        self._faults.append(_Fault(method.lower(), status, "", {}, None, times, body=body))
+
+    def delay_next(self, method: str, seconds: float, *, times: int = 1) -> None:
+        """Answer the next `times` calls of `method` normally, but only after `seconds`."""
+        self._faults.append(_Fault(method.lower(), 200, "", {}, None, times, delay=seconds))
+
     def drop_next(self, method: str, times: int = 1) -> None:
         """Abort the connection of the next `times` calls of `method` without answering."""
         self._faults.append(_Fault(method.lower(), 0, "", {}, None, times, drop=True))
@@ -372,8 +385,24 @@ class TelegramStandIn:
         self._chats[chat_id] = msg["chat"]
         self._messages[(chat_id, msg["message_id"])] = msg
         self._last_ids[chat_id] = max(self._last_ids[chat_id], msg["message_id"])
-        update = {"update_id": next(self._update_ids), update_kind: msg}
-        self._pending.append(update)
+        return self.push_raw({update_kind: msg})
+
+    def push_raw(self, update: JSON) -> JSON:
+        """Queue an update as it is, possibly malformed, and wake long polls; returns it.
+
+        It gets the next update id unless it carries an integer one (later pushes then count on
+        from the highest). As on Telegram, an id below the confirmed offset is never handed out.
+        """
+        update = dict(update)
+        given = update.get("update_id")
+        if given is None:
+            update = {"update_id": self._last_update_id + 1} | update
+        elif not isinstance(given, int) or isinstance(given, bool):
+            raise ValueError(f"update_id must be an integer, not {given!r}")
+        self._last_update_id = max(self._last_update_id, update["update_id"])
+        if update["update_id"] >= self.confirmed_offset:
+            self._pending.append(update)
+            self._pending.sort(key=lambda u: u["update_id"])
         self._pushed.set()
         self._pushed = asyncio.Event()  # waiters hold the old, now set, event
         return update
@@ -416,17 +445,25 @@ class TelegramStandIn:
         if handler is None:
             return _error(call, 404, "Not Found")
         fault = self._take_fault(method.lower(), params.get("chat_id"))
+        if fault is not None and fault.delay:
+            await asyncio.sleep(fault.delay)
+            fault = None
         if fault is not None and fault.drop:
             call.failed = True
             if request.transport is not None:
                 request.transport.abort()
             return web.Response(status=500)  # never written: the client sees a dropped connection
+        if fault is not None and fault.body is not None:
+            call.failed = fault.status >= 300 or fault.body.get("ok") is not True
+            call.result = fault.body.get("result")
+            return web.json_response(fault.body, status=fault.status)
         if fault is not None:
             return _error(call, fault.status, fault.description, fault.parameters)
         try:
             result = await handler(params)
         except _ApiError as exc:
             return _error(call, exc.status, exc.description)
+        call.result = result
         return web.json_response({"ok": True, "result": result})
 
     def _take_fault(self, method: str, chat_id: Any) -> _Fault | None:
@@ -457,9 +494,11 @@ class TelegramStandIn:
         offset = int(p.get("offset") or 0)
         if offset > 0:
             self.confirmed_offset = max(self.confirmed_offset, offset)
-            self._pending = [u for u in self._pending if u["update_id"] >= offset]
-        elif offset < 0:
-            self._pending = self._pending[offset:]
+        elif offset < 0 and self._pending[offset:]:
+            # The last -offset updates are kept; everything before them is forgotten.
+            self.confirmed_offset = max(self.confirmed_offset, self._pending[offset:][0]["update_id"])
+        # Below the confirmed offset an update is gone for good, whatever later calls ask for.
+        self._pending = [u for u in self._pending if u["update_id"] >= self.confirmed_offset]
         if "allowed_updates" in p:
             self._allowed = set(p["allowed_updates"] or ()) or None  # Telegram remembers the last list
         limit = min(max(int(p.get("limit") or 100), 1), 100)
@@ -477,7 +516,9 @@ class TelegramStandIn:
                 pass
 
     def _is_allowed(self, update: JSON) -> bool:
-        kind = next(k for k in update if k != "update_id")
+        kind = next((k for k in update if k != "update_id"), None)
+        if kind is None:  # a malformed update pushed with push_raw: nothing to filter it by
+            return True
         return kind in self._allowed if self._allowed is not None else kind not in _OPT_IN_UPDATES
 
     def _chat(self, p: JSON, *, sending: bool = True) -> JSON:
