@@ -16,30 +16,38 @@ of ours, since it may be meant for another bot. Other bots' commands are ignored
 Stored text is Discord's rendering of the message (`clean_content`: `<@id>` shown as `@name`).
 Edits, reactions and system messages (joins, pins, thread notices) are ignored: only new messages
 are read, so what the model saw is what was stored.
+
+Nothing lost: on every new gateway session (start-up, or a reconnect Discord would not RESUME) the
+chats active lately are caught up from channel history (see `channels.discord_catch_up`) before any
+message that arrives live after it. Nothing twice: every chunk of a stored reply carries a nonce
+derived from its delivery key, so Discord answers a resend (after a lost response or a crash, within
+a few minutes) with the message it already posted instead of posting again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import re
 import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import aiohttp
 import structlog
 
 from bot.access import REFUSED_DM_REPLY, TEXT_ONLY_REPLY, RefusalNotices, allows
-from bot.channel import ChunkSent, Intake, Submit
+from bot.channel import ChunkSent, Intake
 from bot.chunking import split_message
 from bot.commands import is_known, parse_command
 from bot.config import DiscordConfig
 from bot.errors import DeliveryError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.session_key import SessionKey, build
+from channels.discord_catch_up import CatchUp
 
 with warnings.catch_warnings():
     # discord.py imports the stdlib audioop (deprecated since 3.11) for voice, which we never use.
@@ -60,12 +68,16 @@ TYPING_CAP = 120.0
 MAX_RATE_LIMIT_WAIT = 60.0
 # Messages already received are handed to the core for at most this long after stop().
 DRAIN_TIMEOUT = 2.0
+# Discord's limit on a message nonce.
+NONCE_LENGTH = 25
 # Model output may mention users by name but must never ping anyone, let alone @everyone or roles.
 NO_PINGS = discord.AllowedMentions(everyone=False, users=False, roles=False, replied_user=False)
 
 Verdict = Literal["accept", "refuse", "ignore"]
 _LEADING_MENTION = re.compile(r"\s*<@!?(\d+)>\s*")
 _NETWORK_ERRORS = (OSError, aiohttp.ClientError, TimeoutError)
+# Queued at each new gateway session: the intake worker catches up before later live messages.
+CATCH_UP: Final = "catch-up"
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +223,14 @@ def to_inbound(
     )
 
 
+def nonce_of(delivery_key: str, index: int) -> str:
+    """The nonce of one chunk of a delivery: the same on every resend, at most 25 characters."""
+    nonce = f"{delivery_key}.{index}"
+    if len(nonce) <= NONCE_LENGTH:
+        return nonce
+    return hashlib.blake2b(nonce.encode(), digest_size=12).hexdigest()
+
+
 def default_intents() -> discord.Intents:
     """Guilds (channel, thread and role cache), guild and DM messages, and their content; no typing,
     reaction, voice or presence events we would only throw away."""
@@ -228,6 +248,14 @@ class _Client(discord.Client):
     def __init__(self, owner: DiscordChannel, **options: Any) -> None:
         super().__init__(**options)
         self._owner = owner
+
+    async def on_connect(self) -> None:
+        # Dispatched while parsing READY (never for RESUMED), so it is queued before any message
+        # of the new session.
+        self._owner._on_connect()
+
+    async def on_guild_available(self, guild: discord.Guild) -> None:
+        self._owner._on_guild_available()
 
     async def on_ready(self) -> None:
         self._owner._on_ready(self)
@@ -261,15 +289,17 @@ class DiscordChannel:
         self._client: _Client | None = None
         self._worker: asyncio.Task[None] | None = None
         self._typing: set[asyncio.Task[None]] = set()
-        self._submit: Submit | None = None
+        self._core: Intake | None = None
         self._notices = RefusalNotices()
-        # One intake worker keeps messages in gateway order (discord.py runs each event as a task).
-        self._intake: asyncio.Queue[discord.Message] = asyncio.Queue()
+        # One intake worker keeps messages in gateway order (discord.py runs each event as a task),
+        # with a catch-up queued at each new session ahead of that session's messages.
+        self._intake: asyncio.Queue[discord.Message | str] = asyncio.Queue()
         self._stopped = asyncio.Event()
+        self._catch_up = CatchUp(self._stopped)
         self.ready = asyncio.Event()
 
     async def run(self, intake: Intake) -> None:
-        self._submit = intake.submit
+        self._core = intake
         worker = self._worker = asyncio.create_task(self._take_messages(), name="discord intake")
         try:
             delay = self._retry_delay
@@ -343,8 +373,8 @@ class DiscordChannel:
     async def stop(self) -> None:
         """Stop taking input; the client stays open so turns in flight still deliver.
 
-        Messages arriving after this are dropped, as they would be while the daemon is down;
-        cancelling `run()` closes the client.
+        Messages arriving after this, and those of chats a catch-up in progress had not finished,
+        stay in Discord's history for the next start's catch-up; cancelling `run()` closes the client.
         """
         self._stopped.set()
         # What already arrived is handed over (and so stored) before the core shuts down.
@@ -354,9 +384,19 @@ class DiscordChannel:
 
     # -- receiving ----------------------------------------------------------------------
 
+    def _on_connect(self) -> None:
+        # A new session: what was sent since the last one is in channel history only.
+        self._catch_up.new_session()
+        if not self._stopped.is_set():
+            self._intake.put_nowait(CATCH_UP)
+
+    def _on_guild_available(self) -> None:
+        self._catch_up.guild_arrived()
+
     def _on_ready(self, client: discord.Client) -> None:
         assert client.user is not None
         log.info("discord connected", bot=client.user.name, guilds=len(client.guilds))
+        self._catch_up.session_ready()
         self.ready.set()
 
     def _on_message(self, message: discord.Message) -> None:
@@ -365,22 +405,33 @@ class DiscordChannel:
 
     async def _take_messages(self) -> None:
         while True:
-            message = await self._intake.get()
+            item = await self._intake.get()
             try:
-                await self._handle(message)
-            except Exception:  # one bad message must not stop the intake
-                log.exception("discord message failed", message_id=message.id)
+                if isinstance(item, str):
+                    if self._client is not None and self._core is not None:
+                        await self._catch_up.run(self._client, self._core, self._config.max_reply_age,
+                                                 self._handle)
+                elif not self._catch_up.passes_over(item.channel.id, item.id):
+                    await self._handle(item)
+            except Exception:  # one bad message (or a failed catch-up) must not stop the intake
+                log.exception("discord intake failed", message_id=getattr(item, "id", None))
             finally:
                 self._intake.task_done()
 
     async def _handle(self, message: discord.Message) -> None:
         client = self._client
-        if client is None or client.user is None or self._submit is None:
+        if client is None or client.user is None or self._core is None:
             return
         bot_id = client.user.id
         msg = read_message(message)
         if msg is None:
             return
+        await self._take(msg, bot_id, self._core)
+        if msg.author_id != bot_id:
+            self._catch_up.handed_over(msg.channel_id, msg.id)
+
+    async def _take(self, msg: DiscordMessage, bot_id: int, core: Intake) -> None:
+        """Gate, normalise and submit one message, or send the notice a refused DM gets."""
         verdict = admit(msg, self._config, bot_id=bot_id)
         if verdict == "refuse":
             log.info("message refused", channel_id=msg.channel_id, sender_id=msg.author_id)
@@ -397,7 +448,7 @@ class DiscordChannel:
             if msg.guild_id is None and not msg.author_is_bot:
                 await self._notify(msg, TEXT_ONLY_REPLY)
             return
-        await self._submit(inbound)
+        await core.submit(inbound)
 
     async def _notify(self, msg: DiscordMessage, text: str) -> None:
         try:
@@ -420,16 +471,16 @@ class DiscordChannel:
         for index, chunk in enumerate(split_message(message.text, MESSAGE_LIMIT, max_lines=MAX_LINES)):
             if index < message.skip_chunks:
                 continue
-            reference = None
+            options: dict[str, Any] = {"allowed_mentions": NO_PINGS}
             if index == 0 and message.reply_to_id is not None:
-                reference = discord.MessageReference(
+                options["reference"] = discord.MessageReference(
                     message_id=int(message.reply_to_id), channel_id=channel.id, fail_if_not_exists=False
                 )
+            if message.delivery_key is not None:
+                # discord.py sends it with enforce_nonce: a resend returns the first message.
+                options["nonce"] = nonce_of(message.delivery_key, index)
             try:
-                if reference is None:
-                    posted = await channel.send(chunk, allowed_mentions=NO_PINGS)
-                else:
-                    posted = await channel.send(chunk, reference=reference, allowed_mentions=NO_PINGS)
+                posted = await channel.send(chunk, **options)
             except discord.HTTPException as exc:
                 # 4xx cannot succeed on retry (no permission, unknown channel, bad request);
                 # 429s never get here: discord.py waits them out.
@@ -442,7 +493,8 @@ class DiscordChannel:
                     sent_ids=sent, permanent=permanent,
                 ) from exc
             except (discord.RateLimited, *_NETWORK_ERRORS) as exc:
-                # Not retried: after a timeout the message may have arrived and must not arrive twice.
+                # Not retried here: the message may have arrived. The core's resend carries the same
+                # nonce (with a delivery key), so Discord does not post it twice.
                 raise DeliveryError(
                     f"Discord send failed: {type(exc).__name__}: {exc}", sent_ids=sent
                 ) from exc

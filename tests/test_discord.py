@@ -40,8 +40,9 @@ HELPER_BOT = user(100_000_000_000_000_050, "helperbot", bot=True)
 MENTION = f"<@{BOT_ID}>"
 
 
-@pytest.fixture
-async def dc(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[DiscordStandIn]:
+@asynccontextmanager
+async def standin_with_guilds(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[DiscordStandIn]:
+    """The stand-in with the test guilds, patched into discord.py (the `dc` fixture of Discord tests)."""
     async with DiscordStandIn(token=TOKEN, bot_id=BOT_ID, bot_name="switchboard") as standin:
         standin.add_guild(
             GUILD, "Test Guild",
@@ -55,10 +56,10 @@ async def dc(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[DiscordStandIn]:
         yield standin
 
 
-@pytest.fixture
-def discord_config(
+def config_maker(
     api: AnthropicStandIn, dc: DiscordStandIn, make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch
 ) -> Callable[..., Config]:
+    """Configs with Discord on (the `discord_config` fixture): Alice and Bob allowed, the test guild open."""
     monkeypatch.setenv("DISCORD_BOT_TOKEN", dc.token)
 
     def make(**discord: Any) -> Config:
@@ -67,6 +68,19 @@ def discord_config(
         return make_config(config_data(api, channels={"discord": section}, router=router))
 
     return make
+
+
+@pytest.fixture
+async def dc(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[DiscordStandIn]:
+    async with standin_with_guilds(monkeypatch) as standin:
+        yield standin
+
+
+@pytest.fixture
+def discord_config(
+    api: AnthropicStandIn, dc: DiscordStandIn, make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., Config]:
+    return config_maker(api, dc, make_config, monkeypatch)
 
 
 def make_channel(config: Config, token: str = TOKEN) -> DiscordChannel:
@@ -393,7 +407,9 @@ async def test_commands_are_answered_in_guilds_and_dms_and_stay_out_of_history(
         await dc.wait_for(lambda: len(dc.sent) == 3)
         await settle()
 
-    guild_status, guild_help = [m for m in dc.sent if m.channel_id == GENERAL]
+    # Read-only commands are answered beside the queue, so the two answers may come in either order.
+    guild_help, guild_status = sorted((m for m in dc.sent if m.channel_id == GENERAL),
+                                      key=lambda m: "Session:" in (m.content or ""))
     assert f"Session: agent:main:discord:channel:{GENERAL}" in (guild_status.content or "")
     assert guild_status.message_reference is not None
     assert int(guild_status.message_reference["message_id"]) == int(status["id"])

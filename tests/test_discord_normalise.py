@@ -8,7 +8,16 @@ from typing import Any
 import pytest
 
 from bot.config import DiscordConfig
-from channels.discord import DiscordMessage, admit, command_of, requires_mention, session_key_of, to_inbound
+from channels.discord import (
+    DiscordMessage,
+    admit,
+    command_of,
+    nonce_of,
+    requires_mention,
+    session_key_of,
+    to_inbound,
+)
+from channels.discord_catch_up import catch_up_since
 
 BOT = 900
 ALICE, BOB = 1, 2
@@ -196,3 +205,17 @@ def test_guild_users_and_roles(
     values = {"guilds": {str(GUILD): {"users": users, "roles": roles}}}
     msg = guild(author_id=author, role_ids=frozenset(author_roles))
     assert admit(msg, config(**values), bot_id=BOT) == verdict
+
+
+def test_a_chunk_nonce_is_stable_and_fits_discord() -> None:
+    """A chunk's nonce is `<key>.<index>`, or a fixed 24-character hash when that would pass 25."""
+    assert nonce_of("sb123", 0) == "sb123.0" and nonce_of("sb123", 11) == "sb123.11"
+    long_key = "scheduled-job-7-run-20260101"
+    assert nonce_of(long_key, 1) == nonce_of(long_key, 1) != nonce_of(long_key, 2)
+    assert len(nonce_of(long_key, 1)) == 24
+
+
+def test_catch_up_looks_back_max_reply_age_or_a_day_without_a_cap() -> None:
+    """Chats are caught up when active within `max_reply_age`; with 0 (no cap) within a day."""
+    assert catch_up_since(3600, 1_700_000_000.0) == 1_699_996_400.0
+    assert catch_up_since(0, 1_700_000_000.0) == 1_700_000_000.0 - 86_400

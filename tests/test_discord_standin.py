@@ -8,7 +8,9 @@ import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
+import aiohttp
 import pytest
 
 from tests.standins.discord_api import DiscordStandIn, user
@@ -305,3 +307,142 @@ async def test_command_sync_and_unknown_route(dc: DiscordStandIn) -> None:
         with pytest.raises(discord.NotFound) as missing:
             await client.http.request(discord.http.Route("GET", "/nowhere"))
         assert missing.value.text == "404: Not Found"
+
+
+# -- idempotent creates, history, offline messages ------------------------------------------
+
+
+def text_channel(run: Running, channel_id: int = GENERAL) -> discord.TextChannel:
+    channel = run.client.get_channel(channel_id)
+    assert isinstance(channel, discord.TextChannel)
+    return channel
+
+
+async def raw(dc: DiscordStandIn, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+    """One REST call without discord.py, for what it never sends (no enforce_nonce, bad limits)."""
+    headers = {"Authorization": f"Bot {TOKEN}"}
+    async with aiohttp.ClientSession() as session, session.request(
+        method, f"{dc.base_url}/api/v10{path}", headers=headers, **kwargs
+    ) as response:
+        return response.status, await response.json(content_type=None)
+
+
+async def test_a_create_with_a_used_nonce_returns_the_first_message(dc: DiscordStandIn) -> None:
+    """With enforce_nonce (discord.py always sets it), a repeated nonce returns the first message and
+    posts or echoes nothing; once the window has passed, or without enforce_nonce, it posts again."""
+    async with running(dc) as run:
+        channel = text_channel(run)
+        first = await channel.send("once", nonce="sb1.0")
+        again = await channel.send("once more?", nonce="sb1.0")
+        assert again.id == first.id and again.content == "once" and again.nonce == "sb1.0"
+        assert [(s.content, s.nonce) for s in dc.sent] == [("once", "sb1.0")]
+        other = await channel.send("different nonce", nonce="sb1.1")
+        await dc.wait_for(lambda: len(run.received) == 2)  # echoes of the two posts only
+        assert [m.id for m in run.received] == [first.id, other.id]
+        nonces = [r.body["nonce"] for r in dc.requests if r.method == "POST"]
+        assert nonces == ["sb1.0", "sb1.0", "sb1.1"]
+
+        status, body = await raw(dc, "POST", f"/channels/{GENERAL}/messages",
+                                 json={"content": "loose", "nonce": "sb1.0"})
+        assert status == 200 and int(body["id"]) > other.id  # no enforce_nonce: posted
+        dc.nonce_window = 0.0
+        assert (await channel.send("expired", nonce="sb1.0")).id != first.id
+        with pytest.raises(discord.HTTPException) as too_long:
+            await channel.send("x", nonce="n" * 26)
+        assert too_long.value.code == 50035
+    assert [s.content for s in dc.sent] == ["once", "different nonce", "loose", "expired"]
+
+
+async def test_a_lost_response_still_creates_the_message(dc: DiscordStandIn) -> None:
+    """lose_next_response carries the create out, then drops the connection unanswered; a resend
+    with the same nonce gets that message back."""
+    async with running(dc) as run:
+        channel = text_channel(run)
+        dc.lose_next_response(f"POST /channels/{GENERAL}/messages")
+        with pytest.raises(aiohttp.ServerDisconnectedError):
+            await channel.send("lost", nonce="sb2.0")
+        (created,) = dc.sent
+        resent = await channel.send("lost", nonce="sb2.0")
+        assert resent.id == created.id
+        assert [r.status for r in dc.requests if r.method == "POST"] == [0, 200]
+        assert [m["content"] for m in dc.channel_messages(GENERAL)] == ["lost"]
+
+
+async def test_history_pages_as_discord_answers(dc: DiscordStandIn) -> None:
+    """GET …/messages answers newest first with limit, before, after and around as Discord does, so
+    discord.py's history() pages through it; ids are snowflakes of the creation time."""
+    posted = [int(dc.message_create(GENERAL, ALICE, f"m{n}")["id"]) for n in range(150)]
+    assert abs(discord.utils.snowflake_time(posted[0]).timestamp() - time.time()) < 5
+    async with running(dc) as run:
+        assert run.from_users == []  # posted before any session: never delivered
+        channel = text_channel(run)
+        after = [m.content async for m in channel.history(after=discord.Object(posted[9]), limit=None)]
+        assert after == [f"m{n}" for n in range(10, 150)]
+        pages = [r.query for r in dc.requests if r.path == f"/channels/{GENERAL}/messages"]
+        assert pages == [{"limit": "100", "after": str(posted[n])} for n in (9, 109)]
+        newest = [m.content async for m in channel.history(limit=120)]
+        assert newest == [f"m{n}" for n in range(149, 29, -1)]
+        around = [m.content async for m in channel.history(around=discord.Object(posted[50]), limit=5)]
+        assert sorted(around) == ["m48", "m49", "m50", "m51", "m52"]
+        before = [m.content async for m in channel.history(before=discord.Object(posted[3]))]
+        assert before == ["m2", "m1", "m0"]
+
+    path = f"/channels/{GENERAL}/messages"
+    status, body = await raw(dc, "GET", path)
+    assert status == 200 and [m["content"] for m in body] == [f"m{n}" for n in range(149, 99, -1)]
+    status, body = await raw(dc, "GET", path, params={"after": str(posted[0]), "limit": "3"})
+    assert [m["content"] for m in body] == ["m3", "m2", "m1"]  # the oldest after, newest first
+    status, body = await raw(dc, "GET", path, params={"around": str(posted[50]), "limit": "4"})
+    assert [m["content"] for m in body] == ["m52", "m51", "m50", "m49", "m48"]  # even: limit + 1
+    for bad in ({"limit": "0"}, {"limit": "101"}, {"before": str(posted[5]), "after": str(posted[1])}):
+        status, body = await raw(dc, "GET", path, params=bad)
+        assert (status, body["code"]) == (400, 50035)
+    assert (await raw(dc, "GET", "/channels/555/messages"))[1]["code"] == 10003
+
+
+async def test_history_messages_are_rest_shaped_and_blanked_without_the_intent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """REST messages carry no guild_id or member (authors are plain users); without the intent guild
+    content is blank except mentions of the bot and its own messages, and DMs keep theirs."""
+    async with DiscordStandIn(token=TOKEN, bot_id=BOT_ID, message_content_intent=False) as dc:
+        dc.add_guild(GUILD, "g", channels=[(GENERAL, "general")], members=[{**ALICE, "roles": [ADMINS]}],
+                     roles=[(ADMINS, "admins")])
+        dc.patch(monkeypatch)
+        dc.message_create(GENERAL, ALICE, "secret")
+        dc.message_create(GENERAL, ALICE, f"<@{BOT_ID}> visible", mentions=[BOT_ID])
+        dc.message_create(DM, ALICE, "dm visible")
+        async with running(dc, intents=discord.Intents.default()) as run:
+            await text_channel(run).send("bot text")
+            history = [m async for m in text_channel(run).history(oldest_first=True)]
+            assert [m.content for m in history] == ["", f"<@{BOT_ID}> visible", "bot text"]
+            assert not isinstance(history[0].author, discord.Member)
+            dm = await run.client.fetch_channel(DM)
+            assert isinstance(dm, discord.DMChannel)
+            assert [m.content async for m in dm.history()] == ["dm visible"]
+            guild = run.client.get_guild(GUILD)
+            assert guild is not None
+            member = await guild.fetch_member(1)
+            assert [r.id for r in member.roles] == [GUILD, ADMINS]
+            with pytest.raises(discord.NotFound):
+                await guild.fetch_member(BOB["id"])
+        _, body = await raw(dc, "GET", f"/channels/{GENERAL}/messages")
+        assert all("guild_id" not in m and "member" not in m for m in body)
+
+
+async def test_messages_posted_while_offline_are_never_delivered(dc: DiscordStandIn) -> None:
+    """Posted with no session, or after the client closed, a message (a new DM included) is only in
+    history: the next client IDENTIFYs a new session, which does not replay it."""
+    dc.message_create(DM, ALICE, "before any session")
+    async with running(dc):
+        pass
+    dc.message_create(DM, ALICE, "after the client closed")
+    async with running(dc) as run:
+        dc.message_create(DM, ALICE, "live")
+        assert (await run.next_message(1)).content == "live"
+        dm = await run.client.fetch_channel(DM)
+        assert isinstance(dm, discord.DMChannel)
+        contents = [m.content async for m in dm.history(oldest_first=True)]
+        assert contents == ["before any session", "after the client closed", "live"]
+        assert len(run.from_users) == 1
+    assert len(dc.identifies) == 2 and dc.resumes == []

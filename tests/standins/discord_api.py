@@ -10,7 +10,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any, TypeVar
@@ -32,13 +32,17 @@ API = "/api/v10"
 BODY: web.RequestKey[Any] = web.RequestKey("body", object)  # parsed once by the middleware
 DISCORD_EPOCH_MS = 1_420_070_400_000
 GUILD_MEMBERS, GUILD_PRESENCES, MESSAGE_CONTENT = 1 << 1, 1 << 8, 1 << 15
-_TOO_LONG = {
-    "code": 50035,
-    "errors": {"content": {"_errors": [
-        {"code": "BASE_TYPE_MAX_LENGTH", "message": "Must be 2000 or fewer in length."}
-    ]}},
-    "message": "Invalid Form Body",
-}
+# Discord refuses a create with an already used nonce for "a few minutes" (enforce_nonce).
+NONCE_WINDOW = 300.0
+
+
+def _invalid(name: str, code: str, message: str) -> Json:
+    """Discord's 50035 body naming the offending field."""
+    return {"code": 50035, "errors": {name: {"_errors": [{"code": code, "message": message}]}},
+            "message": "Invalid Form Body"}
+
+
+_TOO_LONG = _invalid("content", "BASE_TYPE_MAX_LENGTH", "Must be 2000 or fewer in length.")
 
 
 def user(id: int, username: str, bot: bool = False, global_name: str | None = None) -> Json:
@@ -71,6 +75,7 @@ class SentMessage:
     allowed_mentions: Json | None
     embeds: list[Json]
     time: float  # time.monotonic()
+    nonce: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,8 +91,9 @@ class RecordedRequest:
     method: str
     path: str  # without the /api/v10 prefix
     body: Any
-    status: int
+    status: int  # 0: carried out, but the connection was dropped unanswered (lose_next_response)
     time: float
+    query: dict[str, str] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -102,6 +108,12 @@ class _Fault:
     is_global: bool
     code: int | None
     message: str | None
+    times: int
+
+
+@dataclass
+class _Loss:
+    route: str
     times: int
 
 
@@ -144,8 +156,10 @@ class DiscordStandIn:
         members_intent: bool = False,
         presences_intent: bool = False,
         heartbeat_interval_ms: int = 41_250,
+        nonce_window: float = NONCE_WINDOW,
     ) -> None:
         self.token, self.bot_id, self.heartbeat_interval_ms = token, bot_id, heartbeat_interval_ms
+        self.nonce_window = nonce_window
         self.bot_user: Json = {**user(bot_id, bot_name, bot=True), "verified": True, "flags": 0}
         self.allowed_privileged = (
             (MESSAGE_CONTENT if message_content_intent else 0)
@@ -161,6 +175,9 @@ class DiscordStandIn:
         self.gateway_urls: list[str] = []  # path + query of every gateway connection
         self.connected = asyncio.Event()  # set on READY and RESUMED, cleared when the socket drops
         self._faults: list[_Fault] = []
+        self._losses: list[_Loss] = []
+        # (author id, nonce) -> (message id, time.monotonic()) of creates with enforce_nonce.
+        self._nonces: dict[tuple[int, str], tuple[int, float]] = {}
         self._guilds: dict[int, _Guild] = {}
         self._channels: dict[int, Json] = {}
         self._guild_of: dict[int, int] = {}  # channel id -> guild id
@@ -190,7 +207,9 @@ class DiscordStandIn:
             ("GET", "/gateway", self._get_gateway),
             ("GET", "/gateway/bot", self._get_gateway),
             ("GET", r"/channels/{channel_id:\d+}", self._get_channel),
+            ("GET", r"/channels/{channel_id:\d+}/messages", self._get_messages),
             ("POST", r"/channels/{channel_id:\d+}/messages", self._post_message),
+            ("GET", r"/guilds/{guild_id:\d+}/members/{user_id:\d+}", self._get_member),
             ("PATCH", r"/channels/{channel_id:\d+}/messages/{message_id:\d+}", self._edit_message),
             ("POST", r"/channels/{channel_id:\d+}/typing", self._typing),
         ]
@@ -293,6 +312,15 @@ class DiscordStandIn:
         """Fail the next `times` REST calls whose "METHOD /path" (no /api/v10) contains `route`."""
         self._faults.append(_Fault(route, status, retry_after, is_global, code, message, times))
 
+    def lose_next_response(self, route: str, *, times: int = 1) -> None:
+        """Carry out the next `times` successful REST calls matching `route`, then drop the connection
+        unanswered: the call took effect (a message is created) but the client sees a disconnect."""
+        self._losses.append(_Loss(route, times))
+
+    def channel_messages(self, channel_id: int) -> list[Json]:
+        """Every message in a channel's history, oldest first, as stored (users' and the bot's)."""
+        return [m for _, m in sorted(self._messages.items()) if int(m["channel_id"]) == channel_id]
+
     def message_create(
         self,
         channel_id: int,
@@ -308,13 +336,14 @@ class DiscordStandIn:
         attachments: int = 0,
         member_roles: Iterable[int] | None = None,
     ) -> Json:
-        """Dispatch MESSAGE_CREATE from a user and return the payload as sent (after content blanking).
+        """Post a message from a user and return its MESSAGE_CREATE payload (after content blanking).
 
+        The message joins the channel's history. With a live socket the event is delivered now; with a
+        session but no socket it waits for a RESUME of that session (a new IDENTIFY never gets it, as
+        on Discord); with no session at all (the bot never connected) no event is ever sent.
         The guild comes from the channel when not given; a channel of no guild is a DM with `author`.
         A reply (`reference_id`) mentions the replied-to author when `reply_ping`, as Discord clients do.
         """
-        if self._session_id is None:
-            raise RuntimeError("no gateway session yet: wait for dc.connected before dispatching")
         self._users[int(author["id"])] = author
         guild_id = guild_id if guild_id is not None else self._guild_of.get(channel_id)
         if guild_id is None and channel_id not in self._channels:
@@ -335,6 +364,8 @@ class DiscordStandIn:
                 msg["member"]["roles"] = [str(r) for r in member_roles]
         msg["mentions"] = mentioned
         msg.update(mention_everyone=mention_everyone, mention_roles=[str(r) for r in mention_roles])
+        if self._session_id is None:
+            return self._visible(msg)
         return self._dispatch("MESSAGE_CREATE", self._visible(msg))
 
     async def disconnect(self, code: int = 4000, *, resumable: bool = True) -> None:
@@ -417,14 +448,27 @@ class DiscordStandIn:
         return msg
 
     def _visible(self, msg: Json) -> Json:
-        """Blank content as Discord does for a session without the MESSAGE_CONTENT intent."""
+        """A MESSAGE_CREATE payload, blanked unless the session asked for the MESSAGE_CONTENT intent
+        (with no session yet, as the app's own setting would allow)."""
+        intents = self._intents if self._session_id is not None else self.allowed_privileged
+        return self._blanked(msg, granted=bool(intents & MESSAGE_CONTENT))
+
+    def _rest_view(self, msg: Json) -> Json:
+        """A message as REST returns it: blanked unless the app has the MESSAGE_CONTENT intent enabled,
+        and without the gateway-only `guild_id` and `member` fields (its author is a plain user)."""
+        granted = bool(self.allowed_privileged & MESSAGE_CONTENT)
+        return _without_gateway_fields(self._blanked(msg, granted=granted))
+
+    def _blanked(self, msg: Json, *, granted: bool) -> Json:
+        """Blank content as Discord does without the MESSAGE_CONTENT intent; DMs, messages mentioning
+        the bot and the bot's own messages keep theirs."""
         out = dict(msg)
         if isinstance(out.get("referenced_message"), dict):
-            out["referenced_message"] = self._visible(out["referenced_message"])
+            out["referenced_message"] = self._blanked(out["referenced_message"], granted=granted)
         bot = str(self.bot_id)
         exempt = (
-            "guild_id" not in out
-            or self._intents & MESSAGE_CONTENT
+            granted
+            or "guild_id" not in out
             or out["author"]["id"] == bot
             or any(m["id"] == bot for m in out.get("mentions", ()))
         )
@@ -566,9 +610,19 @@ class DiscordStandIn:
         else:
             raw = await request.read()
             request[BODY] = json.loads(raw) if raw else None
-        response = await self._answer(request, handler, f"{request.method} {path}")
+        route = f"{request.method} {path}"
+        response = await self._answer(request, handler, route)
+        status = response.status
+        loss = next((lost for lost in self._losses if lost.route in route), None)
+        if loss is not None and status < 400 and request.transport is not None:
+            loss.times -= 1
+            if loss.times <= 0:
+                self._losses.remove(loss)
+            request.transport.close()  # the answer written below goes nowhere
+            status = 0
         now = time.monotonic()
-        self.requests.append(RecordedRequest(request.method, path, request[BODY], response.status, now))
+        query = dict(request.query)
+        self.requests.append(RecordedRequest(request.method, path, request[BODY], status, now, query))
         return response
 
     async def _answer(
@@ -638,6 +692,46 @@ class DiscordStandIn:
         found = self._channels.get(int(request.match_info["channel_id"]))
         return _json(found) if found else _error(404, 10003, "Unknown Channel")
 
+    async def _get_messages(self, request: web.Request) -> web.Response:
+        """Newest first, as Discord answers: the newest `limit`, or the `limit` nearest before, after
+        or around an id (around: half each side, plus that message when it exists)."""
+        channel_id = int(request.match_info["channel_id"])
+        if channel_id not in self._channels:
+            return _error(404, 10003, "Unknown Channel")
+        query = request.query
+        for name in ("limit", "before", "after", "around"):
+            if name in query and not query[name].isdigit():
+                return _json(_invalid(name, "NUMBER_TYPE_COERCE", f'Value "{query[name]}" is not int.'), 400)
+        limit = int(query.get("limit", "50"))
+        if not 1 <= limit <= 100:
+            return _json(_invalid("limit", "NUMBER_TYPE_MAX", "int value should be between 1 and 100."), 400)
+        anchors = [name for name in ("before", "after", "around") if name in query]
+        if len(anchors) > 1:  # documented as mutually exclusive; the stand-in refuses a mix
+            mixed = _invalid(anchors[1], "BASE_TYPE_BAD_VALUE", "Only one of before, after, around.")
+            return _json(mixed, 400)
+        ids = [int(m["id"]) for m in self.channel_messages(channel_id)]
+        if "before" in query:
+            page = [i for i in ids if i < int(query["before"])][-limit:]
+        elif "after" in query:
+            page = [i for i in ids if i > int(query["after"])][:limit]
+        elif "around" in query:
+            middle, half = int(query["around"]), limit // 2
+            older = [i for i in ids if i < middle][-half:] if half else []
+            page = older + [i for i in ids if i == middle] + [i for i in ids if i > middle][:half]
+        else:
+            page = ids[-limit:]
+        return _json([self._rest_view(self._messages[i]) for i in reversed(page)])
+
+    async def _get_member(self, request: web.Request) -> web.Response:
+        guild = self._guilds.get(int(request.match_info["guild_id"]))
+        if guild is None:
+            return _error(404, 10004, "Unknown Guild")
+        found = guild.members.get(int(request.match_info["user_id"]))
+        if found is None:
+            return _error(404, 10007, "Unknown Member")
+        member, roles = found
+        return _json({**self._member(guild.id, int(member["id"]), roles), "user": member})
+
     async def _post_message(self, request: web.Request) -> web.Response:
         channel_id = int(request.match_info["channel_id"])
         if channel_id not in self._channels:
@@ -646,6 +740,14 @@ class DiscordStandIn:
         content = body.get("content")
         if content is not None and len(str(content)) > 2000:
             return _json(_TOO_LONG, 400)
+        nonce = str(body["nonce"]) if body.get("nonce") is not None else None
+        if nonce is not None and len(nonce) > 25:
+            return _json(_invalid("nonce", "BASE_TYPE_MAX_LENGTH", "Must be 25 or fewer in length."), 400)
+        key = (self.bot_id, nonce or "")
+        earlier = self._nonces.get(key) if nonce is not None and body.get("enforce_nonce") else None
+        if earlier is not None and time.monotonic() - earlier[1] < self.nonce_window:
+            # The message this nonce already created, and nothing new posted or dispatched.
+            return _json({**self._rest_view(self._messages[earlier[0]]), "nonce": nonce})
         if not content and not any(body.get(k) for k in ("embeds", "attachments", "sticker_ids", "poll")):
             return _error(400, 50006, "Cannot send an empty message")
         ref = body.get("message_reference")
@@ -655,10 +757,14 @@ class DiscordStandIn:
             reference_id=int(ref["message_id"]) if ref else None, files=names, embeds=body.get("embeds", ()),
         )
         allowed, now = body.get("allowed_mentions"), time.monotonic()
-        self.sent.append(SentMessage(int(msg["id"]), channel_id, content, ref, allowed, msg["embeds"], now))
+        self.sent.append(
+            SentMessage(int(msg["id"]), channel_id, content, ref, allowed, msg["embeds"], now, nonce))
+        if nonce is not None and body.get("enforce_nonce"):
+            self._nonces[key] = (int(msg["id"]), now)
+        with_nonce = {"nonce": nonce} if nonce is not None else {}
         if self._session_id is not None:  # Discord echoes the bot's own messages on the gateway
-            self._dispatch("MESSAGE_CREATE", self._visible(msg))
-        return _json(msg)
+            self._dispatch("MESSAGE_CREATE", {**self._visible(msg), **with_nonce})
+        return _json({**self._rest_view(msg), **with_nonce})
 
     async def _edit_message(self, request: web.Request) -> web.Response:
         found = self._messages.get(int(request.match_info["message_id"]))
@@ -669,7 +775,7 @@ class DiscordStandIn:
             return _json(_TOO_LONG, 400)
         found.update({k: body[k] for k in ("content", "embeds") if k in body})
         found["edited_timestamp"] = datetime.now(UTC).isoformat()
-        return _json(found)
+        return _json(self._rest_view(found))
 
     async def _typing(self, request: web.Request) -> web.Response:
         channel_id = int(request.match_info["channel_id"])
@@ -693,6 +799,15 @@ class DiscordStandIn:
         ]
         self.commands[int(guild_id) if guild_id else None] = commands
         return _json(commands)
+
+
+def _without_gateway_fields(msg: Json) -> Json:
+    # `guild_id`, `member` and the mentions' `member` are extra fields of the gateway's MESSAGE_CREATE.
+    out = {k: v for k, v in msg.items() if k not in ("guild_id", "member")}
+    out["mentions"] = [{k: v for k, v in m.items() if k != "member"} for m in msg.get("mentions", ())]
+    if isinstance(out.get("referenced_message"), dict):
+        out["referenced_message"] = _without_gateway_fields(out["referenced_message"])
+    return out
 
 
 async def _no_identify_delay(self: discord.Client, shard_id: int | None, *, initial: bool = False) -> None:
