@@ -62,15 +62,17 @@ class Inbox:
         return time.time() - sent_at > section.max_reply_age
 
     async def _take_command(self, inbound: InboundMessage, name: str) -> None:
+        # Every command is recorded, so one delivered again (Discord's history catch-up, an
+        # unconfirmed Telegram update) is answered once. Only the queued ones wait to be run.
         key = str(inbound.session_key)
-        if name == "stop":
-            await self._answer_command(inbound, name)  # goes first: it clears the queue
-        elif name in QUEUED_COMMANDS:
-            recorded = await self._store.append_command(inbound, name)
-            if recorded is None:
-                log.info("duplicate command ignored", session_key=key, command=name)
-                return
+        queued = name in QUEUED_COMMANDS
+        recorded = await self._store.append_command(inbound, name, "pending" if queued else "done")
+        if recorded is None:
+            log.info("duplicate command ignored", session_key=key, command=name)
+        elif queued:
             self.queue_command(recorded)
+        elif name == "stop":
+            await self._answer_command(inbound, name)  # goes first: it clears the queue
         else:
             self._router.run_now(key, f"/{name}", lambda: self._answer_command(inbound, name))
 

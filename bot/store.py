@@ -379,18 +379,21 @@ class Store:
             for row in rows
         ]
 
-    async def append_command(self, inbound: InboundMessage, command: str) -> PendingCommand | None:
-        """Record a chat command before it waits in its session's queue; None for a redelivery."""
+    async def append_command(
+        self, inbound: InboundMessage, command: str, status: Literal["pending", "done"] = "pending"
+    ) -> PendingCommand | None:
+        """Record a chat command (`pending` until it has run, or `done` for one answered at once,
+        kept only so a redelivery is recognised); None for a redelivery."""
         chat = inbound.chat
         async with self._transaction():
             cursor = await self._conn.execute(
                 "INSERT OR IGNORE INTO chat_commands (session_key, provider, chat_id, thread_id, "
                 "sender_id, sender_name, provider_message_id, command, text, sent_at, received_at, "
-                "after_message_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                "(SELECT COALESCE(MAX(id), 0) FROM messages))",
+                "after_message_id, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                "(SELECT COALESCE(MAX(id), 0) FROM messages), ?)",
                 (str(inbound.session_key), chat.provider, chat.chat_id, chat.thread_id, inbound.sender_id,
                  inbound.sender_name, inbound.provider_message_id, command, inbound.text,
-                 inbound.sent_at, time.time()),
+                 inbound.sent_at, time.time(), status),
             )
             if not cursor.rowcount:
                 return None
@@ -439,13 +442,21 @@ class Store:
         return [(row[0], row[1], row[2], row[3]) for row in rows]
 
     async def catch_up_points(self, provider: str, since: float) -> list[tuple[str, str]]:
-        """(chat id, newest platform message id) of every chat of `provider` with a message stored
-        since `since`; ids compare as numbers (Discord snowflakes)."""
+        """(chat id, newest inbound platform message id) of every chat of `provider` with a message
+        received since `since`; ids compare as numbers (Discord snowflakes).
+
+        Our own replies do not count: one posted after a message that was never stored (it came
+        during a shutdown) would move the point past that message. Commands count, as received.
+        """
         rows = await self._conn.execute_fetchall(
-            "SELECT p.chat_id, MAX(CAST(p.provider_message_id AS INTEGER)) FROM sessions s "
+            "SELECT chat_id, MAX(CAST(provider_message_id AS INTEGER)) FROM ("
+            "SELECT p.chat_id, p.provider_message_id FROM sessions s "
             "JOIN messages m ON m.session_key = s.key JOIN provider_messages p ON p.message_id = m.id "
-            "WHERE s.updated_at >= ? AND p.provider = ? AND m.created_at >= ? GROUP BY p.chat_id",
-            (since, provider, since),
+            "WHERE s.updated_at >= ?2 AND p.provider = ?1 AND m.created_at >= ?2 AND m.role = 'user' "
+            "UNION ALL SELECT chat_id, provider_message_id FROM chat_commands "
+            "WHERE provider = ?1 AND received_at >= ?2 AND provider_message_id IS NOT NULL"
+            ") GROUP BY chat_id",
+            (provider, since),
         )
         return [(str(row[0]), str(row[1])) for row in rows if row[1] is not None]
 

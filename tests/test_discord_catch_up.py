@@ -98,11 +98,10 @@ async def test_messages_sent_while_the_daemon_was_down_are_answered_after_it_sta
     stored in the order they were sent and answered once each, in that order."""
     config = discord_config()
     async with discord_daemon(config):
-        dc.message_create(DM_ALICE, ALICE, "first")
+        first = dc.message_create(DM_ALICE, ALICE, "first")
         dc.message_create(GENERAL, ALICE, f"{MENTION} hello guild", mentions=[BOT_ID])
         await dc.wait_for(lambda: len(dc.sent) == 2)
 
-    newest_dm = max(s.id for s in dc.sent if s.channel_id == DM_ALICE)
     offline = [
         dc.message_create(DM_ALICE, ALICE, "sent while you were away"),
         dc.message_create(GENERAL, BOB, f"{MENTION} you missed this", mentions=[BOT_ID]),
@@ -119,8 +118,8 @@ async def test_messages_sent_while_the_daemon_was_down_are_answered_after_it_sta
     stored = {m.provider_message_id: m.id for m in await all_messages(config) if m.role == "user"}
     dm_ids = [stored[offline[0]["id"]], stored[offline[2]["id"]]]
     assert dm_ids == sorted(dm_ids) and offline[1]["id"] in stored
-    # Each chat is read after the newest message stored for it.
-    assert history_reads(dc, DM_ALICE) == [{"limit": "100", "after": str(newest_dm)}]
+    # Each chat is read after the newest message received from it (our replies do not count).
+    assert history_reads(dc, DM_ALICE) == [{"limit": "100", "after": first["id"]}]
     assert len(dc.identifies) == 2
 
 
@@ -151,12 +150,6 @@ async def test_messages_sent_while_the_gateway_could_not_resume_are_caught_up(
     assert len(history_reads(dc, DM_ALICE)) == 1
 
 
-# Known gaps in the core's side of the seam (bot/), kept here as strict xfails so that fixing them
-# shows up: remove the marker then.
-
-
-@pytest.mark.xfail(strict=True, reason="bot/store.catch_up_points counts our replies' ids: a reply "
-                   "posted after a message that was never stored moves the catch-up point past it")
 async def test_a_message_sent_during_shutdown_is_caught_up_though_a_reply_followed_it(
     dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config]
 ) -> None:
@@ -179,8 +172,6 @@ async def test_a_message_sent_during_shutdown_is_caught_up_though_a_reply_follow
         await dc.wait_for(lambda: len(dc.sent) == 3, timeout=3)
 
 
-@pytest.mark.xfail(strict=True, reason="bot/ answers read-only commands without recording their "
-                   "message ids, so a command read again from history is answered again")
 async def test_a_command_answered_before_a_restart_is_not_answered_again(
     dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config]
 ) -> None:

@@ -176,7 +176,8 @@ async def test_service_notifies_reloads_on_sighup_and_stops_on_sigterm_losing_no
             status = await asyncio.to_thread(cli, tmp_path, env, "status", "--config", str(config), "--json")
             assert status.returncode == 0, status.stderr
             answer = json.loads(status.stdout)
-            assert answer["channels"] == [{"provider": "telegram", "state": "connected", "error": None, "restarts": 0}]
+            assert answer["channels"] == [
+                {"provider": "telegram", "state": "connected", "error": None, "restarts": 0}]
             assert answer["last_reload"]["reloaded"] is True
             assert answer["last_reload"]["changed"] == ["conversation"]
 
