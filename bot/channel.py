@@ -38,7 +38,10 @@ class Intake(Protocol):
         ...
 
     async def quarantine(self, provider: str, ref: str | None, raw: str, error: str) -> None:
-        """Keep an update that could not be parsed, with its error, and let intake go on."""
+        """Keep an update that could not be parsed, with its error, and let intake go on.
+
+        Raises like `submit` when it could not be kept: the update must then be fetched again.
+        """
         ...
 
 

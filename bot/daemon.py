@@ -309,9 +309,13 @@ class Daemon:
             self._by_provider[provider] = channel
 
     async def _stop_channel(self, channel: Channel) -> None:
+        """Stop a channel's input; bounded by the grace (a store that hangs must not hang the stop:
+        what it had not stored yet was not confirmed to the platform, so it comes again)."""
         self._stopping.add(channel.provider)
         try:
-            await channel.stop()
+            await asyncio.wait_for(channel.stop(), self.config.router.shutdown_grace)
+        except TimeoutError:
+            log.warning("channel input did not stop within the grace", channel=channel.provider)
         except Exception:
             log.exception("channel did not stop cleanly", channel=channel.provider)
 
