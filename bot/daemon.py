@@ -24,7 +24,7 @@ from bot.log import last_error
 from bot.messages import InboundMessage
 from bot.notify import Notifier
 from bot.outbox import Outbox
-from bot.resume import resume
+from bot.resume import resume, sweep
 from bot.router import Router
 from bot.scheduler import Scheduler
 from bot.store import Store
@@ -145,6 +145,7 @@ class Daemon:
         self.scheduler: Scheduler | None = None
         self._store: Store | None = None
         self._inbox: Inbox | None = None
+        self._outbox: Outbox | None = None
         self._brain_for: Callable[[str | None], Brain] | None = None
         # The running channels by provider: the turn runner, inbox and scheduler read this one
         # dict, so a reload that starts or stops a channel is seen by all of them.
@@ -173,13 +174,14 @@ class Daemon:
                                 env=config.anthropic.api_key_env)
             self._brain = brain
             self._by_provider = {c.provider: c for c in self.channels}
-            runner = TurnRunner(config, store, brain, self._by_provider)
+            outbox = self._outbox = Outbox(store, self._by_provider)
+            runner = TurnRunner(config, store, brain, self._by_provider, outbox)
             router = self.router = Router(
                 store, runner, max_concurrent=config.router.max_concurrent_turns
             )
             inbox = self._inbox = Inbox(config, store, router, self._by_provider, runner.compactor)
             # Before any channel takes input: what the last run left undone goes first, in order.
-            await resume(store, router, inbox, Outbox(store, self._by_provider), self._by_provider)
+            await resume(store, router, inbox, outbox, self._by_provider)
             main_brain = brain
             model_brains: dict[str, Brain] = {}
 
@@ -210,6 +212,7 @@ class Daemon:
                     "status": self.status, "reload": self.reload,
                 }))
             watchdog = asyncio.create_task(self._notifier.watchdog(), name="watchdog")
+            self._spawn(sweep(store, router, self._current_inbox, outbox, self._by_provider))
             announce = asyncio.create_task(self._announce_ready(), name="ready")
             self.started.set()
             log.info("started", channels=[c.provider for c in self.channels],
@@ -256,6 +259,10 @@ class Daemon:
         """Store and queue one message through the inbox of the config in force."""
         assert self._inbox is not None, "the daemon has not started"
         await self._inbox.submit(inbound)
+
+    def _current_inbox(self) -> Inbox:
+        assert self._inbox is not None, "the daemon has not started"
+        return self._inbox
 
     async def catch_up_points(self, provider: str, since: float) -> list[CatchUpPoint]:
         assert self._store is not None, "the daemon has not started"
@@ -451,7 +458,7 @@ class Daemon:
             if reconfigure is not None:
                 reconfigure(section)
         # Turns already running finish with the runner they started with; queued ones get the new.
-        runner = TurnRunner(config, store, brain, self._by_provider)
+        runner = TurnRunner(config, store, brain, self._by_provider, self._outbox)
         router.replace_handler(runner)
         self._inbox = Inbox(config, store, router, self._by_provider, runner.compactor)
         if self.scheduler is not None:

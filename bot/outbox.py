@@ -2,7 +2,9 @@
 
 A reply enters the outbox in the transaction that stores it and leaves it once every chunk is
 delivered (or can never be: the chat blocked the bot). A crash in between leaves it there, and
-the next start sends the chunks still missing, without asking the model again.
+the next start sends the chunks still missing, without asking the model again; a send that failed
+for a passing reason (network, a server error) is tried again while the daemon runs
+(`bot.resume.redeliver`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,15 @@ class Outbox:
     def __init__(self, store: Store, channels: Mapping[str, Channel]) -> None:
         self._store = store
         self._channels = channels
+        # Replies being sent or queued to be sent now: a sweep for undelivered ones skips them.
+        self._busy: set[int] = set()
+
+    def is_busy(self, message_id: int) -> bool:
+        return message_id in self._busy
+
+    def claim(self, message_id: int) -> None:
+        """Mark a reply as queued for sending (released when `deliver` finishes with it)."""
+        self._busy.add(message_id)
 
     async def deliver(self, message_id: int, outbound: OutboundMessage) -> list[str]:
         """Send a stored reply from its first undelivered chunk; the platform ids sent now.
@@ -37,6 +48,13 @@ class Outbox:
         Failures are logged, never raised: a permanent one (blocked, no permission) takes the
         reply out of the outbox, any other leaves it for the next start.
         """
+        self._busy.add(message_id)
+        try:
+            return await self._deliver(message_id, outbound)
+        finally:
+            self._busy.discard(message_id)
+
+    async def _deliver(self, message_id: int, outbound: OutboundMessage) -> list[str]:
         chat = outbound.chat
         channel = self._channels.get(chat.provider)
         if channel is None:

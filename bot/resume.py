@@ -1,5 +1,6 @@
 """What a start picks up where the last run stopped: replies still in the outbox, requests still
-waiting for a reply and commands not yet run, queued per session in their order before new input.
+waiting for a reply and commands not yet run, queued per session in their order before new input;
+and, while running, replies a passing failure left in the outbox.
 
 Only the channels running in this process take part (`switchboard chat` never answers Telegram).
 What is older than its channel's `max_reply_age` is not answered late: a request is marked
@@ -10,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import structlog
@@ -19,15 +21,17 @@ from bot.channel import Channel
 from bot.inbox import Inbox
 from bot.messages import ChatRef, InboundMessage, StoredMessage
 from bot.outbox import Outbox
-from bot.router import Router, Work
+from bot.router import Router, RouterClosedError, Work
 from bot.session_key import parse as parse_session_key
 from bot.store import PendingCommand, PendingDelivery, PendingRequest, Store
 
 log = structlog.get_logger("switchboard.resume")
 
 # A reply left over from the last run waits this long for its channel to connect before it is
-# tried anyway (a failed try leaves it in the outbox for the next start).
+# tried anyway (a failed try leaves it in the outbox for the next sweep or start).
 CONNECT_WAIT = 30.0
+# While running, the outbox is swept this often for replies a passing failure kept from being sent.
+SWEEP_INTERVAL = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,20 +49,8 @@ async def resume(
     store: Store, router: Router, inbox: Inbox, outbox: Outbox, channels: Mapping[str, Channel]
 ) -> ResumeReport:
     """Queue everything the last run left undone; call before the channels take new input."""
-    replies = requests = commands = late = 0
-    for delivery in await store.pending_deliveries():
-        provider = delivery.outbound.chat.provider
-        if provider not in channels:
-            continue
-        if inbox.is_late(provider, delivery.created_at):
-            await store.finish_delivery(delivery.message_id)
-            log.warning("undelivered reply too old to send; dropped", session_key=delivery.session_key,
-                        reply_id=delivery.message_id)
-            late += 1
-            continue
-        router.enqueue_work(delivery.session_key, "resend reply",
-                            _resend(outbox, channels[provider], delivery))
-        replies += 1
+    replies, late = await redeliver(store, router, inbox, outbox, channels)
+    requests = commands = 0
 
     # Requests and commands of a session interleave by position: a command runs after the
     # message that was newest when it arrived.
@@ -92,6 +84,56 @@ async def resume(
         log.info("resumed from the last run", replies=replies, requests=requests, commands=commands,
                  late=late)
     return report
+
+
+async def redeliver(
+    store: Store, router: Router, inbox: Inbox, outbox: Outbox, channels: Mapping[str, Channel],
+    *, older_than: float = 0.0,
+) -> tuple[int, int]:
+    """Queue every outbox reply not being sent now (and stored more than `older_than` seconds ago)
+    for its channel, in its session's order; drop those past `max_reply_age`. (queued, dropped)
+
+    At start this completes what a crash interrupted; while running (`sweep`), what a passing
+    failure (network, a server error) kept from being sent.
+    """
+    queued = dropped = 0
+    now = time.time()
+    for delivery in await store.pending_deliveries():
+        provider = delivery.outbound.chat.provider
+        if provider not in channels or outbox.is_busy(delivery.message_id):
+            continue
+        if inbox.is_late(provider, delivery.created_at):
+            await store.finish_delivery(delivery.message_id)
+            log.warning("undelivered reply too old to send; dropped", session_key=delivery.session_key,
+                        reply_id=delivery.message_id)
+            dropped += 1
+            continue
+        if now - delivery.created_at < older_than:
+            continue
+        outbox.claim(delivery.message_id)
+        router.enqueue_work(delivery.session_key, "resend reply",
+                            _resend(outbox, channels[provider], delivery))
+        queued += 1
+    return queued, dropped
+
+
+async def sweep(
+    store: Store, router: Router, inbox: Callable[[], Inbox], outbox: Outbox,
+    channels: Mapping[str, Channel],
+) -> None:
+    """Every SWEEP_INTERVAL seconds, send again the replies a passing failure left in the outbox."""
+    interval = SWEEP_INTERVAL
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            queued, _ = await redeliver(store, router, inbox(), outbox, channels, older_than=interval)
+        except RouterClosedError:
+            return
+        except Exception as exc:  # a store hiccup: the next sweep tries again
+            log.warning("outbox sweep failed", error=f"{type(exc).__name__}: {exc}")
+            continue
+        if queued:
+            log.info("sending undelivered replies again", replies=queued)
 
 
 def _inbound(message: StoredMessage, chat: ChatRef) -> InboundMessage:

@@ -150,12 +150,12 @@ class PruneReport:
 
 
 _NO_ID_ABOVE = 2**63 - 1  # SQLite's largest rowid: "no floor"
+RECALL_COMMON = 500  # recall ignores a word found in more of the searched messages than this
 
 
 def delivery_key(message_id: int) -> str:
     """The stable name of a stored reply's delivery (Discord derives each chunk's nonce from it)."""
     return f"sb{message_id}"
-RECALL_COMMON = 500  # recall ignores a word found in more of the searched messages than this
 
 
 class Store:

@@ -35,13 +35,14 @@ class TurnRunner:
     """Answers one stored inbound message; the router calls it one turn at a time per session."""
 
     def __init__(
-        self, config: Config, store: Store, brain: Brain, channels: Mapping[str, Channel]
+        self, config: Config, store: Store, brain: Brain, channels: Mapping[str, Channel],
+        outbox: Outbox | None = None,
     ) -> None:
         self._config = config
         self._store = store
         self._brain = brain
         self._channels = channels
-        self._outbox = Outbox(store, channels)
+        self._outbox = outbox or Outbox(store, channels)
         self._context = ContextBuilder(config, store, brain)
         self.compactor = Compactor(config, store, brain, self._context.budget)
         # Soul and memory files are cached and read again only when they change on disk.

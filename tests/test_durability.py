@@ -18,6 +18,7 @@ from bot.brain import AnthropicBrain
 from bot.channel import ChunkSent, Intake
 from bot.config import Config
 from bot.daemon import Daemon
+from bot.errors import DeliveryError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.store import Store
 from tests.fakes import FakeChannel
@@ -327,3 +328,34 @@ async def test_a_channel_that_stops_with_an_error_is_restarted_and_status_says_s
     assert replies(channel) == ["re: still there?"]
     assert status["channels"] == [{"provider": "fake", "state": "connected", "restarts": 1,
                                    "error": "RuntimeError: socket went away in a way nobody expected"}]
+
+
+class FailingFirst(FakeChannel):
+    """A platform that fails its first send for a passing reason (a server error), then works."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attempts = 0
+
+    async def send(self, message: OutboundMessage, on_chunk: ChunkSent | None = None) -> list[str]:
+        self.attempts += 1
+        if self.attempts == 1:
+            raise DeliveryError("502 Bad Gateway")
+        return await super().send(message, on_chunk)
+
+
+async def test_a_reply_a_passing_failure_kept_from_the_chat_is_sent_again_while_running(
+    api: AnthropicStandIn, make_config: MakeConfig, view: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reply whose send failed for a passing reason stays in the outbox and is sent again by the
+    running daemon (no restart, no new model call), once."""
+    monkeypatch.setattr("bot.resume.SWEEP_INTERVAL", 0.05)
+    channel = FailingFirst()
+    async with daemon(make_config(config_data(api)), channel):
+        await channel.inject(said(channel, "anyone home?", message_id="1"))
+        await wait_until(lambda: replies(channel) == ["re: anyone home?"])
+        await asyncio.sleep(0.2)  # a few more sweeps: none sends it again
+
+    assert channel.attempts == 2 and replies(channel) == ["re: anyone home?"]
+    assert api.count == 1
+    assert await view.pending_deliveries() == []
