@@ -19,11 +19,12 @@ from bot.commands import COMMANDS
 from bot.config import Config
 from bot.daemon import Daemon, build_channels
 from bot.errors import ConfigError
-from bot.messages import ChatRef
+from bot.messages import ChatRef, InboundMessage
+from bot.session_key import build
 from bot.store import Store
 from channels.telegram import TelegramChannel
-from tests.harness import API_KEY, config_data, last_user_line, reply_requests, request_text, running
-from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
+from tests.harness import API_KEY, FAST, config_data, last_user_line, reply_requests, request_text, running
+from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Slow, Text
 from tests.standins.telegram_api import (
     TelegramStandIn,
     command_entities,
@@ -453,3 +454,31 @@ async def test_a_stop_right_after_a_batch_arrived_loses_nothing(
         await tg.wait_for(lambda: tg.confirmed_offset > pushed[-1]["update_id"])
     texts = [m.text for m in await _all_messages(config)]
     assert sorted(texts) == sorted(f"chatter {n}" for n in range(count))
+
+
+async def test_another_chat_is_answered_while_a_compact_waits_on_the_model(
+    tg: TelegramStandIn, api: AnthropicStandIn, telegram_config: Callable[..., Config]
+) -> None:
+    """A /compact held by the model in one chat holds up neither intake nor another chat's answer."""
+    config = telegram_config()
+    key = build("main", "telegram", "direct", 42)
+    async with Store.open(config.database_path()) as store:  # a long chat worth summarising
+        for n in range(30):
+            said = await store.append_inbound(InboundMessage(
+                key, ChatRef("telegram", "42"), "42", "Ada", f"fact {n} " + "x" * 200,
+                provider_message_id=f"seed-{n}"))
+            assert said is not None
+            await store.append_reply(str(key), f"ok {n}", request_id=said.id)
+
+    def held_summary(request: RecordedRequest) -> Response:
+        if request.model == FAST:
+            return Slow(30, Text("a summary"))  # held until the daemon stops
+        return Text(f"re: {last_user_line(request)}")
+
+    api.default = held_summary
+    async with telegram_daemon(config):
+        tg.push_message(private_chat(ADA), ADA, "/compact", entities=command_entities("/compact"))
+        await tg.wait_for(lambda: api.requests_for(FAST))
+        tg.push_message(private_chat(BEA), BEA, "hello while Ada waits")
+        await tg.wait_for(lambda: texts_to(tg, 7) == ["re: hello while Ada waits"])
+        assert texts_to(tg, 42) == []  # the compact is still waiting on the model
