@@ -466,6 +466,9 @@ def _status(args: argparse.Namespace) -> int:
         if job["last_error"]:
             last += f" ({job['last_error']})"
         print(f"job {job['id']}: {upcoming}; {last}")
+    if reply.get("quarantined"):
+        print(f"quarantined updates: {reply['quarantined']} (could not be parsed; kept raw in the "
+              "database's quarantine table)")
     failure = reply.get("last_error")
     print(f"last error: {failure.get('timestamp', '')} {failure.get('event')}"
           + (f": {failure['error']}" if failure.get("error") else "") if failure else "last error: none")

@@ -500,6 +500,7 @@ class Daemon:
                              for key, (running, waiting) in sessions.items()},
             },
             "schedules": await self.scheduler.job_states() if self.scheduler is not None else [],
+            "quarantined": await self._store.quarantine_count() if self._store is not None else 0,
             "last_error": last_error(),
             "last_reload": self.reloads[-1] if self.reloads else None,
         }

@@ -441,6 +441,9 @@ class Store:
         )
         return [(row[0], row[1], row[2], row[3]) for row in rows]
 
+    async def quarantine_count(self) -> int:
+        return await self._count("SELECT COUNT(*) FROM quarantine")
+
     async def catch_up_points(self, provider: str, since: float) -> list[tuple[str, str]]:
         """(chat id, newest inbound platform message id) of every chat of `provider` with a message
         received since `since`; ids compare as numbers (Discord snowflakes).

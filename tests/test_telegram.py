@@ -405,22 +405,25 @@ async def test_an_unparseable_update_is_quarantined_once_and_the_others_are_answ
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A poll the library cannot parse (no `members_only`) between two questions is kept in the
-    quarantine with one warning line, fetched once, and both questions are answered."""
+    quarantine with one warning line, fetched once, counted by `status`, and both questions are
+    answered."""
     config = telegram_config()
     poll = {"id": "5", "question": "Lunch?", "total_voter_count": 0, "is_closed": False,
             "is_anonymous": True, "type": "regular", "allows_multiple_answers": False,
             "allows_revoting": False, "options": [{"persistent_id": "y", "text": "Yes", "voter_count": 0}]}
     caplog.set_level(logging.WARNING)
     with capture_logs() as logs:
-        async with telegram_daemon(config):
+        async with telegram_daemon(config) as running_daemon:
             tg.push_message(private_chat(ADA), ADA, "first question")
             bad_message = message(private_chat(ADA), ADA, message_id=tg.next_message_id(42)) | {"poll": poll}
             bad = tg.push_raw({"message": bad_message})
             tg.push_message(private_chat(ADA), ADA, "second question")
             await tg.wait_for(lambda: len(tg.sent) == 2)
             await asyncio.sleep(0.3)
+            status = await running_daemon.status()
 
     assert texts_to(tg, 42) == ["re: first question", "re: second question"]
+    assert status["quarantined"] == 1
     async with Store.open(config.database_path()) as store:
         ((provider, ref, raw, error),) = await store.quarantined()
     assert (provider, ref, json.loads(raw)) == ("telegram", str(bad["update_id"]), bad)
