@@ -68,6 +68,9 @@ TYPING_CAP = 120.0
 MAX_RATE_LIMIT_WAIT = 60.0
 # Messages already received are handed to the core for at most this long after stop().
 DRAIN_TIMEOUT = 2.0
+# A message the core could not store is handed over again after this, doubling up to the cap.
+SUBMIT_RETRY_DELAY = 0.5
+MAX_SUBMIT_RETRY_DELAY = 30.0
 # Discord's limit on a message nonce.
 NONCE_LENGTH = 25
 # Model output may mention users by name but must never ping anyone, let alone @everyone or roles.
@@ -448,7 +451,29 @@ class DiscordChannel:
             if msg.guild_id is None and not msg.author_is_bot:
                 await self._notify(msg, TEXT_ONLY_REPLY)
             return
-        await core.submit(inbound)
+        await self._submit_until_stored(core, inbound)
+
+    async def _submit_until_stored(self, core: Intake, inbound: InboundMessage) -> None:
+        """Hand a message over, trying again (0.5 s doubling to 30 s) while the core cannot store it.
+
+        Later messages wait behind it, so nothing newer is stored first: if the daemon stops before
+        it is stored, the next start's catch-up still finds it in history (it reads after the
+        newest message stored).
+        """
+        delay = SUBMIT_RETRY_DELAY
+        while True:
+            try:
+                await core.submit(inbound)
+                return
+            except Exception as exc:
+                if self._stopped.is_set():
+                    raise
+                log.warning("discord message not stored; trying again",
+                            message_id=inbound.provider_message_id,
+                            error=f"{type(exc).__name__}: {exc}", retry_in=delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), delay)
+            delay = min(delay * 2, MAX_SUBMIT_RETRY_DELAY)
 
     async def _notify(self, msg: DiscordMessage, text: str) -> None:
         try:

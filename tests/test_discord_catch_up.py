@@ -13,8 +13,8 @@ from structlog.testing import capture_logs
 from bot.brain import AnthropicBrain
 from bot.channel import CatchUpPoint
 from bot.config import Config
-from bot.errors import DeliveryError
-from bot.messages import ChatRef, OutboundMessage
+from bot.errors import DeliveryError, StoreError
+from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from channels.discord import DiscordChannel
 from tests.fakes import RecordingIntake
 from tests.harness import API_KEY, FAST, echo, reply_requests, request_text, running
@@ -23,6 +23,7 @@ from tests.standins.discord_api import DiscordStandIn
 from tests.test_discord import (
     ADMINS,
     ALICE,
+    ALICE_ID,
     BOB,
     BOT_ID,
     DM_ALICE,
@@ -367,3 +368,35 @@ async def test_a_stop_cuts_catch_up_short_and_the_next_start_takes_what_it_left(
     finally:
         await shut_down(channel, task)
     assert second.texts == ["missed", "live, behind the catch-up"]
+
+
+class RefusingIntake(RecordingIntake):
+    """An intake whose store refuses the first `failures` messages handed over (a locked database)."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    async def submit(self, inbound: InboundMessage) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise StoreError("database is locked")
+        await super().submit(inbound)
+
+
+async def test_a_message_the_core_could_not_store_is_handed_over_again_before_later_ones(
+    dc: DiscordStandIn, make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live message the store refused is handed over again until it is stored, and the messages
+    after it wait behind it, so they are stored in order and none is lost."""
+    monkeypatch.setattr("channels.discord.SUBMIT_RETRY_DELAY", 0.01)
+    channel = make_channel(make_config({"channels": {"discord": {"allow_from": [ALICE_ID]}}}))
+    intake = RefusingIntake(failures=2)
+    task = await started(channel, intake)
+    try:
+        dc.message_create(DM_ALICE, ALICE, "one")
+        dc.message_create(DM_ALICE, ALICE, "two")
+        await dc.wait_for(lambda: len(intake.received) == 2)
+    finally:
+        await shut_down(channel, task)
+    assert [m.text for m in intake.received] == ["one", "two"]
