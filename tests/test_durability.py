@@ -317,7 +317,7 @@ async def test_a_channel_that_stops_with_an_error_is_restarted_and_status_says_s
 ) -> None:
     """A channel whose run dies unexpectedly is started again; status shows its restarts and last
     error, and it answers afterwards."""
-    monkeypatch.setattr("bot.daemon.RESTART_DELAY", 0.01)
+    monkeypatch.setattr("bot.supervisor.RESTART_DELAY", 0.01)
     channel = CrashingOnce()
     async with daemon(make_config(config_data(api)), channel) as running_daemon:
         await channel.inject(said(channel, "still there?", message_id="1"))

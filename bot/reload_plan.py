@@ -1,0 +1,86 @@
+"""What a config reload changes, decided without a running daemon: a pure function of two configs."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from bot.config import Config
+
+PLATFORMS = ("telegram", "discord")
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadPlan:
+    """The config to put in force and what applying it takes.
+
+    `start` and `stop` name platform channels (a reconnect is in both: stop the old, start the
+    new); `reconfigure` those whose section changed but keep their connection.
+    """
+
+    config: Config
+    changed: list[str]
+    restart_required: list[str]
+    start: list[str]
+    stop: list[str]
+    reconfigure: list[str]
+
+
+def reloadable(old: Config, new: Config) -> tuple[Config, list[str]]:
+    """The config a reload puts in force, and the changed keys that only a restart applies.
+
+    The database, the model provider, logging, the agent id, the turn concurrency and the
+    console keep their running values: they are wired into objects that live as long as the
+    daemon. Everything else (conversation, history limits, access lists, channels, schedules,
+    prompt files) is taken from the new file.
+    """
+    updates: dict[str, Any] = {}
+    restart: list[str] = []
+    for name in ("database", "anthropic", "logging"):
+        if getattr(old, name) != getattr(new, name):
+            restart.append(name)
+            updates[name] = getattr(old, name)
+    if old.agent.id != new.agent.id:
+        restart.append("agent.id")
+        updates["agent"] = new.agent.model_copy(update={"id": old.agent.id})
+    if old.router.max_concurrent_turns != new.router.max_concurrent_turns:
+        restart.append("router.max_concurrent_turns")
+        updates["router"] = new.router.model_copy(
+            update={"max_concurrent_turns": old.router.max_concurrent_turns})
+    if old.channels.console != new.channels.console:
+        restart.append("channels.console")
+        updates["channels"] = new.channels.model_copy(update={"console": old.channels.console})
+    return new.model_copy(update=updates), restart
+
+
+def changed_sections(old: Config, new: Config) -> list[str]:
+    before, after = old.model_dump(), new.model_dump()
+    return sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
+
+
+def plan_reload(old: Config, new: Config, running: Collection[str], *, platforms: bool = True) -> ReloadPlan:
+    """What reloading from `old` to `new` does, given the platform channels `running` now.
+
+    An enabled channel that is not running starts; a disabled one that runs stops; a changed
+    token variable or base URL reconnects it; any other change to its section is applied in
+    place. With `platforms` false (`switchboard chat`) no platform channel is touched.
+    """
+    config, restart = reloadable(old, new)
+    start: list[str] = []
+    stop: list[str] = []
+    reconfigure: list[str] = []
+    for name in PLATFORMS if platforms else ():
+        before, after = getattr(old.channels, name), getattr(config.channels, name)
+        runs = name in running
+        reconnect = (before.token_env != after.token_env
+                     or getattr(before, "base_url", None) != getattr(after, "base_url", None))
+        if after.enabled and (not runs or reconnect):
+            start.append(name)
+            if runs:
+                stop.append(name)
+        elif not after.enabled and runs:
+            stop.append(name)
+        elif runs and before != after:
+            reconfigure.append(name)
+    return ReloadPlan(config, changed_sections(old, config), restart, start, stop, reconfigure)

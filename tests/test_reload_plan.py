@@ -1,0 +1,78 @@
+"""What a reload changes, decided from the old and new config alone (no daemon runs here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.config import Config, parse_config
+from bot.reload_plan import plan_reload
+
+
+def config(**sections: Any) -> Config:
+    return parse_config(sections, "config.toml")
+
+
+def telegram(**section: Any) -> dict[str, Any]:
+    return {"telegram": {"enabled": True, **section}}
+
+
+def test_an_unchanged_file_changes_nothing() -> None:
+    """Reloading the same config starts, stops and reconfigures nothing and needs no restart."""
+    old = config(channels=telegram(allow_from=[1]))
+    plan = plan_reload(old, old, {"telegram"})
+    assert (plan.changed, plan.restart_required, plan.start, plan.stop, plan.reconfigure) == (
+        [], [], [], [], [])
+
+
+def test_enabling_disabling_and_editing_channels() -> None:
+    """A newly enabled channel starts, a disabled one stops, an edited one is reconfigured in place."""
+    old = config(channels={**telegram(allow_from=[1]), "discord": {"enabled": False}})
+    new = config(channels={**telegram(allow_from=[1, 2]), "discord": {"enabled": True}})
+    plan = plan_reload(old, new, {"telegram"})
+    assert (plan.start, plan.stop, plan.reconfigure) == (["discord"], [], ["telegram"])
+    assert plan.changed == ["channels"]
+
+    off = plan_reload(new, old, {"telegram", "discord"})
+    assert (off.start, off.stop, off.reconfigure) == ([], ["discord"], ["telegram"])
+
+
+def test_a_new_token_variable_or_base_url_reconnects() -> None:
+    """A changed token variable or base URL stops the running channel and starts a new one."""
+    old = config(channels=telegram())
+    for new in (config(channels=telegram(token_env="OTHER_TOKEN")),
+                config(channels=telegram(base_url="http://127.0.0.1:9/bot"))):
+        plan = plan_reload(old, new, {"telegram"})
+        assert (plan.start, plan.stop, plan.reconfigure) == (["telegram"], ["telegram"], [])
+
+
+def test_an_enabled_channel_that_is_not_running_is_started() -> None:
+    """An enabled channel missing from the running ones (it failed for good) starts again."""
+    cfg = config(channels=telegram())
+    assert plan_reload(cfg, cfg, set()).start == ["telegram"]
+
+
+def test_what_only_a_restart_applies_keeps_its_running_value() -> None:
+    """Database, model provider, logging, agent id, concurrency and console keep their running
+    values and are named as needing a restart; the rest is taken from the new file."""
+    old = config(database={"path": "/tmp/a.db"}, agent={"id": "main", "name": "Old"},
+                 router={"max_concurrent_turns": 4}, conversation={"lookback_count": 10})
+    new = config(database={"path": "/tmp/b.db"}, agent={"id": "other", "name": "New"},
+                 router={"max_concurrent_turns": 9}, conversation={"lookback_count": 30},
+                 anthropic={"model": "another-model"}, logging={"level": "DEBUG"},
+                 channels={"console": {"user_name": "me"}})
+    plan = plan_reload(old, new, set())
+    assert plan.restart_required == ["database", "anthropic", "logging", "agent.id",
+                                     "router.max_concurrent_turns", "channels.console"]
+    kept = plan.config
+    assert (kept.database, kept.anthropic, kept.logging) == (old.database, old.anthropic, old.logging)
+    assert (kept.agent.id, kept.agent.name) == ("main", "New")
+    assert kept.router.max_concurrent_turns == 4
+    assert kept.channels.console == old.channels.console
+    assert kept.conversation.lookback_count == 30
+    assert plan.changed == ["agent", "conversation"]
+
+
+def test_the_console_only_daemon_touches_no_platform_channel() -> None:
+    """`switchboard chat` (platforms off) never starts or stops Telegram or Discord on reload."""
+    plan = plan_reload(config(), config(channels=telegram()), set(), platforms=False)
+    assert (plan.start, plan.stop, plan.reconfigure) == ([], [], [])
