@@ -2,7 +2,12 @@
 
 Cut points are preferred in this order: a paragraph break outside code, a line break outside code, a
 line break inside a fenced block, a sentence end or space inside one over-long line, and last a hard
-cut. A chunk that ends inside a fence is closed with the fence's marker and the next chunk reopens it
+cut. A preferred break wins only when it costs no extra message and leaves no tiny chunk (under an
+eighth of the limit); otherwise the cut goes to the break nearest the limit. Whether a break costs a
+message is found by splitting the rest with the fullest cuts, a lookahead bounded so that any text
+splits in linear time (past the bound, the fullest cut is taken).
+
+A chunk that ends inside a fence is closed with the fence's marker and the next chunk reopens it
 with the same opening line (language included). The added lines count toward the limits, so every
 chunk is at most `limit` characters and `max_lines` lines. Once a text is split, every chunk is
 balanced, even the last one of a reply whose final block was never closed; a text that fits is
@@ -18,11 +23,13 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
 MIN_LIMIT = 16
 MIN_LINES = 3  # a reopened fence, one line of code, the closing fence
+LOOKAHEAD_BUDGET = 20_000  # chunks the fullest-cut lookahead may take in one split
 
 _FENCE = re.compile(r"([ \t]*)(`{3,}|~{3,})(.*)")
 _FENCE_START = re.compile(r"[ \t]*(?:`{3,}|~{3,})")
@@ -68,6 +75,14 @@ def split_message(text: str, limit: int, *, max_lines: int | None = None) -> lis
     return _Splitter(body, limit, lines_cap).split()
 
 
+_Point = tuple[int, "_Fence | None"]  # a position in the text and the fence open there
+_Choice = Callable[[int, dict[_Cut, _Point]], _Point]
+
+
+def _fullest(pos: int, best: dict[_Cut, _Point]) -> _Point:
+    return max(best.values(), key=lambda point: point[0])
+
+
 class _Splitter:
     """One pass over a text that does not fit in a single message."""
 
@@ -75,15 +90,51 @@ class _Splitter:
         self.text = text
         self.limit = limit
         self.max_lines = max_lines
+        self._budget = LOOKAHEAD_BUDGET
+        self._needed: dict[_Point, int] = {}  # chunks the fullest cuts take from a point
 
     def split(self) -> list[str]:
         chunks: list[str] = []
         pos, carry = 0, None
         while pos < len(self.text):
-            pos, carry, chunk = self._take(pos, carry)
+            pos, carry, chunk = self._take(pos, carry, self._choose)
             if chunk is not None:
                 chunks.append(chunk)
         return chunks
+
+    def _choose(self, pos: int, best: dict[_Cut, _Point]) -> _Point:
+        """The best kind of break that leaves no tiny chunk and costs no extra message, else the fullest."""
+        fullest = _fullest(pos, best)
+        for kind in sorted(best, reverse=True):
+            point = best[kind]
+            if point == fullest:
+                return fullest
+            if point[0] - pos < self.limit // 8:
+                continue
+            after, after_fullest = self._chunks_from(point), self._chunks_from(fullest)
+            if after is not None and after_fullest is not None and after <= after_fullest:
+                return point
+        return fullest
+
+    def _chunks_from(self, point: _Point) -> int | None:
+        """How many chunks the fullest cuts make of the rest after `point` (None: over the budget)."""
+        trail: list[tuple[_Point, bool]] = []
+        total = 0
+        while point not in self._needed:
+            if point[0] >= len(self.text):
+                break
+            if self._budget == 0:
+                return None
+            self._budget -= 1
+            pos, carry, chunk = self._take(point[0], point[1], _fullest)
+            trail.append((point, chunk is not None))
+            point = (pos, carry)
+        else:
+            total = self._needed[point]
+        for seen, made in reversed(trail):
+            total += made
+            self._needed[seen] = total
+        return total
 
     def _open(self, line: str) -> _Fence | None:
         match = _FENCE.fullmatch(line)
@@ -115,7 +166,7 @@ class _Splitter:
             return newline
         return len(self.text) if len(self.text) <= hi else -1
 
-    def _take(self, pos: int, carry: _Fence | None) -> tuple[int, _Fence | None, str | None]:
+    def _take(self, pos: int, carry: _Fence | None, choose: _Choice) -> tuple[int, _Fence | None, str | None]:
         """One chunk from `pos`: the next position, the fence left open, and the chunk (None: skipped)."""
         text, limit = self.text, self.limit
         pos = _skip(_BLANK_LINES, text, pos)
@@ -136,17 +187,17 @@ class _Splitter:
                 # A chunk starting with a fence carries its opening line like a reopened one.
                 head, fence = first, opened
                 pos = _skip(_BLANK_LINES, text, first_end + 1)
-        return self._cut_lines(pos, head, fence) or self._cut_inside_line(pos, head, fence)
+        return self._cut_lines(pos, head, fence, choose) or self._cut_inside_line(pos, head, fence)
 
     def _cut_lines(
-        self, pos: int, head: str, fence: _Fence | None
+        self, pos: int, head: str, fence: _Fence | None, choose: _Choice
     ) -> tuple[int, _Fence | None, str | None] | None:
-        """The chunk ending at the best line boundary within the limits, or None if there is none."""
+        """The chunk ending at the line boundary `choose` picks within the limits (None: there is none)."""
         text, limit = self.text, self.limit
         base = len(head) + 1 if head else 0
         head_lines = 1 if head else 0
-        best: dict[_Cut, tuple[int, _Fence | None]] = {}
-        previous: tuple[int, _Fence | None] | None = None
+        best: dict[_Cut, _Point] = {}
+        previous: _Point | None = None
         state, start, count = fence, pos, 0
         while base + (start - pos) <= limit and head_lines + count < self.max_lines:
             end = self._line_end(start, pos + limit + 1)
@@ -177,7 +228,7 @@ class _Splitter:
             start, count = end + 1, count + 1
         if not best:
             return None
-        end, state = best[max(best)]
+        end, state = choose(pos, best)
         return self._emit(pos, end, head, state)
 
     def _emit(self, pos: int, end: int, head: str, state: _Fence | None) -> tuple[int, _Fence | None, str]:

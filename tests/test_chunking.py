@@ -119,10 +119,45 @@ def test_limits_below_the_minimum_are_rejected() -> None:
 
 def test_paragraph_break_is_preferred_to_a_later_line_break() -> None:
     """With a paragraph break and a later line break both in reach, the cut is at the paragraph."""
+    text = "First paragraph.\n\nSecond line one\nsecond line two"
+    assert split_message(text, 40) == ["First paragraph.", "Second line one\nsecond line two"]
+
+
+def test_paragraph_break_that_costs_a_message_loses_to_a_later_line_break() -> None:
+    """A paragraph break is not taken when cutting there would need one more message."""
+    # This text used to give three chunks, cut at the paragraph break; two suffice.
     text = "First paragraph.\n\nSecond line one\nsecond line two\nsecond line three"
-    chunks = split_message(text, 40)
-    assert chunks[0] == "First paragraph."
-    assert chunks[1] == "Second line one\nsecond line two"
+    expected = ["First paragraph.\n\nSecond line one", "second line two\nsecond line three"]
+    assert split_message(text, 40) == expected
+
+
+LINE = ("lorem ipsum " * 9)[:98] + "."  # 99 characters
+
+
+def lines(count: int) -> str:
+    return "\n".join([LINE] * count)
+
+
+def test_an_early_paragraph_break_does_not_multiply_messages() -> None:
+    """A short opening paragraph and 13 000 characters of long paragraphs take four messages, not seven."""
+    body = "\n\n".join([lines(44), lines(44), lines(42)])
+    assert len(body) >= 13_000
+    text = "Start.\n\n" + body
+    chunks = split_message(text, 4096)
+    assert len(chunks) == 4
+    assert all(len(c) > 3900 for c in chunks[:-1])
+    check_chunks(text, chunks, 4096, None)
+
+
+def test_no_tiny_first_or_middle_chunk_when_a_fuller_split_exists() -> None:
+    """A paragraph break that would leave a tiny chunk before the last gives way to a fuller cut."""
+    first = "Start.\n\n" + lines(40) + "\n" + "x" * 90
+    assert [len(c) for c in split_message(first, 4096)] == [4007, 90]
+    middle = lines(40) + "\n\n" + LINE + "\n\n" + lines(40)
+    chunks = split_message(middle, 4096)
+    assert len(chunks) == 3
+    assert all(len(c) >= 4096 // 8 for c in chunks[:-1])
+    check_chunks(middle, chunks, 4096, None)
 
 
 def test_line_break_is_preferred_to_a_space() -> None:
@@ -223,7 +258,9 @@ def test_indented_fence_keeps_its_indentation_when_closed() -> None:
     """A fence inside a list item is closed and reopened with its own indentation."""
     text = "1. Run:\n   ```bash\n" + "\n".join(f"   step {i}" for i in range(8)) + "\n   ```"
     chunks = split_message(text, 50)
-    assert chunks[0] == "1. Run:"
+    # The block starts in the first chunk: cutting before it would take four messages instead of three.
+    assert len(chunks) == 3
+    assert chunks[0].startswith("1. Run:\n   ```bash\n") and chunks[0].endswith("\n   ```")
     assert all(c.startswith("   ```bash\n") and c.endswith("\n   ```") for c in chunks[1:])
     check_chunks(text, chunks, 50, None)
 
