@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, TextIO
 
 import structlog
@@ -73,10 +75,17 @@ def configure_logging(
     fmt: str = "auto",
     secrets: Iterable[str] = (),
     stream: TextIO | None = None,
+    path: Path | None = None,
 ) -> None:
-    """Route structlog and stdlib logging (telegram, discord, httpx, apscheduler) through one chain."""
+    """Route structlog and stdlib logging (telegram, discord, httpx, apscheduler) through one chain,
+    to `path` (appended) when given, else to `stream` (stderr)."""
     out = stream or sys.stderr
-    use_json = fmt == "json" or (fmt == "auto" and not out.isatty())
+    tty = path is None and out.isatty()
+    handler: logging.StreamHandler[Any] = (
+        logging.FileHandler(_private(path), encoding="utf-8") if path is not None
+        else logging.StreamHandler(out)
+    )
+    use_json = fmt == "json" or (fmt == "auto" and not tty)
     shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
@@ -88,7 +97,7 @@ def configure_logging(
     ]
     renderer: Processor = (
         structlog.processors.JSONRenderer() if use_json
-        else structlog.dev.ConsoleRenderer(colors=out.isatty())
+        else structlog.dev.ConsoleRenderer(colors=tty)
     )
     structlog.configure(
         processors=[
@@ -104,15 +113,28 @@ def configure_logging(
         foreign_pre_chain=shared,
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
     )
-    handler = logging.StreamHandler(out)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
+        if isinstance(old, logging.FileHandler):
+            old.close()
     root.addHandler(handler)
     root.setLevel(level)
     for name in _QUIET_LIBRARIES:
         logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLevelName(level)))
+
+
+def log_file(database: Path) -> Path:
+    """Where the daemon logs while the console has the terminal: beside the database."""
+    return database.with_name("switchboard.log")
+
+
+def _private(path: Path) -> Path:
+    # Logs hold conversation metadata: only the daemon's user may read them.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    return path
 
 
 def _noop(logger: Any, name: str, event_dict: EventDict) -> EventDict:

@@ -1,24 +1,37 @@
-"""The console channel: a local terminal (or any pair of streams) as session `…:console:direct:local`."""
+"""The console channel: a local terminal (or any pair of streams) as session `…:console:direct:local`.
+
+On a terminal it is interactive (channels/console_terminal.py: a prompt with line editing and
+history, pasted blocks as one message, "thinking…", Markdown replies). Anywhere else (a pipe, a
+file, the tests) it reads plain lines and prints plain replies.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from bot.channel import ChunkSent, Intake
 from bot.commands import is_known, parse_command
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.session_key import build
 
+if TYPE_CHECKING:
+    from channels.console_terminal import TerminalConsole
+
 PROVIDER = "console"
 PEER = "local"
+# One message at most this big: a pasted log this size is almost surely a mistake, and it would
+# crowd everything else out of the model's context.
+MAX_MESSAGE_BYTES = 64 * 1024
+_READ_SIZE = 64 * 1024
 
 
 class ConsoleChannel:
-    """Reads lines from a stream, prints replies; one person, one session."""
+    """Reads messages from a terminal or a stream, prints replies; one person, one session."""
 
     provider = PROVIDER
 
@@ -30,6 +43,7 @@ class ConsoleChannel:
         user_name: str = "you",
         reader: asyncio.StreamReader | None = None,
         output: TextIO | None = None,
+        interactive: bool | None = None,
     ) -> None:
         self.session_key = build(agent_id, PROVIDER, "direct", PEER)
         self.chat = ChatRef(PROVIDER, PEER)
@@ -37,24 +51,45 @@ class ConsoleChannel:
         self._user_name = user_name
         self._reader = reader
         self._output = output or sys.stdout
+        if interactive is None:
+            interactive = reader is None and output is None and sys.stdin.isatty() and sys.stdout.isatty()
+        self._interactive = interactive
+        self._terminal: TerminalConsole | None = None
         self._stopped = asyncio.Event()
 
     async def run(self, intake: Intake) -> None:
+        if self._interactive:
+            await self._run_terminal(intake)
+        else:
+            await self._run_lines(intake)
+
+    async def _run_lines(self, intake: Intake) -> None:
         reader = self._reader or await _stdin_reader()
-        while not self._stopped.is_set():
-            read = asyncio.ensure_future(reader.readline())
-            stop = asyncio.ensure_future(self._stopped.wait())
-            done, _ = await asyncio.wait({read, stop}, return_when=asyncio.FIRST_COMPLETED)
-            for task in (read, stop):
-                if task not in done:
-                    task.cancel()
-            if read not in done:
-                break
-            raw = read.result()
-            if not raw:  # end of input
-                break
-            text = raw.decode("utf-8", errors="replace").strip()
+        async for text in _lines(reader, self._stopped, self._notice):
             if text:
+                await intake.submit(self._inbound(text))
+
+    async def _run_terminal(self, intake: Intake) -> None:
+        from channels.console_terminal import TerminalConsole
+
+        terminal = self._terminal = TerminalConsole(
+            agent_name=self._agent_name, user_name=self._user_name, max_bytes=MAX_MESSAGE_BYTES
+        )
+        while not self._stopped.is_set():
+            try:
+                text = await terminal.read()
+            except KeyboardInterrupt:
+                # The prompt takes the terminal out of cooked mode, so Ctrl-C arrives as a key:
+                # hand it to the daemon as the signal it was (a clean stop), then wait for it.
+                signal.raise_signal(signal.SIGINT)
+                await self._stopped.wait()
+                return
+            if text is None:  # Ctrl-D, or the daemon is stopping
+                return
+            text = text.strip()
+            if len(text.encode()) > MAX_MESSAGE_BYTES:
+                self._notice(too_long(len(text.encode()), MAX_MESSAGE_BYTES))
+            elif text:
                 await intake.submit(self._inbound(text))
 
     def _inbound(self, text: str) -> InboundMessage:
@@ -69,19 +104,82 @@ class ConsoleChannel:
             command=name if name is not None and is_known(name) else None,
         )
 
+    def _notice(self, text: str) -> None:
+        if self._terminal is not None:
+            self._terminal.notice(text)
+        else:
+            self._output.write(f"{text}\n")
+            self._output.flush()
+
     async def send(self, message: OutboundMessage, on_chunk: ChunkSent | None = None) -> list[str]:
         if message.skip_chunks:
             return []  # a console reply is one chunk, already printed
-        self._output.write(f"{self._agent_name}> {message.text}\n")
-        self._output.flush()
+        if self._terminal is not None:
+            self._terminal.show_reply(message.text)
+        else:
+            self._output.write(f"{self._agent_name}> {message.text}\n")
+            self._output.flush()
         return []
 
     @asynccontextmanager
     async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
-        yield
+        if self._terminal is None:  # plain output stays exactly the replies
+            yield
+            return
+        async with self._terminal.thinking():
+            yield
 
     async def stop(self) -> None:
         self._stopped.set()
+        if self._terminal is not None:
+            self._terminal.close()
+
+
+def too_long(size: int, limit: int) -> str:
+    """The one line a message over the console's limit gets."""
+    return (f"Not sent: that message is {_size(size)}; the console takes up to {_size(limit)}. "
+            "Send it in parts.")
+
+
+def _size(size: int) -> str:
+    return f"{size / 1024:.0f} KiB" if size >= 1024 else f"{size} bytes"
+
+
+async def _lines(
+    reader: asyncio.StreamReader, stopped: asyncio.Event, notice: Callable[[str], None]
+) -> AsyncIterator[str]:
+    """Stripped lines from `reader` until end of input or `stopped`; a line over the limit is
+    skipped with one notice (StreamReader.readline would raise on it and lose the rest)."""
+    pending = b""
+    skipping = 0  # bytes of an over-long line seen so far; 0 when not inside one
+    while not stopped.is_set():
+        read = asyncio.ensure_future(reader.read(_READ_SIZE))
+        stop = asyncio.ensure_future(stopped.wait())
+        done, _ = await asyncio.wait({read, stop}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (read, stop):
+            if task not in done:
+                task.cancel()
+        if read not in done:
+            return
+        chunk = read.result()
+        if not chunk:  # end of input
+            break
+        *complete, pending = (pending + chunk).split(b"\n")
+        for line in complete:
+            if skipping:
+                notice(too_long(skipping + len(line), MAX_MESSAGE_BYTES))
+                skipping = 0
+            elif len(line) > MAX_MESSAGE_BYTES:
+                notice(too_long(len(line), MAX_MESSAGE_BYTES))
+            else:
+                yield line.decode("utf-8", errors="replace").strip()
+        if len(pending) > MAX_MESSAGE_BYTES:
+            skipping += len(pending)
+            pending = b""
+    if skipping:
+        notice(too_long(skipping + len(pending), MAX_MESSAGE_BYTES))
+    elif pending:
+        yield pending.decode("utf-8", errors="replace").strip()
 
 
 async def _stdin_reader() -> asyncio.StreamReader:

@@ -98,3 +98,31 @@ async def test_chat_daemon_answers_each_line_and_returns_after_eof(make_config: 
     # both lines are stored as they are typed; the replies follow in order
     assert [m.text for m in history if m.role == "user"] == ["first line", "second line"]
     assert [m.text for m in history if m.role == "assistant"] == ["re: first line", "re: second line"]
+
+
+async def test_a_line_over_the_limit_gets_one_notice_and_the_console_goes_on() -> None:
+    """A line over 64 KiB is not sent: one notice line, and the lines after it are read as usual."""
+    output = io.StringIO()
+    channel, reader = console(output)
+    received: list[str] = []
+
+    async def submit(message: InboundMessage) -> None:
+        received.append(message.text)
+
+    reader.feed_data(b"before\n" + b"x" * (70 * 1024) + b"\nafter\n")
+    reader.feed_eof()
+    await asyncio.wait_for(channel.run(RecordingIntake(submit)), timeout=2)
+
+    assert received == ["before", "after"]
+    assert output.getvalue() == (
+        "Not sent: that message is 70 KiB; the console takes up to 64 KiB. Send it in parts.\n"
+    )
+
+
+async def test_off_a_terminal_typing_prints_nothing() -> None:
+    """Off a terminal, "thinking…" is not shown: the output stays exactly the replies."""
+    output = io.StringIO()
+    channel, _ = console(output, agent_name="Penny")
+    async with channel.typing(channel.chat):
+        await channel.send(OutboundMessage(channel.chat, "**hi**"))
+    assert output.getvalue() == "Penny> **hi**\n"
