@@ -27,11 +27,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.instant_brain import InstantBrain  # noqa: E402
+from bot.budget import estimate_tokens  # noqa: E402
 from bot.config import Config, parse_config  # noqa: E402
 from bot.context_builder import ContextBuilder  # noqa: E402
 from bot.messages import ChatRef, StoredMessage  # noqa: E402
 from bot.session_key import SessionKey, build  # noqa: E402
-from bot.store import Store, estimate_tokens  # noqa: E402
+from bot.store import Store  # noqa: E402
 
 MEDIAN_TARGET_MS = 2.0
 P99_TARGET_MS = 10.0

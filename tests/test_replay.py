@@ -24,9 +24,9 @@ from bot.cli import main
 from bot.config import Config, load_config
 from bot.context_builder import ContextBuilder, Pin
 from bot.messages import ChatRef, StoredMessage
-from bot.migrations import MIGRATIONS
 from bot.replay import replay
 from bot.store import Store
+from bot.store.migrations import MIGRATIONS
 from bot.turn import FALLBACK_REPLY
 from tests.fakes import FakeChannel
 from tests.harness import FAST, config_data, daemon_with, reply_requests, request_text, say

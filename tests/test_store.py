@@ -12,9 +12,9 @@ import pytest
 
 from bot.errors import SessionNotFoundError, StoreError
 from bot.messages import ChatRef, InboundMessage
-from bot.migrations import MIGRATIONS
 from bot.session_key import SessionKey, build
 from bot.store import Store
+from bot.store.migrations import MIGRATIONS
 
 DM = build("main", "telegram", "direct", 42)
 OTHER_DM = build("main", "telegram", "direct", 43)

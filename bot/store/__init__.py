@@ -1,0 +1,53 @@
+"""The store: conversation history and the daemon's durable work behind one interface, all SQL inside.
+
+`Store` is one SQLite connection (`connection`) with the methods of every concern mixed in, each
+concern a module of its own; the values it hands out are in `records`.
+"""
+
+from __future__ import annotations
+
+from bot.store.compactions import Compactions
+from bot.store.delivery import Delivery
+from bot.store.maintenance import Maintenance
+from bot.store.messages import Messages
+from bot.store.recall import RECALL_COMMON, Recall
+from bot.store.records import (
+    CompactionRecord,
+    PendingCommand,
+    PendingDelivery,
+    PendingRequest,
+    PruneReport,
+    RunStatus,
+    RunTrigger,
+    ScheduleRun,
+    SessionSummary,
+    SnapshotRecord,
+    delivery_key,
+)
+from bot.store.schedule_runs import ScheduleRuns
+from bot.store.snapshots import Snapshots
+
+
+class Store(Messages, Recall, Delivery, Snapshots, Compactions, ScheduleRuns, Maintenance):
+    """Conversation history in one SQLite file (WAL, foreign keys on, mode 0600).
+
+    Open it with `Store.open(path)`; a file that cannot be opened, is damaged or has a newer
+    schema raises StoreError.
+    """
+
+
+__all__ = [
+    "RECALL_COMMON",
+    "CompactionRecord",
+    "PendingCommand",
+    "PendingDelivery",
+    "PendingRequest",
+    "PruneReport",
+    "RunStatus",
+    "RunTrigger",
+    "ScheduleRun",
+    "SessionSummary",
+    "SnapshotRecord",
+    "Store",
+    "delivery_key",
+]

@@ -1,0 +1,102 @@
+"""Compactions: summaries of a session's older messages, which one is in use, and its notice."""
+
+from __future__ import annotations
+
+import time
+
+from bot.store.connection import Database
+from bot.store.records import CompactionRecord
+
+_COMPACTION_COLUMNS = (
+    "id, session_key, summary, last_summarised_id, first_kept_message_id, tokens_before, "
+    "tokens_after, model, created_at, notified"
+)
+
+# The compaction in use: the newest that summarised messages above the context floor (/reset).
+_LATEST_COMPACTION = (
+    f"SELECT {_COMPACTION_COLUMNS} FROM compactions WHERE session_key = ? AND "
+    "last_summarised_id > (SELECT COALESCE((SELECT context_floor FROM sessions "
+    "WHERE key = ?), 0)) ORDER BY id DESC LIMIT 1"
+)
+
+
+class Compactions(Database):
+    """Writes and reads of the `compactions` table."""
+
+    async def latest_compaction(self, session_key: str) -> CompactionRecord | None:
+        """The session's newest compaction that summarised messages above its context floor."""
+        found = await self._conn.execute_fetchall(
+            _LATEST_COMPACTION,
+            (session_key, session_key),
+        )
+        row = next(iter(found), None)
+        return CompactionRecord(*row) if row else None
+
+    async def compaction_by_id(self, compaction_id: int) -> CompactionRecord | None:
+        found = await self._conn.execute_fetchall(
+            f"SELECT {_COMPACTION_COLUMNS} FROM compactions WHERE id = ?", (compaction_id,)
+        )
+        row = next(iter(found), None)
+        return CompactionRecord(*row) if row else None
+
+    async def record_compaction(
+        self,
+        session_key: str,
+        *,
+        summary: str,
+        last_summarised_id: int,
+        first_kept_message_id: int,
+        tokens_before: int,
+        tokens_after: int,
+        model: str,
+        replaces: int | None,
+        notified: bool = False,
+    ) -> CompactionRecord | None:
+        """Write a compaction built on `replaces` (the latest one when it started, or None).
+
+        None when another compaction of the session was written meanwhile: the caller's summary
+        is stale and is dropped rather than hiding the newer one. Compactions at or below the
+        context floor (before a /reset) are out of use and do not count.
+        """
+        async with self._transaction():
+            found = await self._conn.execute_fetchall(
+                "SELECT MAX(id) FROM compactions WHERE session_key = ? AND last_summarised_id > "
+                "(SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?), 0))",
+                (session_key, session_key),
+            )
+            latest = next(iter(found))[0]
+            if latest is not None and (replaces is None or latest > replaces):
+                return None
+            cursor = await self._conn.execute(
+                "INSERT INTO compactions (session_key, summary, last_summarised_id, "
+                "first_kept_message_id, tokens_before, tokens_after, model, created_at, notified) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (session_key, summary, last_summarised_id, first_kept_message_id, tokens_before,
+                 tokens_after, model, time.time(), int(notified)),
+            )
+        return await self.compaction_by_id(cursor.lastrowid or 0)
+
+    async def take_compaction_notice(self, session_key: str) -> CompactionRecord | None:
+        """The compaction in use, if the chat was not told about it yet; every one is marked told.
+
+        Summaries already replaced, or out of use since a /reset, are marked without a notice.
+        Called every turn: a read, and a write only when some compaction is still untold.
+        """
+        pending = await self._conn.execute_fetchall(
+            "SELECT 1 FROM compactions WHERE session_key = ? AND notified = 0 LIMIT 1", (session_key,)
+        )
+        if not list(pending):
+            return None
+        async with self._transaction():
+            found = await self._conn.execute_fetchall(
+                _LATEST_COMPACTION,
+                (session_key, session_key),
+            )
+            row = next(iter(found), None)
+            await self._conn.execute(
+                "UPDATE compactions SET notified = 1 WHERE session_key = ? AND notified = 0",
+                (session_key,),
+            )
+        if row is None or row["notified"]:
+            return None
+        return CompactionRecord(*row)

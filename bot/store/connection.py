@@ -1,0 +1,152 @@
+"""The store's one SQLite connection: opening, pragmas, migrations, the write lock, integrity, backup.
+
+Every concern of the store is a `Database` with its own methods; `Store` mixes them together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Self
+
+import aiosqlite
+
+from bot.errors import StoreError
+from bot.store.migrations import MIGRATIONS
+
+
+class Database:
+    """One aiosqlite connection to one SQLite file (WAL, foreign keys on, mode 0600)."""
+
+    def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
+        self._conn = conn
+        self.path = path
+        # One connection is shared by every coroutine: a write transaction must not interleave
+        # with another coroutine's statements.
+        self._write_lock = asyncio.Lock()
+
+    @classmethod
+    @asynccontextmanager
+    async def open(cls, path: str | os.PathLike[str]) -> AsyncIterator[Self]:
+        """Open (creating with mode 0600 and migrating) the database, closing it on exit.
+
+        StoreError when the file cannot be opened, is damaged, or has a newer schema.
+        """
+        db_path = Path(path)
+        try:
+            db_path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(db_path, os.O_CREAT | os.O_RDWR, 0o600)
+            os.close(fd)
+            conn = await aiosqlite.connect(db_path, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open database {db_path}: {exc}") from exc
+        try:
+            conn.row_factory = sqlite3.Row
+            try:
+                await conn.execute("PRAGMA journal_mode=WAL")
+                await conn.execute("PRAGMA foreign_keys=ON")
+                await conn.execute("PRAGMA synchronous=NORMAL")
+                await conn.execute("PRAGMA busy_timeout=5000")
+                store = cls(conn, db_path)
+                await store._migrate()
+            except sqlite3.DatabaseError as exc:
+                # SQLite reads a damaged file only when first asked (the connect above succeeds).
+                raise cls.damaged(db_path, str(exc)) from exc
+            yield store
+        finally:
+            await conn.close()
+
+    async def _migrate(self) -> None:
+        await self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations "
+            "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
+        )
+        async with self._conn.execute("SELECT MAX(version) FROM schema_migrations") as cur:
+            row = await cur.fetchone()
+        current = (row[0] if row else None) or 0
+        if current > len(MIGRATIONS):
+            raise StoreError(
+                f"database {self.path} is at schema {current}, newer than this Switchboard "
+                f"({len(MIGRATIONS)}); upgrade Switchboard"
+            )
+        for version, sql in enumerate(MIGRATIONS[current:], start=current + 1):
+            async with self._transaction():
+                for statement in _statements(sql):
+                    await self._conn.execute(statement)
+                await self._conn.execute(
+                    "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
+                    (version, time.time()),
+                )
+
+    async def schema_version(self) -> int:
+        async with self._conn.execute("SELECT MAX(version) FROM schema_migrations") as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[None]:
+        async with self._write_lock:
+            await self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                await self._conn.execute("ROLLBACK")
+                raise
+            await self._conn.execute("COMMIT")
+
+    async def _count(self, sql: str) -> int:
+        found = await self._conn.execute_fetchall(sql)
+        row = next(iter(found), None)
+        return int(row[0]) if row else 0
+
+    # -- integrity and backup -------------------------------------------------------------------
+
+    @staticmethod
+    def damaged(path: Path, detail: str) -> StoreError:
+        """The error for a database file SQLite finds damaged, saying what to do about it."""
+        return StoreError(
+            f"database {path} is damaged ({detail}); stop the daemon, move the file aside and "
+            "restore the newest backup (`switchboard db backup` makes them), or start afresh"
+        )
+
+    async def check_integrity(self) -> None:
+        """`PRAGMA quick_check`: StoreError naming the file when SQLite finds it damaged."""
+        try:
+            rows = await self._conn.execute_fetchall("PRAGMA quick_check")
+        except sqlite3.DatabaseError as exc:
+            raise self.damaged(self.path, str(exc)) from exc
+        problems = [str(row[0]) for row in rows if row[0] != "ok"]
+        if problems:
+            shown = "; ".join(problems[:3]) + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else "")
+            raise self.damaged(self.path, shown)
+
+    async def backup_to(self, target: Path) -> None:
+        """Copy the whole database, consistent as of one moment, into a new file (mode 0600).
+
+        SQLite's online backup reads under a read transaction, so a running daemon keeps writing.
+        """
+        fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(fd)
+        copy = await aiosqlite.connect(target)
+        try:
+            await self._conn.backup(copy)
+        finally:
+            await copy.close()
+
+
+def _statements(sql: str) -> list[str]:
+    """Split a migration into statements; a trigger body's own semicolons stay inside it."""
+    statements: list[str] = []
+    pending = ""
+    for part in sql.split(";"):
+        pending += part + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                statements.append(pending.strip())
+            pending = ""
+    return statements

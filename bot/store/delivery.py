@@ -1,0 +1,197 @@
+"""Durable intake and delivery: awaiting requests, outbox, chat commands, quarantine, catch-up points.
+
+All of it is what a restart picks up, so nothing received or answered is lost in a crash.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Literal
+
+from bot.messages import ChatRef, InboundMessage, OutboundMessage, StoredMessage
+from bot.session_key import parse as parse_session_key
+from bot.store.connection import Database
+from bot.store.messages import MESSAGE_COLUMNS, link_platform_id, qualified_columns, rows_to_messages
+from bot.store.records import PendingCommand, PendingDelivery, PendingRequest, delivery_key
+
+
+class Delivery(Database):
+    """Requests still waiting, replies still to send, commands still to run, updates kept aside."""
+
+    # -- requests waiting for a reply -----------------------------------------------------------
+
+    async def awaiting_requests(self) -> list[PendingRequest]:
+        """Every stored request still waiting for a reply, oldest first, with its chat."""
+        rows = await self._conn.execute_fetchall(
+            f"SELECT {MESSAGE_COLUMNS}, chat_id, thread_id, (SELECT p.chat_id FROM provider_messages p "
+            "WHERE p.message_id = messages.id LIMIT 1) FROM messages WHERE awaiting_reply = 1 ORDER BY id"
+        )
+        pending = []
+        for row in rows:
+            for message in rows_to_messages([row]):
+                provider = parse_session_key(message.session_key).provider
+                chat_id = row[14] or row[16] or ("local" if provider == "console" else None)
+                chat = ChatRef(provider, chat_id, row[15]) if chat_id is not None else None
+                pending.append(PendingRequest(message, chat))
+        return pending
+
+    async def awaiting_request(self, chat: ChatRef, provider_message_id: str) -> StoredMessage | None:
+        """A stored platform message whose turn never finished (the daemon stopped first)."""
+        found = await self._conn.execute_fetchall(
+            f"SELECT {qualified_columns('m')} FROM provider_messages p "
+            "JOIN messages m ON m.id = p.message_id "
+            "WHERE p.provider = ? AND p.chat_id = ? AND p.provider_message_id = ? "
+            "AND m.awaiting_reply = 1",
+            (chat.provider, chat.chat_id, provider_message_id),
+        )
+        return next(iter(rows_to_messages(found)), None)
+
+    async def abandon_request(self, message_id: int, reason: str = "stopped") -> None:
+        """A request that will not be answered (`stopped` by /stop, `late`): it no longer waits."""
+        async with self._transaction():
+            await self._conn.execute(
+                "UPDATE messages SET awaiting_reply = 0, unanswered = ? WHERE id = ? "
+                "AND awaiting_reply = 1",
+                (reason, message_id),
+            )
+
+    # -- replies on their way: the outbox -------------------------------------------------------
+
+    async def mark_delivered(
+        self, message_id: int, chat: ChatRef, provider_message_ids: Sequence[str]
+    ) -> None:
+        """Record every platform id a stored reply was sent as (one per chunk)."""
+        if not provider_message_ids:
+            return
+        async with self._transaction():
+            await self._conn.execute(
+                "UPDATE messages SET provider_message_id = COALESCE(provider_message_id, ?) "
+                "WHERE id = ?",
+                (provider_message_ids[0], message_id),
+            )
+            for provider_id in provider_message_ids:
+                await link_platform_id(self._conn, chat, provider_id, message_id)
+
+    async def record_chunk(
+        self, message_id: int, chat: ChatRef, index: int, provider_message_id: str
+    ) -> None:
+        """One chunk of an outbox reply reached the platform as `provider_message_id`."""
+        async with self._transaction():
+            await self._conn.execute(
+                "UPDATE messages SET provider_message_id = COALESCE(provider_message_id, ?) WHERE id = ?",
+                (provider_message_id, message_id),
+            )
+            await link_platform_id(self._conn, chat, provider_message_id, message_id)
+            await self._conn.execute(
+                "UPDATE outbox SET chunks_sent = MAX(chunks_sent, ?) WHERE message_id = ?",
+                (index + 1, message_id),
+            )
+
+    async def finish_delivery(self, message_id: int) -> None:
+        """The reply left the outbox: every chunk was delivered, or it never will be."""
+        async with self._transaction():
+            await self._conn.execute("DELETE FROM outbox WHERE message_id = ?", (message_id,))
+
+    async def pending_deliveries(self) -> list[PendingDelivery]:
+        """Replies in the outbox, oldest first, each to be sent from its first undelivered chunk."""
+        rows = await self._conn.execute_fetchall(
+            "SELECT o.message_id, m.session_key, o.created_at, o.provider, o.chat_id, o.thread_id, "
+            "o.reply_to_id, o.text, o.chunks_sent FROM outbox o JOIN messages m ON m.id = o.message_id "
+            "ORDER BY o.message_id"
+        )
+        return [
+            PendingDelivery(row[0], row[1], row[2], OutboundMessage(
+                ChatRef(row[3], row[4], row[5]), row[7], row[6], delivery_key=delivery_key(row[0]),
+                skip_chunks=row[8],
+            ))
+            for row in rows
+        ]
+
+    # -- chat commands --------------------------------------------------------------------------
+
+    async def append_command(
+        self, inbound: InboundMessage, command: str, status: Literal["pending", "done"] = "pending"
+    ) -> PendingCommand | None:
+        """Record a chat command (`pending` until it has run, or `done` for one answered at once,
+        kept only so a redelivery is recognised); None for a redelivery."""
+        chat = inbound.chat
+        async with self._transaction():
+            cursor = await self._conn.execute(
+                "INSERT OR IGNORE INTO chat_commands (session_key, provider, chat_id, thread_id, "
+                "sender_id, sender_name, provider_message_id, command, text, sent_at, received_at, "
+                "after_message_id, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                "(SELECT COALESCE(MAX(id), 0) FROM messages), ?)",
+                (str(inbound.session_key), chat.provider, chat.chat_id, chat.thread_id, inbound.sender_id,
+                 inbound.sender_name, inbound.provider_message_id, command, inbound.text,
+                 inbound.sent_at, time.time(), status),
+            )
+            if not cursor.rowcount:
+                return None
+            found = await self._conn.execute_fetchall(
+                "SELECT after_message_id, received_at FROM chat_commands WHERE id = ?", (cursor.lastrowid,)
+            )
+        row = next(iter(found))
+        return PendingCommand(int(cursor.lastrowid or 0), int(row[0]), float(row[1]), inbound)
+
+    async def finish_command(self, command_id: int, status: Literal["done", "late"] = "done") -> None:
+        async with self._transaction():
+            await self._conn.execute(
+                "UPDATE chat_commands SET status = ? WHERE id = ?", (status, command_id)
+            )
+
+    async def pending_commands(self) -> list[PendingCommand]:
+        """Commands received but not yet run, oldest first."""
+        rows = await self._conn.execute_fetchall(
+            "SELECT id, after_message_id, received_at, session_key, provider, chat_id, thread_id, "
+            "sender_id, sender_name, provider_message_id, command, text, sent_at FROM chat_commands "
+            "WHERE status = 'pending' ORDER BY id"
+        )
+        return [
+            PendingCommand(row[0], row[1], row[2], InboundMessage(
+                session_key=parse_session_key(row[3]), chat=ChatRef(row[4], row[5], row[6]),
+                sender_id=row[7], sender_name=row[8], text=row[11], provider_message_id=row[9],
+                sent_at=row[12], command=row[10],
+            ))
+            for row in rows
+        ]
+
+    # -- updates that could not be parsed, and where to catch up from ---------------------------
+
+    async def quarantine(self, provider: str, ref: str | None, raw: str, error: str) -> None:
+        """Keep an inbound update that could not be parsed, raw, with the reason."""
+        async with self._transaction():
+            await self._conn.execute(
+                "INSERT INTO quarantine (provider, ref, raw, error, received_at) VALUES (?, ?, ?, ?, ?)",
+                (provider, ref, raw, error, time.time()),
+            )
+
+    async def quarantined(self, provider: str | None = None) -> list[tuple[str, str | None, str, str]]:
+        """(provider, ref, raw, error) of every quarantined update, oldest first."""
+        rows = await self._conn.execute_fetchall(
+            "SELECT provider, ref, raw, error FROM quarantine WHERE ?1 IS NULL OR provider = ?1 ORDER BY id",
+            (provider,),
+        )
+        return [(row[0], row[1], row[2], row[3]) for row in rows]
+
+    async def quarantine_count(self) -> int:
+        return await self._count("SELECT COUNT(*) FROM quarantine")
+
+    async def catch_up_points(self, provider: str, since: float) -> list[tuple[str, str]]:
+        """(chat id, newest inbound platform message id) of every chat of `provider` with a message
+        received since `since`; ids compare as numbers (Discord snowflakes).
+
+        Our own replies do not count: one posted after a message that was never stored (it came
+        during a shutdown) would move the point past that message. Commands count, as received.
+        """
+        rows = await self._conn.execute_fetchall(
+            "SELECT chat_id, MAX(CAST(provider_message_id AS INTEGER)) FROM ("
+            "SELECT p.chat_id, p.provider_message_id FROM sessions s "
+            "JOIN messages m ON m.session_key = s.key JOIN provider_messages p ON p.message_id = m.id "
+            "WHERE s.updated_at >= ?2 AND p.provider = ?1 AND m.created_at >= ?2 AND m.role = 'user' "
+            "UNION ALL SELECT chat_id, provider_message_id FROM chat_commands "
+            "WHERE provider = ?1 AND received_at >= ?2 AND provider_message_id IS NOT NULL"
+            ") GROUP BY chat_id",
+            (provider, since),
+        )
+        return [(str(row[0]), str(row[1])) for row in rows if row[1] is not None]

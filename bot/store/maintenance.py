@@ -1,0 +1,100 @@
+"""Maintenance: pruning old interactive history, the foreign-key check, and counts for status."""
+
+from __future__ import annotations
+
+from bot.store.connection import Database
+from bot.store.records import PruneReport
+
+_NO_ID_ABOVE = 2**63 - 1  # SQLite's largest rowid: "no floor"
+
+
+class Maintenance(Database):
+    """Housekeeping over the whole file, for the admin commands and their checks."""
+
+    async def prune_interactive(
+        self, before: float, *, keep_recent: int, keep_turns: dict[str, int], dry_run: bool = False
+    ) -> PruneReport:
+        """Delete interactive messages older than `before` that no limit can still reach.
+
+        Kept in every session: the newest `keep_recent` interactive messages (what a turn reads),
+        everything from the `keep_turns[session]`-th newest user message on, requests still
+        waiting for a reply, scheduled outputs, and any message another table refers to (other
+        than the platform ids and context snapshots, which go with their message).
+        """
+        async with self._transaction():
+            await self._conn.execute("CREATE TEMP TABLE IF NOT EXISTS prune_ids (id INTEGER PRIMARY KEY)")
+            await self._conn.execute("DELETE FROM temp.prune_ids")
+            guards = "".join(
+                f" AND id NOT IN (SELECT {column} FROM {table} WHERE {column} IS NOT NULL)"
+                for table, column in await self._references_to_messages()
+            )
+            keys = [str(row[0]) for row in await self._conn.execute_fetchall("SELECT key FROM sessions")]
+            for key in keys:
+                floor = await self._nth_newest_id(key, keep_recent, users_only=False)
+                turns = keep_turns.get(key, 0)
+                if turns > 0:
+                    floor = min(floor, await self._nth_newest_id(key, turns, users_only=True))
+                await self._conn.execute(
+                    "INSERT INTO temp.prune_ids SELECT id FROM messages WHERE session_key = ? "
+                    "AND origin = 'interactive' AND created_at < ? AND id < ? AND awaiting_reply = 0"
+                    + guards,
+                    (key, before, floor),
+                )
+            per_session = {
+                str(row[0]): int(row[1]) for row in await self._conn.execute_fetchall(
+                    "SELECT session_key, COUNT(*) FROM messages WHERE id IN (SELECT id FROM temp.prune_ids) "
+                    "GROUP BY session_key ORDER BY session_key"
+                )
+            }
+            snapshot_filter = (
+                "FROM context_snapshots WHERE request_message_id IN (SELECT id FROM temp.prune_ids) "
+                "OR reply_message_id IN (SELECT id FROM temp.prune_ids)"
+            )
+            snapshots = await self._count(f"SELECT COUNT(*) {snapshot_filter}")
+            if not dry_run:
+                await self._conn.execute(f"DELETE {snapshot_filter}")
+                await self._conn.execute(
+                    "DELETE FROM provider_messages WHERE message_id IN (SELECT id FROM temp.prune_ids)")
+                for key in per_session:
+                    await self._conn.execute(
+                        "UPDATE sessions SET message_count = message_count - (SELECT COUNT(*) "
+                        "FROM messages WHERE session_key = ?1 AND id IN (SELECT id FROM temp.prune_ids)), "
+                        "user_turns = user_turns - (SELECT COUNT(*) FROM messages WHERE session_key = ?1 "
+                        "AND role = 'user' AND id IN (SELECT id FROM temp.prune_ids)) WHERE key = ?1",
+                        (key,),
+                    )
+                await self._conn.execute("DELETE FROM messages WHERE id IN (SELECT id FROM temp.prune_ids)")
+            await self._conn.execute("DELETE FROM temp.prune_ids")
+        return PruneReport(per_session, snapshots, dry_run)
+
+    async def _nth_newest_id(self, session_key: str, n: int, *, users_only: bool) -> int:
+        """Id of the n-th newest interactive (user) message of a session; 0 when it has fewer."""
+        if n <= 0:
+            return _NO_ID_ABOVE
+        found = await self._conn.execute_fetchall(
+            "SELECT id FROM messages WHERE session_key = ? AND origin = 'interactive'"
+            + (" AND role = 'user'" if users_only else "") + " ORDER BY id DESC LIMIT 1 OFFSET ?",
+            (session_key, n - 1),
+        )
+        row = next(iter(found), None)
+        return int(row[0]) if row else 0
+
+    async def _references_to_messages(self) -> list[tuple[str, str]]:
+        """(table, column) of every foreign key to messages.id, except those pruning cleans up."""
+        tables = [str(row[0]) for row in await self._conn.execute_fetchall(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+        found: list[tuple[str, str]] = []
+        for table in tables:
+            if table in ("messages", "provider_messages", "context_snapshots"):
+                continue
+            for ref in await self._conn.execute_fetchall(f'PRAGMA foreign_key_list("{table}")'):
+                if ref["table"] == "messages":
+                    found.append((f'"{table}"', f'"{ref["from"]}"'))
+        return found
+
+    async def foreign_key_problems(self) -> int:
+        """Rows whose foreign key points nowhere (`PRAGMA foreign_key_check`); 0 in a sound file."""
+        return len(list(await self._conn.execute_fetchall("PRAGMA foreign_key_check")))
+
+    async def message_count(self) -> int:
+        return await self._count("SELECT COUNT(*) FROM messages")

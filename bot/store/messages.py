@@ -1,0 +1,322 @@
+"""The message log: requests and replies written, read back for context and admins, rows decoded."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import aiosqlite
+import structlog
+
+from bot.budget import estimate_tokens
+from bot.errors import SessionNotFoundError
+from bot.messages import ChatRef, InboundMessage, Origin, OutboundMessage, Role, StoredMessage
+from bot.store.connection import Database
+from bot.store.records import SessionSummary
+
+log = structlog.get_logger("switchboard.store")
+
+MESSAGE_COLUMNS = (
+    "id, session_key, role, origin, text, created_at, sender_id, sender_name, "
+    "provider_message_id, reply_to_id, actions, job_id, token_estimate, unanswered"
+)
+
+
+class Messages(Database):
+    """Writes and reads of the `messages` table and its sessions."""
+
+    # -- writes ---------------------------------------------------------------------------
+
+    async def append_inbound(self, msg: InboundMessage) -> StoredMessage | None:
+        """Store a platform message; None when the same platform message was stored before."""
+        async with self._transaction():
+            if msg.provider_message_id is not None:
+                seen = await self._conn.execute_fetchall(
+                    "SELECT 1 FROM provider_messages "
+                    "WHERE provider = ? AND chat_id = ? AND provider_message_id = ?",
+                    (msg.chat.provider, msg.chat.chat_id, msg.provider_message_id),
+                )
+                if seen:
+                    return None
+            stored = await insert_message(
+                self._conn,
+                session_key=str(msg.session_key),
+                role="user",
+                origin="interactive",
+                text=msg.text,
+                created_at=msg.sent_at or time.time(),
+                sender_id=msg.sender_id,
+                sender_name=msg.sender_name,
+                provider_message_id=msg.provider_message_id,
+                reply_to_id=msg.reply_to_id,
+                awaiting_reply=msg.starts_turn,
+                chat=msg.chat,
+            )
+            if msg.provider_message_id is not None:
+                await link_platform_id(self._conn, msg.chat, msg.provider_message_id, stored.id)
+            return stored
+
+    async def append_reply(
+        self,
+        session_key: str,
+        text: str,
+        *,
+        actions: Sequence[str] = (),
+        origin: Origin = "interactive",
+        job_id: str | None = None,
+        request_id: int | None = None,
+        deliver: OutboundMessage | None = None,
+    ) -> StoredMessage:
+        """Store the agent's reply (or a scheduled output) before it is sent.
+
+        `request_id` is the message it answers: it and every earlier request of the session still
+        waiting (the reply's context held them) stop waiting, in the same transaction. `deliver`
+        puts the reply in the outbox, so a restart sends what a crash kept from being sent.
+        """
+        async with self._transaction():
+            if request_id is not None:
+                await self._conn.execute(
+                    "UPDATE messages SET awaiting_reply = 0 WHERE awaiting_reply = 1 "
+                    "AND session_key = ? AND id <= ?",
+                    (session_key, request_id),
+                )
+            stored = await insert_message(
+                self._conn,
+                session_key=session_key,
+                role="assistant",
+                origin=origin,
+                text=text,
+                created_at=time.time(),
+                actions=tuple(actions),
+                job_id=job_id,
+            )
+            if deliver is not None:
+                chat = deliver.chat
+                await self._conn.execute(
+                    "INSERT INTO outbox (message_id, provider, chat_id, thread_id, reply_to_id, text, "
+                    "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (stored.id, chat.provider, chat.chat_id, chat.thread_id, deliver.reply_to_id,
+                     deliver.text, stored.created_at),
+                )
+            return stored
+
+    async def reset_context(self, session_key: str) -> None:
+        """Start a fresh context for a session without deleting its history."""
+        async with self._transaction():
+            await self._conn.execute(
+                "UPDATE sessions SET context_floor = "
+                "(SELECT COALESCE(MAX(id), 0) FROM messages WHERE session_key = ?) WHERE key = ?",
+                (session_key, session_key),
+            )
+
+    # -- reads for the context pipeline ----------------------------------------------------
+
+    async def recent_messages(
+        self, session_key: str, *, before_id: int, limit: int, origin: Origin = "interactive",
+        after_id: int = 0,
+    ) -> list[StoredMessage]:
+        """The newest `limit` messages of one origin with after_id < id < before_id, oldest first.
+
+        Reads stop at the session's context floor (set by /reset).
+        """
+        sql = (
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_key = ? AND origin = ? "
+            "AND id < ? AND id > MAX(?, (SELECT COALESCE((SELECT context_floor FROM sessions "
+            "WHERE key = ?), 0))) ORDER BY id DESC LIMIT ?"
+        )
+        rows = await self._conn.execute_fetchall(
+            sql, (session_key, origin, before_id, after_id, session_key, limit)
+        )
+        return rows_to_messages(reversed(list(rows)))
+
+    async def scheduled_between(
+        self, session_key: str, *, after_id: int, before_id: int, limit: int
+    ) -> list[StoredMessage]:
+        """Up to `limit` newest scheduled outputs with after_id < id < before_id, oldest first.
+
+        Output whose run did not deliver it (the send failed, or it is still on its way) is left
+        out: the user never saw it.
+        """
+        if limit <= 0:
+            return []
+        rows = await self._conn.execute_fetchall(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE session_key = ? "
+            "AND origin = 'scheduled' AND id > ? AND id < ? AND NOT EXISTS (SELECT 1 FROM "
+            "schedule_runs r WHERE r.reply_message_id = m.id AND r.status <> 'delivered') "
+            "ORDER BY id DESC LIMIT ?",
+            (session_key, after_id, before_id, limit),
+        )
+        return rows_to_messages(reversed(list(rows)))
+
+    async def previous_user_message_id(self, session_key: str, before_id: int) -> int:
+        """Id of the last interactive user message before `before_id` (0 when there is none)."""
+        found = await self._conn.execute_fetchall(
+            "SELECT id FROM messages WHERE session_key = ? AND origin = 'interactive' "
+            "AND id < ? AND role = 'user' ORDER BY id DESC LIMIT 1",
+            (session_key, before_id),
+        )
+        row = next(iter(found), None)
+        return int(row[0]) if row else 0
+
+    async def message_by_provider_id(
+        self, chat: ChatRef, provider_message_id: str
+    ) -> StoredMessage | None:
+        found = await self._conn.execute_fetchall(
+            f"SELECT {qualified_columns('m')} FROM provider_messages p "
+            "JOIN messages m ON m.id = p.message_id "
+            "WHERE p.provider = ? AND p.chat_id = ? AND p.provider_message_id = ?",
+            (chat.provider, chat.chat_id, provider_message_id),
+        )
+        return next(iter(rows_to_messages(found)), None)
+
+    async def message_by_id(self, message_id: int) -> StoredMessage | None:
+        found = await self._conn.execute_fetchall(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?", (message_id,)
+        )
+        return next(iter(rows_to_messages(found)), None)
+
+    async def messages_between(
+        self, session_key: str, *, after_id: int, before_id: int
+    ) -> list[StoredMessage]:
+        """Every interactive message with after_id < id < before_id above the context floor."""
+        return await self.recent_messages(
+            session_key, before_id=before_id, after_id=after_id, limit=-1
+        )
+
+    async def history_tokens(self, session_key: str, *, after_id: int) -> tuple[int, int]:
+        """(messages, estimated tokens) of interactive history after `after_id` and the floor."""
+        found = await self._conn.execute_fetchall(
+            "SELECT COUNT(*), COALESCE(SUM(token_estimate), 0) FROM messages "
+            "WHERE session_key = ? AND origin = 'interactive' AND id > MAX(?, (SELECT "
+            "COALESCE((SELECT context_floor FROM sessions WHERE key = ?), 0)))",
+            (session_key, after_id, session_key),
+        )
+        row = next(iter(found))
+        return int(row[0]), int(row[1])
+
+    # -- reads for admins -------------------------------------------------------------------
+
+    async def list_sessions(self) -> list[SessionSummary]:
+        rows = await self._conn.execute_fetchall(
+            "SELECT key, created_at, updated_at, message_count, user_turns FROM sessions "
+            "ORDER BY updated_at DESC"
+        )
+        return [SessionSummary(*row) for row in rows]
+
+    async def session(self, session_key: str) -> SessionSummary:
+        found = await self._conn.execute_fetchall(
+            "SELECT key, created_at, updated_at, message_count, user_turns FROM sessions "
+            "WHERE key = ?",
+            (session_key,),
+        )
+        row = next(iter(found), None)
+        if row is None:
+            raise SessionNotFoundError(f"no session {session_key!r} in {self.path}")
+        return SessionSummary(*row)
+
+    async def history(self, session_key: str, limit: int) -> list[StoredMessage]:
+        """The newest `limit` messages of every origin, oldest first."""
+        rows = await self._conn.execute_fetchall(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_key = ? "
+            "ORDER BY id DESC LIMIT ?",
+            (session_key, limit),
+        )
+        return rows_to_messages(reversed(list(rows)))
+
+
+# -- shared with the other concerns that write or read messages ---------------------------------
+
+
+async def insert_message(
+    conn: aiosqlite.Connection,
+    *,
+    session_key: str,
+    role: Role,
+    origin: Origin,
+    text: str,
+    created_at: float,
+    sender_id: str | None = None,
+    sender_name: str | None = None,
+    provider_message_id: str | None = None,
+    reply_to_id: str | None = None,
+    actions: tuple[str, ...] = (),
+    job_id: str | None = None,
+    awaiting_reply: bool = False,
+    chat: ChatRef | None = None,
+) -> StoredMessage:
+    """Add one message and count it in its session, inside the caller's transaction."""
+    now = time.time()
+    is_turn = 1 if role == "user" and origin == "interactive" else 0
+    await conn.execute(
+        "INSERT INTO sessions (key, created_at, updated_at, message_count, user_turns) "
+        "VALUES (?, ?, ?, 1, ?) ON CONFLICT(key) DO UPDATE SET updated_at = excluded.updated_at, "
+        "message_count = message_count + 1, user_turns = user_turns + excluded.user_turns",
+        (session_key, now, now, is_turn),
+    )
+    tokens = estimate_tokens(text)
+    cursor = await conn.execute(
+        "INSERT INTO messages (session_key, role, origin, sender_id, sender_name, text, "
+        "provider_message_id, reply_to_id, actions, job_id, created_at, token_estimate, "
+        "awaiting_reply, chat_id, thread_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            session_key, role, origin, sender_id, sender_name, text, provider_message_id,
+            reply_to_id, json.dumps(list(actions)) if actions else None, job_id,
+            created_at, tokens, int(awaiting_reply),
+            chat.chat_id if chat else None, chat.thread_id if chat else None,
+        ),
+    )
+    message_id = cursor.lastrowid
+    assert message_id is not None
+    return StoredMessage(
+        id=message_id, session_key=session_key, role=role, origin=origin, text=text,
+        created_at=created_at, sender_id=sender_id, sender_name=sender_name,
+        provider_message_id=provider_message_id, reply_to_id=reply_to_id,
+        actions=actions, job_id=job_id, token_estimate=tokens,
+    )
+
+
+async def link_platform_id(
+    conn: aiosqlite.Connection, chat: ChatRef, provider_message_id: str, message_id: int
+) -> None:
+    """Record that a stored message is `provider_message_id` in `chat` (inside a transaction)."""
+    await conn.execute(
+        "INSERT OR IGNORE INTO provider_messages "
+        "(provider, chat_id, provider_message_id, message_id) VALUES (?, ?, ?, ?)",
+        (chat.provider, chat.chat_id, provider_message_id, message_id),
+    )
+
+
+def qualified_columns(alias: str) -> str:
+    return ", ".join(f"{alias}.{name.strip()}" for name in MESSAGE_COLUMNS.split(","))
+
+
+def rows_to_messages(rows: Iterable[Any]) -> list[StoredMessage]:
+    """Messages from rows; a malformed row is skipped with a warning instead of failing the read."""
+    messages = []
+    for row in rows:
+        try:
+            messages.append(_row_to_message(row))
+        except (ValueError, TypeError, IndexError, RecursionError) as exc:
+            log.warning("malformed message row skipped", message_id=row[0], error=str(exc))
+    return messages
+
+
+def _row_to_message(row: Any) -> StoredMessage:
+    """One message from a row, or ValueError when a column holds what no write path stores."""
+    actions = json.loads(row[10]) if row[10] else []
+    if not isinstance(actions, list) or not all(isinstance(action, str) for action in actions):
+        raise ValueError("actions is not a JSON list of strings")
+    if not isinstance(row[4], str) or row[2] not in ("user", "assistant") \
+            or row[3] not in ("interactive", "scheduled"):
+        raise ValueError("text, role or origin is malformed")
+    # SQLite keeps whatever a column is given: the context's arithmetic needs real numbers.
+    if not isinstance(row[5], int | float) or not isinstance(row[12], int) or row[12] < 0:
+        raise ValueError("created_at or token_estimate is not a number")
+    return StoredMessage(
+        id=row[0], session_key=row[1], role=row[2], origin=row[3], text=row[4],
+        created_at=float(row[5]), sender_id=row[6], sender_name=row[7], provider_message_id=row[8],
+        reply_to_id=row[9], actions=tuple(actions), job_id=row[11], token_estimate=row[12],
+        unanswered=row[13],
+    )
