@@ -103,6 +103,21 @@ def test_history_limit_with_only_assistant_messages_keeps_them() -> None:
     assert ids(limit_history_turns(history, 1)) == [1, 2]
 
 
+def test_history_limit_reached_at_the_first_two_messages() -> None:
+    """A limit met by the very first message keeps everything; met by the second, the first (a
+    leading reply) is dropped."""
+    assert ids(limit_history_turns(conversation("uaua"), 2)) == [1, 2, 3, 4]
+    assert ids(limit_history_turns(conversation("uu"), 2)) == [1, 2]
+    assert ids(limit_history_turns(conversation("aua"), 1)) == [2, 3]
+    assert ids(limit_history_turns(conversation("auau"), 2)) == [2, 3, 4]
+
+
+def test_history_limit_of_zero_or_less_keeps_nothing() -> None:
+    """A limit of 0 (or below) keeps no message at all; only None means unlimited."""
+    assert limit_history_turns(conversation("uaua"), 0) == []
+    assert limit_history_turns(conversation("uaua"), -1) == []
+
+
 def test_history_limit_on_empty_history() -> None:
     """An empty history stays empty under any limit."""
     assert limit_history_turns([], 3) == []
@@ -151,6 +166,18 @@ def test_recency_minimum_larger_than_history_keeps_all() -> None:
     history = [msg(i, at=T0 - 100 * HOUR) for i in range(1, 4)]
     kept = apply_recency(history, now=T0, hours=1, min_messages=10)
     assert ids(kept) == [1, 2, 3]
+
+
+def test_recency_keeps_a_message_exactly_at_the_cutoff() -> None:
+    """A message sent exactly `hours` ago is inside the window; one a second older is not."""
+    history = [
+        msg(1, at=T0 - 2 * HOUR - 1),
+        msg(2, "assistant", at=T0 - 2 * HOUR),
+        msg(3, at=T0 - 60),
+    ]
+    assert ids(apply_recency(history, now=T0, hours=2, min_messages=0)) == [2, 3]
+    assert ids(apply_recency(history[:1], now=T0, hours=2, min_messages=0)) == []
+    assert ids(apply_recency(history[1:], now=T0, hours=2, min_messages=0)) == [2, 3]
 
 
 def test_recency_with_zero_minimum_can_drop_everything() -> None:
@@ -401,3 +428,37 @@ def test_hash_changes_when_reply_to_or_scheduled_changes() -> None:
     to_second = input_hash(CONFIG, None, history, [], history[1])
     assert len({base, to_first, to_second}) == 3
     assert input_hash(CONFIG, None, history, [msg(20, "assistant")], None) != base
+
+
+def test_hash_changes_with_each_message_s_role_and_token_estimate() -> None:
+    """A fetched message with another role or token estimate changes the hash (both shape the context)."""
+    history = conversation("uaua")
+    base = input_hash(CONFIG, None, history, [], None)
+    retagged = [*history[:3], msg(4, "user")]
+    longer = [*history[:3], msg(4, "assistant", tokens=500)]
+    hashes = {base, input_hash(CONFIG, None, retagged, [], None), input_hash(CONFIG, None, longer, [], None)}
+    assert len(hashes) == 3
+
+
+def test_hash_changes_with_recalled_messages_and_the_compaction_used() -> None:
+    """Recalled messages and the compaction summary are inputs: adding or changing either changes
+    the hash, and the same ones give the same hash."""
+    history = conversation("uaua")
+    base = input_hash(CONFIG, None, history, [], None)
+    recalled = input_hash(CONFIG, None, history, [], None, recalled=[msg(30)])
+    other_recalled = input_hash(CONFIG, None, history, [], None, recalled=[msg(31)])
+    compacted = input_hash(CONFIG, None, history, [], None, compaction_id=7)
+    other_compacted = input_hash(CONFIG, None, history, [], None, compaction_id=8)
+    assert len({base, recalled, other_recalled, compacted, other_compacted}) == 5
+    assert recalled == input_hash(CONFIG, None, history, [], None, recalled=[msg(30)])
+    assert compacted == input_hash(CONFIG, None, history, [], None, compaction_id=7)
+    assert input_hash(CONFIG, None, history, [], None, recalled=[], compaction_id=None) == base
+
+
+def test_hash_is_stable_across_releases() -> None:
+    """Snapshots store the hash and replay compares it: the same inputs give the value an earlier
+    release recorded."""
+    history = conversation("uaua")
+    assert input_hash(CONFIG, 3, history, [msg(9, "assistant")], history[0]) == "7db702612d0633f5"
+    recalled = input_hash(CONFIG, None, history, [], None, recalled=[msg(30)], compaction_id=7)
+    assert recalled == "b855ec385f2c9592"

@@ -190,6 +190,37 @@ def test_parse_prefers_the_relevant_key() -> None:
 
 
 @pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ('{"chosen": [2], "rejected": [1, 3]}', [2]),
+        ('{"note": "see ids", "meta": {"ids": [4]}, "picks": [3]}', [3]),
+        ('{"relevant": "two and three", "ids": [2, 3]}', [2, 3]),
+        ('{"relevant": {"ids": [1]}, "picked": [4]}', [4]),
+    ],
+)
+def test_parse_without_a_relevant_list_takes_the_first_list_value(answer: str, expected: list[int]) -> None:
+    """With no `relevant` list, the first value that is a list is read; other values are skipped."""
+    assert parse_triage_answer(answer, 4) == expected
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ('Here you go: {"relevant": [2, 3], "why": {"2": [1]}} as asked.', [2, 3]),
+        ('My pick: {"why": {"3": "the dentist"}, "relevant": [3]}.', [3]),
+        ("Relevant: [[1, 2], 4] (the nested one is a guess)", [4]),
+        ('{"relevant": [1]} is what I would have said, but {"relevant": [2]}', None),
+    ],
+)
+def test_parse_json_inside_prose_runs_from_the_first_opener_to_the_last_closer(
+    answer: str, expected: list[int] | None
+) -> None:
+    """Within prose the JSON read spans the first `{` (or `[`) to the last `}` (or `]`), nested
+    values included; two separate objects make no valid JSON and give None."""
+    assert parse_triage_answer(answer, 4) == expected
+
+
+@pytest.mark.parametrize(
     "answer",
     [
         "",
