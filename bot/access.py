@@ -6,8 +6,12 @@ from collections.abc import Collection
 
 from bot.config import Policy
 
-REFUSED_DM_REPLY = "Sorry, I'm not set up to talk with you here. An admin can allow your user id."
 TEXT_ONLY_REPLY = "I can only read text for now."
+
+
+def refused_dm_reply(user_id: str) -> str:
+    """The notice a refused DM gets: it names the sender's id so the admin can allow it."""
+    return f"Sorry, I'm not set up to talk with you here. Your user id is {user_id}; ask the admin to add it."
 
 
 def allows(policy: Policy, allowlist: Collection[str], who: str) -> bool:

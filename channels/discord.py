@@ -39,7 +39,7 @@ from typing import Any, Final, Literal
 import aiohttp
 import structlog
 
-from bot.access import REFUSED_DM_REPLY, TEXT_ONLY_REPLY, RefusalNotices, allows
+from bot.access import TEXT_ONLY_REPLY, RefusalNotices, allows, refused_dm_reply
 from bot.channel import ChunkSent, Intake
 from bot.chunking import split_message
 from bot.commands import is_known, parse_command
@@ -439,7 +439,7 @@ class DiscordChannel:
         if verdict == "refuse":
             log.info("message refused", channel_id=msg.channel_id, sender_id=msg.author_id)
             if self._notices.first_time(PROVIDER, str(msg.author_id)):
-                await self._notify(msg, REFUSED_DM_REPLY)
+                await self._notify(msg, refused_dm_reply(str(msg.author_id)))
             return
         if verdict == "ignore":
             if msg.author_id != bot_id:

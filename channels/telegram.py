@@ -32,7 +32,7 @@ from telegram.error import (
 )
 from telegram.ext import AIORateLimiter, Application, BaseRateLimiter
 
-from bot.access import REFUSED_DM_REPLY, TEXT_ONLY_REPLY, RefusalNotices, allows
+from bot.access import TEXT_ONLY_REPLY, RefusalNotices, allows, refused_dm_reply
 from bot.channel import ChunkSent, Intake
 from bot.chunking import split_message
 from bot.commands import COMMANDS, is_known, parse_command
@@ -319,7 +319,7 @@ class TelegramChannel:
         if verdict == "refuse":
             log.info("message refused", chat_id=message.chat.id, sender_id=sender_id)
             if self._notices.first_time(PROVIDER, sender_id):
-                self._notify(message.chat.id, REFUSED_DM_REPLY)
+                self._notify(message.chat.id, refused_dm_reply(sender_id))
             return None
         if verdict == "ignore":
             log.debug("message ignored", chat_id=message.chat.id, sender_id=sender_id)

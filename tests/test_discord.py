@@ -12,7 +12,7 @@ import pytest
 import yarl
 from structlog.testing import capture_logs
 
-from bot.access import REFUSED_DM_REPLY, TEXT_ONLY_REPLY
+from bot.access import TEXT_ONLY_REPLY, refused_dm_reply
 from bot.brain import AnthropicBrain
 from bot.config import Config
 from bot.daemon import Daemon, build_channels
@@ -300,7 +300,7 @@ async def test_refused_users_get_one_line_in_dms_and_nothing_in_guilds(
         await dc.wait_for(lambda: texts_to(dc, GENERAL))
         await settle()
 
-    assert texts_to(dc, DM_STRANGER) == [REFUSED_DM_REPLY]
+    assert texts_to(dc, DM_STRANGER) == [refused_dm_reply(str(STRANGER["id"]))]
     assert texts_to(dc, 301) == []
     assert texts_to(dc, GENERAL) == ["re: [Alice]: @switchboard I am allowed"]
     assert [m.sender_name for m in await all_messages(config) if m.role == "user"] == ["Alice"]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import structlog
 
-from bot.access import REFUSED_DM_REPLY
+from bot.access import refused_dm_reply
 from bot.brain import AnthropicBrain
 from bot.config import load_config
 from bot.control import request, socket_path
@@ -368,7 +368,7 @@ async def test_reload_applies_access_lists_and_turns_a_channel_off_and_on_losing
             await daemon.reload()
             await tg.wait_for(lambda: [m for m in tg.sent if m.chat_id == 42])
             on = await daemon.status()
-    assert [m.visible_text for m in tg.sent if m.chat_id == 7] == [REFUSED_DM_REPLY, "re: now?"]
+    assert [m.visible_text for m in tg.sent if m.chat_id == 7] == [refused_dm_reply("7"), "re: now?"]
     assert off["channels"] == []
     assert on["channels"] == [{"provider": "telegram", "state": "connected", "error": None, "restarts": 0}]
     assert [m.visible_text for m in tg.sent if m.chat_id == 42] == ["re: while you were away"]

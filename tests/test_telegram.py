@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from bot.access import REFUSED_DM_REPLY, TEXT_ONLY_REPLY
+from bot.access import TEXT_ONLY_REPLY, refused_dm_reply
 from bot.brain import AnthropicBrain
 from bot.commands import COMMANDS
 from bot.config import Config
@@ -23,7 +23,16 @@ from bot.messages import ChatRef, InboundMessage
 from bot.session_key import build
 from bot.store import Store
 from channels.telegram import TelegramChannel
-from tests.harness import API_KEY, FAST, config_data, last_user_line, reply_requests, request_text, running
+from tests.harness import (
+    API_KEY,
+    FAST,
+    config_data,
+    last_user_line,
+    reply_requests,
+    request_text,
+    router_of,
+    running,
+)
 from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Slow, Text
 from tests.standins.telegram_api import (
     TelegramStandIn,
@@ -39,6 +48,7 @@ MakeConfig = Callable[[dict[str, Any]], Config]
 ADA = user(42, "Ada", "ada")
 BEA = user(7, "Bea")
 STRANGER = user(666, "Mallory")
+OTHER_STRANGER = user(667, "Trudy")
 GROUP = group_chat(-100123, "Friends", supergroup=True)
 FORUM = group_chat(-100777, "Forum", forum=True)
 BOT = "switchboard_bot"
@@ -80,6 +90,16 @@ def texts_to(tg: TelegramStandIn, chat_id: int) -> list[str]:
     return [m.visible_text for m in tg.sent if m.chat_id == chat_id]
 
 
+async def settled(tg: TelegramStandIn, daemon: Daemon, last: dict[str, Any]) -> None:
+    """Return once the daemon has committed every update up to `last`, run every turn and command
+    they queued, and finished sending its notices: after this, nothing more is on its way."""
+    # The poller confirms an offset only once the updates before it are committed.
+    await tg.wait_for(lambda: tg.confirmed_offset > last["update_id"])
+    await router_of(daemon).idle()
+    notices = [t for t in asyncio.all_tasks() if t.get_name().startswith("notice ")]
+    await asyncio.gather(*notices, return_exceptions=True)
+
+
 async def store_view(config: Config) -> AsyncIterator[Store]:
     async with Store.open(config.database_path()) as store:
         yield store
@@ -116,12 +136,12 @@ async def test_group_messages_are_stored_and_only_a_mention_is_answered_in_reply
 ) -> None:
     """In a group the chatter is kept as context, and only the @mention is answered, quoting it."""
     config = telegram_config()
-    async with telegram_daemon(config):
+    async with telegram_daemon(config) as daemon:
         tg.push_message(GROUP, BEA, "the meeting moved to Thursday")
         text = f"@{BOT} when is the meeting?"
         asked = tg.push_message(GROUP, ADA, text, entities=mention_entities(text, BOT))
         await tg.wait_for(lambda: tg.sent)
-        await asyncio.sleep(0.1)
+        await settled(tg, daemon, asked)
 
     (sent,) = tg.sent
     assert sent.chat_id == -100123
@@ -185,10 +205,10 @@ async def test_a_long_reply_with_code_is_split_into_valid_html_messages_all_stor
     answer = "Here is the **script**:\n\n```python\n" + code + "\n```\n\n" + ("More words. " * 200).strip()
     api.default = lambda rec: Text(answer)
     config = telegram_config()
-    async with telegram_daemon(config):
-        tg.push_message(private_chat(ADA), ADA, "write me a script")
+    async with telegram_daemon(config) as daemon:
+        asked = tg.push_message(private_chat(ADA), ADA, "write me a script")
         await tg.wait_for(lambda: len(tg.sent) >= 3)
-        await asyncio.sleep(0.2)
+        await settled(tg, daemon, asked)
 
     assert len(tg.sent) >= 3
     assert all(m.parse_mode == "HTML" and len(m.visible_text) <= 4096 for m in tg.sent)
@@ -212,12 +232,12 @@ async def test_rejected_html_is_resent_as_plain_text_once(
     """When Telegram rejects the formatting the same chunk is delivered once as plain text."""
     api.default = lambda rec: Text("**bold** claim")
     config = telegram_config()
-    async with telegram_daemon(config):
+    async with telegram_daemon(config) as daemon:
         rejected = "Bad Request: can't parse entities: Unsupported start tag \"b\" at byte offset 0"
         tg.fail_next("sendMessage", status=400, description=rejected)
-        tg.push_message(private_chat(ADA), ADA, "claim something")
+        asked = tg.push_message(private_chat(ADA), ADA, "claim something")
         await tg.wait_for(lambda: tg.sent)
-        await asyncio.sleep(0.1)
+        await settled(tg, daemon, asked)
 
     (sent,) = tg.sent
     assert (sent.parse_mode, sent.visible_text) == (None, "**bold** claim")
@@ -229,11 +249,11 @@ async def test_a_429_is_waited_out_and_delivered_once(
 ) -> None:
     """A rate-limit answer with retry_after is honoured, then the reply arrives exactly once."""
     config = telegram_config()
-    async with telegram_daemon(config):
+    async with telegram_daemon(config) as daemon:
         tg.fail_next("sendMessage", retry_after=1)
-        tg.push_message(private_chat(ADA), ADA, "busy?")
+        asked = tg.push_message(private_chat(ADA), ADA, "busy?")
         await tg.wait_for(lambda: tg.sent, timeout=5)
-        await asyncio.sleep(0.1)
+        await settled(tg, daemon, asked)
 
     attempts = tg.calls_of("sendMessage")
     assert len(attempts) == 2 and attempts[0].failed
@@ -262,13 +282,13 @@ async def test_restart_mid_stream_loses_nothing_and_answers_nothing_twice(
     assert texts_to(tg, 42) == [f"answer {n}" for n in range(slow_from)]
 
     api.default = lambda rec: Text(f"answer {int(last_user_line(rec).split()[-1])}")
-    async with telegram_daemon(config):
+    async with telegram_daemon(config) as daemon:
         # A crash before the offset was confirmed: Telegram hands every update out again.
         for update in pushed:
             tg.push("message", update["message"])
-        tg.push_message(private_chat(ADA), ADA, "message 6")
+        last = tg.push_message(private_chat(ADA), ADA, "message 6")
         await tg.wait_for(lambda: len(tg.sent) == 7)
-        await asyncio.sleep(0.3)
+        await settled(tg, daemon, last)
 
     assert texts_to(tg, 42) == [f"answer {n}" for n in range(7)]
     messages = await _all_messages(config)
@@ -278,19 +298,24 @@ async def test_restart_mid_stream_loses_nothing_and_answers_nothing_twice(
 async def test_refused_users_get_one_line_and_strange_groups_nothing(
     tg: TelegramStandIn, api: AnthropicStandIn, telegram_config: Callable[..., Config]
 ) -> None:
-    """A DM from someone not allowed gets one polite line ever; a group not allowed gets silence."""
+    """A DM from someone not allowed gets one polite line ever, naming their id, and so does each
+    other stranger; a group not allowed gets silence."""
     config = telegram_config()
-    async with telegram_daemon(config):
+    async with telegram_daemon(config) as daemon:
         tg.push_message(private_chat(STRANGER), STRANGER, "let me in")
+        tg.push_message(private_chat(OTHER_STRANGER), OTHER_STRANGER, "me too")
         tg.push_message(private_chat(STRANGER), STRANGER, "please?")
+        tg.push_message(private_chat(OTHER_STRANGER), OTHER_STRANGER, "pretty please?")
         stranger_group = group_chat(-100999, "Elsewhere")
         text = f"@{BOT} hi"
         tg.push_message(stranger_group, ADA, text, entities=mention_entities(text, BOT))
-        tg.push_message(private_chat(ADA), ADA, "I am allowed")
+        last = tg.push_message(private_chat(ADA), ADA, "I am allowed")
         await tg.wait_for(lambda: texts_to(tg, 42))
-        await asyncio.sleep(0.1)
+        await settled(tg, daemon, last)
 
-    assert texts_to(tg, 666) == [REFUSED_DM_REPLY]
+    assert texts_to(tg, 666) == [refused_dm_reply("666")]
+    assert texts_to(tg, 667) == [refused_dm_reply("667")]
+    assert "666" in refused_dm_reply("666") and "667" not in refused_dm_reply("666")
     assert texts_to(tg, -100999) == []
     assert {m.session_key for m in await _all_messages(config)} == {"agent:main:telegram:direct:42"}
     assert api.count == 1
@@ -301,12 +326,12 @@ async def test_non_text_gets_a_short_note_in_dms_and_silence_in_groups(
 ) -> None:
     """A sticker in a DM is answered with a note that only text is read; in a group it is ignored."""
     config = telegram_config(group_settings={"-100123": {"require_mention": False}})
-    async with telegram_daemon(config):
+    async with telegram_daemon(config) as daemon:
         tg.push_message(private_chat(ADA), ADA, sticker=True)
         tg.push_message(GROUP, ADA, voice=True)
-        tg.push_message(GROUP, ADA, "text after the voice note")
+        last = tg.push_message(GROUP, ADA, "text after the voice note")
         await tg.wait_for(lambda: texts_to(tg, -100123))
-        await asyncio.sleep(0.1)
+        await settled(tg, daemon, last)
 
     assert texts_to(tg, 42) == [TEXT_ONLY_REPLY]
     assert texts_to(tg, -100123) == ["re: [Ada]: text after the voice note"]
@@ -337,12 +362,12 @@ async def test_a_chat_that_blocked_the_bot_is_not_retried_and_others_carry_on(
     """A 403 is tried once and logged; the reply stays stored and other chats are still answered."""
     config = telegram_config()
     tg.block(7)
-    async with telegram_daemon(config):
+    async with telegram_daemon(config) as daemon:
         tg.push_message(private_chat(BEA), BEA, "bye forever")
         await tg.wait_for(lambda: [c for c in tg.calls_of("sendMessage") if c.params["chat_id"] == 7])
-        tg.push_message(private_chat(ADA), ADA, "still here")
+        last = tg.push_message(private_chat(ADA), ADA, "still here")
         await tg.wait_for(lambda: texts_to(tg, 42))
-        await asyncio.sleep(0.1)
+        await settled(tg, daemon, last)
 
     assert len([c for c in tg.calls_of("sendMessage") if c.params["chat_id"] == 7]) == 1
     texts = [m.text for m in await _all_messages(config)]
@@ -368,11 +393,11 @@ async def test_an_update_from_hours_ago_is_stored_but_not_answered(
 ) -> None:
     """After a long outage, a two-hour-old message is kept as context but not answered late."""
     config = telegram_config()
-    async with telegram_daemon(config):
+    async with telegram_daemon(config) as daemon:
         tg.push_message(private_chat(ADA), ADA, "old news", date=int(time.time()) - 7200)
-        tg.push_message(private_chat(ADA), ADA, "new question")
+        last = tg.push_message(private_chat(ADA), ADA, "new question")
         await tg.wait_for(lambda: tg.sent)
-        await asyncio.sleep(0.1)
+        await settled(tg, daemon, last)
 
     assert texts_to(tg, 42) == ["re: new question"]
     assert "old news" in request_text(reply_requests(api)[0])
@@ -417,9 +442,9 @@ async def test_an_unparseable_update_is_quarantined_once_and_the_others_are_answ
             tg.push_message(private_chat(ADA), ADA, "first question")
             bad_message = message(private_chat(ADA), ADA, message_id=tg.next_message_id(42)) | {"poll": poll}
             bad = tg.push_raw({"message": bad_message})
-            tg.push_message(private_chat(ADA), ADA, "second question")
+            last = tg.push_message(private_chat(ADA), ADA, "second question")
             await tg.wait_for(lambda: len(tg.sent) == 2)
-            await asyncio.sleep(0.3)
+            await settled(tg, running_daemon, last)
             status = await running_daemon.status()
 
     assert texts_to(tg, 42) == ["re: first question", "re: second question"]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from bot.access import REFUSED_DM_REPLY
+from bot.access import refused_dm_reply
 from bot.config import TelegramConfig
 from bot.messages import InboundMessage
 from channels.telegram import TelegramChannel
@@ -281,7 +281,7 @@ async def test_a_slow_refusal_notice_does_not_hold_up_intake(tg: TelegramStandIn
         await tg.wait_for(lambda: tg.calls_of("sendMessage"))
         assert tg.sent == []
     assert texts(intake) == ["I am allowed"]
-    assert tg.calls_of("sendMessage")[0].params == {"chat_id": 666, "text": REFUSED_DM_REPLY}
+    assert tg.calls_of("sendMessage")[0].params == {"chat_id": 666, "text": refused_dm_reply("666")}
 
 
 @pytest.mark.parametrize(
