@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import os
-import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -20,7 +22,9 @@ from pydantic import (
 )
 
 from bot.errors import ConfigError, SessionKeyError
-from bot.schedules import crontab_trigger, delivery_key
+from bot.schedule_spec import SCHEDULE_CHANNELS as SCHEDULE_CHANNELS
+from bot.schedule_spec import crontab_trigger, delivery_key
+from bot.schedule_spec import parse_duration as parse_duration
 from bot.session_key import SessionKey
 
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -35,11 +39,45 @@ def _id_text(value: Any) -> Any:
 
 
 PlatformId = Annotated[str, BeforeValidator(_id_text), Field(pattern=r"^-?[0-9]+$")]
+
+
+def _numeric_key(value: str) -> str:
+    if not value.lstrip("-").isdigit() or not value.isascii():
+        raise ValueError("a numeric id as the key, such as \"123456789\" or \"-1001234567890\"")
+    return value
+
+
+# A table keyed by a chat, user, guild or channel id (TOML keys are strings).
+IdKey = Annotated[str, AfterValidator(_numeric_key)]
+
+
+def _http_url(value: str) -> str:
+    # Checked here: the HTTP clients would refuse it only when the daemon first connects (Telegram
+    # then retries forever; the Anthropic SDK raises mid-start).
+    expected = "an http:// or https:// URL with a host, such as 'https://api.example.com'"
+    if not value.isprintable() or any(ch.isspace() for ch in value):
+        raise ValueError(expected)
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises on a port that is not a number in range
+    except ValueError as exc:
+        raise ValueError(expected) from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(expected)
+    return value
+
+
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
+# The longest reply any Claude model writes is 128k tokens; more is a typo, not a wish.
+MAX_REPLY_TOKENS = 128_000
+# SQLite and the platforms' APIs hold 64-bit integers; a bigger one in the file is a typo.
+_MAX_INT = 2**63 - 1
 Policy = Literal["allowlist", "open", "disabled"]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # inf and nan parse as TOML floats but no timeout, share or window means them.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class AgentConfig(_Section):
@@ -70,10 +108,10 @@ class AnthropicConfig(_Section):
     api_key_env: EnvName = "ANTHROPIC_API_KEY"
     model: str = "claude-sonnet-5-5"
     fast_model: str = "claude-haiku-5-5"
-    max_tokens: PosInt = 1024
+    max_tokens: Annotated[int, Field(ge=1, le=MAX_REPLY_TOKENS)] = 1024
     timeout: PosFloat = 60.0
     max_retries: NonNegInt = 2
-    base_url: str | None = None
+    base_url: HttpUrl | None = None
 
     def api_key(self) -> str | None:
         """The key from the environment variable this section names; never stored in the file."""
@@ -130,7 +168,7 @@ class _ChatChannelConfig(_Section):
     enabled: bool = False
     history_limit: NonNegInt | None = None
     dm_history_limit: NonNegInt | None = None
-    dms: dict[str, DmConfig] = Field(default_factory=dict)
+    dms: dict[IdKey, DmConfig] = Field(default_factory=dict)
     dm_policy: Policy = "allowlist"
     allow_from: list[PlatformId] = Field(default_factory=list)
     admins: list[PlatformId] = Field(default_factory=list)
@@ -153,10 +191,10 @@ class _ChatChannelConfig(_Section):
 
 class TelegramConfig(_ChatChannelConfig):
     token_env: EnvName = "TELEGRAM_BOT_TOKEN"
-    base_url: str = "https://api.telegram.org/bot"
+    base_url: HttpUrl = "https://api.telegram.org/bot"
     group_policy: Policy = "allowlist"
     groups: list[PlatformId] = Field(default_factory=list)
-    group_settings: dict[str, ChatSettings] = Field(default_factory=dict)
+    group_settings: dict[IdKey, ChatSettings] = Field(default_factory=dict)
 
     def settings_for(self, key: SessionKey) -> list[ChatSettings]:
         found = self.group_settings.get(key.peer)
@@ -175,8 +213,8 @@ class DiscordGuildConfig(_Section):
 class DiscordConfig(_ChatChannelConfig):
     token_env: EnvName = "DISCORD_BOT_TOKEN"
     guild_policy: Policy = "allowlist"
-    guilds: dict[str, DiscordGuildConfig] = Field(default_factory=dict)
-    channel_settings: dict[str, ChatSettings] = Field(default_factory=dict)
+    guilds: dict[IdKey, DiscordGuildConfig] = Field(default_factory=dict)
+    channel_settings: dict[IdKey, ChatSettings] = Field(default_factory=dict)
     allow_bots: bool = False
 
     def settings_for(self, key: SessionKey) -> list[ChatSettings]:
@@ -221,19 +259,6 @@ class SchedulerConfig(_Section):
     request_poll: PosFloat = 2.0
 
 
-_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-SCHEDULE_CHANNELS = ("console", "telegram", "discord")
-
-
-def parse_duration(text: str) -> int:
-    """Seconds in a duration such as "90s", "30m", "2h" or "1d12h"; ValueError otherwise."""
-    match = _DURATION.match(text.strip())
-    if not text.strip() or match is None:
-        raise ValueError('a duration such as "30m", "2h" or "1d12h"')
-    days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
-
-
 class ScheduleConfig(_Section):
     """One `[[schedules]]` entry: a briefing the daemon runs on a cron or interval schedule."""
 
@@ -253,7 +278,6 @@ class ScheduleConfig(_Section):
     @classmethod
     def _valid_cron(cls, value: str | None) -> str | None:
         if value is not None:
-
             try:
                 crontab_trigger(value, "UTC")
             except ValueError as exc:
@@ -275,7 +299,6 @@ class ScheduleConfig(_Section):
     @field_validator("deliver_to")
     @classmethod
     def _valid_target(cls, value: str) -> str:
-
         try:
             delivery_key(value, "main")
         except SessionKeyError as exc:
@@ -349,6 +372,28 @@ class Config(_Section):
         ]
 
 
+def check_startable(config: Config) -> None:
+    """What starting needs beyond valid values, read from this process's environment: a token for
+    each enabled Telegram/Discord channel, and an enabled channel for each enabled job to deliver to.
+    A ConfigError naming the key otherwise (`run` and `check-config` both ask)."""
+    for name in ("telegram", "discord"):
+        section: TelegramConfig | DiscordConfig = getattr(config.channels, name)
+        if section.enabled and not os.environ.get(section.token_env, "").strip():
+            raise ConfigError(
+                config.source, f"channels.{name}.token_env",
+                f"the environment variable {section.token_env} it names is not set; export the bot "
+                f"token there or set channels.{name}.enabled = false",
+            )
+    for index, job in enumerate(config.schedules):
+        provider = delivery_key(job.deliver_to, config.agent.id).provider
+        if job.enabled and not getattr(config.channels, provider).enabled:
+            raise ConfigError(
+                config.source, f'schedules[{index}] (id "{job.id}").deliver_to',
+                f"a channel that is enabled; [channels.{provider}] is not (enable it, or set "
+                "enabled = false on this job)",
+            )
+
+
 def resolve_history_limit(config: Config, key: SessionKey) -> int | None:
     """The history limit (in user turns) for a session, or None for unlimited.
 
@@ -397,6 +442,11 @@ def parse_config(data: dict[str, Any], source: str) -> Config:
     """Validate already-parsed TOML data; errors name `source` and the key path."""
     if "source" in data:
         raise ConfigError(source, "source", f"unknown key; expected one of: {_field_list(Config)}")
+    for loc, number in _numbers(data):
+        if isinstance(number, float) and not math.isfinite(number):
+            raise ConfigError(source, _key_path(loc, data), f"expected a finite number (got {number})")
+        if isinstance(number, int) and abs(number) > _MAX_INT:
+            raise ConfigError(source, _key_path(loc, data), f"expected a 64-bit integer (got {number})")
     try:
         config = Config.model_validate({**data, "source": source})
     except ValidationError as exc:
@@ -408,7 +458,6 @@ def parse_config(data: dict[str, Any], source: str) -> Config:
             raise ConfigError(source, key, f"a unique id; another [[schedules]] entry is {job.id!r}")
         seen.add(job.id)
         target = _key_path(("schedules", str(index), "deliver_to"), data)
-
         key_of = delivery_key(job.deliver_to, config.agent.id)
         if key_of.agent_id != config.agent.id:
             raise ConfigError(source, target, f"a session key of this agent ('agent:{config.agent.id}:...')")
@@ -420,9 +469,22 @@ def parse_config(data: dict[str, Any], source: str) -> Config:
     return config
 
 
+def _numbers(node: Any, loc: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], int | float]]:
+    """Every number in parsed TOML with its key path, so out-of-range ones are refused anywhere."""
+    if isinstance(node, dict):
+        return [found for key, value in node.items() for found in _numbers(value, (*loc, str(key)))]
+    if isinstance(node, list):
+        return [found for index, value in enumerate(node) for found in _numbers(value, (*loc, str(index)))]
+    if isinstance(node, int | float) and not isinstance(node, bool):
+        return [(loc, node)]
+    return []
+
+
 def _to_config_error(exc: ValidationError, source: str, data: dict[str, Any] | None = None) -> ConfigError:
     error = exc.errors()[0]
     loc = tuple(str(part) for part in error["loc"])
+    if loc[-1:] == ("[key]",):  # a table key that is not valid: name the key itself
+        loc = loc[:-1]
     key = _key_path(loc, data)
     if error["type"] == "extra_forbidden":
         parent = _model_at(loc[:-1])

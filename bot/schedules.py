@@ -1,25 +1,27 @@
 """What a schedule means: its trigger (cron as cron means it, wall-clock safe across DST), the times
-it should have run since a given moment, and where its output is delivered. Pure, no I/O."""
+it should have run since a given moment, and where its output is delivered. Pure, no I/O.
+
+What an entry may say (cron lines, intervals, targets) is checked by `bot.schedule_spec`, which the
+config uses too; this module runs what the config accepted."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from apscheduler.triggers.base import BaseTrigger  # type: ignore[import-untyped]
-from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
 from apscheduler.triggers.interval import IntervalTrigger  # type: ignore[import-untyped]
 
-from bot.errors import SessionKeyError
 from bot.messages import ChatRef
-from bot.session_key import SessionKey, build, parse
+from bot.schedule_spec import crontab_trigger as crontab_trigger
+from bot.schedule_spec import delivery_key as delivery_key
+from bot.session_key import SessionKey
 
 if TYPE_CHECKING:
     from bot.config import Config, ScheduleConfig
 
-_CRON_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 _TELEGRAM_GENERAL_TOPIC = "1"  # a forum's General topic is sent to without a thread id
 # Older scheduled times are not enumerated one by one after a long outage (an every-minute job
 # down for a month would be tens of thousands of records).
@@ -28,74 +30,6 @@ MISSED_RECORDS = 100
 
 
 # -- time ---------------------------------------------------------------------------------------
-
-
-class WallClockCronTrigger(CronTrigger):  # type: ignore[misc]
-    """A cron trigger that fires each local wall-clock time at most once.
-
-    APScheduler 3.11 fires a 02:30 job twice on the night clocks go back (02:30 summer time, then
-    02:30 winter time); a time not after the previous fire's wall-clock time is skipped instead.
-    A time that does not exist (clocks go forward) fires once, at the same instant an hour later.
-    """
-
-    def get_next_fire_time(self, previous_fire_time: datetime | None, now: datetime) -> datetime | None:
-        candidate: datetime | None = super().get_next_fire_time(previous_fire_time, now)
-        if previous_fire_time is not None:
-            floor = previous_fire_time.astimezone(self.timezone).replace(tzinfo=None)
-            while candidate is not None and candidate.replace(tzinfo=None) <= floor:
-                candidate = super().get_next_fire_time(candidate, candidate)
-        return candidate
-
-
-def crontab_trigger(expr: str, timezone: str | tzinfo) -> WallClockCronTrigger:
-    """A trigger for a standard five-field cron line (minute hour day month weekday).
-
-    Weekday numbers follow cron (0 and 7 are Sunday), not APScheduler 3's own numbering (0 is
-    Monday). Restricting both day of month and weekday is refused: cron runs when either matches,
-    APScheduler only when both do.
-    """
-    fields = expr.split()
-    if len(fields) != 5:
-        raise ValueError(f"expected 5 fields, got {len(fields)}")
-    minute, hour, day, month, weekday = (f.replace("?", "*") for f in fields)
-    if day != "*" and weekday != "*":
-        raise ValueError("restrict the day of month or the weekday, not both")
-    return WallClockCronTrigger(
-        minute=minute, hour=hour, day=day, month=month, day_of_week=_cron_weekdays(weekday),
-        timezone=timezone,
-    )
-
-
-def _cron_weekdays(field: str) -> str:
-    if field == "*":
-        return "*"
-    days: set[int] = set()
-    for part in field.split(","):
-        spec, _, step_text = part.partition("/")
-        step = int(step_text) if step_text else 1
-        if step < 1:
-            raise ValueError(f"bad weekday step in {part!r}")
-        if spec == "*":
-            low, high = 0, 6
-        elif "-" in spec:
-            first, last = spec.split("-", 1)
-            low, high = _cron_day(first), _cron_day(last)
-        else:
-            low = _cron_day(spec)
-            high = 6 if step_text else low
-        if high < low:
-            raise ValueError(f"weekday range {part!r} runs backwards")
-        days.update(day % 7 for day in range(low, high + 1, step))
-    return ",".join(_CRON_DAYS[day] for day in sorted(days))
-
-
-def _cron_day(text: str) -> int:
-    name = text.strip().lower()
-    if name.isdigit() and 0 <= int(name) <= 7:
-        return int(name)
-    if name[:3] in _CRON_DAYS and len(name) == 3:
-        return _CRON_DAYS.index(name[:3])
-    raise ValueError(f"bad weekday {text!r}; expected 0-7 or sun..sat")
 
 
 def job_zone(job: ScheduleConfig, config: Config) -> ZoneInfo:
@@ -154,27 +88,6 @@ def plan_runs(trigger: BaseTrigger, after: datetime, now: datetime, grace: float
 # -- where a job delivers -----------------------------------------------------------------------
 
 
-def delivery_key(text: str, agent_id: str) -> SessionKey:
-    """The session a job's output belongs to: a full session key, or `<channel>:<chat id>`."""
-    from bot.config import SCHEDULE_CHANNELS
-
-    if text.startswith("agent:"):
-        key = parse(text)
-    else:
-        provider, sep, chat = text.partition(":")
-        if not sep or not chat:
-            raise SessionKeyError(f"{text!r} is neither a session key nor '<channel>:<chat id>'")
-        if provider == "telegram":
-            key = build(agent_id, provider, "group" if chat.startswith("-") else "direct", chat)
-        elif provider == "discord":
-            key = build(agent_id, provider, "channel", chat)
-        else:
-            key = build(agent_id, provider, "direct", chat)
-    if key.provider not in SCHEDULE_CHANNELS:
-        raise SessionKeyError(f"unknown channel {key.provider!r}; expected one of {SCHEDULE_CHANNELS}")
-    return key
-
-
 def delivery_chat(key: SessionKey, chat: str | None = None) -> ChatRef:
     """Where a channel sends a session's messages; `chat` names it when the key cannot."""
     if key.provider == "telegram":
@@ -184,5 +97,3 @@ def delivery_chat(key: SessionKey, chat: str | None = None) -> ChatRef:
         return ChatRef(key.provider, chat or key.suffix_id or key.peer)
     return ChatRef(key.provider, chat or key.peer)
 
-
-# -- the prompt ---------------------------------------------------------------------------------
