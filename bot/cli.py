@@ -1,4 +1,8 @@
-"""The `switchboard` command: run the daemon, chat on the console, and the admin commands."""
+"""The `switchboard` command: run the daemon, chat on the console, and the admin commands.
+
+Each command imports what it needs when it runs: a config refused, `--help` or `sessions` must not
+pay for the model SDK and the platform libraries the daemon loads.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +16,19 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bot.config import Config, load_config
 from bot.errors import BotError, ConfigError
-from bot.log import configure_logging
 from bot.session_key import parse
-from bot.store import Store
+
+if TYPE_CHECKING:
+    from bot.config import Config
+    from bot.store import Store
 
 DEFAULT_CONFIG = "config.toml"
+# `switchboard status` and `reload` exit 3 when no daemon runs, as `systemctl status` does for a
+# stopped unit.
+EXIT_NOT_RUNNING = 3
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -38,65 +46,114 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.exit(code)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, like every other error, then where the help is."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
+SESSION_KEY_HELP = ("a session, as `switchboard sessions` lists them: agent:<id>:<channel>:<kind>:<chat>"
+                    "[:thread|topic:<id>], e.g. agent:main:telegram:direct:123456789")
+
+EXAMPLES = {
+    "run": ["switchboard run", "switchboard run --config /etc/switchboard/config.toml"],
+    "chat": ["switchboard chat", "echo 'hello' | switchboard chat"],
+    "init": ["switchboard init", "switchboard init --config ~/.config/switchboard/config.toml"],
+    "check-config": ["switchboard check-config", "switchboard check-config /etc/switchboard/config.toml"],
+    "sessions": ["switchboard sessions"],
+    "history": ["switchboard history agent:main:console:direct:local --limit 5"],
+    "context": ["switchboard context agent:main:telegram:direct:123456789",
+                "switchboard context agent:main:telegram:direct:123456789 --turn -2"],
+    "replay": ["switchboard replay agent:main:telegram:direct:123456789 --turn 3"],
+    "compact": ["switchboard compact agent:main:discord:channel:222222222222222222"],
+    "jobs": ["switchboard jobs", "switchboard jobs run morning --wait 60"],
+    "jobs run": ["switchboard jobs run morning", "switchboard jobs run morning --wait 0"],
+    "status": ["switchboard status", "switchboard status --json | jq .channels"],
+    "reload": ["switchboard reload", "sudo systemctl reload switchboard   # the same, through systemd"],
+    "db": ["switchboard db backup /var/backups/switchboard.db",
+           "switchboard db prune --older-than 90 --dry-run"],
+    "db backup": ["switchboard db backup backup.db", "switchboard db backup backup.db --force"],
+    "db prune": ["switchboard db prune --older-than 90 --dry-run", "switchboard db prune --older-than 90"],
+}
+
+
+def _examples(name: str) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[name])
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("switchboard")
+    except PackageNotFoundError:
+        return "unknown (not installed; run from a source tree)"
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", default=DEFAULT_CONFIG, metavar="PATH",
                         help="config file (default: ./config.toml)")
-    parser = argparse.ArgumentParser(
-        prog="switchboard", description="A multi-channel, Claude-backed chat bot daemon."
+    parser = _Parser(
+        prog="switchboard", description="A multi-channel, Claude-backed chat bot daemon.",
+        epilog="Exit status: 0 done, 1 failed, 2 config or usage error, 3 no daemon running "
+               "(status, reload). `switchboard COMMAND --help` shows each command's examples.",
     )
+    parser.add_argument("--version", action="version", version=f"switchboard {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, func: object, help_text: str) -> argparse.ArgumentParser:
-        command = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+    def add(name: str, func: object, help_text: str, parent: Any = sub) -> argparse.ArgumentParser:
+        command: argparse.ArgumentParser = parent.add_parser(
+            name.split()[-1], parents=[common], help=help_text, description=help_text,
+            epilog=_examples(name), formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         command.set_defaults(func=func)
         return command
 
     add("run", _run, "run the daemon with every enabled channel")
     add("chat", _chat, "talk to the agent on this terminal")
     add("init", _init, "write config.toml from the documented example")
-    check = add("check-config", _check_config, "validate a config file without starting anything")
+    check = add("check-config", _check_config,
+                "check a config file as `run` would (values, tokens, channels) without starting anything")
     check.add_argument("path", nargs="?", help="config file (default: --config)")
     add("sessions", _sessions, "list sessions with message counts and last activity")
     history = add("history", _history, "show a session's newest messages")
-    history.add_argument("session_key")
+    history.add_argument("session_key", metavar="SESSION_KEY", help=SESSION_KEY_HELP)
     history.add_argument("--limit", type=_positive, default=20, help="messages to show (20)")
     context = add("context", _context, "show what went into a turn's context and why")
-    context.add_argument("session_key")
-    context.add_argument("--turn", type=int, default=0,
+    context.add_argument("session_key", metavar="SESSION_KEY", help=SESSION_KEY_HELP)
+    context.add_argument("--turn", type=_turn, default=None, metavar="N",
                          help="turn number from 1; negative counts from the newest (default: newest)")
     replay = add("replay", _replay,
                  "build a turn's context again from the stored log and config; exit 1 if it differs")
-    replay.add_argument("session_key")
-    replay.add_argument("--turn", type=int, default=0,
+    replay.add_argument("session_key", metavar="SESSION_KEY", help=SESSION_KEY_HELP)
+    replay.add_argument("--turn", type=_turn, default=None, metavar="N",
                         help="turn number from 1; negative counts from the newest (default: newest)")
     compact = add("compact", _compact,
                   "summarise a session's older messages now (the full history stays stored)")
-    compact.add_argument("session_key")
+    compact.add_argument("session_key", metavar="SESSION_KEY", help=SESSION_KEY_HELP)
     jobs = add("jobs", _jobs, "list scheduled jobs with their next run and last status")
     jobs_sub = jobs.add_subparsers(dest="jobs_command", metavar="run")
-    run_job = jobs_sub.add_parser(
-        "run", parents=[common], help="ask the running daemon to run a job now, delivered as configured"
-    )
-    run_job.add_argument("job_id")
-    run_job.add_argument("--wait", type=float, default=120.0, metavar="SECONDS",
+    run_job = add("jobs run", _jobs_run,
+                  "ask the running daemon to run a job now, delivered as configured",
+                  jobs_sub)
+    run_job.add_argument("job_id", metavar="ID",
+                         help="the job's id in [[schedules]] (see `switchboard jobs`)")
+    run_job.add_argument("--wait", type=_seconds, default=120.0, metavar="SECONDS",
                          help="how long to wait for the outcome (default 120; 0: do not wait)")
-    run_job.set_defaults(func=_jobs_run)
     status = add("status", _status, "show whether the daemon runs: channels, queues, schedules, last error")
     status.add_argument("--json", action="store_true", help="print the daemon's answer as JSON")
     add("reload", _reload, "make the running daemon re-read its config file (as SIGHUP does)")
     db = add("db", _db_help, "database care: backup, prune")
     db_sub = db.add_subparsers(dest="db_command", metavar="backup|prune")
-    backup = db_sub.add_parser("backup", parents=[common], help="copy the database, safely while it runs")
+    backup = add("db backup", _db_backup, "copy the database, safely while it runs", db_sub)
     backup.add_argument("path", help="the new backup file")
     backup.add_argument("--force", action="store_true", help="replace the file if it exists")
-    backup.set_defaults(func=_db_backup)
-    prune = db_sub.add_parser("prune", parents=[common],
-                              help="delete old conversation messages that no limit still needs")
+    prune = add("db prune", _db_prune, "delete old conversation messages that no limit still needs", db_sub)
     prune.add_argument("--older-than", type=_positive, required=True, metavar="DAYS",
                        help="only messages older than this many days")
     prune.add_argument("--dry-run", action="store_true", help="show what would go, delete nothing")
-    prune.set_defaults(func=_db_prune)
     return parser
 
 
@@ -107,7 +164,24 @@ def _positive(text: str) -> int:
     return value
 
 
+def _turn(text: str) -> int:
+    value = int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("turns count from 1 (negative counts back from the newest); "
+                                         "there is no turn 0")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 86400:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError("a number of seconds from 0 to 86400")
+    return value
+
+
 def _load(args: argparse.Namespace) -> Config:
+    from bot.config import load_config
+
     config = load_config(args.config) if Path(args.config).exists() else None
     if config is None:
         raise ConfigError(
@@ -119,6 +193,8 @@ def _load(args: argparse.Namespace) -> Config:
 
 
 def _logging(config: Config, *, quiet: bool = False) -> None:
+    from bot.log import configure_logging
+
     secrets = [value for name in config.secret_env_names() if (value := _env(name))]
     level = config.logging.level
     if quiet and level == "INFO":  # the chat itself shows each turn; keep only warnings
@@ -131,18 +207,47 @@ def _env(name: str) -> str | None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    config = _load_or_defaults(args)
+    # Everything `run` can refuse is refused before the daemon (the SDKs, the platform libraries)
+    # is imported: a bad file costs what check-config costs.
+    _check_startable(config, terminal=sys.stdin.isatty())
+
     from bot.daemon import Daemon, build_channels, console_attached, serve
 
-    config = _load(args)
     _logging(config)
     channels = build_channels(config, console=config.channels.console.enabled and console_attached())
-    if not channels:
+    asyncio.run(serve(Daemon(config, channels)))
+    return 0
+
+
+def _load_or_defaults(args: argparse.Namespace) -> Config:
+    """The config file; on a terminal with no ./config.toml, the built-in defaults (and one line
+    saying so). Headless, a missing file stays an error: nothing would be there to talk to."""
+    from bot.config import parse_config
+
+    if args.config != DEFAULT_CONFIG or Path(args.config).exists() or not sys.stdin.isatty():
+        return _load(args)
+    config = parse_config({}, "<defaults>")
+    print(f"switchboard: no {DEFAULT_CONFIG} here, so running on the built-in defaults (the console; "
+          f"database {config.database_path()}); `make init` (or `switchboard init`) writes one to edit",
+          file=sys.stderr)
+    return config
+
+
+def _check_startable(config: Config, *, terminal: bool) -> None:
+    """Refuse what `run` would: a missing bot token, a job for a disabled channel, no channel."""
+    from bot.config import check_startable
+
+    check_startable(config)
+    if not _platforms(config) and not (config.channels.console.enabled and terminal):
         raise ConfigError(
             config.source, "channels",
             "no channel is enabled: enable a channel, or run `switchboard chat` on a terminal",
         )
-    asyncio.run(serve(Daemon(config, channels)))
-    return 0
+
+
+def _platforms(config: Config) -> list[str]:
+    return [name for name in ("telegram", "discord") if getattr(config.channels, name).enabled]
 
 
 def _chat(args: argparse.Namespace) -> int:
@@ -169,11 +274,17 @@ def example_config_text() -> str:
 
 
 def _init(args: argparse.Namespace) -> int:
+    from bot.config import load_config
+
     target = Path(args.config)
     if target.exists():
         print(f"switchboard: {target} already exists; leaving it as it is", file=sys.stderr)
         return 1
-    target.write_text(example_config_text(), encoding="utf-8")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(example_config_text(), encoding="utf-8")
+    except OSError as exc:
+        raise BotError(f"cannot write {target}: {exc.strerror or exc}") from exc
     config = load_config(target)
     print(f"Wrote {target}. Set these environment variables (secrets never go in the file):")
     print(f"  {config.anthropic.api_key_env}  your Anthropic API key (required)")
@@ -183,16 +294,30 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _check_config(args: argparse.Namespace) -> int:
+    from bot.config import Config, load_config
+
     path = args.path or args.config
     config = load_config(path)
-    missing = [name for name in [config.anthropic.api_key_env] if _env(name) is None]
-    print(f"{path}: OK (agent {config.agent.id!r}, database {config.database_path()})")
-    for name in missing:
-        print(f"note: environment variable {name} is not set")
+    # What `run` checks, in this shell's environment; whether a terminal is attached is not
+    # known here, so a console-only config passes with a note.
+    _check_startable(config, terminal=True)
+    platforms = _platforms(config)
+    channels = ", ".join((["console"] if config.channels.console.enabled else []) + platforms)
+    print(f"{path}: OK (agent {config.agent.id!r}, database {config.database_path()}, channels: {channels})")
+    if config.model_dump() == Config().model_dump():
+        print("note: the file sets nothing: every value is the built-in default")
+    if not platforms:
+        print("note: no channel but the console is enabled, so `switchboard run` needs a terminal; "
+              "enable [channels.telegram] or [channels.discord] to run as a service")
+    if _env(config.anthropic.api_key_env) is None:
+        print(f"note: environment variable {config.anthropic.api_key_env} is not set "
+              "(replies will be the fallback message)")
     return 0
 
 
 def _open_store(config: Config) -> AbstractAsyncContextManager[Store]:
+    from bot.store import Store
+
     path = config.database_path()
     if not path.exists():
         raise BotError(f"no database at {path} (nothing has been stored yet)")
@@ -235,7 +360,7 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _context(args: argparse.Namespace) -> int:
-    from bot.replay import pick_turn
+    from bot.turn_choice import pick_turn
 
     config = _load(args)
     _logging(config, quiet=True)  # an unreadable snapshot's warning goes to stderr
@@ -245,7 +370,7 @@ def _context(args: argparse.Namespace) -> int:
         async with _open_store(config) as store:
             await store.session(key)
             total = await store.snapshot_count(key)
-            record = pick_turn(await store.snapshots(key), key, args.turn, total)
+            record = pick_turn(await store.snapshots(key), key, args.turn or 0, total)
             snap = record.snapshot
             print(f"turn {record.turn} of {total}  at {_when(record.created_at)}  "
                   f"request #{record.request_message_id}  reply #{record.reply_message_id}")
@@ -292,7 +417,8 @@ def _replay(args: argparse.Namespace) -> int:
         async with _open_store(config) as store:
             await store.session(key)
             # No key: replay never calls a model (triage answers come from the snapshot).
-            result = await replay(config, store, AnthropicBrain(config.anthropic, None), key, args.turn)
+            result = await replay(config, store, AnthropicBrain(config.anthropic, None), key,
+                                  args.turn or 0)
         record, rebuilt = result.record, result.rebuilt
         print(f"turn {record.turn}: hash recorded {record.hash or '(none)'}, "
               f"rebuilt {rebuilt.input_hash}")
@@ -348,6 +474,7 @@ def _compact(args: argparse.Namespace) -> int:
 def _jobs(args: argparse.Namespace) -> int:
     from bot.scheduler import failing
     from bot.schedules import job_trigger
+    from bot.store import Store
 
     config = _load(args)
     if not config.schedules:
@@ -384,6 +511,8 @@ def _jobs(args: argparse.Namespace) -> int:
 
 
 def _jobs_run(args: argparse.Namespace) -> int:
+    from bot.store import Store
+
     config = _load(args)
     ids = [job.id for job in config.schedules]
     if args.job_id not in ids:
@@ -419,9 +548,6 @@ def _when(timestamp: float) -> str:
 
 
 # -- operations: status, reload, database care (see README "Operations") -----------------------
-
-# `switchboard status` exits 3 when no daemon runs, as `systemctl status` does for a stopped unit.
-EXIT_NOT_RUNNING = 3
 
 
 def _control_path(config: Config) -> Path:
@@ -480,10 +606,14 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _reload(args: argparse.Namespace) -> int:
-    from bot.control import request
+    from bot.control import NotRunningError, request
 
-    config = _load(args)  # a broken file is reported here, before the daemon is asked
-    reply = request(_control_path(config), "reload")
+    config = _load(args)  # a broken file is reported here (exit 2), before the daemon is asked
+    try:
+        reply = request(_control_path(config), "reload")
+    except NotRunningError as exc:
+        print(f"switchboard: {exc}", file=sys.stderr)
+        return EXIT_NOT_RUNNING
     if not reply.get("ok"):
         raise BotError(f"the daemon could not reload: {reply.get('error')}")
     if not reply["reloaded"]:
@@ -504,6 +634,8 @@ def _db_help(args: argparse.Namespace) -> int:
 
 def _db_backup(args: argparse.Namespace) -> int:
     import sqlite3
+
+    from bot.store import Store
 
     config = _load(args)
     target = Path(args.path)
@@ -563,6 +695,8 @@ def _db_prune(args: argparse.Namespace) -> int:
 def _on_database(config: Config, work: Any) -> Any:
     """Run an async database job; a damaged file becomes the one-line StoreError, not a traceback."""
     import sqlite3
+
+    from bot.store import Store
 
     try:
         return asyncio.run(work())

@@ -51,9 +51,9 @@ def test_status_says_not_running_and_exits_3_when_no_daemon_listens(
 
 
 def test_reload_without_a_daemon_is_one_clear_line(tmp_path: Path, config_file: Path) -> None:
-    """`switchboard reload` with no daemon fails in one line naming the socket it tried."""
+    """`switchboard reload` with no daemon fails in one line naming the socket, exit 3 as `status`."""
     result = switchboard(tmp_path, "reload")
-    assert result.returncode == 1
+    assert result.returncode == 3
     assert "not running" in _one_line(result.stderr)
 
 

@@ -1,0 +1,206 @@
+"""The `switchboard` command's manners: check-config refuses what `run` refuses, a refused file
+costs no daemon imports, and small usage fixes (init, --turn, --version,
+help with examples, `run` on the defaults on a terminal)."""
+
+from __future__ import annotations
+
+import os
+import pty
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_cli import ROOT, _one_line, switchboard
+
+TELEGRAM = "[channels.telegram]\nenabled = true\n"
+JOB = '[[schedules]]\nid = "daily"\ncron = "0 8 * * *"\nprompt = "Brief me."\n'
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text('[database]\npath = "data/bot.db"\n' + text, encoding="utf-8")
+    return path
+
+
+# -- check-config checks what run checks ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "key", "expected"),
+    [
+        (TELEGRAM, "channels.telegram.token_env", "TELEGRAM_BOT_TOKEN it names is not set"),
+        ("[channels.discord]\nenabled = true\ntoken_env = \"MY_DISCORD\"\n", "channels.discord.token_env",
+         "MY_DISCORD it names is not set"),
+        (TELEGRAM + JOB + 'deliver_to = "discord:1"\n', 'schedules[0] (id "daily").deliver_to',
+         "[channels.discord] is not"),
+        ("[channels.console]\nenabled = false\n", "channels", "no channel is enabled"),
+    ],
+)
+def test_check_config_refuses_what_run_refuses(tmp_path: Path, content: str, key: str, expected: str) -> None:
+    """A file `run` would refuse (unset token, a job for a disabled channel, no channel) fails
+    check-config too, exit 2 with the very line `run` prints."""
+    _write(tmp_path, content)
+    env = {"TELEGRAM_BOT_TOKEN": "123:abc"} if "deliver_to" in content else {}
+    check = switchboard(tmp_path, "check-config", env=env)
+    run = switchboard(tmp_path, "run", env=env)
+    assert (check.returncode, run.returncode) == (2, 2), (check.stderr, run.stderr)
+    line = _one_line(check.stderr)
+    assert line == _one_line(run.stderr)
+    assert line.startswith(f"switchboard: {tmp_path / 'config.toml'}: {key}: ")
+    assert expected in line
+
+
+def test_a_disabled_job_for_a_disabled_channel_is_fine(tmp_path: Path) -> None:
+    """A job that is switched off may point at a channel that is off too."""
+    _write(tmp_path, JOB + 'deliver_to = "discord:1"\nenabled = false\n')
+    result = switchboard(tmp_path, "check-config")
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("content", ["", "# only comments\n# [agent]\n"])
+def test_check_config_on_an_empty_file_says_it_runs_on_defaults(tmp_path: Path, content: str) -> None:
+    """An empty or comment-only file passes, saying it sets nothing and that only the console is on."""
+    (tmp_path / "config.toml").write_text(content, encoding="utf-8")
+    result = switchboard(tmp_path, "check-config")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("config.toml: OK (") and lines[0].endswith("channels: console)")
+    assert "note: the file sets nothing: every value is the built-in default" in lines
+    assert any(line.startswith("note: no channel but the console is enabled") for line in lines)
+
+
+def test_check_config_with_a_platform_and_its_token_is_quiet_about_channels(tmp_path: Path) -> None:
+    """A file with an enabled channel and its token set gets no channel note."""
+    _write(tmp_path, TELEGRAM)
+    result = switchboard(tmp_path, "check-config", env={"TELEGRAM_BOT_TOKEN": "123:abc"})
+    assert result.returncode == 0, result.stderr
+    assert "channels: console, telegram" in result.stdout
+    assert "note: no channel" not in result.stdout and "sets nothing" not in result.stdout
+
+
+# -- imports --------------------------------------------------------------------------------
+
+_PROBE = """
+import sys
+from bot.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as exit:
+    code = exit.code
+heavy = sorted({name.split(".")[0] for name in sys.modules} & {"anthropic", "telegram", "discord"})
+print("HEAVY", ",".join(heavy), "CODE", code)
+"""
+
+
+def _imports(tmp_path: Path, *args: str) -> tuple[str, str]:
+    environ = dict(os.environ)
+    environ["PYTHONPATH"] = str(ROOT)
+    result = subprocess.run([sys.executable, "-c", _PROBE, *args], cwd=tmp_path, env=environ,
+                            capture_output=True, text=True, timeout=60, check=False)
+    words = result.stdout.strip().splitlines()[-1].split(" ")
+    assert words[0] == "HEAVY" and words[2] == "CODE", result.stdout + result.stderr
+    return words[1], words[3]
+
+
+@pytest.mark.parametrize(
+    "content", ["[router]\nmax_concurrent_turns = 0\n", TELEGRAM, "[channels.console]\nenabled = false\n"]
+)
+def test_run_refuses_a_bad_file_before_importing_the_daemon(tmp_path: Path, content: str) -> None:
+    """`run` with a file it refuses exits 2 without importing the Anthropic SDK, python-telegram-bot
+    or discord.py."""
+    _write(tmp_path, content)
+    assert _imports(tmp_path, "run") == ("", "2")
+
+
+def test_context_does_not_import_the_model_sdk(tmp_path: Path) -> None:
+    """`context` reads snapshots only: it imports no Anthropic SDK (it exits 1: no database here)."""
+    _write(tmp_path, "")
+    assert _imports(tmp_path, "context", "agent:main:console:direct:local") == ("", "1")
+
+
+# -- small usage fixes -------------------------------------------------------------------------
+
+
+def test_init_into_a_missing_directory_creates_it(tmp_path: Path) -> None:
+    """`init --config new/dir/config.toml` creates the directory and writes the file, no traceback."""
+    result = switchboard(tmp_path, "init", "--config", "new/dir/config.toml")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "new" / "dir" / "config.toml").is_file()
+
+
+def test_init_where_nothing_can_be_written_is_one_line(tmp_path: Path) -> None:
+    """`init` under a path that is a file fails in one line naming the target."""
+    (tmp_path / "blocker").write_text("", encoding="utf-8")
+    result = switchboard(tmp_path, "init", "--config", "blocker/config.toml")
+    assert result.returncode == 1
+    assert _one_line(result.stderr).startswith("switchboard: cannot write blocker/config.toml")
+
+
+@pytest.mark.parametrize("command", ["context", "replay"])
+def test_turn_zero_is_refused_in_one_line(tmp_path: Path, command: str) -> None:
+    """`--turn 0` is a usage error in one line (turns count from 1), exit 2."""
+    _write(tmp_path, "")
+    result = switchboard(tmp_path, command, "agent:main:console:direct:local", "--turn", "0")
+    assert result.returncode == 2
+    line = _one_line(result.stderr)
+    assert "--turn" in line and "no turn 0" in line
+
+
+def test_version_prints_the_installed_version(tmp_path: Path) -> None:
+    """`switchboard --version` prints the installed package's version."""
+    from importlib.metadata import version
+
+    result = switchboard(tmp_path, "--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"switchboard {version('switchboard')}"
+
+
+@pytest.mark.parametrize(
+    "command", [["run"], ["history"], ["context"], ["jobs", "run"], ["db", "prune"], ["check-config"]]
+)
+def test_subcommand_help_has_examples(tmp_path: Path, command: list[str]) -> None:
+    """Each command's --help ends with examples; a SESSION_KEY argument says what it is."""
+    result = switchboard(tmp_path, *command, "--help")
+    assert result.returncode == 0, result.stderr
+    examples = result.stdout.split("examples:\n", 1)[1]
+    assert examples.lstrip().startswith(f"switchboard {' '.join(command)}")
+    if command in (["history"], ["context"]):
+        words = " ".join(result.stdout.split())
+        assert "SESSION_KEY a session, as `switchboard sessions` lists them" in words
+
+
+# -- run without a config file ---------------------------------------------------------------
+
+
+def test_run_on_a_terminal_without_config_starts_on_the_defaults(tmp_path: Path) -> None:
+    """`run` on a terminal with no config.toml starts the console on the defaults (database under
+    ./state), says so in one line naming `make init`, and stops cleanly on SIGTERM."""
+    environ = {k: v for k, v in os.environ.items() if k != "XDG_STATE_HOME"}
+    environ["PYTHONPATH"] = str(ROOT)
+    main, terminal = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "bot", "run"], cwd=tmp_path, env=environ,
+                               stdin=terminal, stdout=terminal, stderr=subprocess.PIPE)
+    os.close(terminal)
+    try:
+        database = tmp_path / "state" / "switchboard.db"
+        deadline = time.monotonic() + 60
+        while not database.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert database.exists()
+        time.sleep(0.5)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(main)
+    stderr = err.decode()
+    assert process.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    notice = stderr.splitlines()[0]
+    assert notice.startswith("switchboard: no config.toml here, so running on the built-in defaults")
+    assert f"database {database}" in notice and "`make init`" in notice
