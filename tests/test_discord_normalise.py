@@ -8,16 +8,16 @@ from typing import Any
 import pytest
 
 from bot.config import DiscordConfig
-from channels.discord import (
+from channels.discord import nonce_of
+from channels.discord_catch_up import catch_up_since
+from channels.discord_normalise import (
     DiscordMessage,
     admit,
     command_of,
-    nonce_of,
     requires_mention,
     session_key_of,
     to_inbound,
 )
-from channels.discord_catch_up import catch_up_since
 
 BOT = 900
 ALICE, BOB = 1, 2
