@@ -24,7 +24,7 @@ from anthropic.types import (
 )
 
 from bot.config import AnthropicConfig
-from bot.errors import ModelError
+from bot.errors import MissingApiKeyError, ModelError
 
 log = structlog.get_logger("switchboard.brain")
 
@@ -144,9 +144,8 @@ class AnthropicBrain:
 
     def _require_client(self) -> anthropic.AsyncAnthropic:
         if self._client is None:
-            raise ModelError(
-                f"no Anthropic API key: set the {self._config.api_key_env} environment variable",
-                retryable=False,
+            raise MissingApiKeyError(
+                f"no Anthropic API key: set the {self._config.api_key_env} environment variable"
             )
         return self._client
 

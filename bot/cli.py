@@ -192,11 +192,16 @@ def _load(args: argparse.Namespace) -> Config:
     return config
 
 
-def _logging(config: Config, *, quiet: bool = False) -> None:
-    from bot.log import configure_logging
+def _logging(config: Config, *, quiet: bool = False, console: bool = False) -> None:
+    from bot.log import configure_logging, log_file
 
     secrets = [value for name in config.secret_env_names() if (value := _env(name))]
     level = config.logging.level
+    if console:  # the console has the terminal: log lines must not land in the conversation
+        path = log_file(config.database_path())
+        configure_logging(level, config.logging.format, secrets, path=path)
+        print(f"Logging to {path}", file=sys.stderr)
+        return
     if quiet and level == "INFO":  # the chat itself shows each turn; keep only warnings
         level = "WARNING"
     configure_logging(level, config.logging.format, secrets)
@@ -214,8 +219,9 @@ def _run(args: argparse.Namespace) -> int:
 
     from bot.daemon import Daemon, build_channels, console_attached, serve
 
-    _logging(config)
-    channels = build_channels(config, console=config.channels.console.enabled and console_attached())
+    console = config.channels.console.enabled and console_attached()
+    _logging(config, console=console)
+    channels = build_channels(config, console=console)
     asyncio.run(serve(Daemon(config, channels)))
     return 0
 
@@ -257,7 +263,7 @@ def _chat(args: argparse.Namespace) -> int:
     # A newcomer with only an API key can chat before writing any config.
     explicit = args.config != DEFAULT_CONFIG
     config = _load(args) if explicit or Path(args.config).exists() else parse_config({}, "<defaults>")
-    _logging(config, quiet=True)
+    _logging(config, quiet=True, console=sys.stdin.isatty())
     channels = build_channels(config, console=True, platforms=False)
     print(f"Chatting with {config.agent.name} as {config.channels.console.user_name}; Ctrl-D to leave.",
           file=sys.stderr)
@@ -511,18 +517,39 @@ def _jobs(args: argparse.Namespace) -> int:
 
 
 def _jobs_run(args: argparse.Namespace) -> int:
+    from bot.control import NotRunningError, request
     from bot.store import Store
 
     config = _load(args)
     ids = [job.id for job in config.schedules]
     if args.job_id not in ids:
         raise BotError(f"no job {args.job_id!r} in {config.source}; jobs: {', '.join(ids) or 'none'}")
+    # The daemon is asked first: a request nobody takes up would run whenever it next starts.
+    try:
+        reply = request(_control_path(config), "status", timeout=10.0)
+    except NotRunningError as exc:
+        print(f"switchboard: {exc}; start it with `switchboard run`, then ask again", file=sys.stderr)
+        return EXIT_NOT_RUNNING
+    if not reply.get("ok"):
+        raise BotError(f"the daemon could not answer: {reply.get('error')}")
+    job = next((j for j in reply.get("schedules", []) if j.get("id") == args.job_id), None)
+    if job is None:
+        raise BotError(f"the running daemon has no job {args.job_id!r}: it runs {reply.get('config')}; "
+                       "after editing the file, `switchboard reload`")
+    if not job.get("runnable", True):
+        raise BotError(f"job {args.job_id!r} cannot run now: its channel is not running in the daemon")
 
-    async def request() -> int:
+    async def ask() -> int:
         async with Store.open(config.database_path()) as store:
-            run = await store.request_run(args.job_id, time.time())
-            print(f"requested run #{run.id} of {args.job_id}; the running daemon picks it up within "
-                  f"{config.scheduler.request_poll:g}s")
+            waiting = [run for run in await store.pending_runs("requested") if run.job_id == args.job_id]
+            if waiting:  # asked twice before the daemon took it up: still one run
+                run = waiting[0]
+                print(f"run #{run.id} of {args.job_id} was already requested; the daemon picks it up "
+                      f"within {config.scheduler.request_poll:g}s")
+            else:
+                run = await store.request_run(args.job_id, time.time())
+                print(f"requested run #{run.id} of {args.job_id}; the daemon picks it up within "
+                      f"{config.scheduler.request_poll:g}s")
             deadline = time.monotonic() + args.wait
             status = run.status
             while args.wait > 0 and time.monotonic() < deadline:
@@ -535,12 +562,13 @@ def _jobs_run(args: argparse.Namespace) -> int:
                     print(f"run #{run.id}: {status}{detail}")
                     return 0 if status in ("delivered", "quiet") else 1
             if args.wait > 0:
-                print(f"run #{run.id} is still {status}: is the daemon running (`switchboard run`) "
-                      "with the job's channel?", file=sys.stderr)
+                print(f"run #{run.id} is still {status} after {args.wait:g}s; `switchboard jobs` shows "
+                      "its outcome later", file=sys.stderr)
                 return 1
             return 0
 
-    return asyncio.run(request())
+    code: int = _on_database(config, ask)
+    return code
 
 
 def _when(timestamp: float) -> str:

@@ -34,6 +34,13 @@ class ModelError(BotError):
         super().__init__(message)
 
 
+class MissingApiKeyError(ModelError):
+    """No API key is configured: no retry can help; the message says which variable to set."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
+
+
 class SessionNotFoundError(BotError):
     """An admin command named a session the store does not know."""
 

@@ -17,7 +17,7 @@ from bot.compaction import NOTICE, Compactor
 from bot.config import Config
 from bot.context import Context
 from bot.context_builder import ContextBuilder
-from bot.errors import DeliveryError, ModelError
+from bot.errors import DeliveryError, MissingApiKeyError, ModelError
 from bot.messages import InboundMessage, OutboundMessage, StoredMessage
 from bot.outbox import Outbox
 from bot.prompt import PromptFiles, conversation_turns, turn_system_prompt
@@ -80,7 +80,10 @@ class TurnRunner:
                     text = completion.text.strip() or "(no reply)"
             except ModelError as exc:
                 error = str(exc)
-                text = FALLBACK_REPLY
+                # On the console the admin is the user: say what to set. Chats get the apology
+                # (no configuration detail reaches a chat).
+                local = inbound.chat.provider == "console"
+                text = error if local and isinstance(exc, MissingApiKeyError) else FALLBACK_REPLY
             except Exception as exc:  # a bug or surprise in the provider path still gets a reply
                 bound.exception("model call crashed")
                 error = f"{type(exc).__name__}: {exc}"

@@ -19,7 +19,8 @@ from bot.session_key import build
 from bot.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
-FALLBACK = "I couldn't reach the model, try again in a moment."
+# On the console the admin is the user: without a key it says what to set (a chat gets an apology).
+NO_KEY = "no Anthropic API key: set the ANTHROPIC_API_KEY environment variable"
 KEY = build("main", "telegram", "group", -100123, topic=7)
 OTHER = build("main", "telegram", "direct", 42)
 AT = 1704164645.0  # 2024-01-02 03:04:05 UTC
@@ -389,11 +390,12 @@ def test_admin_commands_need_a_config(tmp_path: Path) -> None:
 # -- chat -----------------------------------------------------------------------------------
 
 
-def test_chat_without_api_key_gives_fallback_reply(tmp_path: Path, config_file: Path) -> None:
-    """`echo hello | switchboard chat` with no API key prints the fallback reply, stores the turn, exits 0."""
+def test_chat_without_api_key_says_which_variable_to_set(tmp_path: Path, config_file: Path) -> None:
+    """`echo hello | switchboard chat` with no API key answers which variable to set (not the generic
+    apology), stores the turn and exits 0."""
     result = switchboard(tmp_path, "chat", "--config", str(config_file), stdin="hello\n")
     assert result.returncode == 0, result.stderr
-    assert f"Testbot> {FALLBACK}" in result.stdout.splitlines()
+    assert f"Testbot> {NO_KEY}" in result.stdout.splitlines()
     assert "Traceback" not in result.stderr
 
     history = switchboard(
@@ -403,13 +405,13 @@ def test_chat_without_api_key_gives_fallback_reply(tmp_path: Path, config_file: 
     lines = history.stdout.strip().splitlines()
     assert len(lines) == 2
     assert lines[0].endswith("you: hello")
-    assert lines[1].endswith(f"agent: {FALLBACK}")
+    assert lines[1].endswith(f"agent: {NO_KEY}")
 
 
 def test_chat_answers_every_line_in_order(tmp_path: Path, config_file: Path) -> None:
     """Each line typed into `chat` gets its own reply, and the session records every turn."""
     result = switchboard(tmp_path, "chat", "--config", str(config_file), stdin="one\n\ntwo\nthree\n")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines().count(f"Testbot> {FALLBACK}") == 3
+    assert result.stdout.splitlines().count(f"Testbot> {NO_KEY}") == 3
     sessions = switchboard(tmp_path, "sessions", "--config", str(config_file))
     assert "agent:main:console:direct:local  messages=6  turns=3" in sessions.stdout

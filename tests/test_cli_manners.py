@@ -4,16 +4,21 @@ help with examples, `run` on the defaults on a terminal)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pty
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from bot.control import serving
 from tests.test_cli import ROOT, _one_line, switchboard
 
 TELEGRAM = "[channels.telegram]\nenabled = true\n"
@@ -120,6 +125,64 @@ def test_context_does_not_import_the_model_sdk(tmp_path: Path) -> None:
     """`context` reads snapshots only: it imports no Anthropic SDK (it exits 1: no database here)."""
     _write(tmp_path, "")
     assert _imports(tmp_path, "context", "agent:main:console:direct:local") == ("", "1")
+
+
+# -- jobs run --------------------------------------------------------------------------------
+
+
+def test_jobs_run_without_a_daemon_fails_at_once_and_queues_nothing(tmp_path: Path) -> None:
+    """`jobs run ID` with no daemon exits 3 in one line at once, and leaves no request to run later."""
+    _write(tmp_path, JOB + 'deliver_to = "console:local"\n')
+    result = switchboard(tmp_path, "jobs", "run", "daily")
+    assert result.returncode == 3, result.stderr
+    assert "not running" in _one_line(result.stderr)
+    assert not (tmp_path / "data" / "bot.db").exists()
+
+
+@asynccontextmanager
+async def _daemon_answering(socket: Path, schedules: list[dict[str, Any]]) -> AsyncIterator[None]:
+    """A stand-in daemon on the control socket that answers `status` and never takes a request up."""
+
+    async def status() -> dict[str, Any]:
+        return {"schedules": schedules, "config": "config.toml"}
+
+    socket.parent.mkdir(parents=True, exist_ok=True)
+    async with serving(socket, {"status": status}):
+        yield
+
+
+async def _cli(tmp_path: Path, *args: str) -> tuple[int, str, str]:
+    environ = dict(os.environ)
+    environ["PYTHONPATH"] = str(ROOT)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", *args, cwd=tmp_path, env=environ,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_jobs_run_twice_before_the_daemon_takes_it_up_is_one_run(tmp_path: Path) -> None:
+    """Two `jobs run ID` before the daemon picks the first up share one request: one run, not two."""
+    _write(tmp_path, JOB + 'deliver_to = "console:local"\n')
+    socket = tmp_path / "data" / "switchboard.sock"
+    async with _daemon_answering(socket, [{"id": "daily", "runnable": True}]):
+        first = await _cli(tmp_path, "jobs", "run", "daily", "--wait", "0")
+        second = await _cli(tmp_path, "jobs", "run", "daily", "--wait", "0")
+    assert first[0] == 0 and second[0] == 0, (first, second)
+    assert first[1].startswith("requested run #1 of daily")
+    assert second[1].startswith("run #1 of daily was already requested")
+
+
+async def test_jobs_run_for_a_job_whose_channel_is_not_running_fails_at_once(tmp_path: Path) -> None:
+    """A job the daemon cannot run here (its channel is not running) is refused, not waited for."""
+    _write(tmp_path, JOB + 'deliver_to = "console:local"\n')
+    socket = tmp_path / "data" / "switchboard.sock"
+    async with _daemon_answering(socket, [{"id": "daily", "runnable": False}]):
+        code, _, err = await _cli(tmp_path, "jobs", "run", "daily")
+    assert code == 1 and "its channel is not running" in _one_line(err)
+    assert not (tmp_path / "data" / "bot.db").exists()
 
 
 # -- small usage fixes -------------------------------------------------------------------------

@@ -663,13 +663,14 @@ async def test_jobs_run_is_delivered_by_the_running_daemon_and_jobs_lists_it(
 async def test_jobs_run_of_an_unknown_job_or_without_a_daemon_fails_clearly(
     api: AnthropicStandIn, tmp_path: Path
 ) -> None:
-    """An unknown job id exits 1 naming the jobs; with no daemon running the request waits and says so."""
+    """An unknown job id exits 1 naming the jobs; with no daemon running it fails at once (exit 3)
+    and queues nothing."""
     path = write_config(tmp_path, api)
     code, _, err = await switchboard_cli(tmp_path, "jobs", "run", "nope", "--config", str(path))
     assert code == 1 and "no job 'nope'" in err and "daily, off" in err
     code, _, err = await switchboard_cli(tmp_path, "jobs", "run", "daily", "--config", str(path),
                                          "--wait", "0.5")
-    assert code == 1 and "still requested" in err and "is the daemon running" in err
+    assert code == 3 and "not running" in err
 
 
 async def test_a_job_model_chooses_the_brain(
