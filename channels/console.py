@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, TextIO
@@ -119,7 +120,12 @@ class ConsoleChannel:
         else:
             self._output.write(f"{self._agent_name}> {message.text}\n")
             self._output.flush()
-        return []
+        # The terminal has no message ids: a local one says the reply was shown (the turn's log
+        # line counts it as delivered, and the outbox records it like any platform's).
+        shown = f"shown-{time.time_ns()}"
+        if on_chunk is not None:
+            await on_chunk(0, shown)
+        return [shown]
 
     @asynccontextmanager
     async def typing(self, chat: ChatRef) -> AsyncIterator[None]:

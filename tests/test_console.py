@@ -50,6 +50,22 @@ async def test_replies_print_with_the_agent_name() -> None:
     assert output.getvalue() == "Penny> hi there\n"
 
 
+async def test_a_shown_reply_counts_as_delivered_once() -> None:
+    """Showing a reply reports one delivered chunk (so the turn's log line says delivered=1), and a
+    reply a restart resumes after that chunk is not shown again."""
+    output = io.StringIO()
+    channel, _ = console(output)
+    recorded: list[tuple[int, str]] = []
+
+    async def record(index: int, shown: str) -> None:
+        recorded.append((index, shown))
+
+    ids = await channel.send(OutboundMessage(channel.chat, "hi there"), record)
+    assert len(ids) == 1 and recorded == [(0, ids[0])]
+    assert await channel.send(OutboundMessage(channel.chat, "hi there", skip_chunks=1), record) == []
+    assert output.getvalue().count("hi there") == 1
+
+
 async def test_end_of_input_ends_run() -> None:
     """Closing the input (EOF) makes the channel's run return."""
     channel, reader = console(io.StringIO())
