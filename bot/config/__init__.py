@@ -1,0 +1,81 @@
+"""Configuration: config.toml read once and validated into typed, frozen models.
+
+Every name is importable from here. Behind it, a module per concern: `fields` (the shared field
+types and the base section), `sections` (agent, Anthropic, conversation and the other daemon-wide
+sections), `channel_sections` (console, Telegram, Discord), `schedule_sections` (`[scheduler]` and
+`[[schedules]]`), `root` (`Config`, `check_startable`, `resolve_history_limit`) and `loading`
+(`load_config`, `parse_config` and the errors that name the key).
+"""
+
+from __future__ import annotations
+
+from bot.config.channel_sections import (
+    ChannelsConfig,
+    ChatChannelConfig,
+    ChatSettings,
+    ConsoleConfig,
+    DiscordConfig,
+    DiscordGuildConfig,
+    DmConfig,
+    TelegramConfig,
+)
+from bot.config.fields import (
+    MAX_REPLY_TOKENS,
+    EnvName,
+    HttpUrl,
+    IdKey,
+    NonNegInt,
+    PlatformId,
+    Policy,
+    PosFloat,
+    PosInt,
+)
+from bot.config.loading import load_config, parse_config
+from bot.config.root import Config, check_startable, resolve_history_limit
+from bot.config.schedule_sections import ScheduleConfig, SchedulerConfig
+from bot.config.sections import (
+    AgentConfig,
+    AnthropicConfig,
+    CompactionConfig,
+    ConversationConfig,
+    DatabaseConfig,
+    LoggingConfig,
+    RouterConfig,
+)
+from bot.schedule_spec import SCHEDULE_CHANNELS, parse_duration
+
+__all__ = [
+    "MAX_REPLY_TOKENS",
+    "SCHEDULE_CHANNELS",
+    "AgentConfig",
+    "AnthropicConfig",
+    "ChannelsConfig",
+    "ChatChannelConfig",
+    "ChatSettings",
+    "CompactionConfig",
+    "Config",
+    "ConsoleConfig",
+    "ConversationConfig",
+    "DatabaseConfig",
+    "DiscordConfig",
+    "DiscordGuildConfig",
+    "DmConfig",
+    "EnvName",
+    "HttpUrl",
+    "IdKey",
+    "LoggingConfig",
+    "NonNegInt",
+    "PlatformId",
+    "Policy",
+    "PosFloat",
+    "PosInt",
+    "RouterConfig",
+    "ScheduleConfig",
+    "SchedulerConfig",
+    "TelegramConfig",
+    "check_startable",
+    "load_config",
+    "parse_config",
+    "parse_duration",
+    "resolve_history_limit",
+]

@@ -1,0 +1,92 @@
+"""The channel config sections: console, Telegram and Discord, their access lists and per-chat settings."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from bot.config.fields import EnvName, HttpUrl, IdKey, NonNegInt, PlatformId, Policy, Section
+from bot.session_key import SessionKey
+
+
+class DmConfig(Section):
+    history_limit: NonNegInt | None = None
+
+
+class ChatSettings(Section):
+    """Overrides for one group (Telegram) or channel/thread (Discord)."""
+
+    require_mention: bool | None = None
+    history_limit: NonNegInt | None = None
+
+
+class ChatChannelConfig(Section):
+    enabled: bool = False
+    history_limit: NonNegInt | None = None
+    dm_history_limit: NonNegInt | None = None
+    dms: dict[IdKey, DmConfig] = Field(default_factory=dict)
+    dm_policy: Policy = "allowlist"
+    allow_from: list[PlatformId] = Field(default_factory=list)
+    admins: list[PlatformId] = Field(default_factory=list)
+    require_mention: bool = True
+    # Messages older than this (seconds) when they reach us are stored but not answered, and a
+    # restart resumes requests and undelivered replies only within it; 0 = no cap.
+    max_reply_age: NonNegInt = 3600
+
+    def settings_for(self, key: SessionKey) -> list[ChatSettings]:
+        """The per-chat overrides that apply to a session, most specific first."""
+        return []
+
+    def requires_mention(self, key: SessionKey) -> bool:
+        """Whether a group/channel message needs a mention (or reply, or command) to start a turn."""
+        for settings in self.settings_for(key):
+            if settings.require_mention is not None:
+                return settings.require_mention
+        return self.require_mention
+
+
+class TelegramConfig(ChatChannelConfig):
+    token_env: EnvName = "TELEGRAM_BOT_TOKEN"
+    base_url: HttpUrl = "https://api.telegram.org/bot"
+    group_policy: Policy = "allowlist"
+    groups: list[PlatformId] = Field(default_factory=list)
+    group_settings: dict[IdKey, ChatSettings] = Field(default_factory=dict)
+
+    def settings_for(self, key: SessionKey) -> list[ChatSettings]:
+        found = self.group_settings.get(key.peer)
+        return [found] if found is not None else []
+
+
+class DiscordGuildConfig(Section):
+    """Who may talk to the bot in one guild; empty lists mean no restriction at that level."""
+
+    channels: list[PlatformId] = Field(default_factory=list)
+    users: list[PlatformId] = Field(default_factory=list)
+    roles: list[PlatformId] = Field(default_factory=list)
+    require_mention: bool | None = None
+
+
+class DiscordConfig(ChatChannelConfig):
+    token_env: EnvName = "DISCORD_BOT_TOKEN"
+    guild_policy: Policy = "allowlist"
+    guilds: dict[IdKey, DiscordGuildConfig] = Field(default_factory=dict)
+    channel_settings: dict[IdKey, ChatSettings] = Field(default_factory=dict)
+    allow_bots: bool = False
+
+    def settings_for(self, key: SessionKey) -> list[ChatSettings]:
+        # A thread uses its own settings when configured, else its parent channel's.
+        ids = [key.suffix_id, key.peer] if key.suffix_kind == "thread" else [key.peer]
+        return [self.channel_settings[i] for i in ids if i is not None and i in self.channel_settings]
+
+
+class ConsoleConfig(Section):
+    enabled: bool = True
+    user_name: str = "you"
+    # The console session is a DM, so only the DM limit applies; a group `history_limit` here
+    # would silently do nothing, so it is not a key.
+    dm_history_limit: NonNegInt | None = None
+
+
+class ChannelsConfig(Section):
+    console: ConsoleConfig = ConsoleConfig()
+    telegram: TelegramConfig = TelegramConfig()
+    discord: DiscordConfig = DiscordConfig()

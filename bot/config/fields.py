@@ -1,0 +1,70 @@
+"""Config field types shared by every section: ids, URLs, environment variable names, the base model."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+
+NonNegInt = Annotated[int, Field(ge=0)]
+PosInt = Annotated[int, Field(ge=1)]
+PosFloat = Annotated[float, Field(gt=0)]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+def _id_text(value: Any) -> Any:
+    # Ids are written as TOML integers (or strings); the core compares them as strings.
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+PlatformId = Annotated[str, BeforeValidator(_id_text), Field(pattern=r"^-?[0-9]+$")]
+
+
+def _numeric_key(value: str) -> str:
+    if not value.lstrip("-").isdigit() or not value.isascii():
+        raise ValueError("a numeric id as the key, such as \"123456789\" or \"-1001234567890\"")
+    return value
+
+
+# A table keyed by a chat, user, guild or channel id (TOML keys are strings).
+IdKey = Annotated[str, AfterValidator(_numeric_key)]
+
+
+def _http_url(value: str) -> str:
+    # Checked here: the HTTP clients would refuse it only when the daemon first connects (Telegram
+    # then retries forever; the Anthropic SDK raises mid-start).
+    expected = "an http:// or https:// URL with a host, such as 'https://api.example.com'"
+    if not value.isprintable() or any(ch.isspace() for ch in value):
+        raise ValueError(expected)
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises on a port that is not a number in range
+    except ValueError as exc:
+        raise ValueError(expected) from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(expected)
+    return value
+
+
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
+# The longest reply any Claude model writes is 128k tokens; more is a typo, not a wish.
+MAX_REPLY_TOKENS = 128_000
+# SQLite and the platforms' APIs hold 64-bit integers; a bigger one in the file is a typo.
+MAX_INT = 2**63 - 1
+Policy = Literal["allowlist", "open", "disabled"]
+
+
+def known_timezone(value: str) -> str:
+    """The name itself when it is an IANA timezone, else a ValueError saying what is expected."""
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError("an IANA timezone name such as 'Europe/Berlin'") from exc
+    return value
+
+
+class Section(BaseModel):
+    # inf and nan parse as TOML floats but no timeout, share or window means them.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)

@@ -1,0 +1,121 @@
+"""The whole configuration: `Config` holding every section, what starting needs, history limits."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field
+
+from bot.config.channel_sections import ChannelsConfig, ConsoleConfig, DiscordConfig, TelegramConfig
+from bot.config.fields import Section
+from bot.config.schedule_sections import ScheduleConfig, SchedulerConfig
+from bot.config.sections import (
+    AgentConfig,
+    AnthropicConfig,
+    CompactionConfig,
+    ConversationConfig,
+    DatabaseConfig,
+    LoggingConfig,
+    RouterConfig,
+)
+from bot.errors import ConfigError
+from bot.schedule_spec import delivery_key
+from bot.session_key import SessionKey
+
+
+class Config(Section):
+    agent: AgentConfig = AgentConfig()
+    database: DatabaseConfig = DatabaseConfig()
+    anthropic: AnthropicConfig = AnthropicConfig()
+    conversation: ConversationConfig = ConversationConfig()
+    compaction: CompactionConfig = CompactionConfig()
+    channels: ChannelsConfig = ChannelsConfig()
+    router: RouterConfig = RouterConfig()
+    logging: LoggingConfig = LoggingConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    schedules: list[ScheduleConfig] = Field(default_factory=list)
+    # Where the file was read from; relative paths inside it are resolved against its folder.
+    source: str = Field(default="<defaults>", exclude=True)
+
+    def database_path(self) -> Path:
+        """The database file: configured path, else $XDG_STATE_HOME/switchboard, else ./state."""
+        if self.database.path:
+            return self.resolve(self.database.path)
+        state = os.environ.get("XDG_STATE_HOME")
+        base = Path(state) / "switchboard" if state else Path.cwd() / "state"
+        return base / "switchboard.db"
+
+    def resolve(self, path: str) -> Path:
+        """A path from the file, made absolute relative to the file's folder."""
+        candidate = Path(path).expanduser()
+        if candidate.is_absolute() or self.source == "<defaults>":
+            return candidate
+        return Path(self.source).resolve().parent / candidate
+
+    def channel(self, provider: str) -> ConsoleConfig | TelegramConfig | DiscordConfig | None:
+        section = getattr(self.channels, provider, None)
+        if isinstance(section, ConsoleConfig | TelegramConfig | DiscordConfig):
+            return section
+        return None
+
+    def chat_channel(self, provider: str) -> TelegramConfig | DiscordConfig | None:
+        """The section of a platform channel (access lists, admins, reply age), if it has one."""
+        section = self.channel(provider)
+        return section if isinstance(section, TelegramConfig | DiscordConfig) else None
+
+    def secret_env_names(self) -> list[str]:
+        """Names of the environment variables holding secrets, for redaction and `init`."""
+        return [
+            self.anthropic.api_key_env,
+            self.channels.telegram.token_env,
+            self.channels.discord.token_env,
+        ]
+
+
+def check_startable(config: Config) -> None:
+    """What starting needs beyond valid values, read from this process's environment: a token for
+    each enabled Telegram/Discord channel, and an enabled channel for each enabled job to deliver to.
+    A ConfigError naming the key otherwise (`run` and `check-config` both ask)."""
+    for name in ("telegram", "discord"):
+        section: TelegramConfig | DiscordConfig = getattr(config.channels, name)
+        if section.enabled and not os.environ.get(section.token_env, "").strip():
+            raise ConfigError(
+                config.source, f"channels.{name}.token_env",
+                f"the environment variable {section.token_env} it names is not set; export the bot "
+                f"token there or set channels.{name}.enabled = false",
+            )
+    for index, job in enumerate(config.schedules):
+        provider = delivery_key(job.deliver_to, config.agent.id).provider
+        if job.enabled and not getattr(config.channels, provider).enabled:
+            raise ConfigError(
+                config.source, f'schedules[{index}] (id "{job.id}").deliver_to',
+                f"a channel that is enabled; [channels.{provider}] is not (enable it, or set "
+                "enabled = false on this job)",
+            )
+
+
+def resolve_history_limit(config: Config, key: SessionKey) -> int | None:
+    """The history limit (in user turns) for a session, or None for unlimited.
+
+    Lookup order, first that is set: the per-DM entry, the channel's DM limit (direct chats),
+    the per-chat settings (a Discord thread, then its channel; a Telegram group), the channel's
+    limit (groups and channels), then `[conversation].history_limit`. A set value
+    of 0 means "unlimited" at that level and ends the lookup.
+    """
+    section = config.channel(key.provider)
+    value: int | None = None
+    if section is not None:
+        if key.is_direct:
+            dms = getattr(section, "dms", {})
+            dm_entry = dms.get(key.base().peer)
+            if dm_entry is not None and dm_entry.history_limit is not None:
+                value = dm_entry.history_limit
+            else:
+                value = section.dm_history_limit
+        elif not isinstance(section, ConsoleConfig):
+            overrides = [s.history_limit for s in section.settings_for(key) if s.history_limit is not None]
+            value = overrides[0] if overrides else section.history_limit
+    if value is None:
+        value = config.conversation.history_limit
+    return value or None

@@ -1,0 +1,98 @@
+"""The daemon-wide config sections: agent, database, Anthropic, conversation, compaction, router, logging."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+
+from bot.config.fields import (
+    MAX_REPLY_TOKENS,
+    EnvName,
+    HttpUrl,
+    NonNegInt,
+    PosFloat,
+    PosInt,
+    Section,
+    known_timezone,
+)
+
+
+class AgentConfig(Section):
+    id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")] = "main"
+    name: str = "Switchboard"
+    soul_file: str | None = None
+    memory_file: str | None = None
+    file_excerpt_chars: PosInt = 4000
+    # Soul and memory together: what is left after the soul file goes to the memory file.
+    files_total_chars: PosInt = 8000
+    timezone: str = "UTC"
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        return known_timezone(value)
+
+
+class DatabaseConfig(Section):
+    path: str | None = None
+
+
+class AnthropicConfig(Section):
+    api_key_env: EnvName = "ANTHROPIC_API_KEY"
+    model: str = "claude-sonnet-5-5"
+    fast_model: str = "claude-haiku-5-5"
+    max_tokens: Annotated[int, Field(ge=1, le=MAX_REPLY_TOKENS)] = 1024
+    timeout: PosFloat = 60.0
+    max_retries: NonNegInt = 2
+    base_url: HttpUrl | None = None
+
+    def api_key(self) -> str | None:
+        """The key from the environment variable this section names; never stored in the file."""
+        return os.environ.get(self.api_key_env) or None
+
+
+class ConversationConfig(Section):
+    enabled: bool = True
+    lookback_count: PosInt = 25
+    skip_selection_threshold: NonNegInt = 3
+    use_selection: bool = True
+    selection_model: str = "fast"
+    selection_timeout: PosFloat = 30.0
+    always_include_recent: NonNegInt = 5
+    context_truncation: NonNegInt = 0
+    context_recency_hours: Annotated[float, Field(ge=0)] = 0
+    context_min_messages: NonNegInt = 10
+    previous_tasks_count: NonNegInt = 3
+    selection_fallback: Literal["recent", "all"] = "recent"
+    history_limit: NonNegInt = 0
+    # Token budget: the model's window (0: known model table, else 200 000), a reserve for the
+    # system prompt and the reply, and the share of the window history may use.
+    context_window: NonNegInt = 0
+    reserve_tokens: NonNegInt = 20000
+    history_share: Annotated[float, Field(gt=0, le=1)] = 0.5
+    # Older messages matching the request (full-text search) offered to triage; 0 = off.
+    recall_count: NonNegInt = 0
+
+
+class CompactionConfig(Section):
+    """Summaries of a long session's older part, written by the fast model."""
+
+    enabled: bool = True
+    # Compact when the uncompacted history exceeds this share of the history budget.
+    trigger_share: Annotated[float, Field(gt=0)] = 1.0
+    keep_recent: NonNegInt = 10
+    chunk_tokens: Annotated[int, Field(ge=500)] = 6000
+    model: str = "fast"
+    timeout: PosFloat = 60.0
+
+
+class RouterConfig(Section):
+    max_concurrent_turns: PosInt = 8
+    shutdown_grace: PosFloat = 10.0
+
+
+class LoggingConfig(Section):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    format: Literal["auto", "json", "console"] = "auto"
