@@ -18,12 +18,14 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bot.context import REPLY_CALL
 from bot.errors import BotError, ConfigError
 from bot.session_key import parse
 
 if TYPE_CHECKING:
     from bot.config import Config
-    from bot.store import Store
+    from bot.messages import StoredMessage
+    from bot.store import SnapshotRecord, Store
 
 DEFAULT_CONFIG = "config.toml"
 # `switchboard status` and `reload` exit 3 when no daemon runs, as `systemctl status` does for a
@@ -64,7 +66,8 @@ EXAMPLES = {
     "sessions": ["switchboard sessions"],
     "history": ["switchboard history agent:main:console:direct:local --limit 5"],
     "context": ["switchboard context agent:main:telegram:direct:123456789",
-                "switchboard context agent:main:telegram:direct:123456789 --turn -2"],
+                "switchboard context agent:main:telegram:direct:123456789 --turn -2 --full",
+                "switchboard context agent:main:telegram:direct:123456789 --json | jq .reply_call"],
     "replay": ["switchboard replay agent:main:telegram:direct:123456789 --turn 3"],
     "compact": ["switchboard compact agent:main:discord:channel:222222222222222222"],
     "jobs": ["switchboard jobs", "switchboard jobs run morning --wait 60"],
@@ -125,6 +128,9 @@ def _parser() -> argparse.ArgumentParser:
     context.add_argument("session_key", metavar="SESSION_KEY", help=SESSION_KEY_HELP)
     context.add_argument("--turn", type=_turn, default=None, metavar="N",
                          help="turn number from 1; negative counts from the newest (default: newest)")
+    context.add_argument("--full", action="store_true", help="whole texts, not one line each")
+    context.add_argument("--json", action="store_true",
+                         help="the whole record (snapshot, reply call, texts) as JSON, for scripts")
     replay = add("replay", _replay,
                  "build a turn's context again from the stored log and config; exit 1 if it differs")
     replay.add_argument("session_key", metavar="SESSION_KEY", help=SESSION_KEY_HELP)
@@ -366,49 +372,189 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _context(args: argparse.Namespace) -> int:
+    import json
+
     from bot.turn_choice import pick_turn
 
     config = _load(args)
     _logging(config, quiet=True)  # an unreadable snapshot's warning goes to stderr
     key = str(parse(args.session_key))
 
-    async def show() -> None:
+    async def read() -> tuple[SnapshotRecord, int, dict[int, StoredMessage | None]]:
         async with _open_store(config) as store:
             await store.session(key)
             total = await store.snapshot_count(key)
             record = pick_turn(await store.snapshots(key), key, args.turn or 0, total)
-            snap = record.snapshot
-            print(f"turn {record.turn} of {total}  at {_when(record.created_at)}  "
-                  f"request #{record.request_message_id}  reply #{record.reply_message_id}")
-            if snap.get("status") == "failed":
-                print(f"FAILED: {snap.get('error')}")
-            print(f"hash {record.hash}  history limit {snap.get('history_limit') or 'none'}  "
-                  f"counts {snap.get('counts', {})}")
-            tokens = snap.get("tokens")
-            if tokens and tokens.get("budget"):
-                print(f"tokens ~{tokens.get('estimate')} of a {tokens['budget']} history budget "
-                      f"(estimates x1.2)")
-            if snap.get("compaction") is not None:
-                print(f"summary from compaction #{snap['compaction']} leads the context")
-            triage = snap.get("triage")
-            if triage:
-                error = triage.get("error")
-                print(f"triage {triage.get('outcome')}: {triage.get('selected', 0)} of "
-                      f"{triage.get('candidates', 0)} older turns kept, {triage.get('latency_ms', 0)} ms, "
-                      f"{triage.get('input_tokens', 0)}+{triage.get('output_tokens', 0)} tokens"
-                      + (f", {error}" if error else ""))
-            for entry in snap.get("entries", []):
-                print(f"  #{entry['id']:<8} {entry['role']:<9} {entry['reason']}")
-            for message_id in snap.get("scheduled_block", []):
-                print(f"  #{message_id:<8} scheduled previous-tasks block")
-            for trimmed in snap.get("trimmed", []):
-                print(f"  #{trimmed['id']:<8} trimmed   {trimmed.get('reason', 'budget')}")
-            recalled = snap.get("recalled") or []
-            if recalled:
-                print(f"recalled by full-text search: {' '.join(f'#{i}' for i in recalled)}")
+            # Texts come from the log at display time: the snapshot holds ids and reasons only.
+            messages = {i: await store.message_by_id(i) for i in _snapshot_ids(record)}
+        return record, total, messages
 
-    _on_database(config, show)
+    record, total, messages = _on_database(config, read)
+    if args.json:
+        print(json.dumps(_context_record(key, record, total, messages), indent=2, ensure_ascii=False))
+    else:
+        print("\n".join(_context_lines(record, total, messages, full=args.full)))
     return 0
+
+
+# One line per message unless --full: enough to recognise it, short enough for a terminal row.
+LINE_CHARS = 80
+# Counts in the order the pipeline makes them (the stored snapshot's keys are sorted).
+COUNT_ORDER = ["fetched", "within_history_limit", "within_recency", "recalled", "trimmed", "included",
+               "scheduled_block"]
+
+
+def _snapshot_ids(record: SnapshotRecord) -> list[int]:
+    snap = record.snapshot
+    ids = [record.request_message_id, *([record.reply_message_id] if record.reply_message_id else [])]
+    ids += [int(e["id"]) for e in snap.get("entries", [])]
+    ids += [int(i) for i in snap.get("scheduled_block", [])]
+    ids += [int(t["id"]) for t in snap.get("trimmed", [])]
+    return list(dict.fromkeys(ids))
+
+
+def _failure(snap: dict[str, Any]) -> str | None:
+    """Why the turn was not answered by the model: the context or the model call failed."""
+    if snap.get("status") == "failed":
+        return str(snap.get("error"))
+    error = (snap.get(REPLY_CALL) or {}).get("error")
+    return str(error) if error else None
+
+
+def _message_record(message_id: int, message: StoredMessage | None) -> dict[str, Any]:
+    if message is None:
+        return {"id": message_id, "stored": False, "text": None}
+    return {
+        "id": message_id, "stored": True, "role": message.role, "origin": message.origin,
+        "sender": _speaker(message), "job_id": message.job_id, "created_at": message.created_at,
+        "time": datetime.fromtimestamp(message.created_at, UTC).isoformat(), "text": message.text,
+    }
+
+
+def _context_record(
+    key: str, record: SnapshotRecord, total: int, messages: dict[int, StoredMessage | None]
+) -> dict[str, Any]:
+    """The whole turn for scripts: the snapshot as stored, its reply call, and every message's text."""
+    snap = record.snapshot
+
+    def message(message_id: int) -> dict[str, Any]:
+        return _message_record(message_id, messages.get(message_id))
+
+    return {
+        "session": key, "turn": record.turn, "turns": total, "recorded_at": record.created_at,
+        "hash": record.hash, "status": snap.get("status", "ok"), "failed": _failure(snap) is not None,
+        "error": _failure(snap),
+        "reply_call": snap.get(REPLY_CALL),
+        "request": message(record.request_message_id),
+        "reply": message(record.reply_message_id) if record.reply_message_id else None,
+        "entries": [{**message(int(e["id"])), **e} for e in snap.get("entries", [])],
+        "scheduled_block": [message(int(i)) for i in snap.get("scheduled_block", [])],
+        "trimmed": [{**message(int(t["id"])), **t} for t in snap.get("trimmed", [])],
+        "snapshot": snap,
+    }
+
+
+def _context_lines(
+    record: SnapshotRecord, total: int, messages: dict[int, StoredMessage | None], *, full: bool
+) -> list[str]:
+    snap = record.snapshot
+    lines = [f"turn {record.turn} of {total}  at {_when(record.created_at)}  "
+             f"request #{record.request_message_id}  reply #{record.reply_message_id}  (times UTC)"]
+    lines.append("request: " + _text(messages.get(record.request_message_id), full, indent=9))
+    lines += _reply_call_lines(snap)
+    failure = _failure(snap)
+    if failure:
+        lines.append(f"FAILED: {failure}")
+    if record.reply_message_id:
+        call = snap.get(REPLY_CALL) or {}
+        label = "reply (the fallback reply): " if call.get("fallback") else "reply: "
+        lines.append(label + _text(messages.get(record.reply_message_id), full, indent=len(label),
+                                   speaker=False))
+    lines.append(f"hash {record.hash}  history limit {snap.get('history_limit') or 'none'}")
+    tokens = snap.get("tokens")
+    if tokens and tokens.get("budget"):
+        lines.append(f"tokens ~{tokens.get('estimate')} of a {tokens['budget']} history budget "
+                     "(estimates x1.2)")
+    if snap.get("compaction") is not None:
+        lines.append(f"summary from compaction #{snap['compaction']} leads the context")
+    triage = snap.get("triage")
+    if triage:
+        error = triage.get("error")
+        lines.append(f"triage {triage.get('outcome')}: {triage.get('selected', 0)} of "
+                     f"{triage.get('candidates', 0)} older turns kept, {triage.get('latency_ms', 0)} ms, "
+                     f"{triage.get('input_tokens', 0)}+{triage.get('output_tokens', 0)} tokens"
+                     + (f", {error}" if error else ""))
+    counts = snap.get("counts") or {}
+    if counts:
+        names = sorted(counts, key=lambda name: (COUNT_ORDER.index(name) if name in COUNT_ORDER
+                                                 else len(COUNT_ORDER), name))
+        width = max(len(str(name)) for name in names)
+        value_width = max(len(str(counts[name])) for name in names)
+        lines.append("counts")
+        lines += [f"  {name:<{width}}  {counts[name]:>{value_width}}" for name in names]
+    rows: list[tuple[str, int, str]] = [("in the context", int(e["id"]), str(e["reason"]))
+                                        for e in snap.get("entries", [])]
+    rows += [("scheduled previous-tasks block", int(i), "scheduled") for i in snap.get("scheduled_block", [])]
+    rows += [("trimmed by the token budget", int(t["id"]), str(t.get("reason", "budget")))
+             for t in snap.get("trimmed", [])]
+    id_width = max((len(str(message_id)) for _, message_id, _ in rows), default=1) + 1
+    reason_width = max((len(reason) for *_, reason in rows), default=0)
+    section = ""
+    for title, message_id, reason in rows:
+        if title != section:
+            section = title
+            count = sum(1 for row in rows if row[0] == title)
+            lines.append(f"{title} ({count}, oldest first)")
+        found = messages.get(message_id)
+        when = datetime.fromtimestamp(found.created_at, UTC).strftime("%Y-%m-%d %H:%M:%S") \
+            if found else "?" * 19
+        role = found.role if found else "?"
+        prefix = f"  {'#' + str(message_id):<{id_width}}  {when}  {role:<9}  {reason:<{reason_width}}  "
+        lines.append(prefix + _text(found, full, indent=len(prefix)))
+    recalled = snap.get("recalled") or []
+    if recalled:
+        lines.append(f"recalled by full-text search: {' '.join(f'#{i}' for i in recalled)}")
+    return lines
+
+
+def _reply_call_lines(snap: dict[str, Any]) -> list[str]:
+    call = snap.get(REPLY_CALL)
+    if call is None:
+        return ["model call: not recorded (a turn stored before this version recorded it)"]
+    if not call.get("called"):
+        return [f"model {call.get('model')}: not called (the context could not be built)"]
+    attempts = call.get("attempts")
+    tried = f"{attempts} attempt{'s' if attempts != 1 else ''}" if attempts else "failed"
+    stop = f"  stopped: {call['stop_reason']}" if call.get("stop_reason") not in (None, "end_turn") else ""
+    files = ", ".join(
+        f"{f.get('name')} {Path(str(f.get('file'))).name} "
+        + ("(left out: the total cap was used up)" if f.get("left_out") else f"({f.get('chars')} chars)")
+        for f in call.get("prompt_files") or []
+    ) or "none"
+    return [
+        f"model {call.get('model')}  tokens {call.get('tokens_in', 0)} in, {call.get('tokens_out', 0)} out  "
+        f"{tried}  {call.get('model_ms', 0)} ms{stop}",
+        f"system prompt {call.get('system_prompt_chars')} chars; prompt files: {files}",
+    ]
+
+
+def _speaker(message: StoredMessage) -> str:
+    if message.role == "user":
+        return message.sender_name or message.sender_id or "user"
+    if message.origin == "scheduled":
+        return f"agent [scheduled {message.job_id}]" if message.job_id else "agent [scheduled]"
+    return "agent"
+
+
+def _text(message: StoredMessage | None, full: bool, *, indent: int, speaker: bool = True) -> str:
+    """A message's text after its speaker: cut to one line, or whole (lines aligned) with --full."""
+    if message is None:
+        return "(not in the store any more)"
+    text = f"{_speaker(message)}: {message.text}" if speaker else message.text
+    if full:
+        return text.replace("\n", "\n" + " " * indent)
+    line = " ".join(text.split())
+    return line if len(line) <= LINE_CHARS else line[:LINE_CHARS - 1] + "…"
 
 
 def _replay(args: argparse.Namespace) -> int:

@@ -14,6 +14,9 @@ Reason = Literal["all", "recent", "triaged", "fail_open", "fallback_all", "reply
 TriageOutcome = Literal[
     "skipped", "disabled", "selected", "fail_open", "error", "timeout", "unparseable"
 ]
+# The snapshot key under which the turn records its reply call (model, prompt size, tokens, error,
+# fallback): facts about the answer, not about selection, so replay does not compare them.
+REPLY_CALL = "reply_call"
 
 
 def limit_history_turns(messages: Sequence[StoredMessage], limit: int | None) -> list[StoredMessage]:
@@ -256,7 +259,7 @@ def read_snapshot(text: str) -> dict[str, Any]:
         ids = snapshot.get(name, [])
         if not isinstance(ids, list) or not all(_is_int(i) for i in ids):
             raise ValueError(f"{name} is not a list of message ids")
-    for name in ("triage", "tokens", "counts"):
+    for name in ("triage", "tokens", "counts", REPLY_CALL):
         if not isinstance(snapshot.get(name, {}), dict):
             raise ValueError(f"{name} is not an object")
     triage = snapshot.get("triage", {})

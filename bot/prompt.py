@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import structlog
@@ -62,6 +63,7 @@ class PromptFiles:
         }
         self._loaded: dict[str, _Loaded] = {}
         self._prompt: str | None = None
+        self._included: list[dict[str, Any]] = []
 
     def stable_prompt(self) -> str:
         changed = False
@@ -71,6 +73,11 @@ class PromptFiles:
         if changed or self._prompt is None:
             self._prompt = self._compose()
         return self._prompt
+
+    def included(self) -> list[dict[str, Any]]:
+        """The files the last composed prompt holds: name, file, characters kept, and whether the
+        total cap left a file out (what `switchboard context` shows for a turn)."""
+        return [dict(entry) for entry in self._included]
 
     def _refresh(self, name: str, path: Path) -> bool:
         """Reload one file if it moved on disk; True when its content is not what was loaded."""
@@ -106,6 +113,7 @@ class PromptFiles:
             "(Telegram, Discord, a console). Reply in plain, concise chat style; Markdown is allowed.",
         ]
         left = agent.files_total_chars
+        self._included = []
         for name, path in self._paths.items():
             loaded = self._loaded.get(name)
             if path is None or loaded is None or not loaded.text:
@@ -114,10 +122,12 @@ class PromptFiles:
             if limit <= 0:
                 parts.append(f"<{name}>\n[{path.name} left out: the prompt files' total cap "
                              f"({agent.files_total_chars} characters) is used up]\n</{name}>")
+                self._included.append({"name": name, "file": str(path), "chars": 0, "left_out": True})
                 continue
             text = excerpt(loaded.text, limit, path.name)
             left -= min(len(loaded.text), limit)
             parts.append(f"<{name}>\n{text}\n</{name}>")
+            self._included.append({"name": name, "file": str(path), "chars": len(text), "left_out": False})
         return "\n\n".join(parts)
 
 

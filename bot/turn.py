@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import structlog
 
@@ -15,7 +16,7 @@ from bot.brain import Brain, Completion, ReplyRequest
 from bot.channel import Channel
 from bot.compaction import NOTICE, Compactor
 from bot.config import Config
-from bot.context import Context
+from bot.context import REPLY_CALL, Context
 from bot.context_builder import ContextBuilder
 from bot.errors import DeliveryError, MissingApiKeyError, ModelError
 from bot.messages import InboundMessage, OutboundMessage, StoredMessage
@@ -57,6 +58,7 @@ class TurnRunner:
         typing = channel.typing(inbound.chat) if channel is not None else contextlib.nullcontext()
         completion: Completion | None = None
         error: str | None = None
+        call: ReplyRequest | None = None
         async with typing:
             try:
                 context = await self._context.build(key, request, inbound.chat)
@@ -89,6 +91,8 @@ class TurnRunner:
                 error = f"{type(exc).__name__}: {exc}"
                 text = FALLBACK_REPLY
         model_ms = (time.perf_counter() - model_started) * 1000
+        fallback = completion is None and text == FALLBACK_REPLY
+        facts = self._reply_facts(call, completion, error, fallback=fallback, model_ms=model_ms)
 
         reply_to = inbound.provider_message_id if not key.is_direct else None
         # Told once, under the first reply after the session was compacted (the note is not
@@ -102,7 +106,7 @@ class TurnRunner:
             # answer (a restart may answer the request again, which beats silence).
             delivered = await self._deliver_unstored(outbound)
         else:
-            await self._snapshot(str(key), request, reply, context)
+            await self._snapshot(str(key), request, reply, context, facts)
             delivered = await self._outbox.deliver(
                 reply.id, dataclasses.replace(outbound, delivery_key=delivery_key(reply.id))
             )
@@ -165,12 +169,34 @@ class TurnRunner:
                 await asyncio.sleep(STORE_RETRY_DELAY * attempt)
         return None
 
+    def _reply_facts(
+        self, call: ReplyRequest | None, completion: Completion | None, error: str | None, *,
+        fallback: bool, model_ms: float,
+    ) -> dict[str, Any]:
+        """What the reply call did, recorded beside the context so an admin can see why a turn
+        said what it said. Not part of selection: replay leaves it out of the comparison."""
+        return {
+            "called": call is not None,
+            "model": completion.model if completion else self._config.anthropic.model,
+            "system_prompt_chars": len(call.system_stable) + len(call.system_turn) if call else None,
+            "prompt_files": self._prompt_files.included() if call else [],
+            "tokens_in": completion.input_tokens if completion else 0,
+            "tokens_out": completion.output_tokens if completion else 0,
+            "attempts": completion.attempts if completion else None,
+            "stop_reason": completion.stop_reason if completion else None,
+            "model_ms": round(model_ms, 1),
+            "error": error,
+            "fallback": fallback,
+        }
+
     async def _snapshot(
-        self, key: str, request: StoredMessage, reply: StoredMessage, context: Context
+        self, key: str, request: StoredMessage, reply: StoredMessage, context: Context,
+        facts: dict[str, Any],
     ) -> None:
         try:
             await self._store.record_snapshot(
-                key, request.id, reply.id, context.snapshot(), context.input_hash
+                key, request.id, reply.id, {**context.snapshot(), REPLY_CALL: facts},
+                context.input_hash,
             )
         except Exception as exc:  # the reply matters more than its explanation
             log.error("context snapshot not stored", session_key=key, request_id=request.id,

@@ -307,23 +307,44 @@ def test_history_accepts_dm_alias(tmp_path: Path, config_file: Path, prepared: d
 def test_context_shows_newest_turn_by_default(
     tmp_path: Path, config_file: Path, prepared: dict[str, int]
 ) -> None:
-    """`context KEY` shows the newest turn's snapshot: counts, triage and why each message went in."""
+    """`context KEY` shows the newest turn: the request and reply texts, counts as a table, triage, and
+    each message with its time, role, why it went in and its text; a snapshot stored before turns
+    recorded their reply call still shows, saying that part is not recorded."""
     result = switchboard(tmp_path, "context", str(KEY), "--config", str(config_file))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.rstrip("\n").splitlines()
     assert re.fullmatch(
-        rf"turn 2 of 2  at {TIME}  request #{prepared['second']}  reply #{prepared['answer']}", lines[0]
+        rf"turn 2 of 2  at {TIME}  request #{prepared['second']}  reply #{prepared['answer']}  \(times UTC\)",
+        lines[0],
     )
-    assert lines[1].startswith("hash 8899aabbccddeeff  history limit 10  counts {")
-    assert "'included': 3" in lines[1] and "'scheduled_block': 1" in lines[1]
-    assert lines[2] == "triage selected: 2 of 4 older turns kept, 12.3 ms, 321+7 tokens"
-    body = [line.split() for line in lines[3:]]
-    assert body == [
-        [f"#{prepared['first']}", "user", "triaged"],
-        [f"#{prepared['reply']}", "assistant", "recent"],
-        [f"#{prepared['briefing']}", "assistant", "reply_to"],
-        [f"#{prepared['briefing']}", "scheduled", "previous-tasks", "block"],
+    assert lines[1:7] == [
+        "request: Bob: umbrella then?",
+        "model call: not recorded (a turn stored before this version recorded it)",
+        "reply: Yes, take one.",
+        "hash 8899aabbccddeeff  history limit 10",
+        "triage selected: 2 of 4 older turns kept, 12.3 ms, 321+7 tokens",
+        "counts",
     ]
+    assert lines[7:12] == [
+        "  fetched               2",
+        "  within_history_limit  2",
+        "  within_recency        2",
+        "  included              3",
+        "  scheduled_block       1",
+    ]
+    when = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+    briefing = r"agent \[scheduled morning\]: Morning briefing: rain\."
+    patterns = [
+        r"in the context \(3, oldest first\)",
+        rf"  #{prepared['first']}  2024-01-02 03:04:05  user       triaged    Ada: what's on today\?",
+        rf"  #{prepared['reply']}  {when}  assistant  recent     agent: Two meetings\.",
+        rf"  #{prepared['briefing']}  {when}  assistant  reply_to   {briefing}",
+        r"scheduled previous-tasks block \(1, oldest first\)",
+        rf"  #{prepared['briefing']}  {when}  assistant  scheduled  {briefing}",
+    ]
+    assert len(lines[12:]) == len(patterns), result.stdout
+    for line, pattern in zip(lines[12:], patterns, strict=True):
+        assert re.fullmatch(pattern, line), (line, pattern)
 
 
 @pytest.mark.parametrize("turn", ["1", "-2"])
@@ -335,11 +356,17 @@ def test_context_turn_selects_an_older_turn(
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert re.fullmatch(
-        rf"turn 1 of 2  at {TIME}  request #{prepared['first']}  reply #{prepared['reply']}", lines[0]
+        rf"turn 1 of 2  at {TIME}  request #{prepared['first']}  reply #{prepared['reply']}  \(times UTC\)",
+        lines[0],
     )
-    assert lines[1].startswith("hash 0011223344556677  history limit none  counts")
-    assert lines[2] == "triage skipped: 0 of 0 older turns kept, 0.0 ms, 0+0 tokens"
-    assert len(lines) == 3
+    assert lines[3:] == [
+        "reply: Two meetings.",
+        "hash 0011223344556677  history limit none",
+        "triage skipped: 0 of 0 older turns kept, 0.0 ms, 0+0 tokens",
+        "counts",
+        "  fetched   0",
+        "  included  0",
+    ]
 
 
 def test_context_unknown_turn(tmp_path: Path, config_file: Path, prepared: dict[str, int]) -> None:

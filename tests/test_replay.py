@@ -215,8 +215,10 @@ async def test_replay_matches_real_turns_and_reports_a_config_change(
     assert code == 0
     tokens = records[2].snapshot["tokens"]
     assert f"tokens ~{tokens['estimate']} of a 250 history budget (estimates x1.2)" in out
-    assert [line.split() for line in out.splitlines() if "trimmed" in line.split()[1:2]] == [
-        [f"#{message_id}", "trimmed", "budget"] for message_id in trimmed
+    rows = out.split(f"trimmed by the token budget ({len(trimmed)}, oldest first)\n")[1].splitlines()
+    # Each trimmed row: id, date, time, role, why, then its text.
+    assert [(row.split()[0], row.split()[4]) for row in rows[:len(trimmed)]] == [
+        (f"#{message_id}", "budget") for message_id in trimmed
     ]
 
     # The real command, as a process: the exit code is what scripts see.
