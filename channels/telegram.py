@@ -1,9 +1,9 @@
 """Telegram: python-telegram-bot driven by hand inside the daemon's event loop.
 
 python-telegram-bot provides the bot (requests, rate limiter, types); updates are fetched by
-`channels.telegram_intake`, which confirms each only once it is committed. Edits are ignored:
-only new messages are fetched (`allowed_updates=["message"]`), so what the model saw is what was
-stored.
+`channels.telegram_intake`, which confirms each only once it is committed; normalising and gating
+each message is `channels.telegram_normalise`. Edits are ignored: only new messages are fetched
+(`allowed_updates=["message"]`), so what the model saw is what was stored.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ import json
 import re
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import structlog
-from telegram import BotCommand, Message, MessageEntity, ReplyParameters, Update
+from telegram import BotCommand, Message, ReplyParameters, Update
 from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import (
     BadRequest,
@@ -32,119 +31,26 @@ from telegram.error import (
 )
 from telegram.ext import AIORateLimiter, Application, BaseRateLimiter
 
-from bot.access import TEXT_ONLY_REPLY, RefusalNotices, allows, refused_dm_reply
+from bot.access import TEXT_ONLY_REPLY, RefusalNotices, refused_dm_reply
 from bot.channel import ChunkSent, Intake
 from bot.chunking import split_message
-from bot.commands import COMMANDS, is_known, parse_command
+from bot.commands import COMMANDS
 from bot.config import TelegramConfig
 from bot.errors import DeliveryError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
-from bot.session_key import build
 from channels.telegram_html import to_telegram_html
 from channels.telegram_intake import UpdatePoller
+from channels.telegram_normalise import PROVIDER, BotIdentity, admit, to_inbound
 from channels.telegram_request import AiohttpRequest
 
 log = structlog.get_logger("switchboard.telegram")
 
-PROVIDER = "telegram"
 MESSAGE_LIMIT = 4096
 # Telegram shows "typing…" for about five seconds; refresh a little sooner, and never forever.
 TYPING_REFRESH = 4.0
 TYPING_CAP = 120.0
-GENERAL_TOPIC = "1"  # a forum message without a thread id belongs to the General topic
 SEND_ATTEMPTS = 3
 MIN_CHUNK = 256
-
-Verdict = Literal["accept", "refuse", "ignore"]
-
-
-@dataclass(frozen=True, slots=True)
-class BotIdentity:
-    id: int
-    username: str
-
-
-def admit(message: Message, config: TelegramConfig) -> Verdict:
-    """Whether a message may be stored and answered; a refused DM may get one polite line."""
-    sender = message.from_user
-    if sender is None:
-        return "ignore"
-    if message.chat.type == ChatType.PRIVATE:
-        return "accept" if allows(config.dm_policy, config.allow_from, str(sender.id)) else "refuse"
-    if message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP):
-        return "accept" if allows(config.group_policy, config.groups, str(message.chat.id)) else "ignore"
-    return "ignore"  # channel posts
-
-
-def message_text(message: Message) -> tuple[str, dict[MessageEntity, str]]:
-    """The text (or caption) and its entities, with offsets already resolved from UTF-16."""
-    if message.text is not None:
-        return message.text, message.parse_entities()
-    if message.caption is not None:
-        return message.caption, message.parse_caption_entities()
-    return "", {}
-
-
-def to_inbound(
-    message: Message, *, agent_id: str, bot: BotIdentity, config: TelegramConfig
-) -> InboundMessage | None:
-    """Normalise an admitted message; None when it has no text to read."""
-    sender = message.from_user
-    text, entities = message_text(message)
-    if sender is None or not text.strip():
-        return None
-    chat = message.chat
-    private = chat.type == ChatType.PRIVATE
-    thread: str | None = None
-    if private:
-        key = build(agent_id, PROVIDER, "direct", sender.id)
-    elif chat.is_forum:
-        thread = str(message.message_thread_id) if message.is_topic_message else None
-        key = build(agent_id, PROVIDER, "group", chat.id, topic=thread or GENERAL_TOPIC)
-    else:
-        key = build(agent_id, PROVIDER, "group", chat.id)
-
-    replied = message.reply_to_message
-    # Inside a forum topic every message "replies" to the topic's creation notice; that is no reply.
-    if replied is not None and replied.forum_topic_created is not None:
-        replied = None
-    reply_to_bot = replied is not None and replied.from_user is not None and replied.from_user.id == bot.id
-
-    command = _command(text, entities, bot, private=private)
-    mentioned = any(_mentions(entity, value, bot) for entity, value in entities.items())
-    starts_turn = private or mentioned or reply_to_bot or not config.requires_mention(key)
-    return InboundMessage(
-        session_key=key,
-        chat=ChatRef(PROVIDER, str(chat.id), thread),
-        sender_id=str(sender.id),
-        sender_name=sender.full_name or sender.username or str(sender.id),
-        text=text,
-        provider_message_id=str(message.message_id),
-        reply_to_id=str(replied.message_id) if replied is not None else None,
-        starts_turn=starts_turn,
-        sent_at=message.date.timestamp(),
-        command=command,
-    )
-
-
-def _mentions(entity: MessageEntity, value: str, bot: BotIdentity) -> bool:
-    if entity.type == MessageEntity.MENTION:
-        return value[1:].lower() == bot.username.lower()
-    if entity.type == MessageEntity.TEXT_MENTION:
-        return entity.user is not None and entity.user.id == bot.id
-    return False
-
-
-def _command(text: str, entities: dict[MessageEntity, str], bot: BotIdentity, *, private: bool) -> str | None:
-    if not any(e.type == MessageEntity.BOT_COMMAND and e.offset == 0 for e in entities):
-        return None
-    name = parse_command(text, bot.username)
-    if name is None:
-        return None
-    explicit = text.split(maxsplit=1)[0].lower().endswith(f"@{bot.username.lower()}")
-    # In a group a bare /foo may be meant for another bot; only ours are taken.
-    return name if private or explicit or is_known(name) else None
-
 
 def telegram_chunks(markdown: str, size: int = MESSAGE_LIMIT) -> list[str]:
     """Markdown chunks whose rendered text fits a message, counted as Telegram does (UTF-16).

@@ -1,0 +1,123 @@
+"""Telegram messages into our shape: who may be heard, sessions, mentions and commands; pure functions
+over real `telegram.Message` objects, testable without the Bot API.
+
+Sessions: a private chat is `…:telegram:direct:<userId>`, a group `…:telegram:group:<chatId>`, a
+forum topic `…:telegram:group:<chatId>:topic:<threadId>` (a message without a thread id is in the
+General topic, 1). A reply to a topic's creation notice is no reply: inside a topic every message
+carries one.
+
+A message starts a turn in a private chat, when it mentions the bot or replies to it, or where the
+chat's settings need no mention. Commands are `/word` at the start of the text; in a group a bare
+`/word` is taken only when it is one of ours (or addressed `/word@bot`), since it may be meant for
+another bot. Channel posts and messages without a sender are ignored; text is the message's text or
+caption.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from telegram import Message, MessageEntity
+from telegram.constants import ChatType
+
+from bot.access import allows
+from bot.commands import is_known, parse_command
+from bot.config import TelegramConfig
+from bot.messages import ChatRef, InboundMessage
+from bot.session_key import build
+
+PROVIDER = "telegram"
+GENERAL_TOPIC = "1"  # a forum message without a thread id belongs to the General topic
+
+Verdict = Literal["accept", "refuse", "ignore"]
+
+
+@dataclass(frozen=True, slots=True)
+class BotIdentity:
+    """The bot's own id and username, to recognise mentions of it, replies to it and its commands."""
+
+    id: int
+    username: str
+
+
+def admit(message: Message, config: TelegramConfig) -> Verdict:
+    """Whether a message may be stored and answered; a refused DM may get one polite line."""
+    sender = message.from_user
+    if sender is None:
+        return "ignore"
+    if message.chat.type == ChatType.PRIVATE:
+        return "accept" if allows(config.dm_policy, config.allow_from, str(sender.id)) else "refuse"
+    if message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP):
+        return "accept" if allows(config.group_policy, config.groups, str(message.chat.id)) else "ignore"
+    return "ignore"  # channel posts
+
+
+def message_text(message: Message) -> tuple[str, dict[MessageEntity, str]]:
+    """The text (or caption) and its entities, with offsets already resolved from UTF-16."""
+    if message.text is not None:
+        return message.text, message.parse_entities()
+    if message.caption is not None:
+        return message.caption, message.parse_caption_entities()
+    return "", {}
+
+
+def to_inbound(
+    message: Message, *, agent_id: str, bot: BotIdentity, config: TelegramConfig
+) -> InboundMessage | None:
+    """Normalise an admitted message; None when it has no text to read."""
+    sender = message.from_user
+    text, entities = message_text(message)
+    if sender is None or not text.strip():
+        return None
+    chat = message.chat
+    private = chat.type == ChatType.PRIVATE
+    thread: str | None = None
+    if private:
+        key = build(agent_id, PROVIDER, "direct", sender.id)
+    elif chat.is_forum:
+        thread = str(message.message_thread_id) if message.is_topic_message else None
+        key = build(agent_id, PROVIDER, "group", chat.id, topic=thread or GENERAL_TOPIC)
+    else:
+        key = build(agent_id, PROVIDER, "group", chat.id)
+
+    replied = message.reply_to_message
+    # Inside a forum topic every message "replies" to the topic's creation notice; that is no reply.
+    if replied is not None and replied.forum_topic_created is not None:
+        replied = None
+    reply_to_bot = replied is not None and replied.from_user is not None and replied.from_user.id == bot.id
+
+    command = _command(text, entities, bot, private=private)
+    mentioned = any(_mentions(entity, value, bot) for entity, value in entities.items())
+    starts_turn = private or mentioned or reply_to_bot or not config.requires_mention(key)
+    return InboundMessage(
+        session_key=key,
+        chat=ChatRef(PROVIDER, str(chat.id), thread),
+        sender_id=str(sender.id),
+        sender_name=sender.full_name or sender.username or str(sender.id),
+        text=text,
+        provider_message_id=str(message.message_id),
+        reply_to_id=str(replied.message_id) if replied is not None else None,
+        starts_turn=starts_turn,
+        sent_at=message.date.timestamp(),
+        command=command,
+    )
+
+
+def _mentions(entity: MessageEntity, value: str, bot: BotIdentity) -> bool:
+    if entity.type == MessageEntity.MENTION:
+        return value[1:].lower() == bot.username.lower()
+    if entity.type == MessageEntity.TEXT_MENTION:
+        return entity.user is not None and entity.user.id == bot.id
+    return False
+
+
+def _command(text: str, entities: dict[MessageEntity, str], bot: BotIdentity, *, private: bool) -> str | None:
+    if not any(e.type == MessageEntity.BOT_COMMAND and e.offset == 0 for e in entities):
+        return None
+    name = parse_command(text, bot.username)
+    if name is None:
+        return None
+    explicit = text.split(maxsplit=1)[0].lower().endswith(f"@{bot.username.lower()}")
+    # In a group a bare /foo may be meant for another bot; only ours are taken.
+    return name if private or explicit or is_known(name) else None
