@@ -1,0 +1,178 @@
+"""The `switchboard` command: run the daemon, chat on the console, and the admin commands.
+
+This module holds the parser and `main`; each command group lives in its own module and imports
+what it needs when it runs: a config refused, `--help` or `sessions` must not pay for the model SDK
+and the platform libraries the daemon loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from bot.cli.base import DEFAULT_CONFIG
+from bot.cli.base import setup_logging as _logging  # noqa: F401  (tests/test_log_secrets.py)
+from bot.cli.daemon_commands import chat, check_config, init, reload, run, show_status
+from bot.cli.db import backup, db_usage, prune
+from bot.cli.history import compact_session, list_sessions, replay_turn, show_context, show_history
+from bot.cli.jobs import list_jobs, run_job
+from bot.errors import BotError, ConfigError
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    try:
+        code = args.func(args)
+    except ConfigError as exc:
+        print(f"switchboard: {exc}", file=sys.stderr)
+        code = 2
+    except BotError as exc:
+        print(f"switchboard: {exc}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, like every other error, then where the help is."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
+SESSION_KEY_HELP = ("a session, as `switchboard sessions` lists them: agent:<id>:<channel>:<kind>:<chat>"
+                    "[:thread|topic:<id>], e.g. agent:main:telegram:direct:123456789")
+
+
+EXAMPLES = {
+    "run": ["switchboard run", "switchboard run --config /etc/switchboard/config.toml"],
+    "chat": ["switchboard chat", "echo 'hello' | switchboard chat"],
+    "init": ["switchboard init", "switchboard init --config ~/.config/switchboard/config.toml"],
+    "check-config": ["switchboard check-config", "switchboard check-config /etc/switchboard/config.toml"],
+    "sessions": ["switchboard sessions"],
+    "history": ["switchboard history agent:main:console:direct:local --limit 5"],
+    "context": ["switchboard context agent:main:telegram:direct:123456789",
+                "switchboard context agent:main:telegram:direct:123456789 --turn -2 --full",
+                "switchboard context agent:main:telegram:direct:123456789 --json | jq .reply_call"],
+    "replay": ["switchboard replay agent:main:telegram:direct:123456789 --turn 3"],
+    "compact": ["switchboard compact agent:main:discord:channel:222222222222222222"],
+    "jobs": ["switchboard jobs", "switchboard jobs run morning --wait 60"],
+    "jobs run": ["switchboard jobs run morning", "switchboard jobs run morning --wait 0"],
+    "status": ["switchboard status", "switchboard status --json | jq .channels"],
+    "reload": ["switchboard reload", "sudo systemctl reload switchboard   # the same, through systemd"],
+    "db": ["switchboard db backup /var/backups/switchboard.db",
+           "switchboard db prune --older-than 90 --dry-run"],
+    "db backup": ["switchboard db backup backup.db", "switchboard db backup backup.db --force"],
+    "db prune": ["switchboard db prune --older-than 90 --dry-run", "switchboard db prune --older-than 90"],
+}
+
+
+def _examples(name: str) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[name])
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("switchboard")
+    except PackageNotFoundError:
+        return "unknown (not installed; run from a source tree)"
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=DEFAULT_CONFIG, metavar="PATH",
+                        help="config file (default: ./config.toml)")
+    parser = _Parser(
+        prog="switchboard", description="A multi-channel, Claude-backed chat bot daemon.",
+        epilog="Exit status: 0 done, 1 failed, 2 config or usage error, 3 no daemon running "
+               "(status, reload). `switchboard COMMAND --help` shows each command's examples.",
+    )
+    parser.add_argument("--version", action="version", version=f"switchboard {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, func: object, help_text: str, parent: Any = sub) -> argparse.ArgumentParser:
+        command: argparse.ArgumentParser = parent.add_parser(
+            name.split()[-1], parents=[common], help=help_text, description=help_text,
+            epilog=_examples(name), formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        command.set_defaults(func=func)
+        return command
+
+    add("run", run, "run the daemon with every enabled channel")
+    add("chat", chat, "talk to the agent on this terminal")
+    add("init", init, "write config.toml from the documented example")
+    check = add("check-config", check_config,
+                "check a config file as `run` would (values, tokens, channels) without starting anything")
+    check.add_argument("path", nargs="?", help="config file (default: --config)")
+    add("sessions", list_sessions, "list sessions with message counts and last activity")
+    history = add("history", show_history, "show a session's newest messages")
+    history.add_argument("session_key", metavar="SESSION_KEY", help=SESSION_KEY_HELP)
+    history.add_argument("--limit", type=_positive, default=20, help="messages to show (20)")
+    context = add("context", show_context,
+                  "show what went into a turn's context and why, the model call and the reply")
+    context.add_argument("session_key", metavar="SESSION_KEY", help=SESSION_KEY_HELP)
+    context.add_argument("--turn", type=_turn, default=None, metavar="N",
+                         help="turn number from 1; negative counts from the newest (default: newest)")
+    context.add_argument("--full", action="store_true", help="whole texts, not one line each")
+    context.add_argument("--json", action="store_true",
+                         help="the whole record (snapshot, reply call, texts) as JSON, for scripts")
+    replay = add("replay", replay_turn,
+                 "build a turn's context again from the stored log and config; exit 1 if it differs")
+    replay.add_argument("session_key", metavar="SESSION_KEY", help=SESSION_KEY_HELP)
+    replay.add_argument("--turn", type=_turn, default=None, metavar="N",
+                        help="turn number from 1; negative counts from the newest (default: newest)")
+    compact = add("compact", compact_session,
+                  "summarise a session's older messages now (the full history stays stored)")
+    compact.add_argument("session_key", metavar="SESSION_KEY", help=SESSION_KEY_HELP)
+    jobs = add("jobs", list_jobs, "list scheduled jobs with their next run and last status")
+    jobs_sub = jobs.add_subparsers(dest="jobs_command", metavar="run")
+    run_job_cmd = add("jobs run", run_job,
+                      "ask the running daemon to run a job now, delivered as configured",
+                      jobs_sub)
+    run_job_cmd.add_argument("job_id", metavar="ID",
+                             help="the job's id in [[schedules]] (see `switchboard jobs`)")
+    run_job_cmd.add_argument("--wait", type=_seconds, default=120.0, metavar="SECONDS",
+                             help="how long to wait for the outcome (default 120; 0: do not wait)")
+    status = add("status", show_status,
+                 "show whether the daemon runs: channels, queues, schedules, last error")
+    status.add_argument("--json", action="store_true", help="print the daemon's answer as JSON")
+    add("reload", reload, "make the running daemon re-read its config file (as SIGHUP does)")
+    db = add("db", db_usage, "database care: backup, prune")
+    db_sub = db.add_subparsers(dest="db_command", metavar="backup|prune")
+    backup_cmd = add("db backup", backup, "copy the database, safely while it runs", db_sub)
+    backup_cmd.add_argument("path", help="the new backup file")
+    backup_cmd.add_argument("--force", action="store_true", help="replace the file if it exists")
+    prune_cmd = add("db prune", prune, "delete old conversation messages that no limit still needs", db_sub)
+    prune_cmd.add_argument("--older-than", type=_positive, required=True, metavar="DAYS",
+                           help="only messages older than this many days")
+    prune_cmd.add_argument("--dry-run", action="store_true", help="show what would go, delete nothing")
+    return parser
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _turn(text: str) -> int:
+    value = int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("turns count from 1 (negative counts back from the newest); "
+                                         "there is no turn 0")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 86400:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError("a number of seconds from 0 to 86400")
+    return value

@@ -1,0 +1,100 @@
+"""What every command shares: the config file, logging, the database, the daemon's socket, and
+times shown the same way everywhere."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from contextlib import AbstractAsyncContextManager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bot.errors import BotError, ConfigError
+
+if TYPE_CHECKING:
+    from bot.config import Config
+    from bot.store import Store
+
+
+DEFAULT_CONFIG = "config.toml"
+
+
+# `switchboard status` and `reload` exit 3 when no daemon runs, as `systemctl status` does for a
+# stopped unit.
+EXIT_NOT_RUNNING = 3
+
+
+def load_config_file(args: argparse.Namespace) -> Config:
+    from bot.config import load_config
+
+    config = load_config(args.config) if Path(args.config).exists() else None
+    if config is None:
+        raise ConfigError(
+            args.config, None,
+            "not found; create one with `switchboard init` (or `make init`), then set the "
+            "environment variables it lists",
+        )
+    return config
+
+
+def setup_logging(config: Config, *, quiet: bool = False, console: bool = False) -> None:
+    from bot.log import configure_logging, log_file
+
+    secrets = [value for name in config.secret_env_names() if (value := env_value(name))]
+    level = config.logging.level
+    if console:  # the console has the terminal: log lines must not land in the conversation
+        path = log_file(config.database_path())
+        configure_logging(level, config.logging.format, secrets, path=path)
+        print(f"Logging to {path}", file=sys.stderr)
+        return
+    if quiet and level == "INFO":  # the chat itself shows each turn; keep only warnings
+        level = "WARNING"
+    configure_logging(level, config.logging.format, secrets)
+
+
+def env_value(name: str) -> str | None:
+    return os.environ.get(name) or None
+
+
+def open_store(config: Config) -> AbstractAsyncContextManager[Store]:
+    from bot.store import Store
+
+    path = config.database_path()
+    if not path.exists():
+        raise BotError(f"no database at {path} (nothing has been stored yet)")
+    return Store.open(path)
+
+
+def on_database(config: Config, work: Any) -> Any:
+    """Run an async database job; a damaged file becomes the one-line StoreError, not a traceback."""
+    import sqlite3
+
+    from bot.store import Store
+
+    try:
+        return asyncio.run(work())
+    except sqlite3.DatabaseError as exc:
+        raise Store.damaged(config.database_path(), str(exc)) from exc
+
+
+def control_path(config: Config) -> Path:
+    from bot.control import socket_path
+
+    return socket_path(config.database_path())
+
+
+def utc_time(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+# -- operations: status, reload, database care (see README "Operations") -----------------------
+
+
+def format_duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours}h" if days else f"{hours}h{minutes}m" if hours else f"{minutes}m{secs}s"

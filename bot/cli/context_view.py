@@ -1,0 +1,176 @@
+"""How `switchboard context` shows a recorded turn: lines for people, one JSON record for scripts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bot.cli.base import utc_time
+from bot.context import REPLY_CALL
+
+if TYPE_CHECKING:
+    from bot.messages import StoredMessage
+    from bot.store import SnapshotRecord
+
+
+# One line per message unless --full: enough to recognise it, short enough for a terminal row.
+LINE_CHARS = 80
+
+
+# Counts in the order the pipeline makes them (the stored snapshot's keys are sorted).
+COUNT_ORDER = ["fetched", "within_history_limit", "within_recency", "recalled", "trimmed", "included",
+               "scheduled_block"]
+
+
+def snapshot_ids(record: SnapshotRecord) -> list[int]:
+    snap = record.snapshot
+    ids = [record.request_message_id, *([record.reply_message_id] if record.reply_message_id else [])]
+    ids += [int(e["id"]) for e in snap.get("entries", [])]
+    ids += [int(i) for i in snap.get("scheduled_block", [])]
+    ids += [int(t["id"]) for t in snap.get("trimmed", [])]
+    return list(dict.fromkeys(ids))
+
+
+def _failure(snap: dict[str, Any]) -> str | None:
+    """Why the turn was not answered by the model: the context or the model call failed."""
+    if snap.get("status") == "failed":
+        return str(snap.get("error"))
+    error = (snap.get(REPLY_CALL) or {}).get("error")
+    return str(error) if error else None
+
+
+def _message_record(message_id: int, message: StoredMessage | None) -> dict[str, Any]:
+    if message is None:
+        return {"id": message_id, "stored": False, "text": None}
+    return {
+        "id": message_id, "stored": True, "role": message.role, "origin": message.origin,
+        "sender": _speaker(message), "job_id": message.job_id, "created_at": message.created_at,
+        "time": datetime.fromtimestamp(message.created_at, UTC).isoformat(), "text": message.text,
+    }
+
+
+def context_record(
+    key: str, record: SnapshotRecord, total: int, messages: dict[int, StoredMessage | None]
+) -> dict[str, Any]:
+    """The whole turn for scripts: the snapshot as stored, its reply call, and every message's text."""
+    snap = record.snapshot
+
+    def message(message_id: int) -> dict[str, Any]:
+        return _message_record(message_id, messages.get(message_id))
+
+    return {
+        "session": key, "turn": record.turn, "turns": total, "recorded_at": record.created_at,
+        "hash": record.hash, "status": snap.get("status", "ok"), "failed": _failure(snap) is not None,
+        "error": _failure(snap),
+        "reply_call": snap.get(REPLY_CALL),
+        "request": message(record.request_message_id),
+        "reply": message(record.reply_message_id) if record.reply_message_id else None,
+        "entries": [{**message(int(e["id"])), **e} for e in snap.get("entries", [])],
+        "scheduled_block": [message(int(i)) for i in snap.get("scheduled_block", [])],
+        "trimmed": [{**message(int(t["id"])), **t} for t in snap.get("trimmed", [])],
+        "snapshot": snap,
+    }
+
+
+def context_lines(
+    record: SnapshotRecord, total: int, messages: dict[int, StoredMessage | None], *, full: bool
+) -> list[str]:
+    snap = record.snapshot
+    lines = [f"turn {record.turn} of {total}  at {utc_time(record.created_at)}  "
+             f"request #{record.request_message_id}  reply #{record.reply_message_id}  (times UTC)"]
+    lines.append("request: " + _text(messages.get(record.request_message_id), full, indent=9))
+    lines += _reply_call_lines(snap)
+    failure = _failure(snap)
+    if failure:
+        lines.append(f"FAILED: {failure}")
+    if record.reply_message_id:
+        call = snap.get(REPLY_CALL) or {}
+        label = "reply (the fallback reply): " if call.get("fallback") else "reply: "
+        lines.append(label + _text(messages.get(record.reply_message_id), full, indent=len(label),
+                                   speaker=False))
+    lines.append(f"hash {record.hash}  history limit {snap.get('history_limit') or 'none'}")
+    tokens = snap.get("tokens")
+    if tokens and tokens.get("budget"):
+        lines.append(f"tokens ~{tokens.get('estimate')} of a {tokens['budget']} history budget "
+                     "(estimates x1.2)")
+    if snap.get("compaction") is not None:
+        lines.append(f"summary from compaction #{snap['compaction']} leads the context")
+    triage = snap.get("triage")
+    if triage:
+        error = triage.get("error")
+        lines.append(f"triage {triage.get('outcome')}: {triage.get('selected', 0)} of "
+                     f"{triage.get('candidates', 0)} older turns kept, {triage.get('latency_ms', 0)} ms, "
+                     f"{triage.get('input_tokens', 0)}+{triage.get('output_tokens', 0)} tokens"
+                     + (f", {error}" if error else ""))
+    counts = snap.get("counts") or {}
+    if counts:
+        names = sorted(counts, key=lambda name: (COUNT_ORDER.index(name) if name in COUNT_ORDER
+                                                 else len(COUNT_ORDER), name))
+        width = max(len(str(name)) for name in names)
+        value_width = max(len(str(counts[name])) for name in names)
+        lines.append("counts")
+        lines += [f"  {name:<{width}}  {counts[name]:>{value_width}}" for name in names]
+    rows: list[tuple[str, int, str]] = [("in the context", int(e["id"]), str(e["reason"]))
+                                        for e in snap.get("entries", [])]
+    rows += [("scheduled previous-tasks block", int(i), "scheduled") for i in snap.get("scheduled_block", [])]
+    rows += [("trimmed by the token budget", int(t["id"]), str(t.get("reason", "budget")))
+             for t in snap.get("trimmed", [])]
+    id_width = max((len(str(message_id)) for _, message_id, _ in rows), default=1) + 1
+    reason_width = max((len(reason) for *_, reason in rows), default=0)
+    section = ""
+    for title, message_id, reason in rows:
+        if title != section:
+            section = title
+            count = sum(1 for row in rows if row[0] == title)
+            lines.append(f"{title} ({count}, oldest first)")
+        found = messages.get(message_id)
+        when = datetime.fromtimestamp(found.created_at, UTC).strftime("%Y-%m-%d %H:%M:%S") \
+            if found else "?" * 19
+        role = found.role if found else "?"
+        prefix = f"  {'#' + str(message_id):<{id_width}}  {when}  {role:<9}  {reason:<{reason_width}}  "
+        lines.append(prefix + _text(found, full, indent=len(prefix)))
+    recalled = snap.get("recalled") or []
+    if recalled:
+        lines.append(f"recalled by full-text search: {' '.join(f'#{i}' for i in recalled)}")
+    return lines
+
+
+def _reply_call_lines(snap: dict[str, Any]) -> list[str]:
+    call = snap.get(REPLY_CALL)
+    if call is None:
+        return ["model call: not recorded (a turn stored before this version recorded it)"]
+    if not call.get("called"):
+        return [f"model {call.get('model')}: not called (the context could not be built)"]
+    attempts = call.get("attempts")
+    tried = f"{attempts} attempt{'s' if attempts != 1 else ''}" if attempts else "failed"
+    stop = f"  stopped: {call['stop_reason']}" if call.get("stop_reason") not in (None, "end_turn") else ""
+    files = ", ".join(
+        f"{f.get('name')} {Path(str(f.get('file'))).name} "
+        + ("(left out: the total cap was used up)" if f.get("left_out") else f"({f.get('chars')} chars)")
+        for f in call.get("prompt_files") or []
+    ) or "none"
+    return [
+        f"model {call.get('model')}  tokens {call.get('tokens_in', 0)} in, {call.get('tokens_out', 0)} out  "
+        f"{tried}  {call.get('model_ms', 0)} ms{stop}",
+        f"system prompt {call.get('system_prompt_chars')} chars; prompt files: {files}",
+    ]
+
+
+def _speaker(message: StoredMessage) -> str:
+    if message.role == "user":
+        return message.sender_name or message.sender_id or "user"
+    if message.origin == "scheduled":
+        return f"agent [scheduled {message.job_id}]" if message.job_id else "agent [scheduled]"
+    return "agent"
+
+
+def _text(message: StoredMessage | None, full: bool, *, indent: int, speaker: bool = True) -> str:
+    """A message's text after its speaker: cut to one line, or whole (lines aligned) with --full."""
+    if message is None:
+        return "(not in the store any more)"
+    text = f"{_speaker(message)}: {message.text}" if speaker else message.text
+    if full:
+        return text.replace("\n", "\n" + " " * indent)
+    line = " ".join(text.split())
+    return line if len(line) <= LINE_CHARS else line[:LINE_CHARS - 1] + "…"

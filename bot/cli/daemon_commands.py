@@ -1,0 +1,206 @@
+"""The daemon's commands: run, chat, init, check-config, and status and reload of a running one."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bot.cli.base import (
+    DEFAULT_CONFIG,
+    EXIT_NOT_RUNNING,
+    control_path,
+    env_value,
+    format_duration,
+    load_config_file,
+    setup_logging,
+    utc_time,
+)
+from bot.errors import BotError, ConfigError
+
+if TYPE_CHECKING:
+    from bot.config import Config
+
+
+def run(args: argparse.Namespace) -> int:
+    config = _load_or_defaults(args)
+    # Everything `run` can refuse is refused before the daemon (the SDKs, the platform libraries)
+    # is imported: a bad file costs what check-config costs.
+    _check_startable(config, terminal=sys.stdin.isatty())
+
+    from bot.daemon import Daemon, build_channels, console_attached, serve
+
+    console = config.channels.console.enabled and console_attached()
+    setup_logging(config, console=console)
+    channels = build_channels(config, console=console)
+    asyncio.run(serve(Daemon(config, channels)))
+    return 0
+
+
+def _load_or_defaults(args: argparse.Namespace) -> Config:
+    """The config file; on a terminal with no ./config.toml, the built-in defaults (and one line
+    saying so). Headless, a missing file stays an error: nothing would be there to talk to."""
+    from bot.config import parse_config
+
+    if args.config != DEFAULT_CONFIG or Path(args.config).exists() or not sys.stdin.isatty():
+        return load_config_file(args)
+    config = parse_config({}, "<defaults>")
+    print(f"switchboard: no {DEFAULT_CONFIG} here, so running on the built-in defaults (the console; "
+          f"database {config.database_path()}); `make init` (or `switchboard init`) writes one to edit",
+          file=sys.stderr)
+    return config
+
+
+def _check_startable(config: Config, *, terminal: bool) -> None:
+    """Refuse what `run` would: a missing bot token, a job for a disabled channel, no channel."""
+    from bot.config import check_startable
+
+    check_startable(config)
+    if not _platforms(config) and not (config.channels.console.enabled and terminal):
+        raise ConfigError(
+            config.source, "channels",
+            "no channel is enabled: enable a channel, or run `switchboard chat` on a terminal",
+        )
+
+
+def _platforms(config: Config) -> list[str]:
+    return [name for name in ("telegram", "discord") if getattr(config.channels, name).enabled]
+
+
+def chat(args: argparse.Namespace) -> int:
+    from bot.config import parse_config
+    from bot.daemon import Daemon, build_channels, serve
+
+    # A newcomer with only an API key can chat before writing any config.
+    explicit = args.config != DEFAULT_CONFIG
+    config = (load_config_file(args) if explicit or Path(args.config).exists()
+              else parse_config({}, "<defaults>"))
+    setup_logging(config, quiet=True, console=sys.stdin.isatty())
+    channels = build_channels(config, console=True, platforms=False)
+    print(f"Chatting with {config.agent.name} as {config.channels.console.user_name}; Ctrl-D to leave.",
+          file=sys.stderr)
+    asyncio.run(serve(Daemon(config, channels, until_input_ends=True)))
+    return 0
+
+
+def example_config_text() -> str:
+    """The documented example config, from the installed package or the source tree."""
+    packaged = resources.files("bot").joinpath("config.toml.example")
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    return (Path(__file__).resolve().parents[2] / "config.toml.example").read_text("utf-8")
+
+
+def init(args: argparse.Namespace) -> int:
+    from bot.config import load_config
+
+    target = Path(args.config)
+    if target.exists():
+        print(f"switchboard: {target} already exists; leaving it as it is", file=sys.stderr)
+        return 1
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(example_config_text(), encoding="utf-8")
+    except OSError as exc:
+        raise BotError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    config = load_config(target)
+    print(f"Wrote {target}. Set these environment variables (secrets never go in the file):")
+    print(f"  {config.anthropic.api_key_env}  your Anthropic API key (required)")
+    print(f"  {config.channels.telegram.token_env}  Telegram bot token (if [channels.telegram] is enabled)")
+    print(f"  {config.channels.discord.token_env}  Discord bot token (if [channels.discord] is enabled)")
+    return 0
+
+
+def check_config(args: argparse.Namespace) -> int:
+    from bot.config import Config, load_config
+
+    path = args.path or args.config
+    config = load_config(path)
+    # What `run` checks, in this shell's environment; whether a terminal is attached is not
+    # known here, so a console-only config passes with a note.
+    _check_startable(config, terminal=True)
+    platforms = _platforms(config)
+    channels = ", ".join((["console"] if config.channels.console.enabled else []) + platforms)
+    print(f"{path}: OK (agent {config.agent.id!r}, database {config.database_path()}, channels: {channels})")
+    if config.model_dump() == Config().model_dump():
+        print("note: the file sets nothing: every value is the built-in default")
+    if not platforms:
+        print("note: no channel but the console is enabled, so `switchboard run` needs a terminal; "
+              "enable [channels.telegram] or [channels.discord] to run as a service")
+    if env_value(config.anthropic.api_key_env) is None:
+        print(f"note: environment variable {config.anthropic.api_key_env} is not set "
+              "(replies will be the fallback message)")
+    return 0
+
+
+def show_status(args: argparse.Namespace) -> int:
+    import json
+
+    from bot.control import NotRunningError, request
+
+    config = load_config_file(args)
+    try:
+        reply = request(control_path(config), "status", timeout=10.0)
+    except NotRunningError as exc:
+        print(f"switchboard: {exc}")
+        return EXIT_NOT_RUNNING
+    if args.json:
+        print(json.dumps(reply, indent=2, sort_keys=True))
+        return 0 if reply.get("ok") else 1
+    if not reply.get("ok"):
+        raise BotError(f"the daemon could not answer: {reply.get('error')}")
+    print(f"running: pid {reply['pid']}, up {format_duration(reply['uptime_s'])}, agent {reply['agent']}, "
+          f"{'ready' if reply['ready'] else 'starting'}")
+    print(f"config {reply['config']}  database {reply['database']}")
+    for channel in reply["channels"]:
+        error = f"  (last error: {channel['error']})" if channel["error"] else ""
+        restarts = channel.get("restarts", 0)
+        restarted = f", restarted {restarts} time{'s' if restarts != 1 else ''}" if restarts else ""
+        print(f"channel {channel['provider']}: {channel['state']}{restarted}{error}")
+    queue = reply["queue"]
+    print(f"queue: {queue['pending']} message(s) in {len(queue['sessions'])} session(s)")
+    for key, state in sorted(queue["sessions"].items()):
+        print(f"  {key}  {'running' if state['running'] else 'idle'}, {state['waiting']} waiting")
+    for job in reply["schedules"]:
+        upcoming = ("paused (failing)" if job["paused"] else "disabled" if not job["enabled"]
+                    else "not here: its channel is not running" if not job["runnable"]
+                    else f"next {job['next_run']}")
+        last = f"last {job['last_status']}" if job["last_status"] else "never run"
+        if job["last_error"]:
+            last += f" ({job['last_error']})"
+        print(f"job {job['id']}: {upcoming}; {last}")
+    if reply.get("quarantined"):
+        print(f"quarantined updates: {reply['quarantined']} (could not be parsed; kept raw in the "
+              "database's quarantine table)")
+    failure = reply.get("last_error")
+    print(f"last error: {failure.get('timestamp', '')} {failure.get('event')}"
+          + (f": {failure['error']}" if failure.get("error") else "") if failure else "last error: none")
+    reload = reply.get("last_reload")
+    if reload:
+        outcome = "applied" if reload["reloaded"] else f"rejected: {reload['error']}"
+        print(f"last reload: {utc_time(reload['at'])} {outcome}")
+    return 0
+
+
+def reload(args: argparse.Namespace) -> int:
+    from bot.control import NotRunningError, request
+
+    config = load_config_file(args)  # a broken file is reported here (exit 2), before the daemon is asked
+    try:
+        reply = request(control_path(config), "reload")
+    except NotRunningError as exc:
+        print(f"switchboard: {exc}", file=sys.stderr)
+        return EXIT_NOT_RUNNING
+    if not reply.get("ok"):
+        raise BotError(f"the daemon could not reload: {reply.get('error')}")
+    if not reply["reloaded"]:
+        print(f"switchboard: reload rejected, the old config stays in force: {reply['error']}",
+              file=sys.stderr)
+        return 1
+    print(f"reloaded {config.source}: changed {', '.join(reply['changed']) or 'nothing'}")
+    if reply["restart_required"]:
+        print(f"note: restart the daemon to apply {', '.join(reply['restart_required'])}")
+    return 0

@@ -1,0 +1,142 @@
+"""The conversation commands: sessions, history, a turn's context, replay and compaction."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import TYPE_CHECKING
+
+from bot.cli.base import load_config_file, on_database, open_store, setup_logging, utc_time
+from bot.cli.context_view import context_lines, context_record, snapshot_ids
+from bot.session_key import parse
+
+if TYPE_CHECKING:
+    from bot.messages import StoredMessage
+    from bot.store import SnapshotRecord
+
+
+def list_sessions(args: argparse.Namespace) -> int:
+    config = load_config_file(args)
+
+    async def show() -> None:
+        async with open_store(config) as store:
+            sessions = await store.list_sessions()
+            if not sessions:
+                print("no sessions yet")
+            for s in sessions:
+                print(f"{s.key}  messages={s.message_count}  turns={s.user_turns}  "
+                      f"last={utc_time(s.updated_at)}")
+
+    asyncio.run(show())
+    return 0
+
+
+def show_history(args: argparse.Namespace) -> int:
+    config = load_config_file(args)
+    key = str(parse(args.session_key))
+
+    async def show() -> None:
+        async with open_store(config) as store:
+            await store.session(key)
+            for m in await store.history(key, args.limit):
+                who = (m.sender_name or m.sender_id or "user") if m.role == "user" else "agent"
+                origin = ""
+                if m.origin == "scheduled":
+                    origin = f" [scheduled {m.job_id}]" if m.job_id else " [scheduled]"
+                status = f" [not answered: {m.unanswered}]" if m.unanswered else ""
+                print(f"#{m.id} {utc_time(m.created_at)} {who}{origin}{status}: {m.text}")
+
+    asyncio.run(show())
+    return 0
+
+
+def show_context(args: argparse.Namespace) -> int:
+    import json
+
+    from bot.turn_choice import pick_turn
+
+    config = load_config_file(args)
+    setup_logging(config, quiet=True)  # an unreadable snapshot's warning goes to stderr
+    key = str(parse(args.session_key))
+
+    async def read() -> tuple[SnapshotRecord, int, dict[int, StoredMessage | None]]:
+        async with open_store(config) as store:
+            await store.session(key)
+            total = await store.snapshot_count(key)
+            record = pick_turn(await store.snapshots(key), key, args.turn or 0, total)
+            # Texts come from the log at display time: the snapshot holds ids and reasons only.
+            messages = {i: await store.message_by_id(i) for i in snapshot_ids(record)}
+        return record, total, messages
+
+    record, total, messages = on_database(config, read)
+    if args.json:
+        print(json.dumps(context_record(key, record, total, messages), indent=2, ensure_ascii=False))
+    else:
+        print("\n".join(context_lines(record, total, messages, full=args.full)))
+    return 0
+
+
+def replay_turn(args: argparse.Namespace) -> int:
+    from bot.brain import AnthropicBrain
+    from bot.replay import replay
+
+    config = load_config_file(args)
+    setup_logging(config, quiet=True)  # skipped rows and snapshots are warned about on stderr
+    key = str(parse(args.session_key))
+
+    async def run() -> int:
+        async with open_store(config) as store:
+            await store.session(key)
+            # No key: replay never calls a model (triage answers come from the snapshot).
+            result = await replay(config, store, AnthropicBrain(config.anthropic, None), key,
+                                  args.turn or 0)
+        record, rebuilt = result.record, result.rebuilt
+        print(f"turn {record.turn}: hash recorded {record.hash or '(none)'}, "
+              f"rebuilt {rebuilt.input_hash}")
+        print(f"entries recorded {len(result.recorded_ids)}, rebuilt {len(result.rebuilt_ids)}")
+        if result.matches:
+            print("match")
+            return 0
+        missing = [i for i in result.recorded_ids if i not in result.rebuilt_ids]
+        extra = [i for i in result.rebuilt_ids if i not in result.recorded_ids]
+        print("MISMATCH")
+        if record.snapshot.get("status") == "failed":
+            print(f"the turn failed to build its context: {record.snapshot.get('error')}")
+        print("only recorded: " + (" ".join(f"#{i}" for i in missing) or "-"))
+        print("only rebuilt:  " + (" ".join(f"#{i}" for i in extra) or "-"))
+        return 1
+
+    code: int = on_database(config, run)
+    return code
+
+
+def compact_session(args: argparse.Namespace) -> int:
+    from bot.brain import AnthropicBrain
+    from bot.compaction import Compactor
+    from bot.context_builder import ContextBuilder
+
+    config = load_config_file(args)
+    setup_logging(config, quiet=True)
+    key = str(parse(args.session_key))
+
+    async def run() -> int:
+        brain = AnthropicBrain(config.anthropic, config.anthropic.api_key())
+        try:
+            async with open_store(config) as store:
+                await store.session(key)
+                budget = ContextBuilder(config, store, brain).budget
+                outcome = await Compactor(config, store, brain, budget).compact(key)
+        finally:
+            await brain.aclose()
+        record = outcome.record
+        if record is None:
+            print(outcome.reason)
+            return 0
+        print(f"compaction #{record.id}: summarised {outcome.summarised} messages "
+              f"(up to #{record.last_summarised_id}) in {outcome.calls} calls; "
+              f"~{record.tokens_before} -> ~{record.tokens_after} tokens; "
+              f"context now starts at #{record.first_kept_message_id}")
+        print(record.summary)
+        return 0
+
+    return asyncio.run(run())

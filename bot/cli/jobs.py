@@ -1,0 +1,107 @@
+"""The scheduled-job commands: list the jobs, and ask the running daemon to run one now."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from contextlib import AsyncExitStack
+from datetime import UTC, datetime
+
+from bot.cli.base import EXIT_NOT_RUNNING, control_path, load_config_file, on_database, utc_time
+from bot.errors import BotError
+
+
+def list_jobs(args: argparse.Namespace) -> int:
+    from bot.scheduler import failing
+    from bot.schedules import job_trigger
+    from bot.store import Store
+
+    config = load_config_file(args)
+    if not config.schedules:
+        print(f"no [[schedules]] in {config.source}")
+        return 0
+    path = config.database_path()
+
+    async def show() -> None:
+        async with AsyncExitStack() as stack:
+            store = await stack.enter_async_context(Store.open(path)) if path.exists() else None
+            now = datetime.now(UTC)
+            for job in config.schedules:
+                when = f'cron "{job.cron}"' if job.cron else f"every {job.every}"
+                zone = job.timezone or config.agent.timezone
+                runs = await store.schedule_runs(job.id, 1) if store else []
+                paused = store is not None and await failing(store, job.id, config.scheduler.max_failures)
+                if not job.enabled:
+                    upcoming = "disabled"
+                elif paused:
+                    upcoming = "paused (failing)"
+                else:
+                    at = job_trigger(job, config).get_next_fire_time(None, now)
+                    upcoming = f"next {at.strftime('%Y-%m-%d %H:%M %Z')}" if at else "no next run"
+                last = "never run"
+                if runs:
+                    run = runs[0]
+                    last = f"last {run.status} for {utc_time(run.scheduled_for)}"
+                    if run.error:
+                        last += f" ({run.error})"
+                print(f"{job.id}  {when} {zone}  to {job.deliver_to}  {upcoming}  {last}")
+
+    asyncio.run(show())
+    return 0
+
+
+def run_job(args: argparse.Namespace) -> int:
+    from bot.control import NotRunningError, request
+    from bot.store import Store
+
+    config = load_config_file(args)
+    ids = [job.id for job in config.schedules]
+    if args.job_id not in ids:
+        raise BotError(f"no job {args.job_id!r} in {config.source}; jobs: {', '.join(ids) or 'none'}")
+    # The daemon is asked first: a request nobody takes up would run whenever it next starts.
+    try:
+        reply = request(control_path(config), "status", timeout=10.0)
+    except NotRunningError as exc:
+        print(f"switchboard: {exc}; start it with `switchboard run`, then ask again", file=sys.stderr)
+        return EXIT_NOT_RUNNING
+    if not reply.get("ok"):
+        raise BotError(f"the daemon could not answer: {reply.get('error')}")
+    job = next((j for j in reply.get("schedules", []) if j.get("id") == args.job_id), None)
+    if job is None:
+        raise BotError(f"the running daemon has no job {args.job_id!r}: it runs {reply.get('config')}; "
+                       "after editing the file, `switchboard reload`")
+    if not job.get("runnable", True):
+        raise BotError(f"job {args.job_id!r} cannot run now: its channel is not running in the daemon")
+
+    async def ask() -> int:
+        async with Store.open(config.database_path()) as store:
+            waiting = [run for run in await store.pending_runs("requested") if run.job_id == args.job_id]
+            if waiting:  # asked twice before the daemon took it up: still one run
+                run = waiting[0]
+                print(f"run #{run.id} of {args.job_id} was already requested; the daemon picks it up "
+                      f"within {config.scheduler.request_poll:g}s")
+            else:
+                run = await store.request_run(args.job_id, time.time())
+                print(f"requested run #{run.id} of {args.job_id}; the daemon picks it up within "
+                      f"{config.scheduler.request_poll:g}s")
+            deadline = time.monotonic() + args.wait
+            status = run.status
+            while args.wait > 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+                current = await store.schedule_run_by_id(run.id)
+                assert current is not None
+                status = current.status
+                if status in ("delivered", "quiet", "failed", "stale"):
+                    detail = f": {current.error}" if current.error else ""
+                    print(f"run #{run.id}: {status}{detail}")
+                    return 0 if status in ("delivered", "quiet") else 1
+            if args.wait > 0:
+                print(f"run #{run.id} is still {status} after {args.wait:g}s; `switchboard jobs` shows "
+                      "its outcome later", file=sys.stderr)
+                return 1
+            return 0
+
+    code: int = on_database(config, ask)
+    return code
