@@ -115,6 +115,7 @@ class TurnRunner:
         bound.info(
             "turn",
             channel=inbound.chat.provider,
+            model=completion.model if completion else self._config.anthropic.model,
             send_ms=round((time.perf_counter() - send_started) * 1000, 1),
             request_id=request.id,
             reply_id=reply.id if reply is not None else None,

@@ -220,6 +220,7 @@ async def test_service_notifies_reloads_on_sighup_and_stops_on_sigterm_losing_no
     assert len(turns) == 5
     for line in turns:
         assert line["session_key"] == session.key and line["channel"] == "telegram"
+        assert line["model"] == MODEL
         for field in ("queue_ms", "context_ms", "triage_ms", "model_ms", "send_ms", "total_ms",
                       "tokens_in", "tokens_out", "context_messages", "triage"):
             assert field in line, field
