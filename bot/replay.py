@@ -20,6 +20,7 @@ from bot.errors import BotError
 from bot.messages import ChatRef, StoredMessage
 from bot.session_key import parse
 from bot.store import SnapshotRecord, Store
+from bot.turn_choice import pick_turn
 
 
 class RecordedTriage:
@@ -70,28 +71,6 @@ class ReplayResult:
     @property
     def matches(self) -> bool:
         return self.record.hash == self.rebuilt.input_hash and self.recorded_ids == self.rebuilt_ids
-
-
-def pick_turn(
-    records: Sequence[SnapshotRecord], session: str, turn: int, total: int | None = None
-) -> SnapshotRecord:
-    """Turn `turn` of `total` (from 1; negative counts back from the newest; 0 the newest readable).
-
-    `records` are the readable snapshots; a turn whose snapshot is unreadable is named as such.
-    """
-    newest = total if total is not None else (records[-1].turn if records else 0)
-    if newest == 0:
-        raise BotError(f"session {session} has no recorded turns yet")
-    if turn == 0 and records:
-        return records[-1]
-    number = turn if turn > 0 else newest + 1 + min(turn, -1)
-    for record in records:
-        if record.turn == number:
-            return record
-    if 1 <= number <= newest:
-        raise BotError(f"turn {number} of session {session} has an unreadable snapshot "
-                       "(it is skipped; see the warning)")
-    raise BotError(f"session {session} has turns 1..{newest}; no turn {turn}")
 
 
 async def replay(config: Config, store: Store, brain: Brain, session: str, turn: int) -> ReplayResult:
