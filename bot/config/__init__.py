@@ -41,6 +41,7 @@ from bot.config.sections import (
     DatabaseConfig,
     LoggingConfig,
     RouterConfig,
+    SemanticConfig,
 )
 from bot.schedule_spec import SCHEDULE_CHANNELS, parse_duration
 
@@ -71,6 +72,7 @@ __all__ = [
     "PosInt",
     "RouterConfig",
     "ScheduleConfig",
+    "SemanticConfig",
     "SchedulerConfig",
     "TelegramConfig",
     "check_startable",

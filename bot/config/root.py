@@ -18,6 +18,7 @@ from bot.config.sections import (
     DatabaseConfig,
     LoggingConfig,
     RouterConfig,
+    SemanticConfig,
 )
 from bot.errors import ConfigError
 from bot.schedule_spec import delivery_key
@@ -29,6 +30,7 @@ class Config(Section):
     database: DatabaseConfig = DatabaseConfig()
     anthropic: AnthropicConfig = AnthropicConfig()
     conversation: ConversationConfig = ConversationConfig()
+    semantic: SemanticConfig = SemanticConfig()
     compaction: CompactionConfig = CompactionConfig()
     channels: ChannelsConfig = ChannelsConfig()
     router: RouterConfig = RouterConfig()

