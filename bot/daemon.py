@@ -17,15 +17,17 @@ from bot.brain import AnthropicBrain, Brain
 from bot.channel import CatchUpPoint, Channel
 from bot.config import Config, load_config
 from bot.control import serving, socket_path
+from bot.embed_worker import EmbedWorker
+from bot.embedding import Embedder, load_embedder
 from bot.errors import BotError
 from bot.inbox import Inbox
 from bot.log import last_error
-from bot.messages import InboundMessage
+from bot.messages import InboundMessage, StoredMessage
 from bot.notify import Notifier
 from bot.outbox import Outbox
 from bot.reload_plan import plan_reload
 from bot.resume import resume, sweep
-from bot.router import Router
+from bot.router import Router, TurnHandler
 from bot.scheduler import Scheduler
 from bot.store import Store
 from bot.supervisor import ChannelSupervisor, build_channels, platform_channel
@@ -70,6 +72,9 @@ class Daemon:
         self._inbox: Inbox | None = None
         self._outbox: Outbox | None = None
         self._brain_for: Callable[[str | None], Brain] | None = None
+        # Semantic recall ([semantic]): the sentence model, and the worker embedding stored messages.
+        self.embedder: Embedder | None = None
+        self.embed_worker: EmbedWorker | None = None
         self._channels = ChannelSupervisor(self, lambda: self.config, self.stop_requested)
         # The running channels by provider: the turn runner, inbox and scheduler read this one
         # dict, so a reload that starts or stops a channel is seen by all of them.
@@ -82,7 +87,12 @@ class Daemon:
     async def run(self) -> None:
         config = self.config
         async with AsyncExitStack() as stack:
+            # About a second of reading weights, off the loop; enabled = "on" without them stops here.
+            embedder = self.embedder = await asyncio.to_thread(load_embedder, config)
             store = self._store = await self._open_store(stack, config)
+            if embedder is not None:
+                self.embed_worker = await stack.enter_async_context(
+                    EmbedWorker(store, embedder, batch_size=config.semantic.batch_size))
             brain = self._brain
             if brain is None:
                 anthropic_brain = AnthropicBrain(config.anthropic, config.anthropic.api_key())
@@ -97,7 +107,7 @@ class Daemon:
             outbox = self._outbox = Outbox(store, self._by_provider)
             runner = TurnRunner(config, store, brain, self._by_provider, outbox)
             router = self.router = Router(
-                store, runner, max_concurrent=config.router.max_concurrent_turns
+                store, self._announcing(runner), max_concurrent=config.router.max_concurrent_turns
             )
             inbox = self._inbox = Inbox(config, store, router, self._by_provider, runner.compactor)
             # Before any channel takes input: what the last run left undone goes first, in order.
@@ -174,6 +184,22 @@ class Daemon:
         """Store and queue one message through the inbox of the config in force."""
         assert self._inbox is not None, "the daemon has not started"
         await self._inbox.submit(inbound)
+        self._message_stored()
+
+    def _announcing(self, runner: TurnHandler) -> TurnHandler:
+        """The turn handler, telling the embed worker when a turn has stored its reply."""
+
+        async def handle(request: StoredMessage, inbound: InboundMessage) -> None:
+            try:
+                await runner(request, inbound)
+            finally:
+                self._message_stored()
+
+        return handle
+
+    def _message_stored(self) -> None:
+        if self.embed_worker is not None:
+            self.embed_worker.notify()
 
     def _current_inbox(self) -> Inbox:
         assert self._inbox is not None, "the daemon has not started"
@@ -277,7 +303,7 @@ class Daemon:
                 reconfigure(getattr(config.channels, name))
         # Turns already running finish with the runner they started with; queued ones get the new.
         runner = TurnRunner(config, store, brain, self._by_provider, self._outbox)
-        router.replace_handler(runner)
+        router.replace_handler(self._announcing(runner))
         self._inbox = Inbox(config, store, router, self._by_provider, runner.compactor)
         if self.scheduler is not None:
             await self.scheduler.reconfigure(config)

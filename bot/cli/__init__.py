@@ -15,7 +15,7 @@ from typing import Any
 from bot.cli.base import DEFAULT_CONFIG
 from bot.cli.base import setup_logging as _logging  # noqa: F401  (tests/test_log_secrets.py)
 from bot.cli.daemon_commands import chat, check_config, init, reload, run, show_status
-from bot.cli.db import backup, db_usage, prune
+from bot.cli.db import backup, db_usage, embed, prune
 from bot.cli.history import compact_session, list_sessions, replay_turn, show_context, show_history
 from bot.cli.jobs import list_jobs, run_job
 from bot.errors import BotError, ConfigError
@@ -69,6 +69,7 @@ EXAMPLES = {
            "switchboard db prune --older-than 90 --dry-run"],
     "db backup": ["switchboard db backup backup.db", "switchboard db backup backup.db --force"],
     "db prune": ["switchboard db prune --older-than 90 --dry-run", "switchboard db prune --older-than 90"],
+    "db embed": ["switchboard db embed", "switchboard db embed --rebuild"],
 }
 
 
@@ -144,8 +145,8 @@ def _parser() -> argparse.ArgumentParser:
                  "show whether the daemon runs: channels, queues, schedules, last error")
     status.add_argument("--json", action="store_true", help="print the daemon's answer as JSON")
     add("reload", reload, "make the running daemon re-read its config file (as SIGHUP does)")
-    db = add("db", db_usage, "database care: backup, prune")
-    db_sub = db.add_subparsers(dest="db_command", metavar="backup|prune")
+    db = add("db", db_usage, "database care: backup, prune, embed")
+    db_sub = db.add_subparsers(dest="db_command", metavar="backup|prune|embed")
     backup_cmd = add("db backup", backup, "copy the database, safely while it runs", db_sub)
     backup_cmd.add_argument("path", help="the new backup file")
     backup_cmd.add_argument("--force", action="store_true", help="replace the file if it exists")
@@ -153,6 +154,10 @@ def _parser() -> argparse.ArgumentParser:
     prune_cmd.add_argument("--older-than", type=_positive, required=True, metavar="DAYS",
                            help="only messages older than this many days")
     prune_cmd.add_argument("--dry-run", action="store_true", help="show what would go, delete nothing")
+    embed_cmd = add("db embed", embed, "compute the sentence vectors semantic recall needs for messages "
+                    "that lack one (the [semantic] extra)", db_sub)
+    embed_cmd.add_argument("--rebuild", action="store_true",
+                           help="drop every stored vector and compute them all again")
     return parser
 
 

@@ -1,4 +1,4 @@
-"""Database care: an online backup, and pruning old conversation messages."""
+"""Database care: an online backup, pruning old conversation messages, and filling sentence embeddings."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import sys
 import time
 from pathlib import Path
 
-from bot.cli.base import load_config_file, on_database, open_store
+from bot.cli.base import load_config_file, on_database, open_store, setup_logging
 from bot.errors import BotError
 from bot.session_key import parse
 
 
 def db_usage(args: argparse.Namespace) -> int:
     print("usage: switchboard db backup PATH [--force] | switchboard db prune --older-than DAYS "
-          "[--dry-run]", file=sys.stderr)
+          "[--dry-run] | switchboard db embed [--rebuild]", file=sys.stderr)
     return 2
 
 
@@ -76,4 +76,49 @@ def prune(args: argparse.Namespace) -> int:
             print(f"  {key}  {count}")
 
     on_database(config, prune)
+    return 0
+
+
+def embed(args: argparse.Namespace) -> int:
+    """Compute the sentence vectors semantic recall needs for every stored message that lacks one."""
+    from bot.embed_worker import embed_backlog
+    from bot.embedding import HOW_TO_INSTALL, Embedder, model_files, unavailable_reason
+
+    config = load_config_file(args)
+    setup_logging(config, quiet=True)  # warnings only, on stderr: the command prints its own lines
+    if config.semantic.enabled == "off":
+        raise BotError(f'{config.source}: [semantic].enabled is "off", so nothing would read the vectors; '
+                       'set it to "auto" or "on" first')
+    reason = unavailable_reason(config)
+    files = model_files(config)
+    if reason is not None or files is None:
+        raise BotError(f"cannot embed: {reason}; install them with {HOW_TO_INSTALL}")
+    started = time.perf_counter()
+    try:
+        embedder = Embedder.load(files)
+    except Exception as exc:  # a damaged or foreign file: the libraries raise their own types
+        raise BotError(f"cannot load the model at {files.archive or files.directory}: "
+                       f"{type(exc).__name__}: {exc}") from exc
+    live = sys.stderr.isatty()
+
+    async def fill() -> tuple[int, int]:
+        async with open_store(config) as store:
+            cleared = await store.clear_embeddings() if args.rebuild else 0
+            total = await store.count_pending_embeddings(embedder.model_id)
+
+            def progress(done: int) -> None:
+                if live:
+                    print(f"\rembedding: {done}/{total} messages", end="", file=sys.stderr, flush=True)
+
+            done = await embed_backlog(store, embedder, batch_size=config.semantic.batch_size,
+                                       progress=progress)
+            if live and done:
+                print(file=sys.stderr)
+            return cleared, done
+
+    cleared, done = on_database(config, fill)
+    seconds = time.perf_counter() - started
+    dropped = f"dropped {cleared} vector(s), then " if args.rebuild else ""
+    print(f"{dropped}embedded {done} message(s) with {embedder.model_id} in {seconds:.1f} s; "
+          "every stored message now has its vector")
     return 0

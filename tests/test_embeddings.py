@@ -1,0 +1,279 @@
+"""Semantic recall's parts with the real all-MiniLM-L6-v2 weights and real SQLite files: the encoder,
+the store's vectors and search, the background worker, the daemon's wiring, and the CLI."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.config import Config, parse_config
+from bot.embed_worker import EmbedWorker, embed_backlog
+from bot.embedding import Embedder, embedding_text, load_embedder, unavailable_reason, vector_bytes
+from bot.messages import ChatRef, InboundMessage, StoredMessage
+from bot.session_key import build
+from bot.store import Store
+from tests.fakes import FakeChannel
+from tests.harness import config_data, daemon_with, say, switchboard_cli
+from tests.standins.anthropic_api import AnthropicStandIn
+
+pytestmark = pytest.mark.skipif(unavailable_reason(parse_config({}, "<defaults>")) is not None,
+                                reason="the semantic extra is not installed (`make semantic`)")
+
+SESSION = build("main", "telegram", "group", "-100")
+OTHER = build("main", "telegram", "group", "-200")
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    """The packaged model, loaded once for the module."""
+    loaded = load_embedder(parse_config({}, "<defaults>"))
+    assert loaded is not None
+    return loaded
+
+
+async def say_in(store: Store, text: str, *, name: str = "Caroline", key: Any = SESSION) -> StoredMessage:
+    """Store one group message from `name`."""
+    stored = await store.append_inbound(InboundMessage(
+        session_key=key, chat=ChatRef("telegram", str(key).rsplit(":", 1)[-1]), sender_id=name.lower(),
+        sender_name=name, text=text,
+    ))
+    assert stored is not None
+    return stored
+
+
+async def embed_all(store: Store, embedder: Embedder) -> int:
+    return await embed_backlog(store, embedder, batch_size=8)
+
+
+async def ranked(store: Store, embedder: Embedder, request: StoredMessage, key: Any = SESSION,
+                 limit: int = 10) -> list[str]:
+    """Texts of the session's semantic matches for a stored request, best first."""
+    query = await store.embedding_of(request.id, embedder.model_id)
+    assert query is not None
+    matches = await store.semantic_matches(str(key), query, model=embedder.model_id,
+                                           before_id=request.id, limit=limit)
+    texts = []
+    for message_id, _ in matches:
+        message = await store.message_by_id(message_id)
+        assert message is not None
+        texts.append(message.text)
+    return texts
+
+
+def vectors_in(db: Path) -> dict[int, str]:
+    with sqlite3.connect(db) as conn:
+        return {int(row[0]): str(row[1]) for row in conn.execute("SELECT message_id, model FROM embeddings")}
+
+
+def test_the_encoder_gives_the_published_similarities(embedder: Embedder) -> None:
+    """Cosines match sentence-transformers' published example for all-MiniLM-L6-v2 (0.6660, 0.1046,
+    0.1411), vectors are unit float32 rows of 384, and a text's vector does not depend on its batch."""
+    texts = ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."]
+    vectors = embedder.encode(texts)
+    assert vectors.shape == (3, 384) and str(vectors.dtype) == "float32"
+    cos = vectors @ vectors.T
+    published = {(0, 1): 0.6660, (0, 2): 0.1046, (1, 2): 0.1411}
+    assert all(abs(cos[pair] - value) < 1e-3 for pair, value in published.items())
+    alone = embedder.encode([texts[2]])[0]
+    long_batch = embedder.encode(["word " * 300, texts[2]])[1]  # truncated at 256 tokens, padded
+    assert float(alone @ long_batch) > 0.99999
+    assert embedder.model_id.startswith("all-MiniLM-L6-v2@")
+
+
+async def test_a_fact_said_in_other_words_is_nearer_than_distractors_sharing_words(
+    store: Store, embedder: Embedder
+) -> None:
+    """"Has Caroline been finding out how to adopt a kid?" finds "I looked into adoption agencies",
+    which shares none of its words, before messages that share several."""
+    fact = await say_in(store, "I looked into adoption agencies last week")
+    for text, name in [("finding a parking spot has been hard", "Caroline"),
+                       ("my kid has been out all day", "Melanie"),
+                       ("how did the kids like the museum?", "Caroline"),
+                       ("Caroline, how is the new kid at work?", "Melanie"),
+                       ("we looked at the sunset last week", "Caroline")]:
+        await say_in(store, text, name=name)
+    request = await say_in(store, "Has Caroline been finding out how to adopt a kid?", name="Melanie")
+    assert await embed_all(store, embedder) == 7
+    assert embedding_text(request) == "Melanie: Has Caroline been finding out how to adopt a kid?"
+    found = await ranked(store, embedder, request)
+    assert found[0] == fact.text
+    assert len(found) == 6
+
+
+async def test_matches_stay_in_their_session_above_the_floor_and_below_before_id(
+    store: Store, embedder: Embedder
+) -> None:
+    """Search never returns another session's vectors, a message from before /reset, or one at or
+    after before_id; equal scores list the newer message first."""
+    old = await say_in(store, "we adopted a puppy from the shelter")
+    await say_in(store, "we adopted a puppy from the shelter", key=OTHER)
+    await store.reset_context(str(SESSION))
+    first = await say_in(store, "the shelter gave us a puppy")
+    second = await say_in(store, "the shelter gave us a puppy")
+    later = await say_in(store, "the shelter gave us a puppy")
+    await embed_all(store, embedder)
+    query = embedder.encode(["Caroline: we adopted a puppy from the shelter"])[0]
+    matches = await store.semantic_matches(str(SESSION), query, model=embedder.model_id,
+                                           before_id=later.id, limit=10)
+    assert [message_id for message_id, _ in matches] == [second.id, first.id]
+    assert matches[0][1] == matches[1][1] and 0.5 < matches[0][1] <= 1.0
+    assert old.id not in dict(matches)
+    assert await store.semantic_matches(str(SESSION), query, model="another-model", before_id=later.id,
+                                        limit=10) == []
+    only = await store.semantic_matches(str(SESSION), query, model=embedder.model_id, before_id=later.id + 1,
+                                        limit=1)
+    assert [message_id for message_id, _ in only] == [later.id]
+
+
+async def test_search_sees_new_and_deleted_vectors(store: Store, embedder: Embedder, tmp_path: Path) -> None:
+    """The in-memory copy of a session's vectors follows the table: a new vector is found at once,
+    and a message deleted by another connection (its vector goes with it) is never returned."""
+    kept = await say_in(store, "my sister lives in Lisbon")
+    gone = await say_in(store, "my brother lives in Porto")
+    await embed_all(store, embedder)
+    query = embedder.encode(["Caroline: where does my family live?"])[0]
+
+    async def ids() -> set[int]:
+        return {message_id for message_id, _ in await store.semantic_matches(
+            str(SESSION), query, model=embedder.model_id, before_id=10**9, limit=10)}
+
+    assert await ids() == {kept.id, gone.id}
+    added = await say_in(store, "my parents live in Faro")
+    await embed_all(store, embedder)
+    assert await ids() == {kept.id, gone.id, added.id}
+    with sqlite3.connect(tmp_path / "switchboard.db") as conn:
+        conn.execute("DELETE FROM messages WHERE id = ?", (gone.id,))
+    assert await ids() == {kept.id, added.id}
+
+
+async def test_fallback_replies_and_scheduled_output_are_never_embedded(
+    store: Store, embedder: Embedder, tmp_path: Path
+) -> None:
+    """Only interactive messages that are not the fallback apology get a vector."""
+    request = await say_in(store, "are you there?")
+    apology = await store.append_reply(str(SESSION), "I couldn't reach the model, try again in a moment.",
+                                       request_id=request.id)
+    with sqlite3.connect(tmp_path / "switchboard.db") as conn:
+        conn.execute("UPDATE messages SET fallback = 1 WHERE id = ?", (apology.id,))
+    report = await store.append_reply(str(SESSION), "Your morning report", origin="scheduled", job_id="m")
+    answered = await store.append_reply(str(SESSION), "Yes, I'm here.", request_id=request.id)
+    assert [m.id for m in await store.pending_embeddings(embedder.model_id)] == [request.id, answered.id]
+    await embed_all(store, embedder)
+    assert set(vectors_in(tmp_path / "switchboard.db")) == {request.id, answered.id}
+    assert apology.id not in vectors_in(tmp_path / "switchboard.db") and report.id not in vectors_in(
+        tmp_path / "switchboard.db")
+    assert await store.pending_embeddings(embedder.model_id) == []
+
+
+async def test_the_worker_embeds_what_is_stored_and_a_restart_fills_the_gaps(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """Notified, the worker embeds new messages; messages stored while no worker ran, or whose
+    vector is missing, are embedded when the next worker starts; a failing pass is retried."""
+    db = tmp_path / "switchboard.db"
+    async with Store.open(db) as store:
+        async with EmbedWorker(store, embedder, batch_size=2, retry_delay=0.01) as worker:
+            stored = [await say_in(store, f"message number {i}") for i in range(5)]
+            worker.notify()
+            await worker.settled()
+            assert set(vectors_in(db)) == {m.id for m in stored}
+        stored += [await say_in(store, "said while the daemon was down")]
+        with sqlite3.connect(db) as conn:
+            conn.execute("DELETE FROM embeddings WHERE message_id = ?", (stored[0].id,))
+        flaky = FlakyEmbedder(embedder, failures=1)
+        async with EmbedWorker(store, flaky, batch_size=32, retry_delay=0.01) as worker:  # type: ignore[arg-type]
+            await worker.settled()
+        assert set(vectors_in(db)) == {m.id for m in stored}
+        assert flaky.calls == 2
+
+
+class FlakyEmbedder:
+    """The real embedder, failing its first `failures` calls as a full disk or a bug would."""
+
+    def __init__(self, embedder: Embedder, *, failures: int) -> None:
+        self._embedder = embedder
+        self.model_id = embedder.model_id
+        self.failures = failures
+        self.calls = 0
+
+    def encode(self, texts: Sequence[str]) -> Any:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise RuntimeError("simulated failure")
+        return self._embedder.encode(texts)
+
+
+async def test_the_daemon_embeds_requests_and_replies(
+    api: AnthropicStandIn, make_config: Any, channel: FakeChannel, db: Path, embedder: Embedder
+) -> None:
+    """With [semantic] on, a running daemon embeds each request and its reply in the background."""
+    config: Config = make_config(config_data(api, semantic={"enabled": "on"}))
+    async with daemon_with(config, channel) as daemon:
+        assert daemon.embedder is not None and daemon.embedder.model_id == embedder.model_id
+        await say(daemon, channel, "I looked into adoption agencies")
+        assert daemon.embed_worker is not None
+        await daemon.embed_worker.settled()
+    with sqlite3.connect(db) as conn:
+        texts = [str(row[0]) for row in conn.execute(
+            "SELECT m.text FROM embeddings e JOIN messages m ON m.id = e.message_id ORDER BY m.id")]
+    assert texts == ["I looked into adoption agencies", "re: I looked into adoption agencies"]
+
+
+async def test_db_embed_fills_and_rebuilds_an_existing_database(tmp_path: Path, embedder: Embedder) -> None:
+    """`switchboard db embed` embeds every message that lacks a vector and says how many; --rebuild
+    drops them all and computes them again."""
+    (tmp_path / "config.toml").write_text('[database]\npath = "bot.db"\n', encoding="utf-8")
+    db = tmp_path / "bot.db"
+    async with Store.open(db) as store:
+        for i in range(3):
+            await say_in(store, f"old message {i}")
+        vector = vector_bytes(embedder.encode(["Caroline: old message 0"])[0])
+        await store.save_embeddings(embedder.model_id, [(1, str(SESSION), vector)])
+    code, out, err = await switchboard_cli(tmp_path, "db", "embed")
+    assert code == 0, err
+    assert f"embedded 2 message(s) with {embedder.model_id}" in out
+    assert set(vectors_in(db)) == {1, 2, 3}
+    code, out, err = await switchboard_cli(tmp_path, "db", "embed", "--rebuild")
+    assert code == 0, err
+    assert out.startswith("dropped 3 vector(s), then embedded 3 message(s)")
+    assert "Traceback" not in err
+
+
+async def test_semantic_on_without_the_model_stops_run_and_db_embed_in_one_line(tmp_path: Path) -> None:
+    """enabled = "on" with a model_path that holds no model: `run` exits 2 naming semantic.enabled and
+    what to install, without a traceback; `db embed` refuses in one line too."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "config.toml").write_text(
+        '[database]\npath = "bot.db"\n[semantic]\nenabled = "on"\nmodel_path = "empty"\n'
+        "[channels.telegram]\nenabled = true\n", encoding="utf-8")
+    code, _, err = await switchboard_cli(tmp_path, "run", env={"TELEGRAM_BOT_TOKEN": "123:abc"})
+    assert code == 2
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"switchboard: {tmp_path / 'config.toml'}: semantic.enabled: \"on\", but")
+    assert str(tmp_path / "empty") in last and "make semantic" in last
+    async with Store.open(tmp_path / "bot.db"):
+        pass
+    code, _, err = await switchboard_cli(tmp_path, "db", "embed")
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert "cannot embed" in err and "make semantic" in err
+
+
+async def test_a_vector_is_written_once_per_model(store: Store, embedder: Embedder, tmp_path: Path) -> None:
+    """A second vector of the same model for a message is ignored (the first is what was searched);
+    one of another model replaces it, and a deleted message gets none."""
+    message = await say_in(store, "hello there")
+    first = vector_bytes(embedder.encode(["hello there"])[0])
+    other = vector_bytes(embedder.encode(["something else"])[0])
+    assert await store.save_embeddings(embedder.model_id, [(message.id, str(SESSION), first)]) == 1
+    assert await store.save_embeddings(embedder.model_id, [(message.id, str(SESSION), other)]) == 0
+    with sqlite3.connect(tmp_path / "switchboard.db") as conn:
+        assert conn.execute("SELECT vector FROM embeddings").fetchone()[0] == first
+    assert await store.save_embeddings("model-b", [(message.id, str(SESSION), other)]) == 1
+    assert vectors_in(tmp_path / "switchboard.db") == {message.id: "model-b"}
+    assert await store.save_embeddings("model-b", [(message.id + 1, str(SESSION), other)]) == 0
+    assert await store.clear_embeddings() == 1
