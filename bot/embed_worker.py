@@ -26,6 +26,7 @@ log = structlog.get_logger("switchboard.embed")
 POLL_INTERVAL = 60.0  # seconds between looks for work nobody announced
 RETRY_DELAY = 2.0  # after a failed pass; doubled after each further failure
 MAX_BACKOFF = 300.0
+WARM_SESSIONS = 200  # most recently active sessions whose vectors are read into memory at start
 
 
 class EmbedWorker:
@@ -79,11 +80,16 @@ class EmbedWorker:
     async def _run(self) -> None:
         failures = 0
         after_id = 0  # the start catches up from the beginning; later passes from the last message seen
+        warm = True
         while True:
             self._wake.clear()
             requested = self._requested
             try:
                 after_id = await self._drain(after_id)
+                if warm:
+                    # Once caught up: the active sessions' first searches read from memory.
+                    await self._store.warm_embeddings(self._embedder.model_id, sessions=WARM_SESSIONS)
+                    warm = False
             except Exception as exc:
                 failures += 1
                 pause = min(MAX_BACKOFF, self._retry_delay * 2 ** (failures - 1))

@@ -142,6 +142,7 @@ async def test_search_sees_new_and_deleted_vectors(store: Store, embedder: Embed
             str(SESSION), query, model=embedder.model_id, before_id=10**9, limit=10)}
 
     assert await ids() == {kept.id, gone.id}
+    assert await store.warm_embeddings(embedder.model_id, sessions=10) == 1  # the one session there is
     added = await say_in(store, "my parents live in Faro")
     await embed_all(store, embedder)
     assert await ids() == {kept.id, gone.id, added.id}

@@ -125,6 +125,20 @@ class Embeddings(Database):
             self._matrices.clear()
         return max(cursor.rowcount, 0)
 
+    async def warm_embeddings(self, model: str, *, sessions: int) -> int:
+        """Read the vectors of the `sessions` most recently active sessions into memory (as far as the
+        cache holds them), so their first search after a start is not the slow one; returns how many."""
+        keys = [str(row[0]) for row in await self._conn.execute_fetchall(
+            "SELECT key FROM sessions ORDER BY updated_at DESC LIMIT ?", (sessions,))]
+        warmed = 0
+        for key in reversed(keys):  # the most recent last: the cache drops the least recent first
+            found = await self._conn.execute_fetchall(
+                "SELECT COUNT(*), COALESCE(MAX(message_id), 0), COALESCE(SUM(message_id), 0) "
+                "FROM embeddings WHERE session_key = ? AND model = ?", (key, model))
+            count, largest, total = (int(value) for value in next(iter(found)))
+            warmed += await self._session_matrix(key, model, (count, largest, total)) is not None
+        return warmed
+
     async def semantic_matches(
         self, session_key: str, query: npt.NDArray[np.float32], *, model: str, before_id: int, limit: int
     ) -> list[tuple[int, float]]:
