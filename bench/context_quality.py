@@ -1,0 +1,460 @@
+"""Context quality: does the real ContextBuilder find the turns a question needs, and at what cost?
+
+Usage: .venv/bin/python bench/context_quality.py [--conversations 20] [--seed 13]
+       [--configs triage,triage-lexical,ranked,lexical,everything] [--keep DIR]
+
+The labelled set of bench/labelled_set.py (generated, no network) goes turn by turn into a real
+`Store` (one SQLite file, one session per conversation, `insert_message` with each turn's own time,
+so the lexical index is the real one). At each question the embed backlog is filled
+(`embed_backlog`, as a worker that keeps up would), the question is stored as the newest user
+message, and every configuration builds its context for it with `ContextBuilder.build`; then the
+agent's answer is stored and the conversation goes on. Per configuration: evidence recall (share
+of the evidence turns' messages in `context.entries`, averaged over questions), questions with all
+their evidence, context tokens (entries, summary and scheduled block) as a share of sending every
+earlier message of the conversation, and build time (median and p99). The configurations take
+turns in going first, so none always pays for what the others find cached. Prints figures;
+asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.instant_brain import InstantBrain  # noqa: E402
+from bench.labelled_set import Conversation, Question, Turn, describe, generate  # noqa: E402
+from bot.config import Config, parse_config  # noqa: E402
+from bot.context import Context, TriageReport  # noqa: E402
+from bot.context_builder import ContextBuilder  # noqa: E402
+from bot.log import configure_logging  # noqa: E402
+from bot.messages import ChatRef, StoredMessage  # noqa: E402
+from bot.session_key import SessionKey  # noqa: E402
+from bot.session_key import build as session_key  # noqa: E402
+from bot.store import Store  # noqa: E402
+from bot.store.messages import insert_message  # noqa: E402
+
+if TYPE_CHECKING:
+    from bot.embedding import Embedder
+
+PROVIDER = "bench"
+MEDIAN_TARGET_MS = 2.0
+P99_TARGET_MS = 5.0
+TOKEN_TARGET = 0.10
+
+
+class PerfectTriage:
+    """A fast model that picks exactly the evidence among the messages it is shown."""
+
+    available = True
+
+    def __init__(self) -> None:
+        self.evidence: set[int] = set()
+
+    async def __call__(
+        self, older: Sequence[StoredMessage], request_text: str
+    ) -> tuple[list[StoredMessage] | None, TriageReport]:
+        picked = [message for message in older if message.id in self.evidence]
+        return picked, TriageReport("selected", candidates=len(older), selected=len(picked))
+
+
+class NoFastModel:
+    """No fast model configured: the builder falls back to its own ranking."""
+
+    available = False
+
+    async def __call__(
+        self, older: Sequence[StoredMessage], request_text: str
+    ) -> tuple[list[StoredMessage] | None, TriageReport]:
+        raise AssertionError("never called when unavailable")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One configuration: its config sections, whether it has a fast model, and its targets."""
+
+    name: str
+    label: str
+    conversation: dict[str, Any]
+    semantic: bool
+    triage: bool
+    min_recall: float | None = None
+    max_tokens: float | None = None
+    timed: bool = True
+
+
+SETUPS: dict[str, Setup] = {s.name: s for s in (
+    Setup("triage", "shipped defaults, perfect triage", {}, semantic=True, triage=True,
+          min_recall=0.90, max_tokens=TOKEN_TARGET),
+    Setup("triage-lexical", "defaults without semantic, perfect triage", {}, semantic=False,
+          triage=True),
+    Setup("ranked", "local ranking alone (no fast model)", {}, semantic=True, triage=False,
+          min_recall=0.75, max_tokens=TOKEN_TARGET),
+    Setup("lexical", "lexical only (no fast model, no semantic)", {}, semantic=False, triage=False,
+          min_recall=0.60),
+    Setup("everything", "send-everything (every earlier message)",
+          {"use_selection": False, "lookback_count": 1_000_000, "recall_count": 0,
+           "semantic_count": 0}, semantic=False, triage=False, timed=False),
+)}
+
+
+@dataclass
+class Tally:
+    """What one configuration got, question by question."""
+
+    recall: list[float] = field(default_factory=list)
+    complete: list[bool] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    everything: list[int] = field(default_factory=list)
+    build_ms: list[float] = field(default_factory=list)
+    by_kind: dict[str, list[float]] = field(default_factory=dict)
+    candidates: list[int] = field(default_factory=list)  # evidence messages among the candidates
+    evidence: list[int] = field(default_factory=list)  # evidence messages per question
+    misses: list[str] = field(default_factory=list)
+
+    def add(self, question: Question, found: float, tokens: int, everything: int, ms: float) -> None:
+        self.recall.append(found)
+        self.complete.append(found == 1.0)
+        self.tokens.append(tokens)
+        self.everything.append(everything)
+        self.build_ms.append(ms)
+        self.by_kind.setdefault(question.kind, []).append(found)
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
+
+
+def context_tokens(context: Context) -> int:
+    total = sum(entry.message.token_estimate for entry in context.entries)
+    total += sum(message.token_estimate for message in context.scheduled)
+    if context.summary:
+        from bot.budget import estimate_tokens
+
+        total += estimate_tokens(context.summary)
+    return total
+
+
+def make_config(db: Path, setup: Setup, overrides: dict[str, Any] | None = None) -> Config:
+    """The setup's config; `overrides` ([conversation] keys from --set) apply to all but the
+    send-everything reference."""
+    conversation = {**(overrides or {}), **setup.conversation} if setup.timed else setup.conversation
+    return parse_config(
+        {"database": {"path": str(db)}, "conversation": conversation,
+         "semantic": {"enabled": "auto" if setup.semantic else "off"}},
+        "<bench>",
+    )
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Builder:
+    setup: Setup
+    builder: ContextBuilder
+    triage: PerfectTriage | None
+
+
+@dataclass
+class Session:
+    """One conversation as stored so far: message ids per turn and send-everything's tokens."""
+
+    key: SessionKey
+    chat: ChatRef
+    ids: list[tuple[int, int]] = field(default_factory=list)  # per turn: (user message, reply)
+    tokens: int = 0
+
+    def add(self, user: StoredMessage, reply: StoredMessage) -> None:
+        self.ids.append((user.id, reply.id))
+        self.tokens += user.token_estimate + reply.token_estimate
+
+
+class Run:
+    """Every conversation into one store; every configuration's context at every question."""
+
+    def __init__(self, store: Store, builders: list[Builder], embedder: Embedder | None) -> None:
+        self.store = store
+        self.builders = builders
+        self.embedder = embedder
+        self.tallies = {entry.setup.name: Tally() for entry in builders}
+        self.asked = 0
+        self.info: dict[str, Any] = {"embedded": 0, "embed_s": 0.0, "insert_s": 0.0,
+                                     "encode_ms": [], "turns": 0}
+
+    async def conversation(self, conversation: Conversation) -> None:
+        peer = f"user{conversation.index}"
+        session = Session(session_key("main", PROVIDER, "direct", peer), ChatRef(PROVIDER, peer))
+        questions = {q.turn: q for q in conversation.questions}
+        pending: list[Turn] = []
+        for turn in conversation.turns:
+            if turn.index not in questions:
+                pending.append(turn)
+                continue
+            await self._store_turns(session, pending)
+            pending = []
+            await self._embed_backlog()
+            request = await _store_request(self.store, str(session.key), turn, session.chat)
+            if self.embedder is not None:
+                # A worker that keeps up has embedded the request too; what embedding it inside the
+                # build would cost is timed apart (below the table).
+                started = time.perf_counter()
+                await asyncio.to_thread(self.embedder.encode, [request.text])
+                self.info["encode_ms"].append((time.perf_counter() - started) * 1000)
+                await self._embed_backlog()
+            await self._ask(session, questions[turn.index], request)
+            session.add(request, await _store_reply(self.store, str(session.key), turn))
+        await self._store_turns(session, pending)
+        self.info["turns"] += len(conversation.turns)
+
+    async def _ask(self, session: Session, question: Question, request: StoredMessage) -> None:
+        evidence = {i for t in question.evidence for i in session.ids[t]}
+        self.asked += 1
+        shift = self.asked % len(self.builders)
+        for entry in self.builders[shift:] + self.builders[:shift]:
+            if entry.triage is not None:
+                entry.triage.evidence = evidence
+            started = time.perf_counter()
+            context = await entry.builder.build(session.key, request, session.chat)
+            elapsed = (time.perf_counter() - started) * 1000
+            present = {e.message.id for e in context.entries}
+            found = len(evidence & present) / len(evidence)
+            tally = self.tallies[entry.setup.name]
+            tally.add(question, found, context_tokens(context), session.tokens, elapsed)
+            pool = {i for candidate in context.candidates for i in candidate["ids"]}
+            tally.candidates.append(len(evidence & pool))
+            tally.evidence.append(len(evidence))
+            if found < 1.0:
+                tally.misses.append(f"{session.chat.chat_id} turn {question.turn} {question.kind} "
+                                    f"{question.family}: {question.text!r}")
+
+    async def _store_turns(self, session: Session, turns: Sequence[Turn]) -> None:
+        started = time.perf_counter()
+        for user, reply in await _insert(self.store, str(session.key), turns):
+            session.add(user, reply)
+        self.info["insert_s"] += time.perf_counter() - started
+
+    async def _embed_backlog(self) -> None:
+        from bot.embed_worker import embed_backlog
+
+        if self.embedder is not None:
+            started = time.perf_counter()
+            self.info["embedded"] += await embed_backlog(self.store, self.embedder, batch_size=32)
+            self.info["embed_s"] += time.perf_counter() - started
+
+
+async def run(
+    conversations: Sequence[Conversation], setups: Sequence[Setup], db: Path,
+    progress: Callable[[str], None], overrides: dict[str, Any] | None = None,
+) -> tuple[dict[str, Tally], dict[str, Any]]:
+    """Build the configurations over one store and run every conversation through them."""
+    from bot.embedding import load_embedder
+    from bot.semantic_recall import SemanticRecall
+
+    brain = InstantBrain()
+    async with Store.open(db) as store:
+        embedder = None
+        if any(setup.semantic for setup in setups):
+            probe = make_config(db, next(s for s in setups if s.semantic))
+            embedder = await asyncio.to_thread(load_embedder, probe)
+        builders: list[Builder] = []
+        for setup in setups:
+            triage: PerfectTriage | NoFastModel = PerfectTriage() if setup.triage else NoFastModel()
+            semantic = SemanticRecall(store, embedder) if setup.semantic and embedder else None
+            builder = ContextBuilder(make_config(db, setup, overrides), store, brain, triager=triage,
+                                     semantic=semantic)
+            builders.append(Builder(setup, builder, triage if isinstance(triage, PerfectTriage) else None))
+        bench = Run(store, builders, embedder)
+        for conversation in conversations:
+            await bench.conversation(conversation)
+            progress(f"conversation {conversation.index + 1}/{len(conversations)} "
+                     f"({len(conversation.turns)} turns, {len(conversation.questions)} questions)")
+    bench.info["embedder"] = embedder.model_id if embedder is not None else None
+    return bench.tallies, bench.info
+
+
+async def _insert(
+    store: Store, session: str, turns: Sequence[Turn]
+) -> list[tuple[StoredMessage, StoredMessage]]:
+    """Store turns as the daemon would (user message, then the agent's reply), in one transaction."""
+    stored = []
+    async with store._transaction():  # the store's own write path: one transaction per batch
+        for turn in turns:
+            user = await insert_message(store._conn, session_key=session, role="user",
+                                        origin="interactive", text=turn.user, created_at=turn.at)
+            reply = await insert_message(store._conn, session_key=session, role="assistant",
+                                         origin="interactive", text=turn.reply,
+                                         created_at=turn.reply_at)
+            stored.append((user, reply))
+    return stored
+
+
+async def _store_request(store: Store, session: str, turn: Turn, chat: ChatRef) -> StoredMessage:
+    async with store._transaction():
+        return await insert_message(store._conn, session_key=session, role="user",
+                                    origin="interactive", text=turn.user, created_at=turn.at,
+                                    awaiting_reply=True, chat=chat)
+
+
+async def _store_reply(store: Store, session: str, turn: Turn) -> StoredMessage:
+    async with store._transaction():
+        await store._conn.execute(
+            "UPDATE messages SET awaiting_reply = 0 WHERE session_key = ? AND awaiting_reply = 1",
+            (session,))
+        return await insert_message(store._conn, session_key=session, role="assistant",
+                                    origin="interactive", text=turn.reply, created_at=turn.reply_at)
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+
+def verdict(setup: Setup, tally: Tally) -> str:
+    recall = statistics.fmean(tally.recall)
+    share = sum(tally.tokens) / sum(tally.everything)
+    median, p99 = statistics.median(tally.build_ms), percentile(tally.build_ms, 0.99)
+    missed = []
+    if setup.min_recall is not None and recall < setup.min_recall:
+        missed.append(f"recall < {setup.min_recall:.2f}")
+    if setup.max_tokens is not None and share > setup.max_tokens:
+        missed.append(f"tokens > {setup.max_tokens:.0%}")
+    if setup.timed and (median > MEDIAN_TARGET_MS or p99 > P99_TARGET_MS):
+        missed.append("build time")
+    if missed:
+        return "MISSED: " + ", ".join(missed)
+    goals = []
+    if setup.min_recall is not None:
+        goals.append(f"recall >= {setup.min_recall:.2f}")
+    if setup.max_tokens is not None:
+        goals.append(f"tokens <= {setup.max_tokens:.0%}")
+    if setup.timed:
+        goals.append("build time")
+    return "met (" + ", ".join(goals) + ")" if goals else "(reference)"
+
+
+def print_report(setups: Sequence[Setup], tallies: dict[str, Tally], info: dict[str, Any]) -> None:
+    rows = [("configuration", "evidence recall", "questions complete", "tokens % of all",
+             "build median / p99 ms", "target")]
+    for setup in setups:
+        t = tallies[setup.name]
+        share = sum(t.tokens) / sum(t.everything)
+        rows.append((
+            f"{setup.name}: {setup.label}", f"{statistics.fmean(t.recall):.3f}",
+            f"{sum(t.complete)}/{len(t.complete)} ({sum(t.complete) / len(t.complete):.0%})",
+            f"{share:.1%}",
+            f"{statistics.median(t.build_ms):.2f} / {percentile(t.build_ms, 0.99):.2f}",
+            verdict(setup, t),
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for n, row in enumerate(rows):
+        print(" | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+        if n == 0:
+            print("-+-".join("-" * width for width in widths))
+    print()
+    print("recall by question kind (fact / temporal / multi-turn); evidence messages that reached "
+          "the candidate pool:")
+    for setup in setups:
+        t = tallies[setup.name]
+        kinds = " / ".join(f"{statistics.fmean(t.by_kind.get(k, [0.0])):.3f}"
+                           for k in ("fact", "temporal", "multi"))
+        pool = f"{sum(t.candidates)} of {sum(t.evidence)}" if setup.timed else ""
+        print(f"  {setup.name:<15} {kinds}   {pool}".rstrip())
+    encode = info["encode_ms"]
+    if encode:
+        print(f"\nembedding one request (the build does it when the embed worker has not reached the "
+              f"request yet; not in the build times above): median {statistics.median(encode):.2f} ms, "
+              f"p99 {percentile(encode, 0.99):.2f} ms over {len(encode)} questions")
+
+
+def commit() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "bot"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown commit"
+    return head + (" with uncommitted changes in bot/" if dirty else "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--conversations", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--configs", default=",".join(SETUPS),
+                        help=f"comma-separated, from: {', '.join(SETUPS)} (default all)")
+    parser.add_argument("--keep", metavar="DIR", help="keep the database in DIR")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a [conversation] key for every configuration but send-everything, "
+                             "e.g. --set semantic_count=40 (repeatable)")
+    parser.add_argument("--misses", action="store_true", help="list the questions each config missed")
+    args = parser.parse_args()
+    names = [name for name in args.configs.split(",") if name]
+    unknown = [name for name in names if name not in SETUPS]
+    if unknown:
+        parser.error(f"unknown configuration {', '.join(unknown)}; choose from {', '.join(SETUPS)}")
+    setups = [SETUPS[name] for name in names]
+    overrides: dict[str, Any] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set {item}: expected KEY=VALUE")
+        overrides[key] = tomllib.loads(f"v = {value}")["v"] if value[:1] in "-0123456789[tf\"" else value
+    configure_logging("WARNING", "console", [], stream=sys.stderr)
+
+    print("$ " + shlex.join([".venv/bin/python", "bench/context_quality.py", *sys.argv[1:]]))
+    print(f"commit {commit()}; load average {os.getloadavg()[0]:.2f}")
+    conversations = generate(args.conversations, args.seed)
+    d = describe(conversations)
+    print(f"labelled set: {d['conversations']:.0f} conversations, {d['turns']:.0f} turns "
+          f"({d['turns_min']:.0f}-{d['turns_max']:.0f} each, over {d['weeks_mean']:.1f} weeks on "
+          f"average), {d['questions']:.0f} questions ({d['questions_fact']:.0f} fact, "
+          f"{d['questions_temporal']:.0f} temporal, {d['questions_multi']:.0f} multi-turn) with "
+          f"{d['evidence_turns']:.0f} evidence and {d['distractor_turns']:.0f} distractor turns")
+    print(f"question's content words found in an evidence turn {d['overlap_evidence']:.1%} "
+          f"(none at all in {d['evidence_zero_overlap']:.0%}), in a distractor turn "
+          f"{d['overlap_distractor']:.1%}; distinct filler messages per conversation "
+          f"{d['filler_distinct']:.1%}")
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="sb-quality-") as tmp:
+        folder = Path(args.keep) if args.keep else Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        db = folder / "context-quality.db"
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(db) + suffix).unlink(missing_ok=True)
+        tallies, info = asyncio.run(run(
+            conversations, setups, db, lambda line: print(f"  {line}", file=sys.stderr), overrides
+        ))
+    print(f"stored {info['turns']:,} turns in {info['insert_s']:.1f} s; embedded "
+          f"{info['embedded']:,} messages in {info['embed_s']:.1f} s "
+          f"({info['embedder'] or 'no embedder: semantic recall off'}); "
+          f"total {time.perf_counter() - started:.0f} s\n")
+    if overrides:
+        print("every configuration but send-everything with [conversation] "
+              + ", ".join(f"{key} = {value!r}" for key, value in overrides.items())
+              + " (so not the shipped defaults)")
+    print_report(setups, tallies, info)
+    if args.misses:
+        for setup in setups:
+            print(f"\nmissed by {setup.name}:")
+            for line in tallies[setup.name].misses:
+                print(f"  {line}")
+
+
+if __name__ == "__main__":
+    main()
