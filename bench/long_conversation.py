@@ -45,9 +45,10 @@ from bot.budget import estimate_tokens  # noqa: E402
 from bot.compaction import MERGE_SYSTEM, SUMMARY_SYSTEM  # noqa: E402
 from bot.config import parse_config  # noqa: E402
 from bot.daemon import Daemon  # noqa: E402
+from bot.lexical import STOPWORDS, query_terms  # noqa: E402
+from bot.lexical import content_words as lexical_words  # noqa: E402
 from bot.log import configure_logging  # noqa: E402
 from bot.notify import Notifier  # noqa: E402
-from bot.recall import STOPWORDS, query_terms  # noqa: E402
 from bot.store import Store  # noqa: E402
 from bot.triage import TRIAGE_SYSTEM  # noqa: E402
 from bot.triage import _clip as triage_clip  # noqa: E402  (to compare prompt lines with what was said)
@@ -482,15 +483,15 @@ def parse_triage_prompt(prompt: str) -> tuple[list[Unit], str]:
 
 
 def content_words(text: str) -> set[str]:
-    """Every content word (recall's rules without its cap on the number of terms)."""
+    """Every content word, as written (for the summary's topics line)."""
     return {w for w in re.findall(r"\w+", text.lower()) if len(w) >= 3 and w not in STOPWORDS}
 
 
 def triage_answer(units: list[Unit], request: str) -> str:
-    """Pick the earlier turns sharing at least two content words with the new message."""
+    """Pick the earlier turns sharing at least two content words (recall's stems) with the new message."""
     wanted = set(query_terms(request))
     picked = [index for index, unit in enumerate(units, start=1)
-              if len(wanted & content_words(" ".join(unit.texts))) >= 2]
+              if len(wanted & set(lexical_words(" ".join(unit.texts)))) >= 2]
     return '{"relevant": [' + ", ".join(map(str, picked)) + "]}"
 
 

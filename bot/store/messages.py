@@ -269,6 +269,10 @@ async def insert_message(
     )
     message_id = cursor.lastrowid
     assert message_id is not None
+    # Imported here: the recall module reads rows through this one.
+    from bot.store.recall import index_message
+
+    await index_message(conn, message_id, session_key=session_key, origin=origin, text=text)
     return StoredMessage(
         id=message_id, session_key=session_key, role=role, origin=origin, text=text,
         created_at=created_at, sender_id=sender_id, sender_name=sender_name,

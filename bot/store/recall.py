@@ -2,89 +2,175 @@
 
 from __future__ import annotations
 
-from bot.messages import StoredMessage
-from bot.recall import fts_phrase, query_terms, rank_matches
-from bot.store.connection import Database
-from bot.store.messages import MESSAGE_COLUMNS, rows_to_messages
+import bisect
+import time
+from collections.abc import Sequence
 
-RECALL_COMMON = 500  # recall ignores a word found in more of the searched messages than this
+import aiosqlite
+import structlog
+
+from bot.lexical import LENGTH, index_terms, search_terms, term_weight
+from bot.messages import Origin, StoredMessage
+from bot.store.connection import Database
+from bot.store.messages import qualified_columns, rows_to_messages
+
+log = structlog.get_logger("switchboard.store")
+
+RECALL_COMMON = 250  # a term found in more of the searched messages than this is left out
+POOL = 2  # matches per wanted one ranked by summed weight before lengths are read
+SEARCHED_CAP = 10_000  # the searched messages counted for idf: bounds the count in huge sessions
+BACKLOG_BATCH = 5_000  # older messages given their terms per transaction when the store opens
+
+_WEIGHT = "recall_weight"  # bot.lexical.term_weight, registered on the connection
+_FLOOR = "(SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0))"
 
 
 class Recall(Database):
-    """Full-text search over the `messages_fts` index, ranked by `bot.recall`."""
+    """Lexical recall over per-session postings (`recall_terms` / `recall_fts`), ranked by `bot.lexical`.
 
-    async def search_messages(
+    Opening the store finishes the index first: interactive messages stored before migration 6
+    (up to `index_backlog.upto`) get their terms, newest first, a batch per transaction, and the
+    index is merged into one segment once they all have.
+    """
+
+    async def _migrate(self) -> None:
+        """Migrations, then recall's part of opening: its SQL function, and the backlog's terms."""
+        await super()._migrate()
+        await self._conn.create_function(_WEIGHT, 2, term_weight, deterministic=True)
+        await self._fill_backlog()
+
+    async def lexical_matches(
         self, session_key: str, text: str, *, before_id: int, limit: int
-    ) -> list[StoredMessage]:
-        """Up to `limit` interactive messages before `before_id` sharing words with `text`, best first.
+    ) -> list[tuple[int, float]]:
+        """(message id, score) of up to `limit` messages sharing words with `text`, best first.
 
-        Each content word of `text` is searched as a quoted FTS5 string (user text is never FTS5
-        syntax) and the matches ranked by `bot.recall.rank_matches`, which looks only at the
-        session's messages in the searched range: the answer never changes as the log grows.
-        Reads stop at the session's context floor.
+        Searched: the session's interactive messages above its context floor and below
+        `before_id`, fallback replies left out. Each of the request's terms weighs its idf among
+        the searched messages (`bot.lexical.term_weight`; a term in more than RECALL_COMMON of
+        them is left out); the POOL x `limit` messages with the largest summed weight are scored
+        with BM25's length factor (`bot.lexical.score`), ties going to the newer message. Nothing
+        outside the session's searched range moves a score, so a replayed turn finds what it
+        found. One read, walking each term's postings once.
         """
-        terms = query_terms(text)
+        terms = search_terms(session_key, text)
         if limit <= 0 or not terms:
             return []
-        found = await self._conn.execute_fetchall(
-            "SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?), 0)", (session_key,)
+        # The postings hold one session's interactive messages: terms are counted and summed on
+        # them alone, and only the best few are looked up in `messages` (where the session key
+        # still filters what a colliding tag adds). The searched count is an index-only count.
+        arms = " UNION ALL ".join(
+            f"SELECT {index} AS k, id FROM (SELECT rowid AS id FROM recall_fts "
+            f"WHERE recall_fts MATCH ?{9 + index} AND rowid > (SELECT floor FROM f) "
+            "AND rowid < ?2 ORDER BY rowid DESC LIMIT ?3 + 1)"
+            for index in range(len(terms))
         )
-        floor = int(next(iter(found))[0])
-        if before_id <= floor + 1:
-            return []
-        hits: list[set[int]] = []
-        for term in terms:
-            # CROSS JOIN: the full-text index leads (the planner would otherwise scan the session
-            # and search the index once per message). A term in more than RECALL_COMMON messages
-            # says little about any of them and is left out, which also bounds the work.
-            ids = [int(row[0]) for row in await self._conn.execute_fetchall(
-                "SELECT m.id FROM messages_fts f CROSS JOIN messages m ON m.id = f.rowid "
-                "WHERE messages_fts MATCH ? AND f.rowid > ? AND f.rowid < ? "
-                "AND m.session_key = ? AND m.origin = 'interactive' ORDER BY f.rowid DESC LIMIT ?",
-                (fts_phrase(term), floor, before_id, session_key, RECALL_COMMON + 1),
-            )]
-            hits.append(set(ids) if len(ids) <= RECALL_COMMON else set())
-        if not any(hits):
-            return []
-        total = await self._count_interactive(session_key, after_id=floor, before_id=before_id)
-        best = rank_matches(hits, total, limit)
-        marks = ", ".join("?" * len(best))
         rows = await self._conn.execute_fetchall(
-            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id IN ({marks})", best
+            f"WITH f(floor) AS MATERIALIZED (SELECT {_FLOOR}), hits(k, id) AS MATERIALIZED ({arms}), "
+            "counted(k, n) AS MATERIALIZED (SELECT k, COUNT(*) FROM hits GROUP BY k), "
+            "searched(n) AS MATERIALIZED (SELECT COUNT(*) FROM (SELECT 1 FROM f CROSS JOIN messages "
+            "WHERE session_key = ?1 AND origin = 'interactive' AND id > f.floor AND id < ?2 "
+            f"LIMIT {SEARCHED_CAP})), "
+            f"weights(k, w) AS MATERIALIZED (SELECT c.k, {_WEIGHT}(c.n, s.n) FROM searched s "
+            "CROSS JOIN counted c WHERE c.n <= ?3), "
+            "best(id, w) AS MATERIALIZED (SELECT h.id, SUM(g.w) AS summed FROM hits h "
+            "CROSS JOIN weights g ON g.k = h.k GROUP BY h.id ORDER BY summed DESC, h.id DESC LIMIT ?8) "
+            "SELECT m.id, b.w * ?4 / (?5 + ?6 * m.token_estimate) AS score FROM best b "
+            "CROSS JOIN messages m ON m.id = b.id WHERE m.session_key = ?1 AND m.origin = 'interactive' "
+            "AND m.fallback = 0 ORDER BY score DESC, m.id DESC LIMIT ?7",
+            (session_key, before_id, RECALL_COMMON, *LENGTH, limit, POOL * limit,
+             *(term.match() for term in terms)),
         )
-        by_id = {message.id: message for message in rows_to_messages(rows)}
-        return [by_id[message_id] for message_id in best if message_id in by_id]
+        return [(int(row[0]), float(row[1])) for row in rows]
 
-    async def turn_of(
-        self, session_key: str, message_id: int, *, before_id: int, limit: int = 6
-    ) -> list[StoredMessage]:
-        """The turn an interactive message belongs to, oldest first: the user message it is or that
-        it answers, and the replies that followed it (before the next user message and `before_id`).
+    async def turns_of(
+        self, session_key: str, message_ids: Sequence[int], *, before_id: int, max_len: int = 6
+    ) -> dict[int, list[StoredMessage]]:
+        """For each id, the turn it belongs to, oldest first, in one read.
 
-        Empty when a reply's user message is not above the context floor. At most `limit` messages.
+        A turn is the interactive user message an id is or answers, and the replies after it up
+        to the next user message and `before_id` (fallback replies left out), at most `max_len`
+        messages. An id whose user message is not above the context floor (or not below
+        `before_id`) is absent.
         """
-        found = await self._conn.execute_fetchall(
-            "SELECT MAX(id) FROM messages WHERE session_key = ?1 AND origin = 'interactive' "
-            "AND role = 'user' AND id <= ?2 AND id > (SELECT COALESCE((SELECT context_floor "
-            "FROM sessions WHERE key = ?1), 0))",
-            (session_key, message_id),
-        )
-        start = next(iter(found))[0]
-        if start is None:
-            return []
+        asked = sorted({message_id for message_id in message_ids if message_id < before_id})
+        if not asked:
+            return {}
+        values = ", ".join(f"(?{3 + index})" for index in range(len(asked)))
+        # Each asked id's turn start, once per turn; then every message from a start up to the
+        # next user message: small range reads on messages(session_key, origin, id).
         rows = await self._conn.execute_fetchall(
-            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_key = ?1 "
-            "AND origin = 'interactive' AND id >= ?2 AND id < ?3 AND id < COALESCE((SELECT MIN(id) "
-            "FROM messages WHERE session_key = ?1 AND origin = 'interactive' AND role = 'user' "
-            "AND id > ?2), ?3) ORDER BY id LIMIT ?4",
-            (session_key, int(start), before_id, limit),
+            f"WITH asked(id) AS (VALUES {values}), "
+            "starts(id) AS (SELECT DISTINCT (SELECT u.id FROM messages u WHERE u.session_key = ?1 "
+            f"AND u.origin = 'interactive' AND u.id <= asked.id AND u.id > {_FLOOR} "
+            "AND u.role = 'user' ORDER BY u.id DESC LIMIT 1) FROM asked), "
+            "turns(start, stop) AS MATERIALIZED (SELECT s.id, COALESCE((SELECT n.id FROM messages n "
+            "WHERE n.session_key = ?1 AND n.origin = 'interactive' AND n.id > s.id AND n.id < ?2 "
+            "AND n.role = 'user' ORDER BY n.id LIMIT 1), ?2) FROM starts s WHERE s.id IS NOT NULL) "
+            f"SELECT t.start, {qualified_columns('m')} FROM turns t CROSS JOIN messages m "
+            "ON m.session_key = ?1 AND m.origin = 'interactive' AND m.id >= t.start AND m.id < t.stop "
+            "WHERE m.fallback = 0 ORDER BY m.id",
+            (session_key, before_id, *asked),
         )
-        return rows_to_messages(rows)
+        start_of = {int(row[1]): int(row[0]) for row in rows}
+        groups: dict[int, list[StoredMessage]] = {}
+        for message in rows_to_messages(row[1:] for row in rows):  # a malformed row is left out
+            groups.setdefault(start_of[message.id], []).append(message)
+        starts = sorted(groups)
+        turns: dict[int, list[StoredMessage]] = {}
+        for message_id in asked:
+            # The asked id's start is the newest start at or before it: every start is a user
+            # message above the floor, so none lies between an id and its own start.
+            index = bisect.bisect_right(starts, message_id) - 1
+            if index >= 0:
+                turns[message_id] = groups[starts[index]][:max_len]
+        return turns
 
-    async def _count_interactive(self, session_key: str, *, after_id: int, before_id: int) -> int:
+    async def _fill_backlog(self) -> None:
+        """Write the terms of interactive messages stored before the index existed."""
         found = await self._conn.execute_fetchall(
-            "SELECT COUNT(*) FROM messages WHERE session_key = ? AND origin = 'interactive' "
-            "AND id > ? AND id < ?",
-            (session_key, after_id, before_id),
+            "SELECT upto FROM index_backlog WHERE name = 'lexical'"
         )
-        return int(next(iter(found))[0])
+        row = next(iter(found), None)
+        if row is None:
+            return
+        upto, written, started = int(row[0]), 0, time.perf_counter()
+        log.info("recall index: writing the terms of older messages", upto=upto)
+        while True:
+            async with self._transaction():
+                rows = list(await self._conn.execute_fetchall(
+                    "SELECT id, session_key, text FROM messages WHERE origin = 'interactive' "
+                    "AND id <= ? ORDER BY id DESC LIMIT ?",
+                    (upto, BACKLOG_BATCH),
+                ))
+                if not rows:
+                    await self._conn.execute("DELETE FROM index_backlog WHERE name = 'lexical'")
+                    break
+                terms = [(row[0], index_terms(row[1], row[2])) for row in reversed(rows)]
+                # OR IGNORE, never OR REPLACE: a replaced row would skip the delete trigger.
+                await self._conn.executemany(
+                    "INSERT OR IGNORE INTO recall_terms (message_id, terms) VALUES (?, ?)",
+                    [term for term in terms if term[1]],
+                )
+                upto = int(rows[-1][0]) - 1
+                await self._conn.execute(
+                    "UPDATE index_backlog SET upto = ? WHERE name = 'lexical'", (upto,)
+                )
+                written += len(rows)
+        # The fill left many small segments, and every search term is looked up in each of them.
+        async with self._transaction():
+            await self._conn.execute("INSERT INTO recall_fts (recall_fts) VALUES ('optimize')")
+        log.info("recall index: older messages indexed", messages=written,
+                 seconds=round(time.perf_counter() - started, 1))
+
+
+async def index_message(
+    conn: aiosqlite.Connection, message_id: int, *, session_key: str, origin: Origin, text: str
+) -> None:
+    """Write an interactive message's terms (inside the caller's transaction)."""
+    if origin != "interactive":
+        return
+    terms = index_terms(session_key, text)
+    if terms:
+        await conn.execute(
+            "INSERT INTO recall_terms (message_id, terms) VALUES (?, ?)", (message_id, terms)
+        )
