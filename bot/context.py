@@ -10,7 +10,11 @@ from typing import Any, Literal, get_args
 
 from bot.messages import ChatRef, StoredMessage
 
-Reason = Literal["all", "recent", "triaged", "fail_open", "fallback_all", "reply_to", "recalled"]
+# Why a message is in the context. "ranked": kept by the ranked fallback (triage could not choose);
+# "fail_open" only in snapshots from before the ranked fallback.
+Reason = Literal[
+    "all", "recent", "triaged", "ranked", "fail_open", "fallback_all", "reply_to", "recalled"
+]
 TriageOutcome = Literal[
     "skipped", "disabled", "selected", "fail_open", "error", "timeout", "unparseable"
 ]
@@ -67,23 +71,6 @@ def group_turns(messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
         else:
             units[-1].append(message)
     return units
-
-
-def triage_candidates(
-    recalled: Sequence[StoredMessage], window: Sequence[StoredMessage]
-) -> list[StoredMessage]:
-    """Recalled turns and the older window as one list that `group_turns` splits into true turns.
-
-    Recalled turns are whole (each from its user message on) but not next to the window: the
-    window's leading replies, whose question is older than the lookback, would be grouped with
-    the last recalled turn. They go first instead, as a unit of their own.
-    """
-    if not recalled:
-        return list(window)
-    lead = 0
-    while lead < len(window) and window[lead].role == "assistant":
-        lead += 1
-    return [*window[:lead], *recalled, *window[lead:]]
 
 
 def truncate_replies(messages: Iterable[StoredMessage], max_chars: int) -> list[StoredMessage]:
@@ -154,6 +141,9 @@ class Context:
     compaction_id: int | None = None
     trimmed: list[int] = field(default_factory=list)
     recalled: list[int] = field(default_factory=list)
+    # The candidate pool, best first: each older turn's sources, ranks and scores, and whether it
+    # went in (`Candidate.record`).
+    candidates: list[dict[str, Any]] = field(default_factory=list)
     # What triage picked (before the budget trimmed anything): replay answers triage with it.
     triaged: list[int] = field(default_factory=list)
     token_estimate: int = 0
@@ -182,6 +172,7 @@ class Context:
             "compaction": self.compaction_id,
             "trimmed": [{"id": message_id, "reason": "budget"} for message_id in self.trimmed],
             "recalled": list(self.recalled),
+            "candidates": [dict(candidate) for candidate in self.candidates],
             "triaged": list(self.triaged),
             "tokens": {"estimate": self.token_estimate, "budget": self.token_budget},
             "as_of": self.as_of,
@@ -216,7 +207,7 @@ def input_hash(
     scheduled: Sequence[StoredMessage],
     reply_to: StoredMessage | None,
     *,
-    recalled: Sequence[StoredMessage] = (),
+    candidates: Sequence[dict[str, Any]] = (),
     compaction_id: int | None = None,
 ) -> str:
     """A hash of everything selection depends on: equal history and config give equal hashes."""
@@ -227,8 +218,8 @@ def input_hash(
         "scheduled": [m.id for m in scheduled],
         "reply_to": reply_to.id if reply_to else None,
     }
-    if recalled:
-        payload["recalled"] = [[m.id, m.role, m.token_estimate] for m in recalled]
+    if candidates:
+        payload["candidates"] = [[c["ids"], c["sources"], c["chosen"]] for c in candidates]
     if compaction_id is not None:
         payload["compaction"] = compaction_id
     encoded = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
@@ -259,6 +250,12 @@ def read_snapshot(text: str) -> dict[str, Any]:
         ids = snapshot.get(name, [])
         if not isinstance(ids, list) or not all(_is_int(i) for i in ids):
             raise ValueError(f"{name} is not a list of message ids")
+    candidates = snapshot.get("candidates", [])
+    if not isinstance(candidates, list) or not all(
+        isinstance(c, dict) and _is_int(c.get("id")) and isinstance(c.get("sources"), dict)
+        for c in candidates
+    ):
+        raise ValueError("candidates is not a list of {id, sources, ...}")
     for name in ("triage", "tokens", "counts", REPLY_CALL):
         if not isinstance(snapshot.get(name, {}), dict):
             raise ValueError(f"{name} is not an object")

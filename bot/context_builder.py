@@ -9,10 +9,12 @@ from typing import Protocol
 
 from bot.brain import Brain
 from bot.budget import Budget, context_window, cost, fit_budget, message_cost
+from bot.candidates import SOURCES, Candidate, chronological, fuse, lookback_turns, matched_turns
 from bot.config import Config, ConversationConfig, resolve_history_limit
 from bot.context import (
     Context,
     ContextEntry,
+    Reason,
     TriageReport,
     apply_recency,
     input_hash,
@@ -20,9 +22,9 @@ from bot.context import (
     merge_entries,
     split_recent,
     tag,
-    triage_candidates,
 )
 from bot.messages import ChatRef, StoredMessage
+from bot.semantic_recall import SemanticRecall
 from bot.session_key import SessionKey
 from bot.store import CompactionRecord, Store
 from bot.triage import triage
@@ -77,12 +79,15 @@ class ContextBuilder:
     """Selects the slice of a session's history that one reply is built from."""
 
     def __init__(
-        self, config: Config, store: Store, brain: Brain, *, triager: Triager | None = None
+        self, config: Config, store: Store, brain: Brain, *, triager: Triager | None = None,
+        semantic: SemanticRecall | None = None,
     ) -> None:
         self._config = config
         self._conv = conv = config.conversation
         self._store = store
         self._triager = triager if triager is not None else LiveTriage(brain, conv)
+        # Semantic recall, when the embedder is installed and on; lexical recall works without it.
+        self._semantic = semantic
         window = context_window(brain.model_for("main"), conv.context_window)
         self.budget = Budget(window, conv.reserve_tokens, conv.history_share)
         self._config_fingerprint = {**conv.model_dump(), "window": window}
@@ -113,37 +118,43 @@ class ContextBuilder:
             within_limit, now=now, hours=conv.context_recency_hours,
             min_messages=conv.context_min_messages,
         )
-        recalled = await self._recall(session, request, fetched) if limit is None else []
-        chosen, report = await self._select(recent_enough, recalled, request.text)
-        triaged = [entry.message.id for entry in chosen if entry.reason == "triaged"]
-        if reply_to is not None:
-            chosen = [ContextEntry(reply_to, "reply_to"), *chosen]
-        merged = merge_entries(chosen, truncation=conv.context_truncation)
         summary = compaction.summary if compaction else None
         fixed = cost(request.text) + sum(message_cost(m) for m in scheduled)
         if summary:
             fixed += cost(summary)
+        room = self.budget.history_tokens - fixed - (message_cost(reply_to) if reply_to else 0)
+        chosen, report, pool, picked = await self._select(
+            recent_enough, request, recall=limit is None, room=room
+        )
+        triaged = [entry.message.id for entry in chosen if entry.reason == "triaged"]
+        if reply_to is not None:
+            chosen = [ContextEntry(reply_to, "reply_to"), *chosen]
+        merged = merge_entries(chosen, truncation=conv.context_truncation)
         fitted = fit_budget(
             merged, limit=self.budget.history_tokens, fixed=fixed,
             protected={reply_to.id} if reply_to else (),
         )
+        recalled = [m.id for c in pool if "lookback" not in c.hits for m in c.messages]
         counts = {
             "fetched": len(fetched),
             "within_history_limit": len(within_limit),
             "within_recency": len(recent_enough),
+            "candidates": len(pool),
+            **{f"found_{name}": sum(1 for c in pool if name in c.hits) for name in SOURCES},
             "recalled": len(recalled),
             "trimmed": len(fitted.trimmed),
             "included": len(fitted.kept),
             "scheduled_block": len(scheduled),
         }
+        records = [candidate.record(candidate.id in picked) for candidate in pool]
         digest = input_hash(
             self._config_fingerprint, limit, fetched, scheduled, reply_to,
-            recalled=recalled, compaction_id=compaction.id if compaction else None,
+            candidates=records, compaction_id=compaction.id if compaction else None,
         )
         return Context(
             fitted.kept, scheduled, reply_to, report, limit, counts, digest,
             summary=summary, compaction_id=compaction.id if compaction else None,
-            trimmed=fitted.trimmed, recalled=[m.id for m in recalled], triaged=triaged,
+            trimmed=fitted.trimmed, recalled=recalled, triaged=triaged, candidates=records,
             token_estimate=fitted.used, token_budget=self.budget.history_tokens,
             as_of=as_of, built_at=now, chat=chat,
         )
@@ -180,47 +191,87 @@ class ContextBuilder:
         answered = [m for m in later if m.role == "assistant"]
         return (before + answered)[-limit:], as_of
 
-    async def _recall(
-        self, session: str, request: StoredMessage, fetched: Sequence[StoredMessage]
-    ) -> list[StoredMessage]:
-        """The turns (before the lookback) of the older messages whose words match the request,
-        oldest first: triage judges whole turns, so a match comes with its question and replies."""
-        count = self._conv.recall_count
-        if count <= 0:
-            return []
-        before = min([request.id, *(m.id for m in fetched)])
-        found = await self._store.search_messages(session, request.text, before_id=before, limit=count)
-        turns: dict[int, StoredMessage] = {}
-        for match in found:
-            turn = await self._store.turn_of(session, match.id, before_id=before)
-            if turn and turn[0].role == "user":  # a reply whose question is gone is left out
-                turns.update((m.id, m) for m in turn)
-        return sorted(turns.values(), key=lambda m: m.id)
+    async def _pool(
+        self, session: str, request: StoredMessage, window: Sequence[StoredMessage],
+        exclude: Sequence[StoredMessage], *, recall: bool,
+    ) -> list[Candidate]:
+        """The best `triage_max_candidates` older turns: the window's, and (unless a history limit
+        forbids recall) those the request's words and meaning find anywhere in the session."""
+        conv = self._conv
+        lexical: list[tuple[int, float]] = []
+        semantic: list[tuple[int, float]] = []
+        if recall and conv.recall_count > 0:
+            lexical = await self._store.lexical_matches(
+                session, request.text, before_id=request.id, limit=conv.recall_count
+            )
+        if recall and conv.semantic_count > 0 and self._semantic is not None:
+            semantic = await self._semantic.matches(session, request, limit=conv.semantic_count)
+        looked_back = lookback_turns(window)
+        # Replies at the window's start whose question is older: completed into their whole turn.
+        lead = looked_back[-1] if looked_back and looked_back[-1][0].role == "assistant" else None
+        wanted = [message_id for message_id, _ in lexical + semantic]
+        if lead is not None and recall:
+            wanted.append(lead[0].id)
+        turns = await self._store.turns_of(session, wanted, before_id=request.id) if wanted else {}
+        if lead is not None and lead[0].id in turns:
+            looked_back[-1] = tuple(turns[lead[0].id])
+        return fuse(
+            {"lookback": [(turn, 0.0) for turn in looked_back],
+             "lexical": matched_turns(lexical, turns), "semantic": matched_turns(semantic, turns)},
+            exclude=[message.id for message in exclude], limit=conv.triage_max_candidates,
+        )
 
     async def _select(
-        self, messages: list[StoredMessage], recalled: list[StoredMessage], request_text: str
-    ) -> tuple[list[ContextEntry], TriageReport]:
+        self, messages: list[StoredMessage], request: StoredMessage, *, recall: bool, room: int
+    ) -> tuple[list[ContextEntry], TriageReport, list[Candidate], set[int]]:
+        """What goes in beside the request, why, the candidate pool and which candidates went in.
+
+        `room` is the history budget left once the request and fixed blocks are counted: the
+        ranked fallback keeps the best candidates that fit in it.
+        """
         conv = self._conv
-        if not conv.use_selection:
-            return tag(recalled, "recalled") + tag(messages, "all"), TriageReport("disabled")
+        session = request.session_key
+        if not conv.use_selection:  # the lookback as it is: nothing to vet recalled turns
+            return tag(messages, "all"), TriageReport("disabled"), [], set()
         older_window: list[StoredMessage] = []
         if len(messages) <= conv.skip_selection_threshold:
             kept = tag(messages, "all")
         else:
             older_window, recent = split_recent(messages, conv.always_include_recent)
             kept = tag(recent, "recent")
-        older = triage_candidates(recalled, older_window)
-        if not older:
-            return kept, TriageReport("skipped")
+        in_context = [entry.message for entry in kept]
+        pool = await self._pool(session, request, older_window, in_context, recall=recall)
+        if not pool:
+            return kept, TriageReport("skipped"), pool, set()
         if not self._triager.available:
-            return tag(older, "fail_open") + kept, TriageReport(
-                "fail_open", candidates=len(older), error="no fast completer (no API key)"
-            )
-        selected, report = await self._triager(older, request_text)
-        if selected is None:
-            fallback = tag(older, "fallback_all") if conv.selection_fallback == "all" else []
-            return fallback + kept, report
-        return tag(selected, "triaged") + kept, report
+            report = TriageReport("fail_open", candidates=len(pool),
+                                  error="no fast completer (no API key)")
+        else:
+            selected, report = await self._triager(chronological(pool), request.text)
+            if selected is not None:
+                picked = {message.id for message in selected}
+                chosen = {c.id for c in pool if any(m.id in picked for m in c.messages)}
+                return tag(selected, "triaged") + kept, report, pool, chosen
+        room -= sum(message_cost(entry.message) for entry in kept)
+        fallback, reason = self._fallback(pool, room)
+        return tag(chronological(fallback), reason) + kept, report, pool, {c.id for c in fallback}
+
+    def _fallback(self, pool: Sequence[Candidate], room: int) -> tuple[list[Candidate], Reason]:
+        """The candidates kept when triage cannot choose, per `selection_fallback`."""
+        mode = self._conv.selection_fallback
+        if mode == "all":
+            return list(pool), "fallback_all"
+        if mode == "recent":
+            return [], "ranked"
+        kept: list[Candidate] = []
+        for candidate in pool:  # best first
+            if len(kept) == self._conv.ranked_fallback_turns:
+                break
+            cost = sum(message_cost(message) for message in candidate.messages)
+            if cost <= room:
+                kept.append(candidate)
+                room -= cost
+        return kept, "ranked"
 
     async def _reply_target(
         self, request: StoredMessage, chat: ChatRef | None

@@ -105,7 +105,7 @@ class Daemon:
             # Known before they start: what the last run left undone is resumed for them.
             self._by_provider.update({c.provider: c for c in self.channels})
             outbox = self._outbox = Outbox(store, self._by_provider)
-            runner = TurnRunner(config, store, brain, self._by_provider, outbox)
+            runner = TurnRunner(config, store, brain, self._by_provider, outbox, embedder=embedder)
             router = self.router = Router(
                 store, self._announcing(runner), max_concurrent=config.router.max_concurrent_turns
             )
@@ -302,7 +302,7 @@ class Daemon:
             if reconfigure is not None:
                 reconfigure(getattr(config.channels, name))
         # Turns already running finish with the runner they started with; queued ones get the new.
-        runner = TurnRunner(config, store, brain, self._by_provider, self._outbox)
+        runner = TurnRunner(config, store, brain, self._by_provider, self._outbox, embedder=self.embedder)
         router.replace_handler(self._announcing(runner))
         self._inbox = Inbox(config, store, router, self._by_provider, runner.compactor)
         if self.scheduler is not None:

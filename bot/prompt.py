@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -151,23 +151,50 @@ def turn_system_prompt(config: Config, key: SessionKey, now: float) -> str:
 
 
 def conversation_turns(
-    context: Context, request: StoredMessage, *, group: bool
+    context: Context, request: StoredMessage, *, group: bool, zone: tzinfo = UTC
 ) -> list[dict[str, str]]:
-    """Context and request as alternating user/assistant turns, same-role neighbours merged."""
+    """Context and request as alternating user/assistant turns, same-role neighbours merged.
+
+    Each user message (and each scheduled output) carries the time it was written in `zone`, with
+    a date line whenever the day changes, so "when did I…" can be answered; the agent's replies
+    follow their message and carry none (a model shown stamped replies starts stamping its own).
+    The text depends only on the messages and the zone, so the same history gives the same bytes
+    and the provider's prompt cache keeps hitting.
+    """
     turns: list[dict[str, str]] = []
+    clock = _Clock(zone)
     if context.summary:
         _append(turns, "user", _summary_block(context.summary))
     for entry in context.entries:
-        _append(turns, entry.message.role, _render(entry.message, group))
-    final = _render(request, group)
+        _append(turns, entry.message.role, _render(entry.message, group, clock))
+    final = _render(request, group, clock)
     if context.scheduled:
-        final = _scheduled_block(context.scheduled) + "\n\n" + final
+        final = _scheduled_block(context.scheduled, zone) + "\n\n" + final
     if context.reply_to is not None:
-        final = f"[replying to: {_quote(context.reply_to.text)}]\n" + final
+        target = context.reply_to
+        final = f"[replying to the message of {clock.moment(target)}: {_quote(target.text)}]\n" + final
     _append(turns, "user", final)
     if turns[0]["role"] != "user":
         turns.insert(0, {"role": "user", "content": "[earlier conversation]"})
     return turns
+
+
+class _Clock:
+    """Stamps messages with their local time, and the date when it differs from the last stamp's."""
+
+    def __init__(self, zone: tzinfo) -> None:
+        self._zone = zone
+        self._day: str | None = None
+
+    def stamp(self, message: StoredMessage) -> str:
+        local = datetime.fromtimestamp(message.created_at, self._zone)
+        day = local.strftime("%A %Y-%m-%d")
+        prefix = "" if day == self._day else f"[{day}]\n"
+        self._day = day
+        return f"{prefix}[{local.strftime('%H:%M')}] "
+
+    def moment(self, message: StoredMessage) -> str:
+        return datetime.fromtimestamp(message.created_at, self._zone).strftime("%Y-%m-%d %H:%M")
 
 
 def _append(turns: list[dict[str, str]], role: str, text: str) -> None:
@@ -177,12 +204,14 @@ def _append(turns: list[dict[str, str]], role: str, text: str) -> None:
         turns.append({"role": role, "content": text})
 
 
-def _render(message: StoredMessage, group: bool) -> str:
+def _render(message: StoredMessage, group: bool, clock: _Clock) -> str:
     if message.role == "user":
-        return f"[{message.sender_name or message.sender_id}]: {message.text}" if group else message.text
+        speaker = f"[{message.sender_name or message.sender_id}]: " if group else ""
+        return clock.stamp(message) + speaker + message.text
     text = message.text
     if message.origin == "scheduled":
-        text = f"[scheduled message{f' from job {message.job_id}' if message.job_id else ''}]\n{text}"
+        job = f" from job {message.job_id}" if message.job_id else ""
+        text = f"{clock.stamp(message)}[scheduled message{job}]\n{text}"
     if message.actions:
         text += "\n[actions: " + "; ".join(message.actions) + "]"
     return text
@@ -195,10 +224,10 @@ def _summary_block(summary: str) -> str:
     )
 
 
-def _scheduled_block(messages: Sequence[StoredMessage]) -> str:
+def _scheduled_block(messages: Sequence[StoredMessage], zone: tzinfo) -> str:
     lines = ["[Scheduled messages you sent in this chat since the user's previous message:]"]
     for message in messages:
-        when = datetime.fromtimestamp(message.created_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        when = datetime.fromtimestamp(message.created_at, zone).strftime("%Y-%m-%d %H:%M")
         job = f" job {message.job_id}," if message.job_id else ""
         lines.append(f"---{job} {when}\n{message.text}")
     lines.append("[End of scheduled messages.]")

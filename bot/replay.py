@@ -8,6 +8,7 @@ the turn used, recall, the reply-to target and the token budget — runs as it d
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,8 +17,10 @@ from bot.brain import Brain
 from bot.config import Config
 from bot.context import Context, TriageReport
 from bot.context_builder import ContextBuilder, Pin
+from bot.embedding import load_embedder
 from bot.errors import BotError
 from bot.messages import ChatRef, StoredMessage
+from bot.semantic_recall import SemanticRecall
 from bot.session_key import parse
 from bot.store import SnapshotRecord, Store
 from bot.turn_choice import pick_turn
@@ -91,6 +94,10 @@ async def replay(config: Config, store: Store, brain: Brain, session: str, turn:
         now=float(snap.get("built_at") or record.created_at),
         compaction_id=snap.get("compaction"),
     )
-    builder = ContextBuilder(config, store, brain, triager=RecordedTriage(snap))
+    # Semantic candidates come from the stored vectors (the request's too): the model is loaded
+    # only to know its id and to embed a request the turn did not, as the turn would have.
+    embedder = await asyncio.to_thread(load_embedder, config)
+    semantic = SemanticRecall(store, embedder) if embedder is not None else None
+    builder = ContextBuilder(config, store, brain, triager=RecordedTriage(snap), semantic=semantic)
     rebuilt = await builder.build(key, request, chat, pin=pin)
     return ReplayResult(record, rebuilt)

@@ -9,6 +9,7 @@ import dataclasses
 import time
 from collections.abc import Mapping
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import structlog
 
@@ -18,10 +19,12 @@ from bot.compaction import NOTICE, Compactor
 from bot.config import Config
 from bot.context import REPLY_CALL, Context
 from bot.context_builder import ContextBuilder
+from bot.embedding import Embedder
 from bot.errors import DeliveryError, MissingApiKeyError, ModelError
 from bot.messages import InboundMessage, OutboundMessage, StoredMessage
 from bot.outbox import Outbox
 from bot.prompt import PromptFiles, conversation_turns, turn_system_prompt
+from bot.semantic_recall import SemanticRecall
 from bot.store import Store, delivery_key
 
 log = structlog.get_logger("switchboard.turn")
@@ -37,14 +40,15 @@ class TurnRunner:
 
     def __init__(
         self, config: Config, store: Store, brain: Brain, channels: Mapping[str, Channel],
-        outbox: Outbox | None = None,
+        outbox: Outbox | None = None, embedder: Embedder | None = None,
     ) -> None:
         self._config = config
         self._store = store
         self._brain = brain
         self._channels = channels
         self._outbox = outbox or Outbox(store, channels)
-        self._context = ContextBuilder(config, store, brain)
+        semantic = SemanticRecall(store, embedder) if embedder is not None else None
+        self._context = ContextBuilder(config, store, brain, semantic=semantic)
         self.compactor = Compactor(config, store, brain, self._context.budget)
         # Soul and memory files are cached and read again only when they change on disk.
         self._prompt_files = PromptFiles(config)
@@ -75,7 +79,8 @@ class TurnRunner:
                     call = ReplyRequest(
                         system_stable=self._prompt_files.stable_prompt(),
                         system_turn=turn_system_prompt(self._config, key, time.time()),
-                        messages=conversation_turns(context, request, group=not key.is_direct),
+                        messages=conversation_turns(context, request, group=not key.is_direct,
+                                                    zone=ZoneInfo(self._config.agent.timezone)),
                         deadline=time.monotonic() + self._config.anthropic.timeout,
                     )
                     completion = await self._brain.reply(call)
@@ -100,7 +105,9 @@ class TurnRunner:
         notice = await self._compaction_notice(str(key))
         outbound = OutboundMessage(inbound.chat, f"{text}\n\n{NOTICE}" if notice else text, reply_to)
         send_started = time.perf_counter()
-        reply = await self._store_reply(str(key), text, request, outbound)
+        # A reply the model did not write (the apology, a missing-key notice) is delivered and
+        # kept, but never sent back to the model as something the agent said.
+        reply = await self._store_reply(str(key), text, request, outbound, fallback=completion is None)
         if reply is None:
             # The model answered but the database would not take it: the user still gets the
             # answer (a restart may answer the request again, which beats silence).
@@ -125,6 +132,7 @@ class TurnRunner:
             history_limit=context.history_limit,
             context_tokens=context.token_estimate,
             trimmed=len(context.trimmed),
+            candidates=len(context.candidates),
             recalled=len(context.recalled),
             compaction=context.compaction_id,
             triage=triage.outcome,
@@ -155,13 +163,15 @@ class TurnRunner:
             return False
 
     async def _store_reply(
-        self, key: str, text: str, request: StoredMessage, outbound: OutboundMessage
+        self, key: str, text: str, request: StoredMessage, outbound: OutboundMessage, *, fallback: bool
     ) -> StoredMessage | None:
         """Store the reply, clearing the requests it answers, with its outbox row; None when the
         database refused it every time (a locked or full disk clears in moments, or not at all)."""
         for attempt in range(1, STORE_ATTEMPTS + 1):
             try:
-                return await self._store.append_reply(key, text, request_id=request.id, deliver=outbound)
+                return await self._store.append_reply(
+                    key, text, request_id=request.id, deliver=outbound, fallback=fallback
+                )
             except Exception as exc:
                 if attempt == STORE_ATTEMPTS:
                     log.error("reply not stored; delivering it anyway", session_key=key,

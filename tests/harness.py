@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -36,14 +37,28 @@ def config_data(api: AnthropicStandIn, **sections: dict[str, Any]) -> dict[str, 
     conversation.update(sections.pop("conversation", {}))
     router: dict[str, Any] = {"shutdown_grace": 2.0}
     router.update(sections.pop("router", {}))
-    return {"anthropic": anthropic, "conversation": conversation, "router": router, **sections}
+    # Semantic recall costs a second and 125 MB per daemon to load: only the tests about it turn it on.
+    semantic: dict[str, Any] = {"enabled": "off"}
+    semantic.update(sections.pop("semantic", {}))
+    return {"anthropic": anthropic, "conversation": conversation, "router": router,
+            "semantic": semantic, **sections}
+
+
+# The time each user message carries in the prompt ("[14:02] "), which is not what the user wrote.
+STAMP = re.compile(r"^\[\d\d:\d\d\] ")
 
 
 def last_user_line(request: RecordedRequest) -> str:
-    """The last line the user wrote in a recorded request (the current message)."""
+    """The last line the user wrote in a recorded request (the current message, without its time)."""
     content = request.messages[-1]["content"]
     text = content if isinstance(content, str) else " ".join(b.get("text", "") for b in content)
-    return text.strip().splitlines()[-1]
+    return STAMP.sub("", text.strip().splitlines()[-1])
+
+
+def unstamped(text: str) -> str:
+    """A prompt text with the dates and times the history carries taken out, for comparing."""
+    lines = [line for line in text.split("\n") if not re.fullmatch(r"\[\w+ \d{4}-\d\d-\d\d\]", line)]
+    return "\n".join(STAMP.sub("", line) for line in lines)
 
 
 def echo(request: RecordedRequest) -> Response:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from bot.context_builder import ContextBuilder
 from bot.messages import ChatRef, StoredMessage
 from bot.store import Store
 from tests.fakes import FakeChannel
-from tests.harness import config_data, daemon_with, reply_requests, say
+from tests.harness import config_data, daemon_with, reply_requests, say, unstamped
 from tests.standins.anthropic_api import AnthropicStandIn
 
 MakeConfig = Callable[[dict[str, Any]], Config]
@@ -250,9 +251,10 @@ async def test_a_small_window_trims_the_oldest_but_keeps_the_request_and_reply_t
         (request,) = reply_requests(api)
         first, kept = seeded[0], seeded[7:]
         trimmed = seeded[1:7]
-        assert [m["content"] for m in request.messages] == [
+        when = datetime.fromtimestamp(first.created_at, UTC).strftime("%Y-%m-%d %H:%M")
+        assert [unstamped(m["content"]) for m in request.messages] == [
             first.text, kept[0].text, kept[1].text, kept[2].text, kept[3].text, kept[4].text,
-            f"[replying to: «{' '.join(first.text.split())}»]\nand the first one?",
+            f"[replying to the message of {when}: «{' '.join(first.text.split())}»]\nand the first one?",
         ]
         sent = "\n".join(str(m["content"]) for m in request.messages)
         assert not any(m.text in sent for m in trimmed)

@@ -31,8 +31,12 @@ def test_conversation_defaults_match_the_spec() -> None:
         context_recency_hours=0,
         context_min_messages=10,
         previous_tasks_count=3,
-        selection_fallback="recent",
+        selection_fallback="ranked",
+        ranked_fallback_turns=12,
         history_limit=0,
+        recall_count=20,
+        semantic_count=20,
+        triage_max_candidates=40,
     )
     assert conv.model_dump() == {
         "enabled": True,
@@ -46,12 +50,15 @@ def test_conversation_defaults_match_the_spec() -> None:
         "context_recency_hours": 0,
         "context_min_messages": 10,
         "previous_tasks_count": 3,
-        "selection_fallback": "recent",
+        "selection_fallback": "ranked",
+        "ranked_fallback_turns": 12,
         "history_limit": 0,
         "context_window": 0,
         "reserve_tokens": 20000,
         "history_share": 0.5,
-        "recall_count": 0,
+        "recall_count": 20,
+        "semantic_count": 20,
+        "triage_max_candidates": 40,
     }
 
 
@@ -191,6 +198,7 @@ def _error(data: dict[str, Any], source: str = "/etc/switchboard/config.toml") -
         ({"channels": {"telegram": {"dm_history_limit": -1}}}, "channels.telegram.dm_history_limit", ">= 0"),
         ({"agent": {"timezone": "Mars/Olympus"}}, "agent.timezone", "IANA timezone"),
         ({"conversation": {"selection_fallback": "x"}}, "conversation.selection_fallback", "'recent' or"),
+        ({"semantic": {"enabled": "yes"}}, "semantic.enabled", "'auto', 'on' or 'off'"),
         ({"logging": {"level": "LOUD"}}, "logging.level", "'DEBUG', 'INFO', 'WARNING' or 'ERROR'"),
         ({"logging": {"format": "xml"}}, "logging.format", "'auto', 'json' or 'console'"),
         ({"agent": {"id": "a:b"}}, "agent.id", "a string matching"),

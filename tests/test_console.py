@@ -14,7 +14,7 @@ from bot.messages import InboundMessage, OutboundMessage
 from bot.store import Store
 from channels.console import ConsoleChannel
 from tests.fakes import RecordingIntake
-from tests.harness import API_KEY, config_data, echo
+from tests.harness import API_KEY, config_data, echo, last_user_line
 from tests.standins.anthropic_api import AnthropicStandIn
 
 MakeConfig = Callable[[dict[str, Any]], Config]
@@ -108,7 +108,7 @@ async def test_chat_daemon_answers_each_line_and_returns_after_eof(make_config: 
             await brain.aclose()
 
     assert output.getvalue() == "Penny> re: first line\nPenny> re: second line\n"
-    assert [r.messages[-1]["content"] for r in api.requests] == ["first line", "second line"]
+    assert [last_user_line(r) for r in api.requests] == ["first line", "second line"]
     async with Store.open(config.database_path()) as store:
         history = await store.history("agent:main:console:direct:local", 10)
     # both lines are stored as they are typed; the replies follow in order

@@ -106,6 +106,9 @@ fast_model = "{FAST}"
 timeout = 10.0
 max_retries = 1
 
+[semantic]
+enabled = "off"
+
 [logging]
 level = "INFO"
 """, encoding="utf-8")
@@ -180,7 +183,11 @@ async def test_chat_on_a_terminal_prompts_pastes_thinks_renders_and_keeps_logs_o
         assert log_sign not in screen
     log_path = tmp_path / "state" / "switchboard.log"
     assert f"Logging to {log_path}" in screen
-    events = [json.loads(line)["event"] for line in log_path.read_text().splitlines()]
+    # The turn's log line follows its delivery: wait for it rather than race it.
+    deadline = time.monotonic() + TIMEOUT
+    while (events := [json.loads(line)["event"] for line in log_path.read_text().splitlines()]
+           ).count("turn") < 4 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
     assert events.count("turn") == 4
 
     await chat.prompt()

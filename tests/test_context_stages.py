@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -440,19 +441,25 @@ def test_hash_changes_with_each_message_s_role_and_token_estimate() -> None:
     assert len(hashes) == 3
 
 
-def test_hash_changes_with_recalled_messages_and_the_compaction_used() -> None:
-    """Recalled messages and the compaction summary are inputs: adding or changing either changes
-    the hash, and the same ones give the same hash."""
+def candidate(ids: list[int], rank: int = 1, chosen: bool = True) -> dict[str, Any]:
+    return {"id": ids[0], "ids": ids, "rank": rank, "score": 0.016393,
+            "sources": {"lexical": {"rank": rank, "score": 2.5}}, "chosen": chosen}
+
+
+def test_hash_changes_with_the_candidates_and_the_compaction_used() -> None:
+    """The candidate pool (what each source found, and what went in) and the compaction summary
+    are inputs: changing either changes the hash, and the same ones give the same hash."""
     history = conversation("uaua")
     base = input_hash(CONFIG, None, history, [], None)
-    recalled = input_hash(CONFIG, None, history, [], None, recalled=[msg(30)])
-    other_recalled = input_hash(CONFIG, None, history, [], None, recalled=[msg(31)])
+    pooled = input_hash(CONFIG, None, history, [], None, candidates=[candidate([30, 31])])
+    other_pool = input_hash(CONFIG, None, history, [], None, candidates=[candidate([32, 33])])
+    not_chosen = input_hash(CONFIG, None, history, [], None, candidates=[candidate([30, 31], chosen=False)])
     compacted = input_hash(CONFIG, None, history, [], None, compaction_id=7)
     other_compacted = input_hash(CONFIG, None, history, [], None, compaction_id=8)
-    assert len({base, recalled, other_recalled, compacted, other_compacted}) == 5
-    assert recalled == input_hash(CONFIG, None, history, [], None, recalled=[msg(30)])
+    assert len({base, pooled, other_pool, not_chosen, compacted, other_compacted}) == 6
+    assert pooled == input_hash(CONFIG, None, history, [], None, candidates=[candidate([30, 31])])
     assert compacted == input_hash(CONFIG, None, history, [], None, compaction_id=7)
-    assert input_hash(CONFIG, None, history, [], None, recalled=[], compaction_id=None) == base
+    assert input_hash(CONFIG, None, history, [], None, candidates=[], compaction_id=None) == base
 
 
 def test_hash_is_stable_across_releases() -> None:
@@ -460,5 +467,5 @@ def test_hash_is_stable_across_releases() -> None:
     release recorded."""
     history = conversation("uaua")
     assert input_hash(CONFIG, 3, history, [msg(9, "assistant")], history[0]) == "7db702612d0633f5"
-    recalled = input_hash(CONFIG, None, history, [], None, recalled=[msg(30)], compaction_id=7)
-    assert recalled == "b855ec385f2c9592"
+    pooled = input_hash(CONFIG, None, history, [], None, candidates=[candidate([30, 31])], compaction_id=7)
+    assert pooled == "e5345b5d82509e6e"

@@ -29,6 +29,7 @@ from tests.harness import (
     request_text,
     router_of,
     say,
+    unstamped,
     wait_until,
 )
 from tests.standins.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Slow, Text
@@ -64,7 +65,7 @@ async def test_a_dm_turn_is_answered_stored_and_snapshotted(
 
     assert [(m.chat, m.text) for m in channel.sent] == [(chat(channel), "re: hello there")]
     (request,) = reply_requests(api)
-    assert request.messages == [{"role": "user", "content": "hello there"}]
+    assert [(m["role"], unstamped(m["content"])) for m in request.messages] == [("user", "hello there")]
     key = str(channel.key())
     history = await view.history(key, 10)
     assert [(m.role, m.text) for m in history] == [("user", "hello there"), ("assistant", "re: hello there")]
@@ -84,7 +85,7 @@ async def test_dm_history_limit_keeps_only_the_last_user_turns(
             await say(daemon, channel, f"message {n}")
 
     sixth = reply_requests(api)[-1]
-    users = [m["content"] for m in sixth.messages if m["role"] == "user"]
+    users = [unstamped(m["content"]) for m in sixth.messages if m["role"] == "user"]
     assert users == ["message 4", "message 5", "message 6"]
     assert [m["content"] for m in sixth.messages if m["role"] == "assistant"] == [
         "re: message 4", "re: message 5"
@@ -111,7 +112,7 @@ async def test_triage_picks_the_older_turns_the_fast_model_names(
     assert "New message: so what should I feed them?" in prompt
 
     (request,) = reply_requests(api)
-    assert [m["content"] for m in request.messages] == [
+    assert [unstamped(m["content"]) for m in request.messages] == [
         "question about cats", "answer about cats",
         "question about lunch", "answer about lunch",
         "so what should I feed them?",
@@ -128,7 +129,8 @@ async def test_triage_picks_the_older_turns_the_fast_model_names(
 async def test_without_a_key_every_older_message_is_kept_and_the_reply_is_the_fallback(
     api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig
 ) -> None:
-    """No API key: triage fails open (all older messages kept) and the user gets the fallback text."""
+    """No API key: no triage, the ranked fallback keeps the best-ranked older turns (all three fit
+    here), and the user gets the fallback text."""
     config = make_config(config_data(api, conversation={"always_include_recent": 2}))
     seeded = await seed(view, channel, TOPICS)
     async with daemon_with(config, channel, api_key=None) as daemon:
@@ -141,7 +143,7 @@ async def test_without_a_key_every_older_message_is_kept_and_the_reply_is_the_fa
     (snapshot,) = await view.snapshots(key)
     chosen = reasons(snapshot.snapshot)
     assert sorted(chosen) == [m.id for m in seeded]
-    assert [chosen[m.id] for m in seeded] == ["fail_open"] * 6 + ["recent"] * 2
+    assert [chosen[m.id] for m in seeded] == ["ranked"] * 6 + ["recent"] * 2
     assert snapshot.snapshot["triage"]["outcome"] == "fail_open"
 
 
@@ -150,6 +152,7 @@ async def test_without_a_key_every_older_message_is_kept_and_the_reply_is_the_fa
     [
         ("recent", "errors", ["lunch"]),
         ("all", "errors", TOPICS),
+        ("ranked", "errors", ["taxes", "weather", "lunch"]),
         ("recent", "timeout", ["lunch"]),
     ],
 )
@@ -157,10 +160,11 @@ async def test_triage_failure_falls_back_as_configured(
     api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig,
     fallback: str, failure: str, expected_topics: list[str],
 ) -> None:
-    """When triage errors or times out the reply keeps the recent turns ("recent") or every one ("all")."""
-    config = make_config(
-        config_data(api, conversation={"always_include_recent": 2, "selection_fallback": fallback})
-    )
+    """When triage errors or times out the reply keeps the recent turns ("recent"), every one
+    ("all"), or the best-ranked that fit (here the two newest: nothing matches "and now?")."""
+    config = make_config(config_data(api, conversation={
+        "always_include_recent": 2, "selection_fallback": fallback, "ranked_fallback_turns": 2,
+    }))
     await seed(view, channel, TOPICS)
     if failure == "errors":
         api.script(*[Error(500, "api_error", retry_after=0.01)] * 2, model=FAST)
@@ -302,6 +306,42 @@ async def test_model_outage_gets_a_fallback_reply_and_the_daemon_carries_on(
     assert [m.text for m in channel.sent] == [FALLBACK_REPLY, "re: and now?"]
     history = await view.history(str(channel.key()), 10)
     assert [m.text for m in history] == ["are you there?", FALLBACK_REPLY, "and now?", "re: and now?"]
+    # The apology is not something the agent said: the next request holds the unanswered question,
+    # never the apology as the agent's earlier reply.
+    (answered,) = [r for r in reply_requests(api) if last_user_line(r) == "and now?"]
+    assert FALLBACK_REPLY not in request_text(answered)
+    assert [m["role"] for m in answered.messages] == ["user"]
+    assert "are you there?" in request_text(answered)
+
+
+async def test_briefings_from_before_a_reset_stay_out_of_the_next_request(
+    api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig
+) -> None:
+    """/reset starts afresh: a briefing delivered before it is not shown as "sent since the user's
+    previous message" in the first request after it; one delivered after it is."""
+    config = make_config(config_data(api))
+    key = str(channel.key())
+
+    async def briefing(text: str, sent_as: str) -> None:
+        stored = await view.append_reply(key, text, origin="scheduled", job_id="news")
+        await view.mark_delivered(stored.id, chat(channel), [sent_as])
+
+    async with daemon_with(config, channel) as daemon:
+        await say(daemon, channel, "good morning")
+        await briefing("briefing-old: markets", "s1")
+        await say(daemon, channel, "/reset", command="reset")
+        await wait_until(lambda: any("fresh" in m.text.lower() or "reset" in m.text.lower()
+                                     for m in channel.sent))
+        await say(daemon, channel, "hello again")
+        after_reset = reply_requests(api)[-1]
+        await briefing("briefing-new: weather", "s2")
+        await say(daemon, channel, "anything new?")
+        later = reply_requests(api)[-1]
+
+    assert last_user_line(after_reset) == "hello again"
+    assert "briefing-old" not in request_text(after_reset)
+    assert "good morning" not in request_text(after_reset)
+    assert "briefing-new" in request_text(later) and "briefing-old" not in request_text(later)
 
 
 @pytest.mark.parametrize(("delay", "grace", "finished"), [(0.2, 2.0, True), (5.0, 0.1, False)])

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from bot.context import Context, ContextEntry, Reason, TriageReport
 from bot.messages import Origin, Role, StoredMessage
@@ -13,6 +15,7 @@ from bot.session_key import build
 
 SESSION = "agent:main:fake:group:7"
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC).timestamp()
+DAY = "[Friday 2024-03-01]\n"  # the date line before the first stamped message (T0's day, UTC)
 
 
 def msg(
@@ -71,16 +74,16 @@ def test_turns_alternate_and_merge_same_role_neighbours() -> None:
     ]
     turns = conversation_turns(context(history), msg(6, "user", "now"), group=False)
     assert turns == [
-        {"role": "user", "content": "first"},
+        {"role": "user", "content": f"{DAY}[12:01] first"},
         {"role": "assistant", "content": "reply A\n\nreply B"},
-        {"role": "user", "content": "second\n\nthird\n\nnow"},
+        {"role": "user", "content": "[12:04] second\n\n[12:05] third\n\n[12:06] now"},
     ]
 
 
 def test_turns_with_empty_context_are_just_the_request() -> None:
     """With nothing selected, the model gets one user turn holding the current message."""
     turns = conversation_turns(context([]), msg(1, "user", "hello"), group=False)
-    assert turns == [{"role": "user", "content": "hello"}]
+    assert turns == [{"role": "user", "content": f"{DAY}[12:01] hello"}]
 
 
 def test_first_turn_is_always_a_user_turn() -> None:
@@ -90,7 +93,7 @@ def test_first_turn_is_always_a_user_turn() -> None:
     assert turns[0]["role"] == "user"
     assert roles(turns) == ["user", "assistant", "user", "assistant", "user"]
     assert turns[1]["content"] == "earlier answer"
-    assert turns[-1]["content"] == "next"
+    assert turns[-1]["content"] == "[12:04] next"
 
 
 def test_group_user_lines_carry_the_sender_name() -> None:
@@ -101,23 +104,23 @@ def test_group_user_lines_carry_the_sender_name() -> None:
         msg(3, "assistant", "Hi both!"),
     ]
     turns = conversation_turns(context(history), msg(4, "user", "what's up?", name="Linus"), group=True)
-    assert turns[0]["content"] == "[Ada]: hi all\n\n[Grace]: hello"
+    assert turns[0]["content"] == f"{DAY}[12:01] [Ada]: hi all\n\n[12:02] [Grace]: hello"
     assert turns[1]["content"] == "Hi both!"
-    assert turns[2]["content"] == "[Linus]: what's up?"
+    assert turns[2]["content"] == "[12:04] [Linus]: what's up?"
 
 
 def test_group_user_without_display_name_shows_sender_id() -> None:
     """A group member without a display name is shown by sender id."""
     turns = conversation_turns(context([]), msg(1, "user", "hey", name=None, sender_id="555"), group=True)
-    assert turns[-1]["content"] == "[555]: hey"
+    assert turns[-1]["content"] == f"{DAY}[12:01] [555]: hey"
 
 
 def test_direct_chat_user_lines_have_no_sender_name() -> None:
     """In a one-to-one chat the user's text goes in as is, without a name prefix."""
     history = [msg(1, "user", "hi", name="Ada"), msg(2, "assistant", "hello")]
     turns = conversation_turns(context(history), msg(3, "user", "bye", name="Ada"), group=False)
-    assert turns[0]["content"] == "hi"
-    assert turns[-1]["content"] == "bye"
+    assert turns[0]["content"] == f"{DAY}[12:01] hi"
+    assert turns[-1]["content"] == "[12:03] bye"
     assert all("Ada" not in turn["content"] for turn in turns)
 
 
@@ -155,7 +158,7 @@ def test_scheduled_outputs_come_in_a_labelled_block_before_the_message() -> None
     assert final.index("Morning briefing") < final.index("Stand-up in 5 minutes.")
     assert final.index("Stand-up in 5 minutes.") < final.index("move the 10:00 one")
     assert final.endswith("move the 10:00 one")
-    assert "2024-03-01 12:03 UTC" in final
+    assert "2024-03-01 12:03" in final
     # The block belongs to the current turn, not to the earlier conversation.
     assert "Morning briefing" not in turns[0]["content"] + turns[1]["content"]
 
@@ -204,6 +207,44 @@ def test_reply_to_and_scheduled_block_together_keep_the_message_last() -> None:
     assert "old answer" in final
     assert "Reminder: water plants." in final
     assert final.endswith("[Ada]: done!")
+
+
+def test_dates_and_times_reach_the_model_in_the_agents_timezone() -> None:
+    """Each user message says when it was written, in the agent's timezone, with a date line when
+    the day changes (the request included): "when did I…" can be answered from the text."""
+    day = 86_400
+    history = [
+        msg(1, "user", "I booked the dentist"),
+        msg(2, "assistant", "Noted."),
+        replace(msg(3, "user", "and paid the rent"), created_at=T0 + 3 * day),
+        replace(msg(4, "assistant", "Good."), created_at=T0 + 3 * day + 30),
+    ]
+    request = replace(msg(5, "user", "when did I book the dentist?"), created_at=T0 + 3 * day + 600)
+    turns = conversation_turns(context(history), request, group=False, zone=ZoneInfo("Asia/Tokyo"))
+    assert turns == [
+        {"role": "user", "content": "[Friday 2024-03-01]\n[21:01] I booked the dentist"},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "[Monday 2024-03-04]\n[21:00] and paid the rent"},
+        {"role": "assistant", "content": "Good."},
+        {"role": "user", "content": "[21:10] when did I book the dentist?"},
+    ]
+
+
+def test_the_same_history_gives_the_same_bytes() -> None:
+    """Stamps depend only on the messages and the zone, so the provider's prompt cache keeps hitting."""
+    history = [msg(1, "user", "hi"), msg(2, "assistant", "hello"), msg(3, "user", "more")]
+    paris = ZoneInfo("Europe/Paris")
+    first = conversation_turns(context(history), msg(4, "user", "now"), group=True, zone=paris)
+    again = conversation_turns(context(list(history)), msg(4, "user", "now"), group=True, zone=paris)
+    assert first == again
+
+
+def test_request_on_a_new_day_gets_its_date_line() -> None:
+    """A request written on a later day than the last message in context starts with its date."""
+    history = [msg(1, "user", "hi"), msg(2, "assistant", "hello")]
+    request = replace(msg(3, "user", "good morning"), created_at=T0 + 86_400)
+    turns = conversation_turns(context(history), request, group=False)
+    assert turns[-1]["content"] == "[Saturday 2024-03-02]\n[12:00] good morning"
 
 
 # --- stable_system_prompt ------------------------------------------------------------------------

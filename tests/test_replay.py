@@ -29,7 +29,7 @@ from bot.store import Store
 from bot.store.migrations import MIGRATIONS
 from bot.turn import FALLBACK_REPLY
 from tests.fakes import FakeChannel
-from tests.harness import FAST, config_data, daemon_with, reply_requests, request_text, say
+from tests.harness import FAST, config_data, daemon_with, last_user_line, reply_requests, request_text, say
 from tests.standins.anthropic_api import AnthropicStandIn, Text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -319,7 +319,7 @@ async def test_a_context_build_failure_gets_the_fallback_and_the_daemon_goes_on(
             await say(daemon, channel, "after")
 
     assert [m.text for m in channel.sent] == ["re: before", FALLBACK_REPLY, "re: after"]
-    assert [request_text(r).splitlines()[-1] for r in reply_requests(api)] == ["before", "after"]
+    assert [last_user_line(r) for r in reply_requests(api)] == ["before", "after"]
     failed = [e for e in logs if e["event"] == "context build failed"]
     assert len(failed) == 1 and failed[0]["error_class"] == "context_build_error"
     assert failed[0]["exc_info"]  # the cause's traceback goes to the log

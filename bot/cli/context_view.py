@@ -19,8 +19,8 @@ LINE_CHARS = 80
 
 
 # Counts in the order the pipeline makes them (the stored snapshot's keys are sorted).
-COUNT_ORDER = ["fetched", "within_history_limit", "within_recency", "recalled", "trimmed", "included",
-               "scheduled_block"]
+COUNT_ORDER = ["fetched", "within_history_limit", "within_recency", "candidates", "found_lookback",
+               "found_lexical", "found_semantic", "recalled", "trimmed", "included", "scheduled_block"]
 
 
 def snapshot_ids(record: SnapshotRecord) -> list[int]:
@@ -29,6 +29,7 @@ def snapshot_ids(record: SnapshotRecord) -> list[int]:
     ids += [int(e["id"]) for e in snap.get("entries", [])]
     ids += [int(i) for i in snap.get("scheduled_block", [])]
     ids += [int(t["id"]) for t in snap.get("trimmed", [])]
+    ids += [int(c["id"]) for c in snap.get("candidates", [])]
     return list(dict.fromkeys(ids))
 
 
@@ -130,9 +131,35 @@ def context_lines(
         role = found.role if found else "?"
         prefix = f"  {'#' + str(message_id):<{id_width}}  {when}  {role:<9}  {reason:<{reason_width}}  "
         lines.append(prefix + _text(found, full, indent=len(prefix)))
-    recalled = snap.get("recalled") or []
-    if recalled:
-        lines.append(f"recalled by full-text search: {' '.join(f'#{i}' for i in recalled)}")
+    lines += _candidate_lines(snap.get("candidates") or [], messages, full)
+    return lines
+
+
+def _candidate_lines(
+    candidates: list[dict[str, Any]], messages: dict[int, StoredMessage | None], full: bool
+) -> list[str]:
+    """The pool triage chose from: each older turn's rank, fused score, what each source made of
+    it (rank and score: recency for the lookback, idf for lexical, cosine for semantic), and
+    whether it went in."""
+    if not candidates:
+        return []
+    lines = [f"candidates ({len(candidates)} older turns, best first; per source: rank score)"]
+    lines.append(f"  {'rank':>4}  {'turn':<9} {'fused':>7}  {'lookback':<8}  {'lexical':<12}  "
+                 f"{'semantic':<12}  in")
+    for candidate in candidates:
+        sources = candidate.get("sources") or {}
+
+        def cell(name: str, width: int, sources: dict[str, Any] = sources) -> str:
+            hit = sources.get(name)
+            if not hit:
+                return f"{'-':<{width}}"
+            text = str(hit.get("rank")) if name == "lookback" else f"{hit.get('rank')} {hit.get('score'):.3f}"
+            return f"{text:<{width}}"
+
+        prefix = (f"  {candidate.get('rank', '?'):>4}  {'#' + str(candidate['id']):<9} "
+                  f"{float(candidate.get('score', 0)):>7.4f}  {cell('lookback', 8)}  {cell('lexical', 12)}  "
+                  f"{cell('semantic', 12)}  {'yes' if candidate.get('chosen') else 'no ':<3}  ")
+        lines.append(prefix + _text(messages.get(int(candidate["id"])), full, indent=len(prefix)))
     return lines
 
 

@@ -55,10 +55,14 @@ def _load_or_defaults(args: argparse.Namespace) -> Config:
 
 
 def _check_startable(config: Config, *, terminal: bool) -> None:
-    """Refuse what `run` would: a missing bot token, a job for a disabled channel, no channel."""
+    """Refuse what `run` would: a missing bot token, a job for a disabled channel, no channel,
+    semantic recall required but not installed."""
     from bot.config import check_startable
+    from bot.embedding import check_semantic
 
     check_startable(config)
+    if config.semantic.enabled == "on":
+        check_semantic(config)
     if not _platforms(config) and not (config.channels.console.enabled and terminal):
         raise ConfigError(
             config.source, "channels",

@@ -68,6 +68,7 @@ class ConversationConfig(Section):
     # Triage failed or no fast model: "ranked" keeps the best-ranked candidates that fit the
     # budget, "recent" only the newest, "all" every candidate.
     selection_fallback: Literal["ranked", "recent", "all"] = "ranked"
+    ranked_fallback_turns: NonNegInt = 12
     history_limit: NonNegInt = 0
     # Token budget: the model's window (0: known model table, else 200 000), a reserve for the
     # system prompt and the reply, and the share of the window history may use.

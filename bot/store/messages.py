@@ -68,8 +68,12 @@ class Messages(Database):
         job_id: str | None = None,
         request_id: int | None = None,
         deliver: OutboundMessage | None = None,
+        fallback: bool = False,
     ) -> StoredMessage:
         """Store the agent's reply (or a scheduled output) before it is sent.
+
+        `fallback`: the model did not write it (the apology when it failed): it is delivered and
+        shown in history, but context and recall never read it.
 
         `request_id` is the message it answers: it and every earlier request of the session still
         waiting (the reply's context held them) stop waiting, in the same transaction. `deliver`
@@ -91,6 +95,7 @@ class Messages(Database):
                 created_at=time.time(),
                 actions=tuple(actions),
                 job_id=job_id,
+                fallback=fallback,
             )
             if deliver is not None:
                 chat = deliver.chat
@@ -119,10 +124,11 @@ class Messages(Database):
     ) -> list[StoredMessage]:
         """The newest `limit` messages of one origin with after_id < id < before_id, oldest first.
 
-        Reads stop at the session's context floor (set by /reset).
+        Reads stop at the session's context floor (set by /reset); fallback replies are left out.
         """
         sql = (
             f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_key = ? AND origin = ? "
+            "AND fallback = 0 "
             "AND id < ? AND id > MAX(?, (SELECT COALESCE((SELECT context_floor FROM sessions "
             "WHERE key = ?), 0))) ORDER BY id DESC LIMIT ?"
         )
@@ -137,15 +143,16 @@ class Messages(Database):
         """Up to `limit` newest scheduled outputs with after_id < id < before_id, oldest first.
 
         Output whose run did not deliver it (the send failed, or it is still on its way) is left
-        out: the user never saw it.
+        out: the user never saw it. So is output from before a /reset (the context floor).
         """
         if limit <= 0:
             return []
         rows = await self._conn.execute_fetchall(
-            f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE session_key = ? "
-            "AND origin = 'scheduled' AND id > ? AND id < ? AND NOT EXISTS (SELECT 1 FROM "
+            f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE session_key = ?1 "
+            "AND origin = 'scheduled' AND id < ?3 AND id > MAX(?2, (SELECT COALESCE((SELECT "
+            "context_floor FROM sessions WHERE key = ?1), 0))) AND NOT EXISTS (SELECT 1 FROM "
             "schedule_runs r WHERE r.reply_message_id = m.id AND r.status <> 'delivered') "
-            "ORDER BY id DESC LIMIT ?",
+            "ORDER BY id DESC LIMIT ?4",
             (session_key, after_id, before_id, limit),
         )
         return rows_to_messages(reversed(list(rows)))
@@ -245,8 +252,11 @@ async def insert_message(
     job_id: str | None = None,
     awaiting_reply: bool = False,
     chat: ChatRef | None = None,
+    fallback: bool = False,
 ) -> StoredMessage:
-    """Add one message and count it in its session, inside the caller's transaction."""
+    """Add one message and count it in its session, inside the caller's transaction.
+
+    Interactive messages get their recall terms, except a fallback reply (never recalled)."""
     now = time.time()
     is_turn = 1 if role == "user" and origin == "interactive" else 0
     await conn.execute(
@@ -259,12 +269,13 @@ async def insert_message(
     cursor = await conn.execute(
         "INSERT INTO messages (session_key, role, origin, sender_id, sender_name, text, "
         "provider_message_id, reply_to_id, actions, job_id, created_at, token_estimate, "
-        "awaiting_reply, chat_id, thread_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "awaiting_reply, chat_id, thread_id, fallback) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             session_key, role, origin, sender_id, sender_name, text, provider_message_id,
             reply_to_id, json.dumps(list(actions)) if actions else None, job_id,
             created_at, tokens, int(awaiting_reply),
-            chat.chat_id if chat else None, chat.thread_id if chat else None,
+            chat.chat_id if chat else None, chat.thread_id if chat else None, int(fallback),
         ),
     )
     message_id = cursor.lastrowid
@@ -272,7 +283,8 @@ async def insert_message(
     # Imported here: the recall module reads rows through this one.
     from bot.store.recall import index_message
 
-    await index_message(conn, message_id, session_key=session_key, origin=origin, text=text)
+    if not fallback:
+        await index_message(conn, message_id, session_key=session_key, origin=origin, text=text)
     return StoredMessage(
         id=message_id, session_key=session_key, role=role, origin=origin, text=text,
         created_at=created_at, sender_id=sender_id, sender_name=sender_name,

@@ -1,0 +1,41 @@
+"""Semantic recall for one turn: the request's vector (computed now if the worker has not yet) and
+the session's older messages nearest to it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from bot.embedding import Embedder, embedding_text, vector_bytes
+from bot.messages import StoredMessage
+
+if TYPE_CHECKING:
+    from bot.store import Store
+
+
+class SemanticRecall:
+    """Finds a session's messages close in meaning to a request, within that session only."""
+
+    def __init__(self, store: Store, embedder: Embedder) -> None:
+        self._store = store
+        self._embedder = embedder
+
+    async def matches(
+        self, session: str, request: StoredMessage, *, limit: int
+    ) -> list[tuple[int, float]]:
+        """(message id, cosine) of the `limit` nearest older messages, best first."""
+        model = self._embedder.model_id
+        vector = await self._store.embedding_of(request.id, model)
+        if vector is None:
+            # The background worker has not reached the request yet: embed it here (in a thread,
+            # so the event loop keeps running) and keep it, so the worker and replay reuse it.
+            encoded = await asyncio.to_thread(self._embedder.encode, [embedding_text(request)])
+            await self._store.save_embeddings(model, [(request.id, session, vector_bytes(encoded[0]))])
+            # Searched as stored (quantised, and the worker's if it stored one first), so replay,
+            # which reads it back, scores the same.
+            vector = await self._store.embedding_of(request.id, model)
+            if vector is None:  # the request was deleted meanwhile
+                return []
+        return await self._store.semantic_matches(
+            session, vector, model=model, before_id=request.id, limit=limit
+        )

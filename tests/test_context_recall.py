@@ -1,0 +1,221 @@
+"""The candidate pool through the daemon: lookback, lexical and semantic recall merged by rank, shown
+to triage with dates, the ranked fallback, and replay, with the API stand-in and real SQLite files."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from bot.brain import AnthropicBrain
+from bot.config import Config, parse_config
+from bot.embed_worker import embed_backlog
+from bot.embedding import Embedder, load_embedder, unavailable_reason
+from bot.messages import StoredMessage
+from bot.replay import replay
+from bot.store import Store
+from tests.fakes import FakeChannel
+from tests.harness import FAST, config_data, daemon_with, echo, reply_requests, request_text, say
+from tests.standins.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Response, Text
+
+MakeConfig = Callable[[dict[str, Any]], Config]
+SEMANTIC = unavailable_reason(parse_config({}, "<defaults>")) is None
+needs_semantic = pytest.mark.skipif(not SEMANTIC, reason="the semantic extra is not installed")
+
+FACT = "I spent the weekend looking into adoption agencies"
+QUESTION = "What did I research lately about growing our family?"
+CHATTER = [
+    "the train was late again this morning", "made lasagne for dinner", "the heating is broken",
+    "watched a documentary about volcanoes", "my knee hurts after the run", "bought new curtains",
+    "the printer jammed twice", "we planted tomatoes on the balcony", "lost my umbrella on the bus",
+    "tried a new coffee place downtown", "finished the quarterly report", "the cat knocked over a vase",
+]
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    if not SEMANTIC:
+        pytest.skip("the semantic extra is not installed")
+    loaded = load_embedder(parse_config({}, "<defaults>"))
+    assert loaded is not None
+    return loaded
+
+
+async def exchange(view: Store, channel: FakeChannel, text: str, peer: str = "42") -> list[StoredMessage]:
+    inbound = await view.append_inbound(channel.message(text, peer=peer))
+    assert inbound is not None
+    reply = await view.append_reply(str(inbound.session_key), f"noted: {text}", request_id=inbound.id)
+    return [inbound, reply]
+
+
+async def seed(view: Store, channel: FakeChannel, fact: str, *, after: int = 36, peer: str = "42") -> list[
+        StoredMessage]:
+    """The fact first, then `after` exchanges of chatter: the fact is far beyond the lookback."""
+    fact_turn = await exchange(view, channel, fact, peer)
+    for n in range(1, after + 1):
+        await exchange(view, channel, CHATTER[n % len(CHATTER)] + f" ({n})", peer)
+    return fact_turn
+
+
+def picking(marker: str) -> Callable[[RecordedRequest], Response]:
+    """The API stand-in: the fast model picks the numbered turns mentioning `marker`; the reply model
+    echoes."""
+    def respond(request: RecordedRequest) -> Response:
+        if request.model != FAST:
+            return echo(request)
+        prompt = str(request.messages[0]["content"])
+        units = re.findall(r"^\[(\d+)\] (.*)$", prompt, re.MULTILINE)
+        return Text(json.dumps({"relevant": [int(n) for n, text in units if marker in text]}))
+    return respond
+
+
+def config_for(api: AnthropicStandIn, make_config: MakeConfig, **conversation: Any) -> Config:
+    semantic = "on" if conversation.pop("semantic", False) else "off"
+    return make_config(config_data(
+        api, conversation={"lookback_count": 20, "always_include_recent": 4, **conversation},
+        semantic={"enabled": semantic}, compaction={"enabled": False},
+    ))
+
+
+def candidate_of(snapshot: dict[str, Any], message_id: int) -> dict[str, Any]:
+    (found,) = [c for c in snapshot["candidates"] if message_id in c["ids"]]
+    return found
+
+
+@needs_semantic
+async def test_a_fact_asked_in_other_words_is_found_by_meaning(
+    api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig,
+    embedder: Embedder,
+) -> None:
+    """No word in common with the question: only semantic recall brings the fact to triage, as a
+    whole turn with its date, and the reply model sees it."""
+    fact = await seed(view, channel, FACT)
+    await embed_backlog(view, embedder, batch_size=32)
+    api.default = picking("adoption")
+    async with daemon_with(config_for(api, make_config, semantic=True), channel) as daemon:
+        await say(daemon, channel, QUESTION)
+
+    (asked,) = api.requests_for(FAST)
+    prompt = asked.messages[0]["content"]
+    assert re.search(r"\[\d+\] Ada \(\d{4}-\d\d-\d\d \d\d:\d\d UTC\): " + FACT, prompt)
+    assert f"assistant replied: noted: {FACT}" in prompt
+    assert FACT in request_text(reply_requests(api)[0])
+    (record,) = await view.snapshots(str(channel.key()))
+    found = candidate_of(record.snapshot, fact[0].id)
+    assert found["ids"] == [fact[0].id, fact[1].id] and found["chosen"] is True
+    assert "semantic" in found["sources"] and "lexical" not in found["sources"]
+    assert record.snapshot["triaged"] == [fact[0].id, fact[1].id]
+
+
+async def test_a_fact_sharing_words_is_found_lexically_without_the_extra(
+    api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig
+) -> None:
+    """Without embeddings, the question's words still find the fact beyond the lookback."""
+    fact = await seed(view, channel, "my locker combination at the gym is 4711")
+    api.default = picking("4711")
+    async with daemon_with(config_for(api, make_config), channel) as daemon:
+        await say(daemon, channel, "what was the gym locker combination?")
+
+    assert "4711" in request_text(reply_requests(api)[0])
+    (record,) = await view.snapshots(str(channel.key()))
+    found = candidate_of(record.snapshot, fact[0].id)
+    assert found["sources"]["lexical"]["rank"] == 1 and "semantic" not in found["sources"]
+    assert found["chosen"] is True
+    assert record.snapshot["counts"]["found_lexical"] >= 1
+    assert record.snapshot["counts"]["found_semantic"] == 0
+
+
+@needs_semantic
+async def test_candidates_never_cross_sessions(
+    api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig,
+    embedder: Embedder,
+) -> None:
+    """Two users, the same words: each one's question finds only their own fact."""
+    await seed(view, channel, FACT, peer="43")
+    await seed(view, channel, "my locker combination at the gym is 4711", peer="43", after=0)
+    await seed(view, channel, "the weekend was quiet", peer="42")
+    await embed_backlog(view, embedder, batch_size=32)
+    api.default = picking("adoption")
+    async with daemon_with(config_for(api, make_config, semantic=True), channel) as daemon:
+        await say(daemon, channel, QUESTION)
+        await say(daemon, channel, "what was the gym locker combination?")
+
+    for request in reply_requests(api):
+        assert "adoption" not in request_text(request) and "4711" not in request_text(request)
+    for record in await view.snapshots(str(channel.key())):
+        messages = [await view.message_by_id(i) for c in record.snapshot["candidates"] for i in c["ids"]]
+        assert all(m is not None and m.session_key == str(channel.key()) for m in messages)
+
+
+async def test_a_history_limit_still_means_no_recall(
+    api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig
+) -> None:
+    """With a DM history limit the model sees only the last turns: nothing is recalled from before."""
+    await seed(view, channel, "my locker combination at the gym is 4711", after=8)
+    api.default = picking("4711")
+    async with daemon_with(config_for(api, make_config, history_limit=3), channel) as daemon:
+        await say(daemon, channel, "what was the gym locker combination?")
+
+    assert "4711" not in request_text(reply_requests(api)[0])
+    (record,) = await view.snapshots(str(channel.key()))
+    assert record.snapshot["history_limit"] == 3
+    assert all(set(c["sources"]) == {"lookback"} for c in record.snapshot["candidates"])
+    assert record.snapshot["recalled"] == []
+
+
+async def test_the_ranked_fallback_keeps_the_best_candidates_that_fit(
+    api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig
+) -> None:
+    """Triage fails: the best-ranked turns go in (the lexical match first), at most
+    ranked_fallback_turns, within the budget; the rest of the pool stays out."""
+    fact = await seed(view, channel, "my locker combination at the gym is 4711")
+
+    def respond(request: RecordedRequest) -> Response:
+        return Error(500, "api_error", retry_after=0.01) if request.model == FAST else echo(request)
+
+    api.default = respond
+    config = config_for(api, make_config, ranked_fallback_turns=3)
+    async with daemon_with(config, channel) as daemon:
+        await say(daemon, channel, "what was the gym locker combination?")
+
+    assert "4711" in request_text(reply_requests(api)[0])
+    (record,) = await view.snapshots(str(channel.key()))
+    snapshot = record.snapshot
+    assert snapshot["triage"]["outcome"] == "error"
+    chosen = [c for c in snapshot["candidates"] if c["chosen"]]
+    assert [c["rank"] for c in chosen] == [1, 2, 3]
+    assert fact[0].id in chosen[0]["ids"]
+    ranked_ids = {e["id"] for e in snapshot["entries"] if e["reason"] == "ranked"}
+    assert ranked_ids == {i for c in chosen for i in c["ids"]}
+    assert snapshot["tokens"]["estimate"] <= snapshot["tokens"]["budget"]
+
+
+@needs_semantic
+async def test_replay_matches_with_recall_and_embeddings(
+    api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig,
+    embedder: Embedder,
+) -> None:
+    """Turns built with lexical and semantic candidates (and the request embedded on the turn) are
+    rebuilt exactly: same pool, same scores, same entries."""
+    await seed(view, channel, FACT, after=20)
+    await embed_backlog(view, embedder, batch_size=32)
+    api.default = picking("adoption")
+    config = config_for(api, make_config, semantic=True)
+    async with daemon_with(config, channel) as daemon:
+        await say(daemon, channel, QUESTION)
+        await say(daemon, channel, "and what about the heating, is it fixed?")
+
+    brain = AnthropicBrain(config.anthropic, None)
+    key = str(channel.key())
+    records = await view.snapshots(key)
+    assert any("semantic" in c["sources"] for r in records for c in r.snapshot["candidates"])
+    for turn in range(1, len(records) + 1):
+        result = await replay(config, view, brain, key, turn)
+        assert result.matches, (turn, result.recorded_ids, result.rebuilt_ids)
+        assert [c.get("score") for c in result.record.snapshot["candidates"]] == [
+            c["score"] for c in result.rebuilt.candidates
+        ]
+    await brain.aclose()
