@@ -37,6 +37,7 @@ from bot.config.sections import ConversationConfig  # noqa: E402
 from bot.context_builder import ContextBuilder  # noqa: E402
 from bot.lexical import index_terms  # noqa: E402
 from bot.messages import ChatRef, StoredMessage  # noqa: E402
+from bot.semantic_recall import SemanticRecall  # noqa: E402
 from bot.session_key import SessionKey, build  # noqa: E402
 from bot.store import Store  # noqa: E402
 
@@ -338,14 +339,52 @@ class Result:
     mean_fetched: float
 
 
+class RandomVectors:
+    """Stands in for the sentence model in a build: every vector (the requests' too) is already
+    stored by `fill_vectors`, so a build never encodes; only the id is needed."""
+
+    model_id = "bench-random"
+
+    def encode(self, texts: Any) -> Any:
+        raise AssertionError("the bench stores every request's vector beforehand")
+
+
+def fill_vectors(path: Path, *, seed: int = 5, chunk: int = 100_000) -> float:
+    """Random int8 unit-ish vectors (384 bytes, as stored) for every interactive message without
+    one: search costs depend on how many vectors a session has, not on what they say."""
+    import numpy as np
+
+    started = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("PRAGMA synchronous=OFF")
+        rows = conn.execute(
+            "SELECT id, session_key FROM messages m WHERE origin = 'interactive' AND fallback = 0 "
+            "AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.message_id = m.id) ORDER BY id"
+        ).fetchall()
+        for start in range(0, len(rows), chunk):
+            part = rows[start:start + chunk]
+            vectors = rng.integers(-127, 128, (len(part), 384), dtype=np.int8)
+            conn.execute("BEGIN")
+            conn.executemany(
+                "INSERT INTO embeddings (message_id, session_key, model, vector) VALUES (?, ?, ?, ?)",
+                [(message_id, key, RandomVectors.model_id, vectors[i].tobytes())
+                 for i, (message_id, key) in enumerate(part)],
+            )
+            conn.execute("COMMIT")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return time.perf_counter() - started
+
+
 async def measure(
     generated: Generated, config: Config, label: str, samples: int, *, seed: int = 11,
-    warmup: int = 50,
+    warmup: int = 50, semantic: bool = False,
 ) -> Result:
     rng = random.Random(seed)
     brain = InstantBrain()
     async with Store.open(generated.path) as store:
-        builder = ContextBuilder(config, store, brain)
+        recall = SemanticRecall(store, RandomVectors()) if semantic else None  # type: ignore[arg-type]
+        builder = ContextBuilder(config, store, brain, semantic=recall)
         pairs = [rng.choice(generated.sessions) for _ in range(samples + warmup)]
         timings: list[float] = []
         entries = fetched = 0
@@ -414,10 +453,12 @@ async def open_timed(path: Path) -> float:
 
 
 async def measure_runs(
-    generated: Generated, config: Config, label: str, samples: int, repeat: int
+    generated: Generated, config: Config, label: str, samples: int, repeat: int, *,
+    semantic: bool = False,
 ) -> list[Result]:
-    """`repeat` runs, each on a fresh Store (and so a fresh SQLite thread)."""
-    return [await measure(generated, config, label, samples, seed=11 + run) for run in range(repeat)]
+    """`repeat` runs, each on a fresh Store (and so a fresh SQLite thread, and no vector in memory)."""
+    return [await measure(generated, config, label, samples, seed=11 + run, semantic=semantic)
+            for run in range(repeat)]
 
 
 def best(results: list[Result]) -> Result:
@@ -459,6 +500,9 @@ def main() -> None:
                         help="time only the recall reads (lexical_matches + turns_of), no builds")
     parser.add_argument("--backfill", action="store_true",
                         help="leave the recall terms to the store's first open and time it")
+    parser.add_argument("--semantic", action="store_true",
+                        help="also store a random vector for every message (as the semantic "
+                             "extra would) and time builds with semantic recall")
     args = parser.parse_args()
     sizes = [int(part) for part in args.sizes.split(",") if part]
     if args.pin_cpu is not None:
@@ -496,18 +540,24 @@ def main() -> None:
                   f"turn msgs/req {recalled.mean_turn_messages:4.1f}")
             if not args.recall_only:
                 configs = [
-                    ("default (triage)", bench_config(db, recall_count=recall)),
-                    ("recall_count=0", bench_config(db, recall_count=0)),
-                    ("use_selection=false", bench_config(db, use_selection=False, recall_count=recall)),
+                    ("default (triage)", bench_config(db, recall_count=recall), False),
+                    ("recall_count=0", bench_config(db, recall_count=0), False),
+                    ("use_selection=false", bench_config(db, use_selection=False, recall_count=recall),
+                     False),
                 ]
-                for label, config in configs:
+                if args.semantic:
+                    print(f"  random vectors stored for every message in {fill_vectors(db):.0f} s")
+                    configs.insert(1, ("default + semantic", bench_config(db, recall_count=recall), True))
+                for label, config, semantic in configs:
                     results = asyncio.run(
-                        measure_runs(generated, config, label, args.samples, args.repeat)
+                        measure_runs(generated, config, label, args.samples, args.repeat,
+                                     semantic=semantic)
                     )
                     print_result(size, results)
                     if label.startswith("default"):
-                        triaged[size] = best(results)
                         every_run += results
+                    if label == "default (triage)":
+                        triaged[size] = best(results)
             if not args.keep:
                 db.unlink(missing_ok=True)
                 for suffix in ("-wal", "-shm"):

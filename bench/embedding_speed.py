@@ -283,7 +283,8 @@ async def search_report(args: argparse.Namespace) -> None:
                 quantised = np.rint(raw * (127.0 / np.abs(raw).max(axis=1, keepdims=True))).astype(np.int8)
                 rows = [(start + i + 1, f"s{(start + i) % sessions}", "bench", quantised[i].tobytes())
                         for i in range(count)]
-                conn.executemany("INSERT INTO embeddings VALUES (?, ?, ?, ?)", rows)
+                conn.executemany("INSERT INTO embeddings (message_id, session_key, model, vector) "
+                                 "VALUES (?, ?, ?, ?)", rows)
         size, made = path.stat().st_size, time.perf_counter() - started
         print(f"search: {sessions * args.per_session:,} vectors in {sessions:,} sessions "
               f"({args.per_session} each), file {size / 1e6:.0f} MB, made in {made:.0f} s")
@@ -309,7 +310,8 @@ async def search_report(args: argparse.Namespace) -> None:
             grown = []
             for i, key in enumerate(keys[:20]):
                 await store._conn.execute(
-                    "INSERT INTO embeddings VALUES (?, ?, 'bench', ?)",
+                    "INSERT INTO embeddings (message_id, session_key, model, vector) "
+                    "VALUES (?, ?, 'bench', ?)",
                     (top + i, key, vector_bytes(query)),
                 )
                 grown.append(await timed(key))

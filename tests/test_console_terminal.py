@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import API_KEY, FAST, MODEL, ROOT, last_user_line, reply_requests
+from tests.harness import API_KEY, FAST, MODEL, ROOT, last_user_line, reply_requests, wait_until
 from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
@@ -183,12 +183,13 @@ async def test_chat_on_a_terminal_prompts_pastes_thinks_renders_and_keeps_logs_o
         assert log_sign not in screen
     log_path = tmp_path / "state" / "switchboard.log"
     assert f"Logging to {log_path}" in screen
+
+    def events() -> list[str]:
+        return [json.loads(line)["event"] for line in log_path.read_text().splitlines()]
+
     # The turn's log line follows its delivery: wait for it rather than race it.
-    deadline = time.monotonic() + TIMEOUT
-    while (events := [json.loads(line)["event"] for line in log_path.read_text().splitlines()]
-           ).count("turn") < 4 and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert events.count("turn") == 4
+    await wait_until(lambda: events().count("turn") >= 4, timeout=TIMEOUT)
+    assert events().count("turn") == 4
 
     await chat.prompt()
     await chat.keys("C-d")

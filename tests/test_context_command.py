@@ -137,3 +137,28 @@ async def test_context_says_failed_for_a_fallback_reply(
 
     code, out, err = await switchboard_cli(tmp_path, "replay", key, "--config", str(path))
     assert (code, out.splitlines()[-1]) == (0, "match"), out + err
+
+
+async def test_context_shows_the_candidate_pool(
+    api: AnthropicStandIn, channel: FakeChannel, db: Path, tmp_path: Path
+) -> None:
+    """The older turns triage chose from are listed best first: each source's rank and score, the
+    fused score, and whether the turn went in."""
+    path = tmp_path / "config.toml"
+    data = config_data(api, conversation={"lookback_count": 6, "always_include_recent": 2},
+                       database={"path": str(db)})
+    config = await written_config(path, data)
+    async with daemon_with(config, channel) as daemon:
+        await say(daemon, channel, "my gym locker combination is 4711")
+        for n in range(5):
+            await say(daemon, channel, f"small talk number {n}")
+        await say(daemon, channel, "what was the gym locker combination?")
+    code, out, err = await switchboard_cli(tmp_path, "context", str(channel.key()), "--config", str(path))
+    assert code == 0, err
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("candidates ("))
+    assert re.fullmatch(r"candidates \(\d+ older turns, best first; per source: rank score\)", lines[header])
+    assert lines[header + 1].split() == ["rank", "turn", "fused", "lookback", "lexical", "semantic", "in"]
+    best = lines[header + 2]
+    row = r"\s+1  #1\s+0\.\d{4}  -\s+1 \d+\.\d{3}\s+-\s+no\s+Ada: my gym locker combination is 4711"
+    assert re.fullmatch(row, best), best

@@ -202,13 +202,16 @@ MIGRATIONS: list[str] = [
         INSERT INTO recall_fts (recall_fts, rowid, terms) VALUES ('delete', old.message_id, old.terms);
     END;
 
+    -- Clustered by session: a search reads one contiguous range (a session's first search at 1 M
+    -- vectors takes ~1 ms instead of ~7 ms of scattered row reads). One vector per message.
     CREATE TABLE embeddings (
-        message_id  INTEGER PRIMARY KEY,
         session_key TEXT NOT NULL,
         model       TEXT NOT NULL,
-        vector      BLOB NOT NULL
-    );
-    CREATE INDEX embeddings_session ON embeddings(session_key, model, message_id);
+        message_id  INTEGER NOT NULL,
+        vector      BLOB NOT NULL,
+        PRIMARY KEY (session_key, model, message_id)
+    ) WITHOUT ROWID;
+    CREATE UNIQUE INDEX embeddings_message ON embeddings(message_id);
 
     -- Whatever path deletes a message (prune, an admin with the sqlite3 shell) takes its index
     -- rows with it; a message whose text changes is indexed again by its writer.
