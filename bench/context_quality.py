@@ -123,6 +123,7 @@ class Tally:
     everything: list[int] = field(default_factory=list)
     build_ms: list[float] = field(default_factory=list)
     by_kind: dict[str, list[float]] = field(default_factory=dict)
+    by_wording: dict[str, list[float]] = field(default_factory=dict)
     candidates: list[int] = field(default_factory=list)  # evidence messages among the candidates
     evidence: list[int] = field(default_factory=list)  # evidence messages per question
     misses: list[str] = field(default_factory=list)
@@ -134,6 +135,7 @@ class Tally:
         self.everything.append(everything)
         self.build_ms.append(ms)
         self.by_kind.setdefault(question.kind, []).append(found)
+        self.by_wording.setdefault(question.wording, []).append(found)
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
@@ -374,6 +376,12 @@ def print_report(setups: Sequence[Setup], tallies: dict[str, Tally], info: dict[
                            for k in ("fact", "temporal", "multi"))
         pool = f"{sum(t.candidates)} of {sum(t.evidence)}" if setup.timed else ""
         print(f"  {setup.name:<15} {kinds}   {pool}".rstrip())
+    print("recall by question wording (one anchor / one topical word / paraphrase):")
+    for setup in setups:
+        t = tallies[setup.name]
+        wordings = " / ".join(f"{statistics.fmean(t.by_wording.get(w, [0.0])):.3f}"
+                              for w in ("anchor", "topical", "paraphrase"))
+        print(f"  {setup.name:<15} {wordings}")
     encode = info["encode_ms"]
     if encode:
         print(f"\nembedding one request (the build does it when the embed worker has not reached the "
@@ -426,8 +434,12 @@ def main() -> None:
           f"average), {d['questions']:.0f} questions ({d['questions_fact']:.0f} fact, "
           f"{d['questions_temporal']:.0f} temporal, {d['questions_multi']:.0f} multi-turn) with "
           f"{d['evidence_turns']:.0f} evidence and {d['distractor_turns']:.0f} distractor turns")
+    print(f"question wording: {d['wording_paraphrase']:.0%} paraphrase, {d['wording_anchor']:.0%} "
+          f"one anchor (a name, number, title or distinctive noun), {d['wording_topical']:.0%} one "
+          f"ordinary topical word; content words a question shares with its evidence: none "
+          f"{d['shares_none']:.0%}, one {d['shares_one']:.0%}, two {d['shares_two']:.0%}")
     print(f"question's content words found in an evidence turn {d['overlap_evidence']:.1%} "
-          f"(none at all in {d['evidence_zero_overlap']:.0%}), in a distractor turn "
+          f"(none at all in {d['evidence_zero_overlap']:.0%} of the turns), in a distractor turn "
           f"{d['overlap_distractor']:.1%}; distinct filler messages per conversation "
           f"{d['filler_distinct']:.1%}")
     started = time.perf_counter()
