@@ -268,6 +268,10 @@ def generate_db(
         conn.execute("INSERT INTO index_backlog (name, upto) SELECT 'lexical', MAX(id) FROM messages "
                      "WHERE origin = 'interactive'")
     conn.execute("COMMIT")
+    if not backlog:
+        # The running daemon merges the index's segments a step at a time (bot/upkeep.py), so a
+        # live index has one or two: the bulk load's dozen are merged the same way at once.
+        conn.execute("INSERT INTO recall_fts (recall_fts) VALUES ('optimize')")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
 
@@ -517,6 +521,7 @@ def main() -> None:
         folder = Path(args.keep) if args.keep else Path(tmp)
         triaged: dict[int, Result] = {}
         every_run: list[Result] = []
+        semantic_runs: list[Result] = []
         for size in sizes:
             db = folder / f"context-{size}{'-backfill' if args.backfill else ''}.db"
             generated = reuse(db, size, args.sessions) if args.keep and not args.backfill else None
@@ -554,10 +559,11 @@ def main() -> None:
                                      semantic=semantic)
                     )
                     print_result(size, results)
-                    if label.startswith("default"):
-                        every_run += results
                     if label == "default (triage)":
+                        every_run += results
                         triaged[size] = best(results)
+                    elif label.startswith("default"):
+                        semantic_runs += results
             if not args.keep:
                 db.unlink(missing_ok=True)
                 for suffix in ("-wal", "-shm"):
@@ -567,7 +573,11 @@ def main() -> None:
         return
     ordered = sorted(triaged)
     all_ok = all(r.median_ms <= MEDIAN_TARGET_MS and r.p99_ms <= P99_TARGET_MS for r in every_run)
-    print(f"targets (default config, every run): {'met at every size' if all_ok else 'MISSED'}")
+    print(f"targets (default config: lexical recall, every run): "
+          f"{'met at every size' if all_ok else 'MISSED'}")
+    if semantic_runs:
+        ok = all(r.median_ms <= MEDIAN_TARGET_MS and r.p99_ms <= P99_TARGET_MS for r in semantic_runs)
+        print(f"targets with semantic recall too (the extra; every run): {'met' if ok else 'MISSED'}")
     pairs = [(ordered[0], ordered[-1])] if len(ordered) > 1 else []
     if len(ordered) > 2:
         pairs.append((ordered[1], ordered[-1]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,6 +68,27 @@ class LiveTriage:
 
 
 @dataclass(frozen=True, slots=True)
+class Found:
+    """What recall found beyond the window: ranked (message id, score) matches and their turns."""
+
+    lexical: list[tuple[int, float]]
+    semantic: list[tuple[int, float]]
+    turns: dict[int, list[StoredMessage]]
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _no_matches() -> list[tuple[int, float]]:
+    return []
+
+
+async def _no_turns() -> dict[int, list[StoredMessage]]:
+    return {}
+
+
+@dataclass(frozen=True, slots=True)
 class Pin:
     """What a replay fixes to the recorded turn: the log position, the time and the compaction."""
 
@@ -100,18 +122,34 @@ class ContextBuilder:
         session = str(key)
         now = pin.now if pin is not None else time.time()
         limit = resolve_history_limit(self._config, key)
-        reply_to = await self._reply_target(request, chat)
         if not conv.enabled:
+            reply_to = await self._reply_target(request, chat)
             entries = tag([reply_to], "reply_to") if reply_to else []
             return Context(entries, [], reply_to, TriageReport("disabled"), limit,
                            {"fetched": 0, "included": len(entries)},
                            as_of=pin.as_of if pin else request.id, built_at=now, chat=chat)
 
         # A history limit caps what the model may see: no summary of older turns, no recall.
-        compaction = await self._compaction(session, pin) if limit is None else None
+        # Reads that do not depend on each other go to SQLite together: its thread runs them back
+        # to back instead of waiting for this loop between them.
+        recall = limit is None and conv.use_selection
+        compaction, scheduled, reply_to, lexical, semantic = await asyncio.gather(
+            self._compaction(session, pin) if limit is None else _nothing(),
+            self._scheduled_block(session, request.id),
+            self._reply_target(request, chat),
+            self._lexical(session, request) if recall else _no_matches(),
+            self._semantic.matches(session, request, limit=conv.semantic_count)
+            if recall and conv.semantic_count > 0 and self._semantic is not None else _no_matches(),
+        )
+        if reply_to is not None:
+            scheduled = [m for m in scheduled if m.id != reply_to.id]
         after_id = compaction.first_kept_message_id - 1 if compaction else 0
-        fetched, as_of = await self._history(session, request, after_id, pin)
-        scheduled = await self._scheduled_block(session, request.id, reply_to)
+        wanted = [message_id for message_id, _ in lexical + semantic]
+        (fetched, as_of), turns = await asyncio.gather(
+            self._history(session, request, after_id, pin),
+            self._store.turns_of(session, wanted, before_id=request.id) if wanted else _no_turns(),
+        )
+        found = Found(lexical, semantic, turns)
 
         within_limit = limit_history_turns(fetched, limit)
         recent_enough = apply_recency(
@@ -123,9 +161,7 @@ class ContextBuilder:
         if summary:
             fixed += cost(summary)
         room = self.budget.history_tokens - fixed - (message_cost(reply_to) if reply_to else 0)
-        chosen, report, pool, picked = await self._select(
-            recent_enough, request, recall=limit is None, room=room
-        )
+        chosen, report, pool, picked = await self._select(recent_enough, request, found, room=room)
         triaged = [entry.message.id for entry in chosen if entry.reason == "triaged"]
         if reply_to is not None:
             chosen = [ContextEntry(reply_to, "reply_to"), *chosen]
@@ -191,38 +227,27 @@ class ContextBuilder:
         answered = [m for m in later if m.role == "assistant"]
         return (before + answered)[-limit:], as_of
 
-    async def _pool(
-        self, session: str, request: StoredMessage, window: Sequence[StoredMessage],
-        exclude: Sequence[StoredMessage], *, recall: bool,
+    def _pool(
+        self, window: Sequence[StoredMessage], exclude: Sequence[StoredMessage], found: Found
     ) -> list[Candidate]:
-        """The best `triage_max_candidates` older turns: the window's, and (unless a history limit
-        forbids recall) those the request's words and meaning find anywhere in the session."""
-        conv = self._conv
-        lexical: list[tuple[int, float]] = []
-        semantic: list[tuple[int, float]] = []
-        if recall and conv.recall_count > 0:
-            lexical = await self._store.lexical_matches(
-                session, request.text, before_id=request.id, limit=conv.recall_count
-            )
-        if recall and conv.semantic_count > 0 and self._semantic is not None:
-            semantic = await self._semantic.matches(session, request, limit=conv.semantic_count)
+        """The best `triage_max_candidates` older turns: the window's, and those the request's
+        words and meaning found anywhere in the session (none under a history limit)."""
         looked_back = lookback_turns(window)
-        # Replies at the window's start whose question is older: completed into their whole turn.
-        lead = looked_back[-1] if looked_back and looked_back[-1][0].role == "assistant" else None
-        wanted = [message_id for message_id, _ in lexical + semantic]
-        if lead is not None and recall:
-            wanted.append(lead[0].id)
-        turns = await self._store.turns_of(session, wanted, before_id=request.id) if wanted else {}
-        if lead is not None and lead[0].id in turns:
-            looked_back[-1] = tuple(turns[lead[0].id])
+        # Replies at the window's start whose question is older: whole when a match found them.
+        if looked_back and looked_back[-1][0].role == "assistant":
+            lead = looked_back[-1][0].id
+            whole = next((turn for turn in found.turns.values() if any(m.id == lead for m in turn)), None)
+            if whole is not None:
+                looked_back[-1] = tuple(whole)
         return fuse(
             {"lookback": [(turn, 0.0) for turn in looked_back],
-             "lexical": matched_turns(lexical, turns), "semantic": matched_turns(semantic, turns)},
-            exclude=[message.id for message in exclude], limit=conv.triage_max_candidates,
+             "lexical": matched_turns(found.lexical, found.turns),
+             "semantic": matched_turns(found.semantic, found.turns)},
+            exclude=[message.id for message in exclude], limit=self._conv.triage_max_candidates,
         )
 
     async def _select(
-        self, messages: list[StoredMessage], request: StoredMessage, *, recall: bool, room: int
+        self, messages: list[StoredMessage], request: StoredMessage, found: Found, *, room: int
     ) -> tuple[list[ContextEntry], TriageReport, list[Candidate], set[int]]:
         """What goes in beside the request, why, the candidate pool and which candidates went in.
 
@@ -230,7 +255,6 @@ class ContextBuilder:
         ranked fallback keeps the best candidates that fit in it.
         """
         conv = self._conv
-        session = request.session_key
         if not conv.use_selection:  # the lookback as it is: nothing to vet recalled turns
             return tag(messages, "all"), TriageReport("disabled"), [], set()
         older_window: list[StoredMessage] = []
@@ -240,7 +264,7 @@ class ContextBuilder:
             older_window, recent = split_recent(messages, conv.always_include_recent)
             kept = tag(recent, "recent")
         in_context = [entry.message for entry in kept]
-        pool = await self._pool(session, request, older_window, in_context, recall=recall)
+        pool = self._pool(older_window, in_context, found)
         if not pool:
             return kept, TriageReport("skipped"), pool, set()
         if not self._triager.available:
@@ -284,14 +308,17 @@ class ContextBuilder:
             return None
         return target
 
-    async def _scheduled_block(
-        self, session: str, request_id: int, reply_to: StoredMessage | None
-    ) -> list[StoredMessage]:
+    async def _scheduled_block(self, session: str, request_id: int) -> list[StoredMessage]:
         count = self._conv.previous_tasks_count
         if count <= 0:
             return []
-        previous = await self._store.previous_user_message_id(session, request_id)
-        block = await self._store.scheduled_between(
-            session, after_id=previous, before_id=request_id, limit=count
+        # Since the user's previous message: what they have not answered yet.
+        return await self._store.scheduled_between(
+            session, after_id=None, before_id=request_id, limit=count
         )
-        return [m for m in block if reply_to is None or m.id != reply_to.id]
+
+    async def _lexical(self, session: str, request: StoredMessage) -> list[tuple[int, float]]:
+        count = self._conv.recall_count
+        if count <= 0:
+            return []
+        return await self._store.lexical_matches(session, request.text, before_id=request.id, limit=count)

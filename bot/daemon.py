@@ -32,6 +32,7 @@ from bot.scheduler import Scheduler
 from bot.store import Store
 from bot.supervisor import ChannelSupervisor, build_channels, platform_channel
 from bot.turn import TurnRunner
+from bot.upkeep import merge_recall_index
 
 log = structlog.get_logger("switchboard.daemon")
 
@@ -143,6 +144,7 @@ class Daemon:
                 }))
             watchdog = asyncio.create_task(self._notifier.watchdog(), name="watchdog")
             self._spawn(sweep(store, router, self._current_inbox, outbox, self._by_provider))
+            self._spawn(merge_recall_index(store))
             announce = asyncio.create_task(self._announce_ready(), name="ready")
             self.started.set()
             log.info("started", channels=[c.provider for c in self.channels],

@@ -7,7 +7,6 @@ import json
 import re
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 
 from bot.brain import FastCompleter
 from bot.context import TriageReport, group_turns
@@ -27,7 +26,7 @@ def triage_prompt(units: Sequence[Sequence[StoredMessage]], request: str) -> str
     lines = ["Earlier messages:"]
     for index, unit in enumerate(units, start=1):
         first = unit[0]
-        when = datetime.fromtimestamp(first.created_at, UTC).strftime("%Y-%m-%d %H:%M")
+        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(first.created_at))
         speaker = "assistant" if first.role == "assistant" else (first.sender_name or "user")
         lines.append(f"[{index}] {speaker} ({when} UTC): {_clip(first.text)}")
         for position, message in enumerate(unit):

@@ -32,11 +32,11 @@ def test_conversation_defaults_match_the_spec() -> None:
         context_min_messages=10,
         previous_tasks_count=3,
         selection_fallback="ranked",
-        ranked_fallback_turns=12,
+        ranked_fallback_turns=30,
         history_limit=0,
         recall_count=20,
-        semantic_count=20,
-        triage_max_candidates=40,
+        semantic_count=40,
+        triage_max_candidates=60,
     )
     assert conv.model_dump() == {
         "enabled": True,
@@ -51,14 +51,14 @@ def test_conversation_defaults_match_the_spec() -> None:
         "context_min_messages": 10,
         "previous_tasks_count": 3,
         "selection_fallback": "ranked",
-        "ranked_fallback_turns": 12,
+        "ranked_fallback_turns": 30,
         "history_limit": 0,
         "context_window": 0,
         "reserve_tokens": 20000,
         "history_share": 0.5,
         "recall_count": 20,
-        "semantic_count": 20,
-        "triage_max_candidates": 40,
+        "semantic_count": 40,
+        "triage_max_candidates": 60,
     }
 
 

@@ -413,3 +413,18 @@ async def test_recall_never_crosses_sessions(
     assert [m.text for m in (e.message for e in context.entries) if m.id in context.recalled] == [
         FACT, "noted"
     ]
+
+
+async def test_merging_the_index_brings_its_segments_down_and_finds_the_same(store: Store) -> None:
+    """Each stored message adds a small index segment; the daemon's merge steps bring them down
+    to one (searches look a term up in every segment) and change no search result."""
+    channel = FakeChannel()
+    for n in range(400):
+        await user(store, channel, f"note {n} about the lighthouse keeper and word{n % 37} things")
+    key = str(channel.key())
+    before = await ids(store, key, "the lighthouse keeper's word12")
+    assert await store.recall_index_segments() > 2
+    for _ in range(20):
+        await store.merge_recall_index()
+    assert await store.recall_index_segments() == 1
+    assert await ids(store, key, "the lighthouse keeper's word12") == before

@@ -231,9 +231,9 @@ async def test_scheduled_between_and_previous_user_message(store: Store) -> None
     request = await store.append_inbound(inbound("what about the second one?"))
     assert request is not None
 
-    assert await store.previous_user_message_id(str(DM), request.id) == previous.id
-    assert await store.previous_user_message_id(str(DM), previous.id) == 0
-    assert await store.previous_user_message_id(str(OTHER_DM), request.id) == 0
+    since_user = await store.scheduled_between(str(DM), after_id=None, before_id=request.id, limit=10)
+    assert [m.id for m in since_user] == [b.id for b in briefings]  # since "thanks"
+    assert await store.scheduled_between(str(OTHER_DM), after_id=None, before_id=request.id, limit=10) == []
 
     got = await store.scheduled_between(str(DM), after_id=previous.id, before_id=request.id, limit=3)
     assert [m.id for m in got] == [b.id for b in briefings[1:]]
@@ -306,7 +306,7 @@ async def test_context_reads_use_indexes(store: Store) -> None:
     async def reads() -> None:
         await store.recent_messages(str(DM), before_id=request.id, limit=25)
         await store.scheduled_between(str(DM), after_id=1, before_id=request.id, limit=3)
-        await store.previous_user_message_id(str(DM), request.id)
+        await store.scheduled_between(str(DM), after_id=None, before_id=request.id, limit=3)
         await store.message_by_provider_id(ChatRef("telegram", "42"), "900")
 
     statements = await _traced(store, reads)

@@ -68,7 +68,7 @@ class ConversationConfig(Section):
     # Triage failed or no fast model: "ranked" keeps the best-ranked candidates that fit the
     # budget, "recent" only the newest, "all" every candidate.
     selection_fallback: Literal["ranked", "recent", "all"] = "ranked"
-    ranked_fallback_turns: NonNegInt = 12
+    ranked_fallback_turns: NonNegInt = 30
     history_limit: NonNegInt = 0
     # Token budget: the model's window (0: known model table, else 200 000), a reserve for the
     # system prompt and the reply, and the share of the window history may use.
@@ -78,9 +78,9 @@ class ConversationConfig(Section):
     # Candidates beyond the lookback, found within the session: by the request's words (lexical)
     # and by meaning (semantic, with the `semantic` extra); 0 turns a source off.
     recall_count: NonNegInt = 20
-    semantic_count: NonNegInt = 20
+    semantic_count: NonNegInt = 40
     # Turns shown to triage (or ranked by the fallback), best of the merged sources first.
-    triage_max_candidates: PosInt = 40
+    triage_max_candidates: PosInt = 60
 
 
 class SemanticConfig(Section):

@@ -97,6 +97,5 @@ class Compactions(Database):
                 "UPDATE compactions SET notified = 1 WHERE session_key = ? AND notified = 0",
                 (session_key,),
             )
-        if row is None or row["notified"]:
-            return None
-        return CompactionRecord(*row)
+        record = CompactionRecord(*row) if row is not None else None
+        return None if record is None or record.notified else record

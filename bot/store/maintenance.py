@@ -87,9 +87,11 @@ class Maintenance(Database):
         for table in tables:
             if table in ("messages", "provider_messages", "context_snapshots"):
                 continue
-            for ref in await self._conn.execute_fetchall(f'PRAGMA foreign_key_list("{table}")'):
-                if ref["table"] == "messages":
-                    found.append((f'"{table}"', f'"{ref["from"]}"'))
+            for target, column in await self._conn.execute_fetchall(
+                'SELECT "table", "from" FROM pragma_foreign_key_list(?)', (table,)
+            ):
+                if target == "messages":
+                    found.append((f'"{table}"', f'"{column}"'))
         return found
 
     async def foreign_key_problems(self) -> int:

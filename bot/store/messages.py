@@ -138,34 +138,29 @@ class Messages(Database):
         return rows_to_messages(reversed(list(rows)))
 
     async def scheduled_between(
-        self, session_key: str, *, after_id: int, before_id: int, limit: int
+        self, session_key: str, *, after_id: int | None, before_id: int, limit: int
     ) -> list[StoredMessage]:
-        """Up to `limit` newest scheduled outputs with after_id < id < before_id, oldest first.
+        """Up to `limit` newest scheduled outputs with after_id < id < before_id, oldest first;
+        `after_id` None: since the session's previous interactive user message (one read).
 
         Output whose run did not deliver it (the send failed, or it is still on its way) is left
         out: the user never saw it. So is output from before a /reset (the context floor).
         """
         if limit <= 0:
             return []
+        after = "?2" if after_id is not None else (
+            "(SELECT COALESCE(MAX(id), 0) FROM messages WHERE session_key = ?1 "
+            "AND origin = 'interactive' AND role = 'user' AND id < ?3)"
+        )
         rows = await self._conn.execute_fetchall(
             f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE session_key = ?1 "
-            "AND origin = 'scheduled' AND id < ?3 AND id > MAX(?2, (SELECT COALESCE((SELECT "
+            f"AND origin = 'scheduled' AND id < ?3 AND id > MAX({after}, (SELECT COALESCE((SELECT "
             "context_floor FROM sessions WHERE key = ?1), 0))) AND NOT EXISTS (SELECT 1 FROM "
             "schedule_runs r WHERE r.reply_message_id = m.id AND r.status <> 'delivered') "
             "ORDER BY id DESC LIMIT ?4",
-            (session_key, after_id, before_id, limit),
+            (session_key, after_id or 0, before_id, limit),
         )
         return rows_to_messages(reversed(list(rows)))
-
-    async def previous_user_message_id(self, session_key: str, before_id: int) -> int:
-        """Id of the last interactive user message before `before_id` (0 when there is none)."""
-        found = await self._conn.execute_fetchall(
-            "SELECT id FROM messages WHERE session_key = ? AND origin = 'interactive' "
-            "AND id < ? AND role = 'user' ORDER BY id DESC LIMIT 1",
-            (session_key, before_id),
-        )
-        row = next(iter(found), None)
-        return int(row[0]) if row else 0
 
     async def message_by_provider_id(
         self, chat: ChatRef, provider_message_id: str
@@ -321,18 +316,20 @@ def rows_to_messages(rows: Iterable[Any]) -> list[StoredMessage]:
 
 def _row_to_message(row: Any) -> StoredMessage:
     """One message from a row, or ValueError when a column holds what no write path stores."""
-    actions = json.loads(row[10]) if row[10] else []
-    if not isinstance(actions, list) or not all(isinstance(action, str) for action in actions):
+    actions: Any = json.loads(row[10]) if row[10] else ()
+    if actions and (not isinstance(actions, list) or not all(isinstance(a, str) for a in actions)):
         raise ValueError("actions is not a JSON list of strings")
-    if not isinstance(row[4], str) or row[2] not in ("user", "assistant") \
-            or row[3] not in ("interactive", "scheduled"):
+    if not isinstance(row[4], str) or row[2] not in _ROLES or row[3] not in _ORIGINS:
         raise ValueError("text, role or origin is malformed")
     # SQLite keeps whatever a column is given: the context's arithmetic needs real numbers.
     if not isinstance(row[5], int | float) or not isinstance(row[12], int) or row[12] < 0:
         raise ValueError("created_at or token_estimate is not a number")
+    # Positional, in the field order of StoredMessage: a context build decodes ~90 rows.
     return StoredMessage(
-        id=row[0], session_key=row[1], role=row[2], origin=row[3], text=row[4],
-        created_at=float(row[5]), sender_id=row[6], sender_name=row[7], provider_message_id=row[8],
-        reply_to_id=row[9], actions=tuple(actions), job_id=row[11], token_estimate=row[12],
-        unanswered=row[13],
+        row[0], row[1], row[2], row[3], row[4], float(row[5]), row[6], row[7], row[8], row[9],
+        tuple(actions), row[11], row[12], row[13],
     )
+
+
+_ROLES = frozenset(("user", "assistant"))
+_ORIGINS = frozenset(("interactive", "scheduled"))
