@@ -50,6 +50,7 @@ lint: $(VENV)/.installed-dev
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/context_build.py
+	$(BIN)/python bench/embedding_speed.py
 	$(BIN)/python bench/context_quality.py
 	$(BIN)/python bench/router_throughput.py
 	$(BIN)/python bench/daemon_rss.py

@@ -326,6 +326,9 @@ selection_timeout = 1.0
 [router]
 shutdown_grace = {plan.grace}
 
+[semantic]
+enabled = "off"
+
 [logging]
 level = "INFO"
 format = "json"

@@ -83,7 +83,9 @@ async def _drive(
 
     configure_logging("INFO", "json", [], stream=devnull)
     figures = {"rss_after_imports_mib": _rss_mib()}
-    config = parse_config({"database": {"path": str(db)}}, "<bench>")
+    # Semantic recall off: its model (~125 MB, bench/embedding_speed.py) and its worker embedding
+    # the generated history would be measured instead of the daemon's own memory.
+    config = parse_config({"database": {"path": str(db)}, "semantic": {"enabled": "off"}}, "<bench>")
     channel = RecordingChannel()
     daemon = Daemon(config, [channel], brain=InstantBrain())
     running = asyncio.create_task(daemon.run())

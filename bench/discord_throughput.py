@@ -278,6 +278,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> None:
         "database": {"path": str(tmp / "bench.db")},
         "channels": {"discord": {"enabled": True, "dm_policy": "open", "guilds": {str(GUILD): {}}}},
         "router": {"shutdown_grace": 5.0},
+        "semantic": {"enabled": "off"},  # its worker would compete for the CPU being measured
     }
     config = parse_config(data, "<bench>")
     standin = child_standin() if args.standin == "process" else inline_standin()

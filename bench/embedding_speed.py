@@ -150,7 +150,7 @@ def onnx_runtime(directory: Path) -> tuple[Any, float]:
     import onnxruntime
     from tokenizers import Tokenizer
 
-    from bot.embedding import model_files
+    from bot.embedding import model_files, padded
 
     started = time.perf_counter()
     model = next(directory.rglob("model.onnx"))
@@ -165,13 +165,7 @@ def onnx_runtime(directory: Path) -> tuple[Any, float]:
     names = {i.name for i in session.get_inputs()}
 
     def encode(batch: list[str]) -> Any:
-        ids = [tokenizer.encode(text).ids for text in batch]
-        length = max(len(row) for row in ids)
-        tokens = np.zeros((len(ids), length), dtype=np.int64)
-        mask = np.zeros((len(ids), length), dtype=np.int64)
-        for row, values in enumerate(ids):
-            tokens[row, :len(values)] = values
-            mask[row, :len(values)] = 1
+        tokens, mask = padded([tokenizer.encode(text).ids for text in batch], np.int64)
         feed = {"input_ids": tokens, "attention_mask": mask, "token_type_ids": np.zeros_like(tokens)}
         hidden = session.run(None, {name: value for name, value in feed.items() if name in names})[0]
         weights = mask[:, :, None].astype(np.float32)

@@ -619,6 +619,7 @@ async def run_scenario(
             "database": {"path": str(db)},
             "anthropic": {"base_url": api.base_url, "model": MAIN, "fast_model": FAST},
             "conversation": conversation,
+            "semantic": {"enabled": "off"},  # lexical recall only, as the scenarios were written
         }, "<bench>")
         brain = AnthropicBrain(config.anthropic, API_KEY)
         daemon = Daemon(config, [channel], brain=brain, notifier=Notifier(None))

@@ -88,7 +88,8 @@ class RunResult:
 async def run_once(
     label: str, db: Path, *, sessions: int, turns: int, warmup: int, max_concurrent: int | None,
 ) -> RunResult:
-    data: dict[str, object] = {"database": {"path": str(db)}}
+    # Semantic off: its worker would embed the generated history while turns are timed.
+    data: dict[str, object] = {"database": {"path": str(db)}, "semantic": {"enabled": "off"}}
     if max_concurrent is not None:
         data["router"] = {"max_concurrent_turns": max_concurrent}
     config = parse_config(data, "<bench>")

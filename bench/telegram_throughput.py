@@ -194,6 +194,7 @@ async def bench(args: argparse.Namespace) -> None:
                     "database": {"path": str(Path(tmp) / "bench.db")},
                     "channels": {"telegram": {"enabled": True, "base_url": api.base_url,
                                               "dm_policy": "open"}},
+                    "semantic": {"enabled": "off"},  # its worker would compete for the CPU
                 },
                 str(Path(tmp) / "config.toml"),
             )

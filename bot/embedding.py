@@ -161,12 +161,7 @@ class Embedder:
     def _forward(self, batch: list[list[int]]) -> Vectors:
         import numpy as np
 
-        length = max(len(ids) for ids in batch)
-        tokens = np.zeros((len(batch), length), dtype=np.int64)
-        mask = np.zeros((len(batch), length), dtype=np.float32)
-        for row, ids in enumerate(batch):
-            tokens[row, :len(ids)] = ids
-            mask[row, :len(ids)] = 1.0
+        tokens, mask = padded(batch, np.float32)
         n, t = tokens.shape
         # Linear layers on (n·t, d) rows: numpy's stacked (n, t, d) @ (d, e) is many times slower.
         embedded = self._word[tokens] + self._position[:t] + self._type0
@@ -245,6 +240,19 @@ def _gelu(x: Vectors) -> Vectors:
     p *= x
     p *= f32(0.5)
     return p
+
+
+def padded(batch: Sequence[Sequence[int]], mask_type: Any) -> tuple[Any, Any]:
+    """Token ids as one zero-padded int64 matrix and its attention mask (1 on real tokens)."""
+    import numpy as np
+
+    length = max(len(ids) for ids in batch)
+    tokens = np.zeros((len(batch), length), dtype=np.int64)
+    mask = np.zeros((len(batch), length), dtype=mask_type)
+    for row, ids in enumerate(batch):
+        tokens[row, :len(ids)] = ids
+        mask[row, :len(ids)] = 1
+    return tokens, mask
 
 
 def embedding_text(message: StoredMessage) -> str:
