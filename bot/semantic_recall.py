@@ -6,11 +6,15 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+import structlog
+
 from bot.embedding import Embedder, embedding_text, vector_bytes
 from bot.messages import StoredMessage
 
 if TYPE_CHECKING:
     from bot.store import Store
+
+log = structlog.get_logger("switchboard.recall")
 
 
 class SemanticRecall:
@@ -23,7 +27,16 @@ class SemanticRecall:
     async def matches(
         self, session: str, request: StoredMessage, *, limit: int
     ) -> list[tuple[int, float]]:
-        """(message id, cosine) of the `limit` nearest older messages, best first."""
+        """(message id, cosine) of the `limit` nearest older messages, best first; none (with a
+        warning) when the model or its vectors fail: the turn goes on with lexical recall."""
+        try:
+            return await self._matches(session, request, limit)
+        except Exception as exc:
+            log.warning("semantic recall failed; this turn uses lexical recall only",
+                        session_key=session, error=f"{type(exc).__name__}: {exc}")
+            return []
+
+    async def _matches(self, session: str, request: StoredMessage, limit: int) -> list[tuple[int, float]]:
         model = self._embedder.model_id
         vector = await self._store.embedding_of(request.id, model)
         if vector is None:

@@ -9,13 +9,16 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from bot.brain import AnthropicBrain
 from bot.config import Config, parse_config
+from bot.context_builder import ContextBuilder
 from bot.embed_worker import embed_backlog
 from bot.embedding import Embedder, load_embedder, unavailable_reason
-from bot.messages import StoredMessage
+from bot.messages import ChatRef, StoredMessage
 from bot.replay import replay
+from bot.semantic_recall import SemanticRecall
 from bot.store import Store
 from tests.fakes import FakeChannel
 from tests.harness import FAST, config_data, daemon_with, echo, reply_requests, request_text, say
@@ -219,3 +222,32 @@ async def test_replay_matches_with_recall_and_embeddings(
             c["score"] for c in result.rebuilt.candidates
         ]
     await brain.aclose()
+
+
+class BrokenModel:
+    """A sentence model that fails whenever it is asked to encode."""
+
+    model_id = "broken@0"
+
+    def encode(self, texts: Any) -> Any:
+        raise RuntimeError("the model fell over")
+
+
+async def test_a_failing_semantic_model_leaves_lexical_recall_working(
+    channel: FakeChannel, view: Store, make_config: MakeConfig
+) -> None:
+    """Semantic recall is optional: when the model fails, the turn goes on with lexical recall."""
+    fact = await seed(view, channel, "my locker combination at the gym is 4711")
+    request = await view.append_inbound(channel.message("what was the gym locker combination?"))
+    assert request is not None
+    config = make_config({"conversation": {"lookback_count": 20, "always_include_recent": 4}})
+    builder = ContextBuilder(config, view, AnthropicBrain(config.anthropic, None),
+                             semantic=SemanticRecall(view, BrokenModel()))  # type: ignore[arg-type]
+    with capture_logs() as logs:
+        context = await builder.build(channel.key(), request, ChatRef("fake", "42"))
+    assert context.status == "ok"
+    assert context.counts["found_semantic"] == 0
+    assert any(fact[0].id in c["ids"] and "lexical" in c["sources"] for c in context.candidates)
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
+        "semantic recall failed; this turn uses lexical recall only"
+    ]
