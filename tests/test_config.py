@@ -36,7 +36,7 @@ def test_conversation_defaults_match_the_spec() -> None:
         history_limit=0,
         recall_count=20,
         semantic_count=40,
-        triage_max_candidates=60,
+        triage_max_candidates=40,
     )
     assert conv.model_dump() == {
         "enabled": True,
@@ -58,7 +58,7 @@ def test_conversation_defaults_match_the_spec() -> None:
         "history_share": 0.5,
         "recall_count": 20,
         "semantic_count": 40,
-        "triage_max_candidates": 60,
+        "triage_max_candidates": 40,
     }
 
 

@@ -80,7 +80,7 @@ class ConversationConfig(Section):
     recall_count: NonNegInt = 20
     semantic_count: NonNegInt = 40
     # Turns shown to triage (or ranked by the fallback), best of the merged sources first.
-    triage_max_candidates: PosInt = 60
+    triage_max_candidates: PosInt = 40
 
 
 class SemanticConfig(Section):
