@@ -84,8 +84,8 @@ async def _no_matches() -> list[tuple[int, float]]:
     return []
 
 
-async def _no_turns() -> dict[int, list[StoredMessage]]:
-    return {}
+async def _no_lexical() -> tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]:
+    return [], {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,25 +131,29 @@ class ContextBuilder:
 
         # A history limit caps what the model may see: no summary of older turns, no recall.
         # Reads that do not depend on each other go to SQLite together: its thread runs them back
-        # to back instead of waiting for this loop between them.
+        # to back instead of waiting for this loop between them. The history is read without the
+        # compaction's bound and cut to it after (the same messages: the newest after a point are
+        # the newest overall, cut at that point); lexical matches come with their turns.
         recall = limit is None and conv.use_selection
-        compaction, scheduled, reply_to, lexical, semantic = await asyncio.gather(
+        compaction, scheduled, reply_to, (fetched, as_of), lexical, semantic = await asyncio.gather(
             self._compaction(session, pin) if limit is None else _nothing(),
             self._scheduled_block(session, request.id),
             self._reply_target(request, chat),
-            self._lexical(session, request) if recall else _no_matches(),
+            self._history(session, request, pin),
+            self._lexical(session, request) if recall else _no_lexical(),
             self._semantic.matches(session, request, limit=conv.semantic_count)
             if recall and conv.semantic_count > 0 and self._semantic is not None else _no_matches(),
         )
         if reply_to is not None:
             scheduled = [m for m in scheduled if m.id != reply_to.id]
-        after_id = compaction.first_kept_message_id - 1 if compaction else 0
-        wanted = [message_id for message_id, _ in lexical + semantic]
-        (fetched, as_of), turns = await asyncio.gather(
-            self._history(session, request, after_id, pin),
-            self._store.turns_of(session, wanted, before_id=request.id) if wanted else _no_turns(),
-        )
-        found = Found(lexical, semantic, turns)
+        if compaction is not None:
+            fetched = [m for m in fetched if m.id >= compaction.first_kept_message_id]
+        matched, turns = lexical
+        # Semantic matches' turns, unless a lexical match already brought them: a second read.
+        unseen = [i for i, _ in semantic if i not in turns]
+        if unseen:
+            turns = {**turns, **await self._store.turns_of(session, unseen, before_id=request.id)}
+        found = Found(matched, semantic, turns)
 
         within_limit = limit_history_turns(fetched, limit)
         recent_enough = apply_recency(
@@ -203,7 +207,7 @@ class ContextBuilder:
         return await self._store.compaction_by_id(pin.compaction_id)
 
     async def _history(
-        self, session: str, request: StoredMessage, after_id: int, pin: Pin | None
+        self, session: str, request: StoredMessage, pin: Pin | None
     ) -> tuple[list[StoredMessage], int]:
         """The last `lookback_count` interactive messages as this turn sees them, and the log
         position they were read at (the newest id seen), which replay reads up to.
@@ -214,16 +218,12 @@ class ContextBuilder:
         limit = self._conv.lookback_count
         upper = pin.as_of + 1 if pin is not None else _NO_UPPER_BOUND
         # One read covers the usual case: nothing was stored after the request yet.
-        newest = await self._store.recent_messages(
-            session, before_id=upper, limit=limit + 1, after_id=after_id
-        )
+        newest = await self._store.recent_messages(session, before_id=upper, limit=limit + 1)
         as_of = max([request.id, *(m.id for m in newest)])
         later = [m for m in newest if m.id > request.id]
         if not later:
             return [m for m in newest if m.id < request.id][-limit:], as_of
-        before = await self._store.recent_messages(
-            session, before_id=request.id, limit=limit, after_id=after_id
-        )
+        before = await self._store.recent_messages(session, before_id=request.id, limit=limit)
         answered = [m for m in later if m.role == "assistant"]
         return (before + answered)[-limit:], as_of
 
@@ -317,8 +317,10 @@ class ContextBuilder:
             session, after_id=None, before_id=request_id, limit=count
         )
 
-    async def _lexical(self, session: str, request: StoredMessage) -> list[tuple[int, float]]:
+    async def _lexical(
+        self, session: str, request: StoredMessage
+    ) -> tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]:
         count = self._conv.recall_count
         if count <= 0:
-            return []
-        return await self._store.lexical_matches(session, request.text, before_id=request.id, limit=count)
+            return [], {}
+        return await self._store.lexical_turns(session, request.text, before_id=request.id, limit=count)

@@ -281,7 +281,7 @@ async def test_a_backlog_fill_cut_short_goes_on_where_it_stopped(tmp_path: Path)
 
 
 async def test_each_search_and_turn_read_is_one_statement(store: Store) -> None:
-    """lexical_matches and turns_of (here for 60 ids) each run a single SQL statement."""
+    """lexical_matches, turns_of (here for 60 ids) and lexical_turns each run a single SQL statement."""
     channel = FakeChannel()
     key = str(channel.key())
     asked = []
@@ -292,9 +292,12 @@ async def test_each_search_and_turn_read_is_one_statement(store: Store) -> None:
     await store._conn.set_trace_callback(statements.append)
     found = await store.lexical_matches(key, "walrus", before_id=FAR, limit=20)
     turns = await store.turns_of(key, asked, before_id=FAR)
+    both = await store.lexical_turns(key, "walrus", before_id=FAR, limit=20)
     await store._conn.set_trace_callback(None)
     assert len(found) == 20 and len(turns) == 60
-    assert len([sql for sql in statements if not sql.startswith("--")]) == 2  # "--": FTS5's own reads
+    assert len([sql for sql in statements if not sql.startswith("--")]) == 3  # "--": FTS5's own reads
+    # The matches with their turns in one read: the same as the two reads apart.
+    assert both == (found, await store.turns_of(key, [i for i, _ in found], before_id=FAR))
 
 
 # -- turns -------------------------------------------------------------------------------------------------

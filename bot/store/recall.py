@@ -5,14 +5,15 @@ from __future__ import annotations
 import bisect
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import aiosqlite
 import structlog
 
-from bot.lexical import LENGTH, index_terms, search_terms, term_weight
+from bot.lexical import LENGTH, SearchTerm, index_terms, search_terms, term_weight
 from bot.messages import Origin, StoredMessage
 from bot.store.connection import Database
-from bot.store.messages import qualified_columns, rows_to_messages
+from bot.store.messages import MESSAGE_COLUMNS, qualified_columns, rows_to_messages
 
 log = structlog.get_logger("switchboard.store")
 
@@ -25,6 +26,78 @@ MERGE_PAGES = 256
 
 _WEIGHT = "recall_weight"  # bot.lexical.term_weight, registered on the connection
 _FLOOR = "(SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0))"
+
+
+# Each asked id's turn start (the user message it is or answers, above the floor), once per turn;
+# then every message from a start up to the next user message: small range reads on
+# messages(session_key, origin, id). ?1 is the session key, ?2 `before_id`; `asked(id)` comes first.
+_TURNS = (
+    "starts(id) AS (SELECT DISTINCT (SELECT u.id FROM messages u WHERE u.session_key = ?1 "
+    f"AND u.origin = 'interactive' AND u.id <= asked.id AND u.id > {_FLOOR} "
+    "AND u.role = 'user' ORDER BY u.id DESC LIMIT 1) FROM asked), "
+    "turns(start, stop) AS MATERIALIZED (SELECT s.id, COALESCE((SELECT n.id FROM messages n "
+    "WHERE n.session_key = ?1 AND n.origin = 'interactive' AND n.id > s.id AND n.id < ?2 "
+    "AND n.role = 'user' ORDER BY n.id LIMIT 1), ?2) FROM starts s WHERE s.id IS NOT NULL)"
+)
+_TURN_ROWS = (
+    "FROM turns t CROSS JOIN messages m ON m.session_key = ?1 AND m.origin = 'interactive' "
+    "AND m.id >= t.start AND m.id < t.stop WHERE m.fallback = 0"
+)
+
+
+def _scored(term_count: int) -> str:
+    """The CTEs ending in scored(id, score): the best matches of `term_count` search terms.
+
+    The postings hold one session's interactive messages: terms are counted and summed on them
+    alone, and only the best few are looked up in `messages` (where the session key still
+    filters what a colliding tag adds). The searched count is an index-only count. Parameters:
+    ?1 session key, ?2 before_id, ?3 RECALL_COMMON, ?4-?6 the length factor, ?7 limit, ?8 the
+    pool, ?9... the terms (`_scored_parameters`).
+    """
+    arms = " UNION ALL ".join(
+        f"SELECT {index} AS k, id FROM (SELECT rowid AS id FROM recall_fts "
+        f"WHERE recall_fts MATCH ?{9 + index} AND rowid > (SELECT floor FROM f) "
+        "AND rowid < ?2 ORDER BY rowid DESC LIMIT ?3 + 1)"
+        for index in range(term_count)
+    )
+    return (
+        f"WITH f(floor) AS MATERIALIZED (SELECT {_FLOOR}), hits(k, id) AS MATERIALIZED ({arms}), "
+        "counted(k, n) AS MATERIALIZED (SELECT k, COUNT(*) FROM hits GROUP BY k), "
+        "searched(n) AS MATERIALIZED (SELECT COUNT(*) FROM (SELECT 1 FROM f CROSS JOIN messages "
+        "WHERE session_key = ?1 AND origin = 'interactive' AND id > f.floor AND id < ?2 "
+        f"LIMIT {SEARCHED_CAP})), "
+        f"weights(k, w) AS MATERIALIZED (SELECT c.k, {_WEIGHT}(c.n, s.n) FROM searched s "
+        "CROSS JOIN counted c WHERE c.n <= ?3), "
+        "best(id, w) AS MATERIALIZED (SELECT h.id, SUM(g.w) AS summed FROM hits h "
+        "CROSS JOIN weights g ON g.k = h.k GROUP BY h.id ORDER BY summed DESC, h.id DESC LIMIT ?8), "
+        "scored(id, score) AS MATERIALIZED (SELECT m.id, b.w * ?4 / (?5 + ?6 * m.token_estimate) "
+        "AS score FROM best b CROSS JOIN messages m ON m.id = b.id WHERE m.session_key = ?1 "
+        "AND m.origin = 'interactive' AND m.fallback = 0 ORDER BY score DESC, m.id DESC LIMIT ?7)"
+    )
+
+
+def _scored_parameters(
+    session_key: str, before_id: int, limit: int, terms: Sequence[SearchTerm]
+) -> tuple[object, ...]:
+    return (session_key, before_id, RECALL_COMMON, *LENGTH, limit, POOL * limit,
+            *(term.match() for term in terms))
+
+
+def _group(rows: Sequence[Any], asked: Sequence[int], *, max_len: int) -> dict[int, list[StoredMessage]]:
+    """(turn start, message columns...) rows as each asked id's turn, oldest first."""
+    start_of = {int(row[1]): int(row[0]) for row in rows}
+    groups: dict[int, list[StoredMessage]] = {}
+    for message in rows_to_messages(row[1:] for row in rows):  # a malformed row is left out
+        groups.setdefault(start_of[message.id], []).append(message)
+    starts = sorted(groups)
+    turns: dict[int, list[StoredMessage]] = {}
+    for message_id in sorted(asked):
+        # The asked id's start is the newest start at or before it: every start is a user
+        # message above the floor, so none lies between an id and its own start.
+        index = bisect.bisect_right(starts, message_id) - 1
+        if index >= 0:
+            turns[message_id] = groups[starts[index]][:max_len]
+    return turns
 
 
 class Recall(Database):
@@ -57,32 +130,31 @@ class Recall(Database):
         terms = search_terms(session_key, text)
         if limit <= 0 or not terms:
             return []
-        # The postings hold one session's interactive messages: terms are counted and summed on
-        # them alone, and only the best few are looked up in `messages` (where the session key
-        # still filters what a colliding tag adds). The searched count is an index-only count.
-        arms = " UNION ALL ".join(
-            f"SELECT {index} AS k, id FROM (SELECT rowid AS id FROM recall_fts "
-            f"WHERE recall_fts MATCH ?{9 + index} AND rowid > (SELECT floor FROM f) "
-            "AND rowid < ?2 ORDER BY rowid DESC LIMIT ?3 + 1)"
-            for index in range(len(terms))
-        )
         rows = await self._conn.execute_fetchall(
-            f"WITH f(floor) AS MATERIALIZED (SELECT {_FLOOR}), hits(k, id) AS MATERIALIZED ({arms}), "
-            "counted(k, n) AS MATERIALIZED (SELECT k, COUNT(*) FROM hits GROUP BY k), "
-            "searched(n) AS MATERIALIZED (SELECT COUNT(*) FROM (SELECT 1 FROM f CROSS JOIN messages "
-            "WHERE session_key = ?1 AND origin = 'interactive' AND id > f.floor AND id < ?2 "
-            f"LIMIT {SEARCHED_CAP})), "
-            f"weights(k, w) AS MATERIALIZED (SELECT c.k, {_WEIGHT}(c.n, s.n) FROM searched s "
-            "CROSS JOIN counted c WHERE c.n <= ?3), "
-            "best(id, w) AS MATERIALIZED (SELECT h.id, SUM(g.w) AS summed FROM hits h "
-            "CROSS JOIN weights g ON g.k = h.k GROUP BY h.id ORDER BY summed DESC, h.id DESC LIMIT ?8) "
-            "SELECT m.id, b.w * ?4 / (?5 + ?6 * m.token_estimate) AS score FROM best b "
-            "CROSS JOIN messages m ON m.id = b.id WHERE m.session_key = ?1 AND m.origin = 'interactive' "
-            "AND m.fallback = 0 ORDER BY score DESC, m.id DESC LIMIT ?7",
-            (session_key, before_id, RECALL_COMMON, *LENGTH, limit, POOL * limit,
-             *(term.match() for term in terms)),
+            _scored(len(terms)) + " SELECT id, score FROM scored ORDER BY score DESC, id DESC",
+            _scored_parameters(session_key, before_id, limit, terms),
         )
         return [(int(row[0]), float(row[1])) for row in rows]
+
+    async def lexical_turns(
+        self, session_key: str, text: str, *, before_id: int, limit: int
+    ) -> tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]:
+        """`lexical_matches` and `turns_of` those matches, in one read (one trip to SQLite's
+        thread instead of two, on a turn's path)."""
+        terms = search_terms(session_key, text)
+        if limit <= 0 or not terms:
+            return [], {}
+        blank = ", ".join(["NULL"] * len(MESSAGE_COLUMNS.split(",")))
+        rows = await self._conn.execute_fetchall(
+            f"{_scored(len(terms))}, asked(id) AS (SELECT id FROM scored), {_TURNS} "
+            f"SELECT 0, id, score, {blank} FROM scored UNION ALL "
+            f"SELECT 1, t.start, NULL, {qualified_columns('m')} {_TURN_ROWS} ORDER BY 1, 4",
+            _scored_parameters(session_key, before_id, limit, terms),
+        )
+        matches = sorted(((int(r[1]), float(r[2])) for r in rows if r[0] == 0), key=lambda m: (-m[1], -m[0]))
+        turns = _group([row[1:2] + row[3:] for row in rows if row[0] == 1],
+                       [message_id for message_id, _ in matches], max_len=6)
+        return matches, turns
 
     async def merge_recall_index(self) -> None:
         """One bounded step of merging the index's segments towards one.
@@ -114,34 +186,12 @@ class Recall(Database):
         if not asked:
             return {}
         values = ", ".join(f"(?{3 + index})" for index in range(len(asked)))
-        # Each asked id's turn start, once per turn; then every message from a start up to the
-        # next user message: small range reads on messages(session_key, origin, id).
         rows = await self._conn.execute_fetchall(
-            f"WITH asked(id) AS (VALUES {values}), "
-            "starts(id) AS (SELECT DISTINCT (SELECT u.id FROM messages u WHERE u.session_key = ?1 "
-            f"AND u.origin = 'interactive' AND u.id <= asked.id AND u.id > {_FLOOR} "
-            "AND u.role = 'user' ORDER BY u.id DESC LIMIT 1) FROM asked), "
-            "turns(start, stop) AS MATERIALIZED (SELECT s.id, COALESCE((SELECT n.id FROM messages n "
-            "WHERE n.session_key = ?1 AND n.origin = 'interactive' AND n.id > s.id AND n.id < ?2 "
-            "AND n.role = 'user' ORDER BY n.id LIMIT 1), ?2) FROM starts s WHERE s.id IS NOT NULL) "
-            f"SELECT t.start, {qualified_columns('m')} FROM turns t CROSS JOIN messages m "
-            "ON m.session_key = ?1 AND m.origin = 'interactive' AND m.id >= t.start AND m.id < t.stop "
-            "WHERE m.fallback = 0 ORDER BY m.id",
+            f"WITH asked(id) AS (VALUES {values}), {_TURNS} "
+            f"SELECT t.start, {qualified_columns('m')} {_TURN_ROWS} ORDER BY m.id",
             (session_key, before_id, *asked),
         )
-        start_of = {int(row[1]): int(row[0]) for row in rows}
-        groups: dict[int, list[StoredMessage]] = {}
-        for message in rows_to_messages(row[1:] for row in rows):  # a malformed row is left out
-            groups.setdefault(start_of[message.id], []).append(message)
-        starts = sorted(groups)
-        turns: dict[int, list[StoredMessage]] = {}
-        for message_id in asked:
-            # The asked id's start is the newest start at or before it: every start is a user
-            # message above the floor, so none lies between an id and its own start.
-            index = bisect.bisect_right(starts, message_id) - 1
-            if index >= 0:
-                turns[message_id] = groups[starts[index]][:max_len]
-        return turns
+        return _group(list(rows), asked, max_len=max_len)
 
     async def _fill_backlog(self) -> None:
         """Write the terms of interactive messages stored before the index existed."""
