@@ -419,7 +419,7 @@ class RecallResult:
 async def measure_recall(
     generated: Generated, samples: int, limit: int, *, seed: int = 11, warmup: int = 50
 ) -> RecallResult:
-    """The recall reads alone, as the builder makes them: `lexical_matches`, then `turns_of`."""
+    """The recall read alone, as the builder makes it: `lexical_turns` (matches and their turns)."""
     rng = random.Random(seed)
     async with Store.open(generated.path) as store:
         timings: list[float] = []
@@ -428,8 +428,7 @@ async def measure_recall(
             key = str(rng.choice(generated.sessions))
             request = generated.requests[key]
             started = time.perf_counter()
-            found = await store.lexical_matches(key, request.text, before_id=request.id, limit=limit)
-            turns = await store.turns_of(key, [i for i, _ in found], before_id=request.id)
+            found, turns = await store.lexical_turns(key, request.text, before_id=request.id, limit=limit)
             elapsed = (time.perf_counter() - started) * 1000
             if index >= warmup:
                 timings.append(elapsed)
@@ -501,7 +500,7 @@ def main() -> None:
                         help="[conversation].recall_count of the default config (default: as "
                              "shipped); a line with recall_count = 0 is printed beside it")
     parser.add_argument("--recall-only", action="store_true",
-                        help="time only the recall reads (lexical_matches + turns_of), no builds")
+                        help="time only the recall read (lexical_turns), no builds")
     parser.add_argument("--backfill", action="store_true",
                         help="leave the recall terms to the store's first open and time it")
     parser.add_argument("--semantic", action="store_true",

@@ -46,8 +46,8 @@ async def user(store: Store, channel: FakeChannel, text: str, peer: str = "42") 
 
 
 async def ids(store: Store, key: str, text: str, before_id: int = FAR, limit: int = 10) -> list[int]:
-    return [message_id for message_id, _ in
-            await store.lexical_matches(key, text, before_id=before_id, limit=limit)]
+    matches, _ = await store.lexical_turns(key, text, before_id=before_id, limit=limit)
+    return [message_id for message_id, _ in matches]
 
 
 # -- words -------------------------------------------------------------------------------------------
@@ -142,7 +142,7 @@ async def test_rarer_and_more_words_rank_first_and_nothing_else_moves_scores(sto
         await user(store, channel, f"bravo chatter {n}")
         await user(store, channel, f"alpha bravo elsewhere {n}", peer="43")
     request = await user(store, channel, "alpha or bravo?")
-    first = await store.lexical_matches(key, request.text, before_id=request.id, limit=3)
+    first, _ = await store.lexical_turns(key, request.text, before_id=request.id, limit=3)
     assert [message_id for message_id, _ in first][:2] == [both.id, alpha.id]  # alpha is rarer
     # BM25 as bot.lexical computes it: alpha is in 2 of the 6 searched messages.
     assert dict(first)[alpha.id] == score(term_weight(2, 6), alpha.token_estimate)
@@ -150,7 +150,7 @@ async def test_rarer_and_more_words_rank_first_and_nothing_else_moves_scores(sto
     for n in range(10):
         await user(store, channel, f"alpha talk {n}", peer="43")
         await user(store, channel, f"alpha after {n}")
-    assert await store.lexical_matches(key, request.text, before_id=request.id, limit=3) == first
+    assert (await store.lexical_turns(key, request.text, before_id=request.id, limit=3))[0] == first
 
 
 async def test_a_word_in_too_many_messages_is_left_out(store: Store, tmp_path: Path) -> None:
@@ -281,7 +281,8 @@ async def test_a_backlog_fill_cut_short_goes_on_where_it_stopped(tmp_path: Path)
 
 
 async def test_each_search_and_turn_read_is_one_statement(store: Store) -> None:
-    """lexical_matches, turns_of (here for 60 ids) and lexical_turns each run a single SQL statement."""
+    """lexical_turns (matches with their turns) and turns_of (here for 60 ids) each run a single
+    SQL statement, and the turns lexical_turns gives are those turns_of gives for its matches."""
     channel = FakeChannel()
     key = str(channel.key())
     asked = []
@@ -290,14 +291,12 @@ async def test_each_search_and_turn_read_is_one_statement(store: Store) -> None:
         asked.append((await store.append_reply(key, f"noted {n}", request_id=said.id)).id)
     statements: list[str] = []
     await store._conn.set_trace_callback(statements.append)
-    found = await store.lexical_matches(key, "walrus", before_id=FAR, limit=20)
+    found, found_turns = await store.lexical_turns(key, "walrus", before_id=FAR, limit=20)
     turns = await store.turns_of(key, asked, before_id=FAR)
-    both = await store.lexical_turns(key, "walrus", before_id=FAR, limit=20)
     await store._conn.set_trace_callback(None)
-    assert len(found) == 20 and len(turns) == 60
-    assert len([sql for sql in statements if not sql.startswith("--")]) == 3  # "--": FTS5's own reads
-    # The matches with their turns in one read: the same as the two reads apart.
-    assert both == (found, await store.turns_of(key, [i for i, _ in found], before_id=FAR))
+    assert len(found) == 20 and len(found_turns) == 20 and len(turns) == 60
+    assert len([sql for sql in statements if not sql.startswith("--")]) == 2  # "--": FTS5's own reads
+    assert found_turns == await store.turns_of(key, [i for i, _ in found], before_id=FAR)
 
 
 # -- turns -------------------------------------------------------------------------------------------------
@@ -426,8 +425,13 @@ async def test_merging_the_index_brings_its_segments_down_and_finds_the_same(sto
         await user(store, channel, f"note {n} about the lighthouse keeper and word{n % 37} things")
     key = str(channel.key())
     before = await ids(store, key, "the lighthouse keeper's word12")
-    assert await store.recall_index_segments() > 2
+
+    async def segments() -> int:
+        found = await store._conn.execute_fetchall("SELECT COUNT(DISTINCT segid) FROM recall_fts_idx")
+        return int(next(iter(found))[0])
+
+    assert await segments() > 2
     for _ in range(20):
         await store.merge_recall_index()
-    assert await store.recall_index_segments() == 1
+    assert await segments() == 1
     assert await ids(store, key, "the lighthouse keeper's word12") == before

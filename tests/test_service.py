@@ -60,6 +60,9 @@ selection_timeout = 1.0
 [router]
 shutdown_grace = 5.0
 
+[semantic]
+enabled = "off"  # a second and 125 MB per start; what these tests watch is the service
+
 [logging]
 level = "DEBUG"
 format = "json"

@@ -114,10 +114,11 @@ class Recall(Database):
         await self._conn.create_function(_WEIGHT, 2, term_weight, deterministic=True)
         await self._fill_backlog()
 
-    async def lexical_matches(
+    async def lexical_turns(
         self, session_key: str, text: str, *, before_id: int, limit: int
-    ) -> list[tuple[int, float]]:
-        """(message id, score) of up to `limit` messages sharing words with `text`, best first.
+    ) -> tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]:
+        """(message id, score) of up to `limit` messages sharing words with `text`, best first,
+        and each one's whole turn (as `turns_of` gives it), in one read.
 
         Searched: the session's interactive messages above its context floor and below
         `before_id`, fallback replies left out. Each of the request's terms weighs its idf among
@@ -125,22 +126,8 @@ class Recall(Database):
         them is left out); the POOL x `limit` messages with the largest summed weight are scored
         with BM25's length factor (`bot.lexical.score`), ties going to the newer message. Nothing
         outside the session's searched range moves a score, so a replayed turn finds what it
-        found. One read, walking each term's postings once.
+        found. Each term's postings are walked once.
         """
-        terms = search_terms(session_key, text)
-        if limit <= 0 or not terms:
-            return []
-        rows = await self._conn.execute_fetchall(
-            _scored(len(terms)) + " SELECT id, score FROM scored ORDER BY score DESC, id DESC",
-            _scored_parameters(session_key, before_id, limit, terms),
-        )
-        return [(int(row[0]), float(row[1])) for row in rows]
-
-    async def lexical_turns(
-        self, session_key: str, text: str, *, before_id: int, limit: int
-    ) -> tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]:
-        """`lexical_matches` and `turns_of` those matches, in one read (one trip to SQLite's
-        thread instead of two, on a turn's path)."""
         terms = search_terms(session_key, text)
         if limit <= 0 or not terms:
             return [], {}
@@ -167,10 +154,6 @@ class Recall(Database):
             await self._conn.execute(
                 "INSERT INTO recall_fts (recall_fts, rank) VALUES ('merge', ?)", (-MERGE_PAGES,)
             )
-
-    async def recall_index_segments(self) -> int:
-        """How many segments the index has (what merging brings down)."""
-        return await self._count("SELECT COUNT(DISTINCT segid) FROM recall_fts_idx")
 
     async def turns_of(
         self, session_key: str, message_ids: Sequence[int], *, before_id: int, max_len: int = 6
