@@ -1,6 +1,6 @@
 """Context quality: does the real ContextBuilder find the turns a question needs, and at what cost?
 
-Usage: .venv/bin/python bench/context_quality.py [--conversations 20] [--seed 13]
+Usage: .venv/bin/python bench/context_quality.py [--conversations 20] [--seed 13] [--mix 10:6:4]
        [--configs triage,triage-lexical,ranked,lexical,everything] [--keep DIR]
 
 The labelled set of bench/labelled_set.py (generated, no network) goes turn by turn into a real
@@ -38,7 +38,16 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.instant_brain import InstantBrain  # noqa: E402
-from bench.labelled_set import Conversation, Question, Turn, describe, generate  # noqa: E402
+from bench.labelled_set import (  # noqa: E402
+    MIX,
+    WORDINGS,
+    Conversation,
+    Question,
+    Turn,
+    describe,
+    fts5_top,
+    generate,
+)
 from bot.config import Config, parse_config  # noqa: E402
 from bot.context import Context, TriageReport  # noqa: E402
 from bot.context_builder import ContextBuilder  # noqa: E402
@@ -411,7 +420,16 @@ def main() -> None:
                         help="a [conversation] key for every configuration but send-everything, "
                              "e.g. --set semantic_count=40 (repeatable)")
     parser.add_argument("--misses", action="store_true", help="list the questions each config missed")
+    parser.add_argument("--mix", default=":".join(str(MIX[w]) for w in WORDINGS),
+                        help="anchored:topical:paraphrased questions in every block (default "
+                             "%(default)s, calibrated; 9:5:6 asks more in other words)")
     args = parser.parse_args()
+    try:
+        mix = dict(zip(WORDINGS, (int(n) for n in args.mix.split(":")), strict=True))
+    except ValueError:
+        parser.error(f"--mix {args.mix}: expected three whole numbers, e.g. 10:6:4")
+    if min(mix.values()) < 0 or sum(mix.values()) == 0:
+        parser.error(f"--mix {args.mix}: expected counts of at least 0, not all 0")
     names = [name for name in args.configs.split(",") if name]
     unknown = [name for name in names if name not in SETUPS]
     if unknown:
@@ -427,7 +445,7 @@ def main() -> None:
 
     print("$ " + shlex.join([".venv/bin/python", "bench/context_quality.py", *sys.argv[1:]]))
     print(f"commit {commit()}; load average {os.getloadavg()[0]:.2f}")
-    conversations = generate(args.conversations, args.seed)
+    conversations = generate(args.conversations, args.seed, mix)
     d = describe(conversations)
     print(f"labelled set: {d['conversations']:.0f} conversations, {d['turns']:.0f} turns "
           f"({d['turns_min']:.0f}-{d['turns_max']:.0f} each, over {d['weeks_mean']:.1f} weeks on "
@@ -438,6 +456,8 @@ def main() -> None:
           f"one anchor (a name, number, title or distinctive noun), {d['wording_topical']:.0%} one "
           f"ordinary topical word; content words a question shares with its evidence: none "
           f"{d['shares_none']:.0%}, one {d['shares_one']:.0%}, two {d['shares_two']:.0%}")
+    print(f"plain FTS5 bm25 over every turn finds {fts5_top(conversations):.1%} of the evidence in its "
+          f"top 20 (the issue's judge, real chats: 65%)")
     print(f"question's content words found in an evidence turn {d['overlap_evidence']:.1%} "
           f"(none at all in {d['evidence_zero_overlap']:.0%} of the turns), in a distractor turn "
           f"{d['overlap_distractor']:.1%}; distinct filler messages per conversation "

@@ -4,8 +4,8 @@ Everything is generated from a seed (no network, no dataset, no model): `generat
 gives `count` conversations of 300-600 turns spread over 5-10 weeks. Each conversation plants
 facts early (one turn for a fact or an event, 2-4 turns for a story that needs them together) and
 asks about them in its last quarter, in other words than the evidence used, the way people ask
-in a real chat. Every family of facts has three kinds of wording, mixed 9 : 5 : 6 in every 20
-questions of a kind (45 / 25 / 30 %, drawn by seed):
+in a real chat. Every family of facts has three kinds of wording, mixed 10 : 6 : 4 in every 20
+questions of a kind (50 / 30 / 20 %, drawn by seed; `HARD_MIX` is 9 : 5 : 6):
 
 - "anchor": the question reuses one thing the evidence named, a person, pet, place, restaurant,
   title, model, number or distinctive noun ("How's Dana getting on in Porto?" after "my sister
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import random
 import re
+import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -45,8 +46,14 @@ Pair = tuple[str, str]  # (user message, agent reply)
 KINDS: tuple[Kind, ...] = ("fact", "temporal", "multi")
 WORDINGS: tuple[Wording, ...] = ("anchor", "topical", "paraphrase")
 PER_CONVERSATION: Mapping[Kind, int] = {"fact": 5, "temporal": 4, "multi": 3}
-# How many of every 20 questions of a kind get each wording: 45 / 25 / 30 %.
-MIX: Mapping[Wording, int] = {"anchor": 9, "topical": 5, "paraphrase": 6}
+# How many of every 20 questions of a kind get each wording: 50 / 30 / 20 %. Calibrated on the
+# issue's independent judge (a public benchmark of long chats): there, plain FTS5 bm25 over every
+# turn finds 65 % of the evidence in its top 20; here it finds 61 % with this mix (`fts5_top`; 59-64 %
+# as the query keeps or drops short and function words), so the set is at least as hard for word
+# matching as real chats measured from outside. HARD_MIX (45 / 25 / 30 %: 54 %, 53-58 %) asks
+# more in other words than that; the bench runs it with --mix 9:5:6.
+MIX: Mapping[Wording, int] = {"anchor": 10, "topical": 6, "paraphrase": 4}
+HARD_MIX: Mapping[Wording, int] = {"anchor": 9, "topical": 5, "paraphrase": 6}
 START = datetime(2025, 1, 6, tzinfo=UTC)  # a Monday; conversation i starts i * 3 days later
 
 
@@ -1239,18 +1246,21 @@ class _Plant:
     distractors_at: tuple[int, ...]
 
 
-def generate(count: int = 20, seed: int = 13) -> list[Conversation]:
-    """`count` conversations, the same for the same seed (conversation i does not depend on
-    `count`)."""
-    return [_conversation(index, random.Random(f"{seed}:{index}"), _wordings(seed, index))
+def generate(
+    count: int = 20, seed: int = 13, mix: Mapping[Wording, int] = MIX
+) -> list[Conversation]:
+    """`count` conversations, the same for the same seed and mix (conversation i does not depend
+    on `count`)."""
+    return [_conversation(index, random.Random(f"{seed}:{index}"), _wordings(seed, index, mix))
             for index in range(count)]
 
 
-def _wordings(seed: int, index: int) -> dict[Kind, list[Wording]]:
+def _wordings(seed: int, index: int, mix: Mapping[Wording, int]) -> dict[Kind, list[Wording]]:
     """The wordings of conversation `index`'s questions, per kind. Question n of a kind (counted over
-    the whole set) takes place n % 20 of a seeded shuffle of MIX for block n // 20, so every 20
-    questions of a kind hold exactly 9 anchored, 5 topical and 6 paraphrased ones."""
-    pattern = [wording for wording in WORDINGS for _ in range(MIX[wording])]
+    the whole set) takes place n % B of a seeded shuffle of `mix` for block n // B (B the mix's
+    total), so every B questions of a kind hold exactly the mix (10 anchored, 6 topical and 4
+    paraphrased of every 20 by default)."""
+    pattern = [wording for wording in WORDINGS for _ in range(mix[wording])]
     block = len(pattern)
     wordings: dict[Kind, list[Wording]] = {}
     for kind in KINDS:
@@ -1421,6 +1431,32 @@ def shared_words(question: str, texts: Sequence[str]) -> frozenset[str]:
 
 def turn_text(turn: Turn) -> str:
     return f"{turn.user}\n{turn.reply}"
+
+
+def fts5_top(conversations: Sequence[Conversation], k: int = 20) -> float:
+    """The share of evidence turns plain FTS5 bm25 ranks in its top `k`, averaged over questions:
+    the statistic the issue's judge reports for real chats (65 %), measured the same way here.
+
+    One in-memory index per conversation over every turn (user message and reply, the porter
+    stemmer), searched for any of the question's words (3+ letters, not a stopword) among the
+    turns before it. Independent of Switchboard's own recall, so it calibrates the set, not us.
+    """
+    found: list[float] = []
+    for conversation in conversations:
+        with sqlite3.connect(":memory:") as db:
+            db.execute("CREATE VIRTUAL TABLE turns USING fts5(body, "
+                       "tokenize = 'porter unicode61 remove_diacritics 2')")
+            db.executemany("INSERT INTO turns (rowid, body) VALUES (?, ?)",
+                           [(turn.index + 1, turn_text(turn)) for turn in conversation.turns])
+            for q in conversation.questions:
+                words = [w for w in _WORD.findall(q.text.lower().replace("'s", ""))
+                         if len(w) >= 3 and w not in STOPWORDS]
+                query = " OR ".join(f'"{word}"' for word in words)
+                ranked = {row[0] - 1 for row in db.execute(
+                    "SELECT rowid FROM turns WHERE turns MATCH ? AND rowid <= ? ORDER BY bm25(turns) "
+                    "LIMIT ?", (query, q.turn, k))} if words else set()
+                found.append(len(ranked & set(q.evidence)) / len(q.evidence))
+    return sum(found) / len(found)
 
 
 def describe(conversations: Sequence[Conversation]) -> dict[str, float]:

@@ -7,6 +7,7 @@ import statistics
 
 from bench.labelled_set import (
     FAMILIES,
+    HARD_MIX,
     KINDS,
     MIX,
     PER_CONVERSATION,
@@ -14,6 +15,7 @@ from bench.labelled_set import (
     Family,
     content_words,
     describe,
+    fts5_top,
     generate,
     overlap,
     render,
@@ -58,8 +60,8 @@ def test_every_question_points_at_existing_earlier_evidence() -> None:
 
 
 def test_wordings_are_mixed_as_declared_for_every_kind() -> None:
-    """Every 20 questions of a kind hold 9 anchored, 5 topical and 6 paraphrased ones (45 / 25 /
-    30 %), and the mix is not one fixed order."""
+    """Every 20 questions of a kind hold 10 anchored, 6 topical and 4 paraphrased ones (50 / 30 /
+    20 %), another mix when asked for, and the mix is not one fixed order."""
     conversations = generate(20, seed=13)
     for kind in KINDS:
         wordings = [q.wording for c in conversations for q in sorted(c.questions, key=lambda q: q.turn)
@@ -67,7 +69,10 @@ def test_wordings_are_mixed_as_declared_for_every_kind() -> None:
         counts = {wording: wordings.count(wording) for wording in WORDINGS}
         assert counts == {w: MIX[w] * len(wordings) // sum(MIX.values()) for w in WORDINGS}
     d = describe(conversations)
-    assert (d["wording_anchor"], d["wording_topical"], d["wording_paraphrase"]) == (0.45, 0.25, 0.30)
+    assert (d["wording_anchor"], d["wording_topical"], d["wording_paraphrase"]) == (0.5, 0.3, 0.2)
+    hard = describe(generate(20, seed=13, mix=HARD_MIX))
+    assert (hard["wording_anchor"], hard["wording_topical"], hard["wording_paraphrase"]) == \
+        (0.45, 0.25, 0.30)
     other = generate(20, seed=14)
     assert [q.wording for c in conversations for q in c.questions] != \
         [q.wording for c in other for q in c.questions]
@@ -75,7 +80,7 @@ def test_wordings_are_mixed_as_declared_for_every_kind() -> None:
 
 def test_questions_share_little_with_their_evidence_and_more_with_distractors() -> None:
     """Over the set: a question's content words are few in its evidence turns (at most two shared
-    words, a quarter of the question's words on average, none at all for at least a quarter of the
+    words, a quarter of the question's words on average, none at all for at least a fifth of the
     questions) and clearly more in its distractor turns, every one of which shares some."""
     evidence: list[float] = []
     distractor: list[float] = []
@@ -89,9 +94,17 @@ def test_questions_share_little_with_their_evidence_and_more_with_distractors() 
             assert all(value > 0 for value in near), q
             distractor += near
     assert max(shared) <= 2
-    assert sum(1 for n in shared if n == 0) / len(shared) >= 0.25
+    assert sum(1 for n in shared if n == 0) / len(shared) >= 0.20
     assert statistics.fmean(evidence) <= 0.25
     assert statistics.fmean(distractor) >= statistics.fmean(evidence) + 0.15
+
+
+def test_plain_bm25_finds_no_more_than_it_does_in_real_chats() -> None:
+    """The set is at least as hard for word matching as the issue's judge, whose real chats let
+    plain FTS5 bm25 rank 65 % of the evidence in its top 20; the harder mix is harder still."""
+    calibrated = fts5_top(generate(20, seed=13))
+    assert 0.50 <= calibrated <= 0.65
+    assert fts5_top(generate(20, seed=13, mix=HARD_MIX)) < calibrated
 
 
 def _anchors(family: Family, slots: dict[str, str]) -> frozenset[str]:
