@@ -232,7 +232,10 @@ def _build(ids: Any, blobs: list[bytes], *, signature: tuple[int, int, int]) -> 
     # A row of another size (written by something else) would break the matrix: left out.
     fits = [i for i, blob in enumerate(blobs) if len(blob) == dim]
     rows = np.frombuffer(b"".join(blobs[i] for i in fits), dtype=np.int8).reshape(len(fits), dim)
-    norms = np.linalg.norm(rows.astype(np.float32), axis=1)
+    # einsum, not linalg.norm(axis=1): the same sums (squares of int8 add up exactly in float32)
+    # at a twentieth of the cost, which is most of reading a session's vectors for the first time.
+    floats = rows.astype(np.float32)
+    norms = np.sqrt(np.einsum("ij,ij->i", floats, floats))
     scales = (1.0 / np.maximum(norms, 1e-12)).astype(np.float32)
     return _Matrix(ids[fits], rows, scales, signature)
 
