@@ -80,12 +80,8 @@ async def _nothing() -> None:
     return None
 
 
-async def _no_matches() -> list[tuple[int, float]]:
-    return []
-
-
-async def _no_lexical() -> tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]:
-    return [], {}
+async def _no_recall() -> Found:
+    return Found([], [], {})
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,27 +129,19 @@ class ContextBuilder:
         # Reads that do not depend on each other go to SQLite together: its thread runs them back
         # to back instead of waiting for this loop between them. The history is read without the
         # compaction's bound and cut to it after (the same messages: the newest after a point are
-        # the newest overall, cut at that point); lexical matches come with their turns.
+        # the newest overall, cut at that point).
         recall = limit is None and conv.use_selection
-        compaction, scheduled, reply_to, (fetched, as_of), lexical, semantic = await asyncio.gather(
+        compaction, scheduled, reply_to, (fetched, as_of), found = await asyncio.gather(
             self._compaction(session, pin) if limit is None else _nothing(),
             self._scheduled_block(session, request.id),
             self._reply_target(request, chat),
             self._history(session, request, pin),
-            self._lexical(session, request) if recall else _no_lexical(),
-            self._semantic.matches(session, request, limit=conv.semantic_count)
-            if recall and conv.semantic_count > 0 and self._semantic is not None else _no_matches(),
+            self._recall(session, request) if recall else _no_recall(),
         )
         if reply_to is not None:
             scheduled = [m for m in scheduled if m.id != reply_to.id]
         if compaction is not None:
             fetched = [m for m in fetched if m.id >= compaction.first_kept_message_id]
-        matched, turns = lexical
-        # Semantic matches' turns, unless a lexical match already brought them: a second read.
-        unseen = [i for i, _ in semantic if i not in turns]
-        if unseen:
-            turns = {**turns, **await self._store.turns_of(session, unseen, before_id=request.id)}
-        found = Found(matched, semantic, turns)
 
         within_limit = limit_history_turns(fetched, limit)
         recent_enough = apply_recency(
@@ -317,10 +305,15 @@ class ContextBuilder:
             session, after_id=None, before_id=request_id, limit=count
         )
 
-    async def _lexical(
-        self, session: str, request: StoredMessage
-    ) -> tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]:
-        count = self._conv.recall_count
-        if count <= 0:
-            return [], {}
-        return await self._store.lexical_turns(session, request.text, before_id=request.id, limit=count)
+    async def _recall(self, session: str, request: StoredMessage) -> Found:
+        """Semantic matches first (when on), then lexical matches with every match's turn in one
+        read: the semantic turns cost no read of their own."""
+        conv = self._conv
+        semantic: list[tuple[int, float]] = []
+        if conv.semantic_count > 0 and self._semantic is not None:
+            semantic = await self._semantic.matches(session, request, limit=conv.semantic_count)
+        lexical, turns = await self._store.lexical_turns(
+            session, request.text, before_id=request.id, limit=max(conv.recall_count, 0),
+            also=[message_id for message_id, _ in semantic],
+        )
+        return Found(lexical, semantic, turns)
