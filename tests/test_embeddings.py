@@ -278,3 +278,34 @@ async def test_a_vector_is_written_once_per_model(store: Store, embedder: Embedd
     assert vectors_in(tmp_path / "switchboard.db") == {message.id: "model-b"}
     assert await store.save_embeddings("model-b", [(message.id + 1, str(SESSION), other)]) == 0
     assert await store.clear_embeddings() == 1
+
+
+def counts_and_aggregate(db: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """embedding_counts' rows with a count, and the same counted from the vectors themselves."""
+    with sqlite3.connect(db) as conn:
+        kept = conn.execute("SELECT session_key, model, count, total FROM embedding_counts "
+                            "WHERE count > 0 ORDER BY 1, 2").fetchall()
+        counted = conn.execute("SELECT session_key, model, COUNT(*), SUM(message_id) FROM embeddings "
+                               "GROUP BY 1, 2 ORDER BY 1, 2").fetchall()
+    return kept, counted
+
+
+async def test_the_vector_counts_follow_every_write(store: Store, embedder: Embedder, tmp_path: Path) -> None:
+    """The per-session counts a search checks its cached vectors against stay those of the table
+    through new vectors, a vector replaced by another model's, deleted messages and a rebuild."""
+    db = tmp_path / "switchboard.db"
+    other = build("main", "fake", "direct", "someone-else")
+    said = [await say_in(store, f"note {n}") for n in range(3)]
+    elsewhere = await say_in(store, "another chat", key=other)
+    await embed_all(store, embedder)
+    kept, counted = counts_and_aggregate(db)
+    assert kept == counted and [row[2] for row in kept] == [1, 3]
+    vector = vector_bytes(embedder.encode(["x"])[0])
+    assert await store.save_embeddings("model-b", [(said[0].id, str(SESSION), vector)]) == 1
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM messages WHERE id IN (?, ?)", (said[1].id, elsewhere.id))
+    kept, counted = counts_and_aggregate(db)
+    assert kept == counted == sorted([(str(SESSION), "model-b", 1, said[0].id),
+                                      (str(SESSION), embedder.model_id, 1, said[2].id)])
+    await store.clear_embeddings()
+    assert counts_and_aggregate(db) == ([], [])

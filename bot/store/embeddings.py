@@ -1,10 +1,10 @@
 """Embeddings: each interactive message's sentence vector, written in the background, searched per session.
 
 A search reads no vectors from SQLite when nothing changed: each session's vectors of a model are
-kept in memory (as stored, int8, with their norms) and checked against the table by one query
-(count, largest id and sum of ids in the session), which also reads the context floor. New vectors
-are appended; anything else (a deleted message, a rebuild by another process) reloads the
-session. numpy is imported only when vectors are read or searched (the `semantic` extra).
+kept in memory (as stored, int8, with their norms) and checked against the table by one row of
+`embedding_counts` (count, largest id and sum of ids in the session, kept by triggers), read with
+the context floor. New vectors are appended; anything else (a deleted message, a rebuild by another
+process) reloads the session. numpy is imported only when vectors are read or searched (the `semantic` extra).
 """
 
 from __future__ import annotations
@@ -132,11 +132,8 @@ class Embeddings(Database):
             "SELECT key FROM sessions ORDER BY updated_at DESC LIMIT ?", (sessions,))]
         warmed = 0
         for key in reversed(keys):  # the most recent last: the cache drops the least recent first
-            found = await self._conn.execute_fetchall(
-                "SELECT COUNT(*), COALESCE(MAX(message_id), 0), COALESCE(SUM(message_id), 0) "
-                "FROM embeddings WHERE session_key = ? AND model = ?", (key, model))
-            count, largest, total = (int(value) for value in next(iter(found)))
-            warmed += await self._session_matrix(key, model, (count, largest, total)) is not None
+            _, signature = await self._signature(key, model)
+            warmed += await self._session_matrix(key, model, signature) is not None
         return warmed
 
     async def semantic_matches(
@@ -151,14 +148,8 @@ class Embeddings(Database):
 
         if limit <= 0:
             return []
-        found = await self._conn.execute_fetchall(
-            "SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0), COUNT(*), "
-            "COALESCE(MAX(message_id), 0), COALESCE(SUM(message_id), 0) FROM embeddings "
-            "WHERE session_key = ?1 AND model = ?2",
-            (session_key, model),
-        )
-        floor, *signature = (int(value) for value in next(iter(found)))
-        matrix = await self._session_matrix(session_key, model, (signature[0], signature[1], signature[2]))
+        floor, signature = await self._signature(session_key, model)
+        matrix = await self._session_matrix(session_key, model, signature)
         if matrix is None:
             return []
         low = int(np.searchsorted(matrix.ids, floor, side="right"))
@@ -178,6 +169,17 @@ class Embeddings(Database):
             scores, ids = scores[keep], ids[keep]
         order = np.lexsort((-ids, -scores))[:limit]
         return [(int(ids[i]), float(scores[i])) for i in order]
+
+    async def _signature(self, session_key: str, model: str) -> tuple[int, tuple[int, int, int]]:
+        """The session's context floor and (count, largest id, sum of ids) of its vectors of `model`."""
+        found = await self._conn.execute_fetchall(
+            "SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0), "
+            "COALESCE(c.count, 0), COALESCE(c.largest, 0), COALESCE(c.total, 0) FROM (SELECT 1) "
+            "LEFT JOIN embedding_counts c ON c.session_key = ?1 AND c.model = ?2",
+            (session_key, model),
+        )
+        floor, count, largest, total = (int(value) for value in next(iter(found)))
+        return floor, (count, largest, total)
 
     async def _session_matrix(
         self, session_key: str, model: str, signature: tuple[int, int, int]
