@@ -171,13 +171,13 @@ class TurnRunner:
     async def _record_usage(
         self, key: str, user_id: str, completion: Completion | None, context: Context
     ) -> None:
-        """The reply's tokens and its triage's, for /usage (cache tokens apart)."""
-        await record_usage(self._store, key, user_id, "reply", completion)
+        """The triage's tokens and the reply's, in the order they were spent, for /usage."""
         triage = context.triage
         if triage.input_tokens or triage.output_tokens:
             model = self._brain.model_for(self._config.conversation.selection_model)
             await record_usage(self._store, key, user_id, "triage",
                                Completion("", model, triage.input_tokens, triage.output_tokens))
+        await record_usage(self._store, key, user_id, "reply", completion)
 
     async def _compaction_notice(self, key: str) -> bool:
         try:

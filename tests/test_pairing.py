@@ -68,13 +68,13 @@ def discord_config(
     return config_maker(api, dc, make_config, monkeypatch)
 
 
-async def cli(config: Config, *args: str) -> int:
-    """Run `switchboard ARGS` in-process (another thread, its own event loop), as an admin would."""
+async def cli(config: Config, *args: str, toml: str = "") -> int:
+    """Run `switchboard ARGS` in-process (another thread, its own event loop), as an admin would,
+    with a config file naming the test's database (and `toml` after it)."""
     path = Path(config.source)
 
     def call() -> int:
-        if not path.exists():
-            path.write_text(f'[database]\npath = "{config.database_path()}"\n', encoding="utf-8")
+        path.write_text(f'[database]\npath = "{config.database_path()}"\n{toml}', encoding="utf-8")
         try:
             cli_main([*args, "--config", str(path)])
         except SystemExit as exc:
