@@ -146,6 +146,8 @@ async def test_usage_sums_the_turns_with_cache_tokens_and_the_cli_views_agree(
     kinds = [(r.kind, r.model, r.cache_write_tokens, r.cache_read_tokens)
              for r in await view.usage_since(0)]
     assert kinds == [("reply", MODEL, 1000, 0), ("triage", FAST, 0, 0), ("reply", MODEL, 0, 1000)]
+    calls = [snap.snapshot[REPLY_CALL] for snap in await view.snapshots(str(channel.key()))]
+    assert [(c["cache_write_tokens"], c["cache_read_tokens"]) for c in calls] == [(1000, 0), (0, 1000)]
 
     toml = "".join(f'[prices."{model}"]\n' + "".join(f"{k} = {v}\n" for k, v in price.items())
                    for model, price in prices.items())
