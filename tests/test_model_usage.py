@@ -181,3 +181,17 @@ async def test_a_completion_carries_the_cache_tokens_the_api_reported(api: Anthr
     assert (streamed.model, streamed.input_tokens, streamed.output_tokens,
             streamed.cache_write_tokens, streamed.cache_read_tokens) == (HAIKU, 7, 3, 11, 13)
     assert (plain.model, plain.cache_write_tokens, plain.cache_read_tokens) == (FAST, 17, 19)
+
+
+async def test_a_chosen_model_the_admin_no_longer_allows_falls_back_to_the_default(
+    api: AnthropicStandIn, view: Store, make_config: MakeConfig
+) -> None:
+    """A session whose stored choice was taken out of [anthropic].models is answered by the default."""
+    channel = FakeChannel()
+    await view.set_session_model(str(channel.key()), "opus", "42")
+    async with daemon_with(model_config(api, make_config), channel) as daemon:
+        shown = await command(channel, "model")
+        await say(daemon, channel, "hello")
+
+    assert shown.startswith(f"This chat's model: {MODEL} (the default).")
+    assert [r.model for r in api.requests] == [MODEL]
