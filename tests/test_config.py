@@ -205,7 +205,8 @@ def _error(data: dict[str, Any], source: str = "/etc/switchboard/config.toml") -
         ({"anthropic": {"api_key_env": "MY KEY"}}, "anthropic.api_key_env", "a string matching"),
         # pairing, per-chat models and prices
         ({"channels": {"telegram": {"dm_policy": "pair"}}}, "channels.telegram.dm_policy", "'pairing'"),
-        ({"channels": {"discord": {"group_policy": "pairing"}}}, "channels.discord.group_policy", "unknown key"),
+        ({"channels": {"discord": {"guild_policy": "pairing"}}}, "channels.discord.guild_policy",
+         "'allowlist', 'open' or 'disabled'"),
         ({"channels": {"telegram": {"group_policy": "pairing"}}}, "channels.telegram.group_policy",
          "'allowlist', 'open' or 'disabled'"),
         ({"channels": {"discord": {"pairing_code_ttl": 0}}}, "channels.discord.pairing_code_ttl", ">= 1"),
