@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from bot.config import Policy
+from bot.config import DmPolicy, Policy
 
 TEXT_ONLY_REPLY = "I can only read text for now."
 
@@ -14,8 +14,18 @@ def refused_dm_reply(user_id: str) -> str:
     return f"Sorry, I'm not set up to talk with you here. Your user id is {user_id}; ask the admin to add it."
 
 
-def allows(policy: Policy, allowlist: Collection[str], who: str) -> bool:
-    """`open` lets anyone in, `disabled` no one, `allowlist` only listed ids (fails closed)."""
+def pairing_reply(code: str, user_id: str, valid_minutes: int) -> str:
+    """The notice a stranger gets under `dm_policy = "pairing"`: the code to pass on, and their id."""
+    return (
+        f"Hi! I don't know you yet. Your pairing code is {code} (valid for {valid_minutes} minutes) "
+        f"and your user id is {user_id}. Send the code to the admin; once they approve it, write "
+        "to me again."
+    )
+
+
+def allows(policy: Policy | DmPolicy, allowlist: Collection[str], who: str) -> bool:
+    """`open` lets anyone in, `disabled` no one, `allowlist` (and `pairing`, before the store is
+    asked) only listed ids (fails closed)."""
     if policy == "open":
         return True
     if policy == "disabled":

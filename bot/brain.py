@@ -40,6 +40,8 @@ class ReplyRequest:
     system_turn: str
     messages: list[dict[str, str]]
     deadline: float  # time.monotonic() by which the reply must be complete
+    # The session's model (chosen with /model); None: the provider's configured one.
+    model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,9 @@ class Completion:
     attempts: int = 1
     # "max_tokens" when the answer was cut at the limit (the provider's own word for it).
     stop_reason: str | None = None
+    # Prompt-cache tokens, apart from `input_tokens` as the API reports them (priced apart).
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
 
 
 class FastCompleter(Protocol):
@@ -113,7 +118,7 @@ class AnthropicBrain:
         async def attempt(timeout: float) -> Completion:
             return await _stream_reply(
                 client.with_options(timeout=timeout),
-                model=self._config.model,
+                model=request.model or self._config.model,
                 max_tokens=self._config.max_tokens,
                 system=system,
                 messages=messages,
@@ -135,9 +140,12 @@ class AnthropicBrain:
                 stream=False,
             )
             text = "".join(block.text for block in message.content if block.type == "text")
+            usage = message.usage
             return Completion(
-                text, model, message.usage.input_tokens, message.usage.output_tokens,
+                text, message.model or model, usage.input_tokens, usage.output_tokens,
                 stop_reason=message.stop_reason,
+                cache_write_tokens=usage.cache_creation_input_tokens or 0,
+                cache_read_tokens=usage.cache_read_input_tokens or 0,
             )
 
         return await self._with_retries(attempt, deadline, "fast completion")
@@ -189,7 +197,8 @@ async def _stream_reply(
     system: list[TextBlockParam], messages: list[MessageParam],
 ) -> Completion:
     parts: list[str] = []
-    input_tokens = output_tokens = 0
+    input_tokens = output_tokens = cache_write = cache_read = 0
+    used_model = model
     finished = False
     stream = await client.messages.create(
         model=model, max_tokens=max_tokens, system=system, messages=messages, stream=True
@@ -197,16 +206,28 @@ async def _stream_reply(
     async with stream:
         async for event in stream:
             if isinstance(event, RawMessageStartEvent):
-                input_tokens = event.message.usage.input_tokens
+                usage = event.message.usage
+                used_model = event.message.model or model  # the model that actually answered
+                input_tokens = usage.input_tokens
+                cache_write = usage.cache_creation_input_tokens or 0
+                cache_read = usage.cache_read_input_tokens or 0
             elif isinstance(event, RawContentBlockDeltaEvent) and isinstance(event.delta, TextDelta):
                 parts.append(event.delta.text)
             elif isinstance(event, RawMessageDeltaEvent):
-                output_tokens = event.usage.output_tokens
+                # Cumulative counts: where the final event repeats a figure, it is the one to keep.
+                delta = event.usage
+                output_tokens = delta.output_tokens
+                input_tokens = delta.input_tokens if delta.input_tokens is not None else input_tokens
+                cache_write = delta.cache_creation_input_tokens \
+                    if delta.cache_creation_input_tokens is not None else cache_write
+                cache_read = delta.cache_read_input_tokens \
+                    if delta.cache_read_input_tokens is not None else cache_read
             elif isinstance(event, RawMessageStopEvent):
                 finished = True
     if not finished:
         raise IncompleteStreamError("the reply stream ended before message_stop")
-    return Completion("".join(parts), model, input_tokens, output_tokens)
+    return Completion("".join(parts), used_model, input_tokens, output_tokens,
+                      cache_write_tokens=cache_write, cache_read_tokens=cache_read)
 
 
 def _classify(exc: Exception) -> tuple[bool, float | None, str]:

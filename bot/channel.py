@@ -44,6 +44,14 @@ class Intake(Protocol):
         """
         ...
 
+    async def pair(self, provider: str, chat_id: str, user_id: str, user_name: str | None) -> bool:
+        """Under `dm_policy = "pairing"`, whether a user the allowlist does not know is approved;
+        if not, the core sends them their code and id in `chat_id` (at most once an hour).
+
+        Raises like `submit` when the store could not answer.
+        """
+        ...
+
 
 class Channel(Protocol):
     """A platform adapter: turns platform updates into InboundMessage and sends replies back."""

@@ -7,7 +7,9 @@ None is stored as conversation: they would only be noise in later context.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from zoneinfo import ZoneInfo
 
 from bot.compaction import CompactionError, Compactor
 from bot.config import Config, resolve_history_limit
@@ -15,6 +17,7 @@ from bot.errors import SessionNotFoundError
 from bot.messages import InboundMessage
 from bot.router import Router
 from bot.store import Store
+from bot.usage import describe, period_starts, total
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,15 +32,18 @@ COMMANDS: tuple[Command, ...] = (
     Command("start", "Say hello and show what I can do"),
     Command("help", "List the commands"),
     Command("reset", "Start a fresh context (history stays stored)", admin_in_groups=True),
+    Command("new", "Start a fresh context (the same as /reset)", admin_in_groups=True),
     Command("stop", "Abandon the reply I am working on", admin_in_groups=True),
     Command("compact", "Summarise this chat's older messages to make room (history stays stored)",
             admin_in_groups=True),
     Command("status", "Show this chat's session and limits"),
+    Command("model", "Show this chat's model, or switch it: /model NAME"),
+    Command("usage", "Tokens and estimated cost of this chat, today and this month"),
     Command("whoami", "Show your user id (for allowlists)"),
 )
 _BY_NAME = {command.name: command for command in COMMANDS}
 # Commands that change the session: they keep its order (and are recorded, so a restart runs them).
-QUEUED_COMMANDS = frozenset({"reset", "compact"})
+QUEUED_COMMANDS = frozenset({"reset", "new", "compact"})
 
 
 def parse_command(text: str, bot_username: str | None = None) -> str | None:
@@ -56,6 +62,13 @@ def parse_command(text: str, bot_username: str | None = None) -> str | None:
 
 def is_known(name: str) -> bool:
     return name in _BY_NAME
+
+
+def command_args(text: str) -> str:
+    """What follows the command word (`/model haiku` → "haiku"), after any leading mention."""
+    words = text.split()
+    start = next((index for index, word in enumerate(words) if word.startswith("/")), len(words))
+    return " ".join(words[start + 1:])
 
 
 class CommandHandler:
@@ -100,6 +113,48 @@ class CommandHandler:
     async def _reset(self, inbound: InboundMessage) -> str:
         await self._store.reset_context(str(inbound.session_key))
         return "Started a fresh context. Earlier messages stay stored but I won't use them."
+
+    _new = _reset
+
+    async def _model(self, inbound: InboundMessage) -> str:
+        """Show the session's model, or switch it to one the admin allows ([anthropic].models)."""
+        key = str(inbound.session_key)
+        anthropic = self._config.anthropic
+        allowed = anthropic.models
+        chosen = await self._store.session_model(key)
+        choices = ", ".join(f"{name} ({model})" for name, model in allowed.items())
+        wanted = command_args(inbound.text).lower()
+        if not wanted:
+            current = anthropic.chosen_model(chosen)
+            named = f" ({chosen})" if chosen in allowed else " (the default)"
+            lines = [f"This chat's model: {current}{named}."]
+            if allowed:
+                lines.append(f"Switch with /model NAME: {choices}; /model default goes back.")
+            return "\n".join(lines)
+        if not inbound.session_key.is_direct and not self._is_admin(inbound):
+            return "Only an admin can switch the model in a shared chat."
+        if wanted == "default":
+            await self._store.set_session_model(key, None, inbound.sender_id)
+            return f"Back to the default model, {anthropic.model}. The next reply uses it."
+        name = wanted if wanted in allowed else next(
+            (name for name, model in allowed.items() if model.lower() == wanted), None)
+        if name is None:
+            if not allowed:
+                return "Switching models is not enabled here: the admin has not allowed any."
+            return f"I can't switch to {wanted!r}. Allowed: {choices}, or default."
+        await self._store.set_session_model(key, name, inbound.sender_id)
+        return f"Switched this chat to {name} ({allowed[name]}). The next reply uses it."
+
+    async def _usage(self, inbound: InboundMessage) -> str:
+        """This session's tokens today and this month, with the estimate from [prices]."""
+        today, month = period_starts(time.time(), ZoneInfo(self._config.agent.timezone))
+        records = await self._store.usage_since(month, str(inbound.session_key))
+        prices = self._config.prices
+        return "\n".join([
+            "This chat's model use (cost estimated from the configured prices):",
+            f"Today: {describe(total((r for r in records if r.created_at >= today), prices))}",
+            f"This month: {describe(total(records, prices))}",
+        ])
 
     async def _stop(self, inbound: InboundMessage) -> str:
         abandoned = await self._router.stop_session(str(inbound.session_key))

@@ -25,6 +25,7 @@ from bot.errors import BotError, ModelError
 from bot.messages import StoredMessage
 from bot.session_key import parse
 from bot.store import CompactionRecord, Store
+from bot.usage import RecordingCompleter
 
 log = structlog.get_logger("switchboard.compaction")
 
@@ -238,6 +239,7 @@ class Compactor:
                 f"no model to summarise with: set the {self._config.anthropic.api_key_env} "
                 "environment variable"
             )
+        completer = RecordingCompleter(completer, self._store, session, "compaction")  # for /usage
         model = self._brain.model_for(self._settings.model)
         deadline = time.monotonic() + self._settings.timeout
         chunk_tokens = self._settings.chunk_tokens

@@ -22,9 +22,10 @@ from bot.embedding import Embedder, load_embedder
 from bot.errors import BotError
 from bot.inbox import Inbox
 from bot.log import last_error
-from bot.messages import InboundMessage, StoredMessage
+from bot.messages import ChatRef, InboundMessage, StoredMessage
 from bot.notify import Notifier
 from bot.outbox import Outbox
+from bot.pairing import PairingGate
 from bot.reload_plan import plan_reload
 from bot.resume import resume, sweep
 from bot.router import Router, TurnHandler
@@ -217,10 +218,18 @@ class Daemon:
         await self._store.quarantine(provider, ref, raw, error)
         log.warning("unparseable update quarantined", channel=provider, ref=ref, error=error)
 
+    async def pair(self, provider: str, chat_id: str, user_id: str, user_name: str | None) -> bool:
+        assert self._store is not None, "the daemon has not started"
+        gate = PairingGate(self.config, self._store, self._by_provider)
+        verdict = await gate.check(provider, user_id, user_name)
+        if verdict.notice is not None:  # sent beside the intake, never holding it up
+            self._spawn(gate.tell(ChatRef(provider, chat_id), verdict.notice), name=f"notice {chat_id}")
+        return verdict.approved
+
     # -- channels ------------------------------------------------------------------------------
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
+    def _spawn(self, coro: Any, name: str | None = None) -> None:
+        task = asyncio.create_task(coro, name=name)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

@@ -165,6 +165,9 @@ class JobRunner:
                 bound.exception("model call crashed")
                 error = f"{type(exc).__name__}: {exc}"
             else:
+                from bot.usage import record_usage
+
+                await record_usage(self._store, str(key), None, "scheduled", completion)
                 if completion.text.strip():
                     return completion.text.strip(), attempts, None
                 error = "the model returned no text"

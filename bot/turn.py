@@ -26,6 +26,7 @@ from bot.outbox import Outbox
 from bot.prompt import PromptFiles, conversation_turns, turn_system_prompt
 from bot.semantic_recall import SemanticRecall
 from bot.store import Store, delivery_key
+from bot.usage import record_usage
 
 log = structlog.get_logger("switchboard.turn")
 
@@ -63,6 +64,7 @@ class TurnRunner:
         completion: Completion | None = None
         error: str | None = None
         call: ReplyRequest | None = None
+        model = await self._session_model(str(key))
         async with typing:
             try:
                 context = await self._context.build(key, request, inbound.chat)
@@ -82,6 +84,7 @@ class TurnRunner:
                         messages=conversation_turns(context, request, group=not key.is_direct,
                                                     zone=ZoneInfo(self._config.agent.timezone)),
                         deadline=time.monotonic() + self._config.anthropic.timeout,
+                        model=model,
                     )
                     completion = await self._brain.reply(call)
                     text = completion.text.strip() or "(no reply)"
@@ -98,6 +101,8 @@ class TurnRunner:
         model_ms = (time.perf_counter() - model_started) * 1000
         fallback = completion is None and text == FALLBACK_REPLY
         facts = self._reply_facts(call, completion, error, fallback=fallback, model_ms=model_ms)
+        facts["model"] = completion.model if completion else model
+        await self._record_usage(str(key), inbound.sender_id, completion, context)
 
         reply_to = inbound.provider_message_id if not key.is_direct else None
         # Told once, under the first reply after the session was compacted (the note is not
@@ -122,7 +127,7 @@ class TurnRunner:
         bound.info(
             "turn",
             channel=inbound.chat.provider,
-            model=completion.model if completion else self._config.anthropic.model,
+            model=completion.model if completion else model,
             send_ms=round((time.perf_counter() - send_started) * 1000, 1),
             request_id=request.id,
             reply_id=reply.id if reply is not None else None,
@@ -154,6 +159,25 @@ class TurnRunner:
         # the session's next turn (queued behind) already sees the summary.
         if context.status == "ok" and reply is not None:
             await self.compactor.maybe_compact(str(key))
+
+    async def _session_model(self, key: str) -> str:
+        """The model this session chose with /model (if still allowed), else the configured one."""
+        try:
+            return self._config.anthropic.chosen_model(await self._store.session_model(key))
+        except Exception as exc:  # the default model beats no reply
+            log.warning("session model unreadable", session_key=key, error=f"{type(exc).__name__}: {exc}")
+            return self._config.anthropic.model
+
+    async def _record_usage(
+        self, key: str, user_id: str, completion: Completion | None, context: Context
+    ) -> None:
+        """The triage's tokens and the reply's, in the order they were spent, for /usage."""
+        triage = context.triage
+        if triage.input_tokens or triage.output_tokens:
+            model = self._brain.model_for(self._config.conversation.selection_model)
+            await record_usage(self._store, key, user_id, "triage",
+                               Completion("", model, triage.input_tokens, triage.output_tokens))
+        await record_usage(self._store, key, user_id, "reply", completion)
 
     async def _compaction_notice(self, key: str) -> bool:
         try:
@@ -193,6 +217,8 @@ class TurnRunner:
             "prompt_files": self._prompt_files.included() if call else [],
             "tokens_in": completion.input_tokens if completion else 0,
             "tokens_out": completion.output_tokens if completion else 0,
+            "cache_write_tokens": completion.cache_write_tokens if completion else 0,
+            "cache_read_tokens": completion.cache_read_tokens if completion else 0,
             "attempts": completion.attempts if completion else None,
             "stop_reason": completion.stop_reason if completion else None,
             "model_ms": round(model_ms, 1),

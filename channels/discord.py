@@ -272,6 +272,9 @@ class DiscordChannel:
     async def _take(self, msg: DiscordMessage, bot_id: int, core: Intake) -> None:
         """Gate, normalise and submit one message, or send the notice a refused DM gets."""
         verdict = admit(msg, self._config, bot_id=bot_id)
+        if verdict == "pair":  # a stranger under the pairing policy: the core decides, and tells them
+            paired = await core.pair(PROVIDER, str(msg.channel_id), str(msg.author_id), msg.author_name)
+            verdict = "accept" if paired else "ignore"
         if verdict == "refuse":
             log.info("message refused", channel_id=msg.channel_id, sender_id=msg.author_id)
             if self._notices.first_time(PROVIDER, str(msg.author_id)):

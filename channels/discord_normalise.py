@@ -39,7 +39,8 @@ with warnings.catch_warnings():
 
 PROVIDER = "discord"
 
-Verdict = Literal["accept", "refuse", "ignore"]
+# "pair": a stranger's DM under dm_policy = "pairing"; the core's store decides.
+Verdict = Literal["accept", "refuse", "ignore", "pair"]
 _LEADING_MENTION = re.compile(r"\s*<@!?(\d+)>\s*")
 
 
@@ -103,7 +104,9 @@ def admit(msg: DiscordMessage, config: DiscordConfig, *, bot_id: int) -> Verdict
     if msg.guild_id is None:
         if allows(config.dm_policy, config.allow_from, str(msg.author_id)):
             return "accept"
-        return "ignore" if msg.author_is_bot else "refuse"  # never start a chat between two bots
+        if msg.author_is_bot:
+            return "ignore"  # never start a chat between two bots
+        return "pair" if config.dm_policy == "pairing" else "refuse"
     return "accept" if guild_allows(msg, config) else "ignore"
 
 

@@ -40,7 +40,7 @@ from bot.errors import DeliveryError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from channels.telegram_html import to_telegram_html
 from channels.telegram_intake import UpdatePoller
-from channels.telegram_normalise import PROVIDER, BotIdentity, admit, to_inbound
+from channels.telegram_normalise import PROVIDER, BotIdentity, Verdict, admit, to_inbound
 from channels.telegram_request import AiohttpRequest
 
 log = structlog.get_logger("switchboard.telegram")
@@ -196,40 +196,68 @@ class TelegramChannel:
     async def _take(self, raw: Any) -> None:
         """Commit one raw update: submit it, skip it, or quarantine it when it does not parse.
 
-        Raises only when the intake could not store it, so that it is fetched again.
+        Raises only when the intake could not store it (or, for a stranger under the pairing
+        policy, could not look them up), so that it is fetched again.
         """
         assert self._intake is not None
         try:
-            inbound = self._normalise(raw)
+            message = self._message(raw)
+            verdict = self._verdict(message) if message is not None else "ignore"
         except Exception as exc:  # one malformed update must not hold up the others
-            update_id = raw.get("update_id") if isinstance(raw, dict) else None
-            await self._intake.quarantine(PROVIDER, None if update_id is None else str(update_id),
-                                          json.dumps(raw, ensure_ascii=False),
-                                          f"{type(exc).__name__}: {exc}")
+            await self._quarantine(raw, exc)
+            return
+        if verdict == "pair":
+            assert message is not None
+            verdict = await self._pair(message)
+        if verdict != "accept" or message is None:
+            return
+        try:
+            inbound = self._normalise(message)
+        except Exception as exc:
+            await self._quarantine(raw, exc)
             return
         if inbound is not None:
             await self._intake.submit(inbound)
 
-    def _normalise(self, raw: Any) -> InboundMessage | None:
-        """The message to submit, or None when there is none (notices are sent in the background)."""
-        assert self._bot is not None
+    async def _quarantine(self, raw: Any, exc: Exception) -> None:
+        assert self._intake is not None
+        update_id = raw.get("update_id") if isinstance(raw, dict) else None
+        await self._intake.quarantine(PROVIDER, None if update_id is None else str(update_id),
+                                      json.dumps(raw, ensure_ascii=False), f"{type(exc).__name__}: {exc}")
+
+    def _message(self, raw: Any) -> Message | None:
         if not isinstance(raw, dict):
             raise TypeError(f"an update must be an object, not {type(raw).__name__}")
         update = Update.de_json(raw, self._app.bot)
         message = update.message if update is not None else None
         if message is None:
             log.debug("update without a message ignored", update_id=raw.get("update_id"))
-            return None
+        return message
+
+    def _verdict(self, message: Message) -> Verdict:
+        """Who may be heard; a refused private chat gets its notice (in the background)."""
         verdict = admit(message, self._config)
         sender_id = str(message.from_user.id) if message.from_user else "?"
         if verdict == "refuse":
             log.info("message refused", chat_id=message.chat.id, sender_id=sender_id)
             if self._notices.first_time(PROVIDER, sender_id):
                 self._notify(message.chat.id, refused_dm_reply(sender_id))
-            return None
-        if verdict == "ignore":
+        elif verdict == "ignore":
             log.debug("message ignored", chat_id=message.chat.id, sender_id=sender_id)
-            return None
+        return verdict
+
+    async def _pair(self, message: Message) -> Verdict:
+        """A stranger under the pairing policy: in when approved; else the core sends their code
+        and the message is not stored."""
+        assert self._intake is not None and message.from_user is not None
+        sender = message.from_user
+        paired = await self._intake.pair(PROVIDER, str(message.chat.id), str(sender.id),
+                                         sender.full_name or sender.username)
+        return "accept" if paired else "ignore"
+
+    def _normalise(self, message: Message) -> InboundMessage | None:
+        """The message to submit, or None when there is none (notices are sent in the background)."""
+        assert self._bot is not None
         inbound = to_inbound(message, agent_id=self._agent_id, bot=self._bot, config=self._config)
         if inbound is None and message.chat.type == ChatType.PRIVATE:
             self._notify(message.chat.id, TEXT_ONLY_REPLY)

@@ -30,7 +30,8 @@ from bot.session_key import build
 PROVIDER = "telegram"
 GENERAL_TOPIC = "1"  # a forum message without a thread id belongs to the General topic
 
-Verdict = Literal["accept", "refuse", "ignore"]
+# "pair": a stranger in a private chat under dm_policy = "pairing"; the core's store decides.
+Verdict = Literal["accept", "refuse", "ignore", "pair"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +48,9 @@ def admit(message: Message, config: TelegramConfig) -> Verdict:
     if sender is None:
         return "ignore"
     if message.chat.type == ChatType.PRIVATE:
-        return "accept" if allows(config.dm_policy, config.allow_from, str(sender.id)) else "refuse"
+        if allows(config.dm_policy, config.allow_from, str(sender.id)):
+            return "accept"
+        return "pair" if config.dm_policy == "pairing" else "refuse"
     if message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP):
         return "accept" if allows(config.group_policy, config.groups, str(message.chat.id)) else "ignore"
     return "ignore"  # channel posts

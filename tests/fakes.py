@@ -101,3 +101,6 @@ class RecordingIntake:
 
     async def quarantine(self, provider: str, ref: str | None, raw: str, error: str) -> None:
         self.quarantined.append((provider, ref, raw, error))
+
+    async def pair(self, provider: str, chat_id: str, user_id: str, user_name: str | None) -> bool:
+        return False

@@ -469,6 +469,9 @@ async def test_compact_command_summarises_on_request_and_says_when_there_is_noth
     assert "note-01" not in request_text(last).replace(record.summary, "")
     assert channel.sent[-1].text == f"re: {note(5).strip()}"  # the command already told them
     assert len(await view.history(key, 100)) == 10
+    # The summary call counts in the chat's usage (/usage), as nobody's in particular.
+    compactions = [r for r in await view.usage_since(0) if r.kind == "compaction"]
+    assert [(r.session_key, r.user_id) for r in compactions] == [(key, None)]
 
 
 async def test_compact_command_says_so_when_no_summary_can_be_made(

@@ -203,6 +203,19 @@ def _error(data: dict[str, Any], source: str = "/etc/switchboard/config.toml") -
         ({"logging": {"format": "xml"}}, "logging.format", "'auto', 'json' or 'console'"),
         ({"agent": {"id": "a:b"}}, "agent.id", "a string matching"),
         ({"anthropic": {"api_key_env": "MY KEY"}}, "anthropic.api_key_env", "a string matching"),
+        # pairing, per-chat models and prices
+        ({"channels": {"telegram": {"dm_policy": "pair"}}}, "channels.telegram.dm_policy", "'pairing'"),
+        ({"channels": {"discord": {"guild_policy": "pairing"}}}, "channels.discord.guild_policy",
+         "'allowlist', 'open' or 'disabled'"),
+        ({"channels": {"telegram": {"group_policy": "pairing"}}}, "channels.telegram.group_policy",
+         "'allowlist', 'open' or 'disabled'"),
+        ({"channels": {"discord": {"pairing_code_ttl": 0}}}, "channels.discord.pairing_code_ttl", ">= 1"),
+        ({"anthropic": {"models": {"Big One": "m"}}}, 'anthropic.models."Big One"', "a string matching"),
+        ({"anthropic": {"models": {"haiku": ""}}}, "anthropic.models.haiku", "a string matching"),
+        ({"prices": {"claude-x": {"input": 3.0}}}, 'prices."claude-x".output', "required key is missing"),
+        ({"prices": {"m": {"input": -1.0, "output": 1.0}}}, "prices.m.input", ">= 0"),
+        ({"prices": {"m": {"input": 1.0, "output": 1.0, "cache": 1.0}}}, "prices.m.cache",
+         "expected one of: input, output, cache_write, cache_read"),
     ],
 )
 def test_invalid_values_name_file_key_and_expectation(data: dict[str, Any], key: str, expected: str) -> None:

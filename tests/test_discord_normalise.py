@@ -152,10 +152,11 @@ def test_commands_are_read_at_the_start_or_after_a_leading_mention(
 @pytest.mark.parametrize(
     ("policy", "allow_from", "verdict"),
     [("allowlist", [ALICE], "accept"), ("allowlist", [], "refuse"), ("open", [], "accept"),
-     ("disabled", [ALICE], "refuse")],
+     ("disabled", [ALICE], "refuse"), ("pairing", [ALICE], "accept"), ("pairing", [], "pair")],
 )
 def test_dm_policy(policy: str, allow_from: list[int], verdict: str) -> None:
-    """DMs follow `dm_policy`: allowlist (the default, failing closed), open or disabled."""
+    """DMs follow `dm_policy`: allowlist (the default, failing closed), open, disabled, or pairing
+    (the allowlist, then the store is asked about strangers)."""
     assert admit(dm(), config(dm_policy=policy, allow_from=allow_from), bot_id=BOT) == verdict
 
 
@@ -164,6 +165,7 @@ def test_own_messages_are_ignored_and_refused_bots_get_no_notice() -> None:
     assert admit(dm(author_id=BOT), config(dm_policy="open"), bot_id=BOT) == "ignore"
     assert admit(guild(author_id=BOT), config(), bot_id=BOT) == "ignore"
     assert admit(dm(author_id=50, author_is_bot=True), config(), bot_id=BOT) == "ignore"
+    assert admit(dm(author_id=50, author_is_bot=True), config(dm_policy="pairing"), bot_id=BOT) == "ignore"
 
 
 def test_guild_policy_lists_guilds_and_open_lets_unlisted_ones_in() -> None:

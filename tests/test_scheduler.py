@@ -165,6 +165,9 @@ async def test_a_run_is_generated_stored_delivered_and_recorded(
     assert (stored.session_key, stored.origin, stored.job_id, stored.role) == (
         TARGET, "scheduled", "daily", "assistant"
     )
+    # Its tokens count in the target chat's usage (/usage), as nobody's in particular.
+    assert [(r.session_key, r.user_id, r.kind) for r in await store.usage_since(0)] == [
+        (TARGET, None, "scheduled")]
 
 
 async def test_the_prompt_has_the_job_times_and_its_previous_outputs(

@@ -152,6 +152,9 @@ def test_a_mention_after_an_emoji_is_found_despite_utf16_offsets() -> None:
         ({"group_policy": "open"}, group_chat(-100999, "Strangers"), ADA, "accept"),
         ({"group_policy": "disabled"}, GROUP, ADA, "ignore"),
         ({"allow_from": [], "groups": []}, private_chat(ADA), ADA, "refuse"),
+        ({"dm_policy": "pairing"}, private_chat(ADA), ADA, "accept"),
+        ({"dm_policy": "pairing"}, private_chat(user(7, "Bea")), user(7, "Bea"), "pair"),
+        ({"dm_policy": "pairing"}, group_chat(-100999, "Strangers"), ADA, "ignore"),
     ],
 )
 def test_access_policies_fail_closed(

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from bot.cli.access import approve, deny, list_pairings, pairing_usage, show_usage
 from bot.cli.base import DEFAULT_CONFIG
 from bot.cli.base import setup_logging as _logging  # noqa: F401  (tests/test_log_secrets.py)
 from bot.cli.daemon_commands import chat, check_config, init, reload, run, show_status
@@ -70,6 +71,13 @@ EXAMPLES = {
     "db backup": ["switchboard db backup backup.db", "switchboard db backup backup.db --force"],
     "db prune": ["switchboard db prune --older-than 90 --dry-run", "switchboard db prune --older-than 90"],
     "db embed": ["switchboard db embed", "switchboard db embed --rebuild"],
+    "pairing": ["switchboard pairing list", "switchboard pairing approve K7QPM3XD"],
+    "pairing list": ["switchboard pairing list"],
+    "pairing approve": ["switchboard pairing approve K7QPM3XD",
+                        "switchboard pairing approve --user telegram:123456789"],
+    "pairing deny": ["switchboard pairing deny K7QPM3XD",
+                     "switchboard pairing deny --user discord:123456789"],
+    "usage": ["switchboard usage", "switchboard usage --by day --days 7", "switchboard usage --by user"],
 }
 
 
@@ -158,6 +166,20 @@ def _parser() -> argparse.ArgumentParser:
                     "that lack one (the [semantic] extra)", db_sub)
     embed_cmd.add_argument("--rebuild", action="store_true",
                            help="drop every stored vector and compute them all again")
+    pairing = add("pairing", pairing_usage, "let strangers in by the code they were sent "
+                  '(dm_policy = "pairing"): list, approve, deny')
+    pairing_sub = pairing.add_subparsers(dest="pairing_command", metavar="list|approve|deny")
+    add("pairing list", list_pairings, "every pairing request and decision, newest first", pairing_sub)
+    for verb, func, what in (("approve", approve, "let a user in now (no reload needed)"),
+                             ("deny", deny, "refuse a request, or take back an approval (--user)")):
+        decide = add(f"pairing {verb}", func, what, pairing_sub)
+        decide.add_argument("code", nargs="?", metavar="CODE", help="the code the user was sent")
+        decide.add_argument("--user", metavar="PROVIDER:ID", help="a user by id, e.g. telegram:123456789")
+    usage = add("usage", show_usage, "tokens in and out and the estimated cost of model calls")
+    usage.add_argument("--by", choices=("user", "session", "day", "model", "kind"), default="session",
+                       help="how to group the calls (default: session)")
+    usage.add_argument("--days", type=_positive, default=None, metavar="N",
+                       help="the last N days, today included (default: this month)")
     return parser
 
 

@@ -177,9 +177,13 @@ def _reply_call_lines(snap: dict[str, Any]) -> list[str]:
         + ("(left out: the total cap was used up)" if f.get("left_out") else f"({f.get('chars')} chars)")
         for f in call.get("prompt_files") or []
     ) or "none"
+    cached = ""
+    if call.get("cache_write_tokens") or call.get("cache_read_tokens"):
+        written, read = call.get("cache_write_tokens", 0), call.get("cache_read_tokens", 0)
+        cached = f" (cache {written} written, {read} read)"
     return [
-        f"model {call.get('model')}  tokens {call.get('tokens_in', 0)} in, {call.get('tokens_out', 0)} out  "
-        f"{tried}  {call.get('model_ms', 0)} ms{stop}",
+        f"model {call.get('model')}  tokens {call.get('tokens_in', 0)} in, {call.get('tokens_out', 0)} out"
+        f"{cached}  {tried}  {call.get('model_ms', 0)} ms{stop}",
         f"system prompt {call.get('system_prompt_chars')} chars; prompt files: {files}",
     ]
 

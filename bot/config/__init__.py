@@ -21,6 +21,7 @@ from bot.config.channel_sections import (
 )
 from bot.config.fields import (
     MAX_REPLY_TOKENS,
+    DmPolicy,
     EnvName,
     HttpUrl,
     IdKey,
@@ -40,6 +41,7 @@ from bot.config.sections import (
     ConversationConfig,
     DatabaseConfig,
     LoggingConfig,
+    ModelPrice,
     RouterConfig,
     SemanticConfig,
 )
@@ -61,10 +63,12 @@ __all__ = [
     "DiscordConfig",
     "DiscordGuildConfig",
     "DmConfig",
+    "DmPolicy",
     "EnvName",
     "HttpUrl",
     "IdKey",
     "LoggingConfig",
+    "ModelPrice",
     "NonNegInt",
     "PlatformId",
     "Policy",

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from bot.config.fields import EnvName, HttpUrl, IdKey, NonNegInt, PlatformId, Policy, Section
+from bot.config.fields import (
+    DmPolicy,
+    EnvName,
+    HttpUrl,
+    IdKey,
+    NonNegInt,
+    PlatformId,
+    Policy,
+    PosInt,
+    Section,
+)
 from bot.session_key import SessionKey
 
 
@@ -24,8 +34,10 @@ class ChatChannelConfig(Section):
     history_limit: NonNegInt | None = None
     dm_history_limit: NonNegInt | None = None
     dms: dict[IdKey, DmConfig] = Field(default_factory=dict)
-    dm_policy: Policy = "allowlist"
+    dm_policy: DmPolicy = "allowlist"
     allow_from: list[PlatformId] = Field(default_factory=list)
+    # dm_policy = "pairing": seconds a stranger's pairing code stays valid.
+    pairing_code_ttl: PosInt = 3600
     admins: list[PlatformId] = Field(default_factory=list)
     require_mention: bool = True
     # Messages older than this (seconds) when they reach us are stored but not answered, and a

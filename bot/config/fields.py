@@ -54,6 +54,8 @@ MAX_REPLY_TOKENS = 128_000
 # SQLite and the platforms' APIs hold 64-bit integers; a bigger one in the file is a typo.
 MAX_INT = 2**63 - 1
 Policy = Literal["allowlist", "open", "disabled"]
+# Private chats may also pair: a stranger gets a code an admin approves (`switchboard pairing`).
+DmPolicy = Literal["allowlist", "open", "disabled", "pairing"]
 
 
 def known_timezone(value: str) -> str:

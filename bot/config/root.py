@@ -17,6 +17,7 @@ from bot.config.sections import (
     ConversationConfig,
     DatabaseConfig,
     LoggingConfig,
+    ModelPrice,
     RouterConfig,
     SemanticConfig,
 )
@@ -37,6 +38,8 @@ class Config(Section):
     logging: LoggingConfig = LoggingConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
     schedules: list[ScheduleConfig] = Field(default_factory=list)
+    # Per model id: what a million tokens cost, for the usage estimates (/usage, `switchboard usage`).
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
     # Where the file was read from; relative paths inside it are resolved against its folder.
     source: str = Field(default="<defaults>", exclude=True)
 

@@ -47,10 +47,38 @@ class AnthropicConfig(Section):
     timeout: PosFloat = 60.0
     max_retries: NonNegInt = 2
     base_url: HttpUrl | None = None
+    # What `/model NAME` may switch a session to: a short name for each allowed model id.
+    models: dict[ModelName, ModelId] = Field(default_factory=dict)
 
     def api_key(self) -> str | None:
         """The key from the environment variable this section names; never stored in the file."""
         return os.environ.get(self.api_key_env) or None
+
+    def chosen_model(self, name: str | None) -> str:
+        """The model id a session's chosen name stands for; the default model when the name is
+        unset or no longer allowed."""
+        return self.models.get(name, self.model) if name else self.model
+
+
+class ModelPrice(Section):
+    """What a model costs, in your currency per million tokens (for `/usage` estimates)."""
+
+    input: NonNegFloat
+    output: NonNegFloat
+    # Unset: Anthropic's multipliers for five-minute cache entries (1.25 and 0.1 times input).
+    cache_write: NonNegFloat | None = None
+    cache_read: NonNegFloat | None = None
+
+    def cost(self, input_tokens: int, output_tokens: int, cache_write: int, cache_read: int) -> float:
+        write = self.input * 1.25 if self.cache_write is None else self.cache_write
+        read = self.input * 0.1 if self.cache_read is None else self.cache_read
+        return (input_tokens * self.input + output_tokens * self.output + cache_write * write
+                + cache_read * read) / 1_000_000
+
+
+NonNegFloat = Annotated[float, Field(ge=0)]
+ModelName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
+ModelId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]*$")]
 
 
 class ConversationConfig(Section):

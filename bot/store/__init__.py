@@ -11,6 +11,7 @@ from bot.store.delivery import Delivery
 from bot.store.embeddings import Embeddings
 from bot.store.maintenance import Maintenance
 from bot.store.messages import Messages
+from bot.store.pairings import Pairing, PairingError, Pairings, PairingState
 from bot.store.recall import RECALL_COMMON, Recall
 from bot.store.records import (
     CompactionRecord,
@@ -27,9 +28,13 @@ from bot.store.records import (
 )
 from bot.store.schedule_runs import ScheduleRuns
 from bot.store.snapshots import Snapshots
+from bot.store.usage import Usage, UsageRecord
 
 
-class Store(Messages, Recall, Embeddings, Delivery, Snapshots, Compactions, ScheduleRuns, Maintenance):
+class Store(
+    Messages, Recall, Embeddings, Delivery, Snapshots, Compactions, ScheduleRuns, Maintenance,
+    Pairings, Usage,
+):
     """Conversation history in one SQLite file (WAL, foreign keys on, mode 0600).
 
     Open it with `Store.open(path)`; a file that cannot be opened, is damaged or has a newer
@@ -40,6 +45,9 @@ class Store(Messages, Recall, Embeddings, Delivery, Snapshots, Compactions, Sche
 __all__ = [
     "RECALL_COMMON",
     "CompactionRecord",
+    "Pairing",
+    "PairingError",
+    "PairingState",
     "PendingCommand",
     "PendingDelivery",
     "PendingRequest",
@@ -50,5 +58,6 @@ __all__ = [
     "SessionSummary",
     "SnapshotRecord",
     "Store",
+    "UsageRecord",
     "delivery_key",
 ]

@@ -34,6 +34,9 @@ class Text:
     output_tokens: int = 5
     delay: float = 0.0
     stop_reason: str = "end_turn"  # "max_tokens": the answer was cut at the request's limit
+    # Prompt-cache tokens, reported apart from input_tokens as the API does.
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -265,8 +268,8 @@ class AnthropicStandIn:
             "usage": {
                 "input_tokens": reply.input_tokens,
                 "output_tokens": 1 if started else reply.output_tokens,
-                "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": 0,
+                "cache_creation_input_tokens": reply.cache_write_tokens,
+                "cache_read_input_tokens": reply.cache_read_tokens,
             },
         }
 
@@ -303,7 +306,11 @@ class AnthropicStandIn:
             ]
         if error is None and end == "complete":
             stop = {"stop_reason": reply.stop_reason, "stop_sequence": None}
-            usage = {"output_tokens": reply.output_tokens}
+            # The final usage repeats the cumulative input and cache counts, as the API does.
+            usage = {"input_tokens": reply.input_tokens,
+                     "cache_creation_input_tokens": reply.cache_write_tokens,
+                     "cache_read_input_tokens": reply.cache_read_tokens,
+                     "output_tokens": reply.output_tokens}
             events.append({"type": "content_block_stop", "index": 0})
             events.append({"type": "message_delta", "delta": stop, "usage": usage})
             events.append({"type": "message_stop"})

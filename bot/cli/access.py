@@ -1,0 +1,120 @@
+"""Who may talk to the bot, and what talking cost: `switchboard pairing` and `switchboard usage`.
+
+Pairing decisions are written to the database the running daemon reads, so they apply to the
+user's next message with no reload; usage is summed from the calls the daemon recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from zoneinfo import ZoneInfo
+
+from bot.cli.base import load_config_file, on_database, open_store, utc_time
+from bot.errors import BotError
+
+PROVIDERS = ("telegram", "discord")
+
+
+def pairing_usage(args: argparse.Namespace) -> int:
+    print("usage: switchboard pairing list | approve CODE | approve --user PROVIDER:ID | deny CODE | "
+          "deny --user PROVIDER:ID", file=sys.stderr)
+    return 2
+
+
+def list_pairings(args: argparse.Namespace) -> int:
+    config = load_config_file(args)
+
+    async def show() -> None:
+        async with open_store(config) as store:
+            found = await store.pairings()
+        if not found:
+            print("no pairing requests yet")
+            return
+        now = time.time()
+        for pairing in found:
+            status: str = pairing.status
+            if status == "pending":
+                expired = pairing.expires_at is not None and pairing.expires_at <= now
+                status = "expired" if expired else f"pending  code {pairing.code}"
+            when = utc_time(pairing.decided_at or pairing.requested_at)
+            name = f" ({pairing.user_name})" if pairing.user_name else ""
+            print(f"{pairing.provider}:{pairing.user_id}{name}  {status}  {when}")
+
+    on_database(config, show)
+    return 0
+
+
+def approve(args: argparse.Namespace) -> int:
+    return _decide(args, approve=True)
+
+
+def deny(args: argparse.Namespace) -> int:
+    return _decide(args, approve=False)
+
+
+def _decide(args: argparse.Namespace, *, approve: bool) -> int:
+    from bot.store import PairingError
+
+    config = load_config_file(args)
+    if (args.code is None) == (args.user is None):
+        raise BotError("name a pairing code, or a user with --user PROVIDER:ID (not both)")
+    target = _user(args.user) if args.user is not None else None
+
+    async def decide() -> None:
+        async with open_store(config) as store:
+            try:
+                if target is not None:
+                    pairing = await store.decide_user(*target, approve, now=time.time())
+                else:
+                    pairing = await store.decide_pairing(args.code, approve, now=time.time())
+            except PairingError as exc:
+                raise BotError(str(exc)) from exc
+        who = f"{pairing.provider}:{pairing.user_id}"
+        if pairing.user_name:
+            who += f" ({pairing.user_name})"
+        if approve:
+            print(f"approved {who}: their next message is answered")
+        else:
+            print(f"denied {who}: they stay out until approved with --user")
+
+    on_database(config, decide)
+    return 0
+
+
+def _user(text: str) -> tuple[str, str]:
+    provider, _, user_id = text.partition(":")
+    if provider not in PROVIDERS or not user_id.lstrip("-").isdigit():
+        raise BotError(f"--user takes PROVIDER:ID, e.g. telegram:123456789 (provider one of "
+                       f"{', '.join(PROVIDERS)}), not {text!r}")
+    return provider, user_id
+
+
+def show_usage(args: argparse.Namespace) -> int:
+    from bot.usage import day_of, describe, group_by, period_starts, total, user_of
+
+    config = load_config_file(args)
+    zone = ZoneInfo(config.agent.timezone)
+    now = time.time()
+    if args.days is not None:
+        since = period_starts(now - (args.days - 1) * 86400, zone)[0]
+        period = f"the last {args.days} day{'s' if args.days != 1 else ''}"
+    else:
+        since = period_starts(now, zone)[1]
+        period = "this month"
+
+    async def show() -> None:
+        async with open_store(config) as store:
+            records = await store.usage_since(since)
+        prices = config.prices
+        keys = {"user": user_of, "session": lambda r: r.session_key, "day": day_of(zone),
+                "model": lambda r: r.model, "kind": lambda r: r.kind}
+        groups = group_by(records, keys[args.by], prices)
+        print(f"model use {period} ({config.agent.timezone}), by {args.by}; cost estimated from [prices]")
+        for name in sorted(groups):
+            print(f"{name}  {describe(groups[name])}")
+        print(f"total  {describe(total(records, prices))}")
+
+    on_database(config, show)
+    return 0

@@ -1,0 +1,211 @@
+"""Pairing: a stranger gets a code, the admin approves it from the shell, and the running daemon
+lets them in at once and for good; through the real Telegram and Discord libraries and stand-ins."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.access import refused_dm_reply
+from bot.cli import main as cli_main
+from bot.config import Config
+from bot.store import PairingError, Store
+from bot.store.pairings import CODE_ALPHABET
+from tests.harness import config_data, reply_requests
+from tests.standins.anthropic_api import AnthropicStandIn
+from tests.standins.discord_api import DiscordStandIn
+from tests.standins.telegram_api import TelegramStandIn, private_chat, user
+from tests.test_discord import (
+    DM_STRANGER,
+    STRANGER,
+    MakeConfig,
+    config_maker,
+    discord_daemon,
+    settle,
+    standin_with_guilds,
+)
+from tests.test_discord import texts_to as discord_texts
+from tests.test_telegram import BOT, settled, telegram_daemon, texts_to
+
+MALLORY = user(666, "Mallory")
+CODE = re.compile(r"pairing code is ([A-Z0-9]{8})")
+
+
+@pytest.fixture
+async def tg() -> AsyncIterator[TelegramStandIn]:
+    async with TelegramStandIn(bot_username=BOT) as standin:
+        yield standin
+
+
+@pytest.fixture
+def telegram_config(
+    api: AnthropicStandIn, tg: TelegramStandIn, make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., Config]:
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", tg.token)
+
+    def make(**telegram: Any) -> Config:
+        section = {"enabled": True, "base_url": tg.base_url, "allow_from": [42], **telegram}
+        return make_config(config_data(api, channels={"telegram": section}))
+
+    return make
+
+
+@pytest.fixture
+async def dc(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[DiscordStandIn]:
+    async with standin_with_guilds(monkeypatch) as standin:
+        yield standin
+
+
+@pytest.fixture
+def discord_config(
+    api: AnthropicStandIn, dc: DiscordStandIn, make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., Config]:
+    return config_maker(api, dc, make_config, monkeypatch)
+
+
+async def cli(config: Config, *args: str, toml: str = "") -> int:
+    """Run `switchboard ARGS` in-process (another thread, its own event loop), as an admin would,
+    with a config file naming the test's database (and `toml` after it)."""
+    path = Path(config.source)
+
+    def call() -> int:
+        path.write_text(f'[database]\npath = "{config.database_path()}"\n{toml}', encoding="utf-8")
+        try:
+            cli_main([*args, "--config", str(path)])
+        except SystemExit as exc:
+            return int(exc.code or 0)
+        return 0
+
+    return await asyncio.to_thread(call)
+
+
+def code_in(notice: str) -> str:
+    found = CODE.search(notice)
+    assert found is not None, notice
+    return found.group(1)
+
+
+async def test_a_stranger_pairs_by_code_and_is_answered_after_approval_and_after_a_restart(
+    tg: TelegramStandIn, api: AnthropicStandIn, telegram_config: Callable[..., Config],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A stranger's first message gets one notice with a code and their id (a second message within
+    the hour gets none); the admin approves the code with the CLI while the daemon runs; the next
+    message is answered, and so is one after a restart. Nothing sent before approval is stored."""
+    config = telegram_config(dm_policy="pairing")
+    async with telegram_daemon(config) as daemon:
+        tg.push_message(private_chat(MALLORY), MALLORY, "hello, may I?")
+        again = tg.push_message(private_chat(MALLORY), MALLORY, "hello??")
+        await settled(tg, daemon, again)
+        (notice,) = texts_to(tg, 666)
+        code = code_in(notice)
+        assert "user id is 666" in notice
+        assert api.count == 0
+
+        capsys.readouterr()
+        assert await cli(config, "pairing", "list") == 0
+        listed = capsys.readouterr().out
+        assert f"telegram:666 (Mallory)  pending  code {code}" in listed
+        assert await cli(config, "pairing", "approve", code.lower()) == 0
+        assert "approved telegram:666 (Mallory)" in capsys.readouterr().out
+
+        thanks = tg.push_message(private_chat(MALLORY), MALLORY, "thanks!")
+        await settled(tg, daemon, thanks)
+        assert texts_to(tg, 666) == [notice, "re: thanks!"]
+
+    async with telegram_daemon(config) as daemon:
+        later = tg.push_message(private_chat(MALLORY), MALLORY, "still me")
+        await settled(tg, daemon, later)
+
+    assert texts_to(tg, 666) == [notice, "re: thanks!", "re: still me"]
+    async with Store.open(config.database_path()) as store:
+        history = await store.history("agent:main:telegram:direct:666", 10)
+    assert [m.text for m in history if m.role == "user"] == ["thanks!", "still me"]
+    assert len(reply_requests(api)) == 2
+
+
+async def test_allowlisted_users_and_groups_are_untouched_by_pairing(
+    tg: TelegramStandIn, api: AnthropicStandIn, telegram_config: Callable[..., Config]
+) -> None:
+    """Under the pairing policy, users in allow_from are answered without any code."""
+    config = telegram_config(dm_policy="pairing")
+    ada = user(42, "Ada")
+    async with telegram_daemon(config) as daemon:
+        last = tg.push_message(private_chat(ada), ada, "hi")
+        await settled(tg, daemon, last)
+
+    assert texts_to(tg, 42) == ["re: hi"]
+    async with Store.open(config.database_path()) as store:
+        assert await store.pairings() == []
+
+
+async def test_a_denied_stranger_is_told_their_id_and_approval_by_id_lets_them_in(
+    dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """On Discord: a DM from a stranger gets the code; once denied, their next DM gets the refusal
+    naming their id (and no code); `approve --user discord:ID` lets them in at the next DM."""
+    config = discord_config(dm_policy="pairing")
+    stranger_id = str(STRANGER["id"])
+    async with discord_daemon(config):
+        dc.message_create(DM_STRANGER, STRANGER, "let me in")
+        await dc.wait_for(lambda: discord_texts(dc, DM_STRANGER))
+        (notice,) = discord_texts(dc, DM_STRANGER)
+        assert notice is not None and f"user id is {stranger_id}" in notice
+
+        assert await cli(config, "pairing", "deny", code_in(notice)) == 0
+        dc.message_create(DM_STRANGER, STRANGER, "please?")
+        await dc.wait_for(lambda: len(discord_texts(dc, DM_STRANGER)) == 2)
+        assert discord_texts(dc, DM_STRANGER)[1] == refused_dm_reply(stranger_id)
+
+        assert await cli(config, "pairing", "approve", "--user", f"discord:{stranger_id}") == 0
+        dc.message_create(DM_STRANGER, STRANGER, "thank you")
+        await dc.wait_for(lambda: len(discord_texts(dc, DM_STRANGER)) == 3)
+        await settle()
+
+    assert discord_texts(dc, DM_STRANGER)[2] == "re: thank you"
+    assert len(reply_requests(api)) == 1
+    assert "denied discord:" in capsys.readouterr().out
+
+
+async def test_a_pending_code_stays_the_same_is_noticed_once_an_hour_and_expires(store: Store) -> None:
+    """Asking again gets the same code (a notice at most once an hour); after the code's lifetime a
+    new one is made, and the expired one can no longer be approved."""
+    ask = {"now": 1000.0, "ttl": 7200.0, "notice_interval": 3600.0}
+    first = await store.request_pairing("telegram", "666", "Mallory", **ask)
+    assert first.status == "pending" and first.notify
+    assert first.code is not None and len(first.code) == 8 and set(first.code) <= set(CODE_ALPHABET)
+
+    soon = await store.request_pairing("telegram", "666", "Mallory", **{**ask, "now": 1100.0})
+    next_hour = await store.request_pairing("telegram", "666", "Mallory", **{**ask, "now": 4600.0})
+    assert (soon.code, soon.notify) == (first.code, False)
+    assert (next_hour.code, next_hour.notify) == (first.code, True)
+
+    with pytest.raises(PairingError, match="expired"):
+        await store.decide_pairing(first.code, True, now=8200.0)
+    renewed = await store.request_pairing("telegram", "666", "Mallory", **{**ask, "now": 8200.0})
+    assert renewed.status == "pending" and renewed.notify and renewed.code != first.code
+    with pytest.raises(PairingError, match="no pending request"):
+        await store.decide_pairing(first.code, True, now=8300.0)
+    approved = await store.decide_pairing(renewed.code or "", True, now=8300.0)
+    assert (approved.provider, approved.user_id, approved.status) == ("telegram", "666", "approved")
+    assert (await store.request_pairing("telegram", "666", None, **ask)).status == "approved"
+
+
+async def test_the_cli_names_what_it_cannot_decide(
+    make_config: Callable[..., Config], store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unknown code, a malformed --user and neither argument are one-line errors (exit 1)."""
+    config = make_config({})
+    assert await cli(config, "pairing", "approve", "ABCDEFGH") == 1
+    assert await cli(config, "pairing", "approve", "--user", "telegram:ada") == 1
+    assert await cli(config, "pairing", "deny") == 1
+    errors = capsys.readouterr().err.splitlines()
+    assert "no pending request has the code ABCDEFGH" in errors[0]
+    assert "--user takes PROVIDER:ID" in errors[1]
+    assert "name a pairing code" in errors[2]
