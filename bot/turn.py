@@ -21,9 +21,10 @@ from bot.context import REPLY_CALL, Context
 from bot.context_builder import ContextBuilder
 from bot.embedding import Embedder
 from bot.errors import DeliveryError, MissingApiKeyError, ModelError
+from bot.media_files import MediaFiles, files_dir
 from bot.messages import InboundMessage, OutboundMessage, StoredMessage
 from bot.outbox import Outbox
-from bot.prompt import PromptFiles, conversation_turns, turn_system_prompt
+from bot.prompt import PromptFiles, conversation_turns, media_hashes, turn_system_prompt
 from bot.semantic_recall import SemanticRecall
 from bot.store import Store, delivery_key
 
@@ -52,6 +53,7 @@ class TurnRunner:
         self.compactor = Compactor(config, store, brain, self._context.budget)
         # Soul and memory files are cached and read again only when they change on disk.
         self._prompt_files = PromptFiles(config)
+        self._files = MediaFiles(files_dir(store.path))
 
     async def __call__(self, request: StoredMessage, inbound: InboundMessage) -> None:
         started = time.perf_counter()
@@ -76,11 +78,13 @@ class TurnRunner:
                 if context.status == "failed":
                     text = FALLBACK_REPLY
                 else:
+                    files = await self._read_files(media_hashes(context, request))
                     call = ReplyRequest(
                         system_stable=self._prompt_files.stable_prompt(),
                         system_turn=turn_system_prompt(self._config, key, time.time()),
                         messages=conversation_turns(context, request, group=not key.is_direct,
-                                                    zone=ZoneInfo(self._config.agent.timezone)),
+                                                    zone=ZoneInfo(self._config.agent.timezone),
+                                                    files=files),
                         deadline=time.monotonic() + self._config.anthropic.timeout,
                     )
                     completion = await self._brain.reply(call)
@@ -154,6 +158,17 @@ class TurnRunner:
         # the session's next turn (queued behind) already sees the summary.
         if context.status == "ok" and reply is not None:
             await self.compactor.maybe_compact(str(key))
+
+    async def _read_files(self, hashes: set[str]) -> dict[str, bytes]:
+        """The kept files this turn sends in full; one gone from disk shows as its placeholder."""
+        files: dict[str, bytes] = {}
+        for sha256 in sorted(hashes):
+            data = await self._files.read(sha256)
+            if data is None:
+                log.warning("a kept file is missing; the model sees its placeholder", sha256=sha256)
+            else:
+                files[sha256] = data
+        return files
 
     async def _compaction_notice(self, key: str) -> bool:
         try:

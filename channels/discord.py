@@ -1,6 +1,5 @@
-"""Discord: a discord.py Client run by hand inside the daemon's event loop.
-
-Normalising and gating what arrives is `channels.discord_normalise`.
+"""Discord: a discord.py Client run by hand inside the daemon's event loop; normalising and gating
+what arrives is `channels.discord_normalise`, taking in its attachments `channels.discord_media`.
 
 Nothing lost: on every new gateway session (start-up, or a reconnect Discord would not RESUME) the
 chats active lately are caught up from channel history (see `channels.discord_catch_up`) before any
@@ -29,6 +28,7 @@ from bot.config import DiscordConfig
 from bot.errors import DeliveryError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from channels.discord_catch_up import CatchUp
+from channels.discord_media import with_media
 from channels.discord_normalise import PROVIDER, DiscordMessage, admit, read_message, to_inbound
 
 with warnings.catch_warnings():
@@ -265,11 +265,11 @@ class DiscordChannel:
         msg = read_message(message)
         if msg is None:
             return
-        await self._take(msg, bot_id, self._core)
+        await self._take(msg, bot_id, self._core, message)
         if msg.author_id != bot_id:
             self._catch_up.handed_over(msg.channel_id, msg.id)
 
-    async def _take(self, msg: DiscordMessage, bot_id: int, core: Intake) -> None:
+    async def _take(self, msg: DiscordMessage, bot_id: int, core: Intake, message: discord.Message) -> None:
         """Gate, normalise and submit one message, or send the notice a refused DM gets."""
         verdict = admit(msg, self._config, bot_id=bot_id)
         if verdict == "refuse":
@@ -287,7 +287,10 @@ class DiscordChannel:
             if msg.guild_id is None and not msg.author_is_bot:
                 await self._notify(msg, TEXT_ONLY_REPLY)
             return
+        inbound, told = await with_media(message, inbound, core) if msg.attachments else (inbound, None)
         await self._submit_until_stored(core, inbound)
+        if told is not None:
+            await self._notify(msg, told)
 
     async def _submit_until_stored(self, core: Intake, inbound: InboundMessage) -> None:
         """Hand a message over, trying again (0.5 s doubling to 30 s) while the core cannot store it.

@@ -160,8 +160,8 @@ def command_of(msg: DiscordMessage, *, bot_id: int) -> str | None:
 def to_inbound(
     msg: DiscordMessage, *, agent_id: str, bot_id: int, config: DiscordConfig
 ) -> InboundMessage | None:
-    """Normalise an admitted message; None when it has no text to read."""
-    if not msg.text.strip():
+    """Normalise an admitted message; None when it has no text to read and no attachment."""
+    if not msg.text.strip() and not msg.attachments:
         return None
     key = session_key_of(msg, agent_id)
     direct = msg.guild_id is None

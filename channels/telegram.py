@@ -40,6 +40,7 @@ from bot.errors import DeliveryError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from channels.telegram_html import to_telegram_html
 from channels.telegram_intake import UpdatePoller
+from channels.telegram_media import carries_media, file_base_url, with_media
 from channels.telegram_normalise import PROVIDER, BotIdentity, admit, to_inbound
 from channels.telegram_request import AiohttpRequest
 
@@ -200,17 +201,24 @@ class TelegramChannel:
         """
         assert self._intake is not None
         try:
-            inbound = self._normalise(raw)
+            normalised = self._normalise(raw)
         except Exception as exc:  # one malformed update must not hold up the others
             update_id = raw.get("update_id") if isinstance(raw, dict) else None
             await self._intake.quarantine(PROVIDER, None if update_id is None else str(update_id),
                                           json.dumps(raw, ensure_ascii=False),
                                           f"{type(exc).__name__}: {exc}")
             return
-        if inbound is not None:
-            await self._intake.submit(inbound)
+        if normalised is None:
+            return
+        message, inbound = normalised
+        told = None
+        if carries_media(message):  # downloads never raise: a failure is a note on the message
+            inbound, told = await with_media(message, inbound, self._intake)
+        await self._intake.submit(inbound)
+        if told is not None:
+            self._notify(message.chat.id, told)
 
-    def _normalise(self, raw: Any) -> InboundMessage | None:
+    def _normalise(self, raw: Any) -> tuple[Message, InboundMessage] | None:
         """The message to submit, or None when there is none (notices are sent in the background)."""
         assert self._bot is not None
         if not isinstance(raw, dict):
@@ -230,10 +238,13 @@ class TelegramChannel:
         if verdict == "ignore":
             log.debug("message ignored", chat_id=message.chat.id, sender_id=sender_id)
             return None
-        inbound = to_inbound(message, agent_id=self._agent_id, bot=self._bot, config=self._config)
-        if inbound is None and message.chat.type == ChatType.PRIVATE:
-            self._notify(message.chat.id, TEXT_ONLY_REPLY)
-        return inbound
+        inbound = to_inbound(message, agent_id=self._agent_id, bot=self._bot, config=self._config,
+                             media=carries_media(message))
+        if inbound is None:
+            if message.chat.type == ChatType.PRIVATE:
+                self._notify(message.chat.id, TEXT_ONLY_REPLY)
+            return None
+        return message, inbound
 
     def _notify(self, chat_id: int, text: str) -> None:
         """Send a notice without holding up intake; the task is cancelled if still running at the end."""
@@ -338,7 +349,8 @@ def _build_application(
     # The aiohttp transport costs a fifth of the CPU per Bot API call that the default httpx one
     # does (bench/telegram_throughput.py): ~500 instead of ~310 turns/s on two cores.
     return (
-        Application.builder().token(token).base_url(base_url).rate_limiter(rate_limiter)
+        Application.builder().token(token).base_url(base_url).base_file_url(file_base_url(base_url))
+        .rate_limiter(rate_limiter)
         .updater(None)
         .request(AiohttpRequest())
         .get_updates_request(updates_request)

@@ -40,6 +40,7 @@ from bot.config.sections import (
     ConversationConfig,
     DatabaseConfig,
     LoggingConfig,
+    MediaConfig,
     RouterConfig,
     SemanticConfig,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "HttpUrl",
     "IdKey",
     "LoggingConfig",
+    "MediaConfig",
     "NonNegInt",
     "PlatformId",
     "Policy",
