@@ -137,6 +137,13 @@ def labels(media: tuple[Media, ...]) -> str:
     return " ".join(label(m) for m in media)
 
 
+def with_labels(text: str, media: tuple[Media, ...]) -> str:
+    """A message's text as people and models read it: its placeholders on a line before it."""
+    if not media:
+        return text
+    return labels(media) + ("\n" + text if text else "")
+
+
 # -- token estimates --------------------------------------------------------------------------------
 
 

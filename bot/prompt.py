@@ -16,7 +16,7 @@ import structlog
 
 from bot.config import Config
 from bot.context import Context
-from bot.media import FULL_MEDIA_REASONS, content_block, labels
+from bot.media import FULL_MEDIA_REASONS, content_block, with_labels
 from bot.messages import StoredMessage
 from bot.session_key import SessionKey
 
@@ -249,16 +249,13 @@ def _with_blocks(message: StoredMessage, text: str, files: Mapping[str, bytes]) 
 
 
 def _quoted(message: StoredMessage) -> str:
-    return " ".join(filter(None, [labels(message.media), message.text]))
+    return with_labels(message.text, message.media)
 
 
 def _render(message: StoredMessage, group: bool, clock: _Clock) -> str:
     if message.role == "user":
         speaker = f"[{message.sender_name or message.sender_id}]: " if group else ""
-        body = message.text
-        if message.media:
-            body = labels(message.media) + ("\n" + body if body else "")
-        return clock.stamp(message) + speaker + body
+        return clock.stamp(message) + speaker + with_labels(message.text, message.media)
     text = message.text
     if message.origin == "scheduled":
         job = f" from job {message.job_id}" if message.job_id else ""
