@@ -34,7 +34,11 @@ _UNKNOWN_IMAGE_TOKENS = 1600
 # A PDF is sent as the text of each page plus an image of it: 1,500-3,000 text tokens a page by
 # Anthropic's guide and up to ~1,600 for the image. Counted per page, at the generous end.
 PDF_PAGE_TOKENS = 3000
+PDF_MAX_PAGES = 100  # the API's limit for one request
 _PDF_BYTES_PER_PAGE = 50_000  # a guess at the pages of a PDF whose pages could not be counted
+# A request may be at most 32 MB and base64 adds a third: files beyond this many bytes in one
+# request (the oldest first) are sent as their placeholders.
+MAX_INLINE_BYTES = 20_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +76,15 @@ class Media:
         ):
             raise ValueError("a media record needs a kind and a known status")
         fields = {k: v for k, v in data.items() if k in _FIELDS}
+        for name, value in fields.items():
+            wanted = int if name in _NUMBERS else str
+            if not isinstance(value, wanted) or isinstance(value, bool):
+                raise ValueError(f"media field {name} is not a {wanted.__name__}")
         return cls(**fields)
 
 
 _FIELDS = frozenset(Media.__dataclass_fields__)
+_NUMBERS = frozenset(("size", "width", "height", "duration", "pages"))
 
 
 def encode(media: tuple[Media, ...]) -> str | None:

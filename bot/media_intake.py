@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import structlog
 
 from bot.config import MediaConfig
-from bot.media import IMAGE_TYPES, PDF, Media, is_text, pdf_pages, size_text, sniff
+from bot.media import IMAGE_TYPES, PDF, PDF_MAX_PAGES, Media, is_text, pdf_pages, size_text, sniff
 
 log = structlog.get_logger("switchboard.media")
 
@@ -101,6 +101,8 @@ async def take(offer: Offer, limits: MediaConfig, keep: Keep, *, timeout: float 
         if sniffed != PDF:
             return replace(base, status="failed", note="not a readable PDF")
         base = replace(base, mime=PDF, pages=pdf_pages(data))
+        if (base.pages or 0) > PDF_MAX_PAGES:
+            return replace(base, status="too_large", note=f"over the {PDF_MAX_PAGES}-page limit")
     else:
         if not is_text(data):
             return replace(base, status="failed", note="not UTF-8 text")

@@ -189,10 +189,13 @@ def conversation_turns(
     return turns
 
 
-def media_hashes(context: Context, request: StoredMessage) -> set[str]:
-    """The files `conversation_turns` sends in full for this context: what to read from disk."""
-    messages = [request, *(e.message for e in context.entries if e.reason in FULL_MEDIA_REASONS)]
-    return {m.sha256 for message in messages for m in message.media if m.sendable and m.sha256}
+def media_hashes(context: Context, request: StoredMessage) -> list[str]:
+    """The files `conversation_turns` sends in full for this context, newest message first: what
+    to read from disk."""
+    recent = [e.message for e in context.entries if e.reason in FULL_MEDIA_REASONS]
+    messages = [request, *sorted(recent, key=lambda m: m.id, reverse=True)]
+    found = [m.sha256 for message in messages for m in message.media if m.sendable and m.sha256]
+    return list(dict.fromkeys(found))
 
 
 class _Clock:

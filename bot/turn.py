@@ -21,6 +21,7 @@ from bot.context import REPLY_CALL, Context
 from bot.context_builder import ContextBuilder
 from bot.embedding import Embedder
 from bot.errors import DeliveryError, MissingApiKeyError, ModelError
+from bot.media import MAX_INLINE_BYTES
 from bot.media_files import MediaFiles, files_dir
 from bot.messages import InboundMessage, OutboundMessage, StoredMessage
 from bot.outbox import Outbox
@@ -87,7 +88,19 @@ class TurnRunner:
                                                     files=files),
                         deadline=time.monotonic() + self._config.anthropic.timeout,
                     )
-                    completion = await self._brain.reply(call)
+                    try:
+                        completion = await self._brain.reply(call)
+                    except ModelError as exc:
+                        if not files or exc.retryable or isinstance(exc, MissingApiKeyError):
+                            raise
+                        # Refused for what a file became (a damaged picture, a PDF the API cannot
+                        # read): answer from the placeholders rather than fail while it is recent.
+                        bound.warning("the model refused the files; answering from their placeholders",
+                                      error=str(exc))
+                        call = dataclasses.replace(call, messages=conversation_turns(
+                            context, request, group=not key.is_direct,
+                            zone=ZoneInfo(self._config.agent.timezone)))
+                        completion = await self._brain.reply(call)
                     text = completion.text.strip() or "(no reply)"
             except ModelError as exc:
                 error = str(exc)
@@ -159,15 +172,18 @@ class TurnRunner:
         if context.status == "ok" and reply is not None:
             await self.compactor.maybe_compact(str(key))
 
-    async def _read_files(self, hashes: set[str]) -> dict[str, bytes]:
-        """The kept files this turn sends in full; one gone from disk shows as its placeholder."""
+    async def _read_files(self, hashes: list[str]) -> dict[str, bytes]:
+        """The kept files this turn sends in full, newest first up to MAX_INLINE_BYTES; one gone
+        from disk, or beyond that total, shows as its placeholder."""
         files: dict[str, bytes] = {}
-        for sha256 in sorted(hashes):
+        total = 0
+        for sha256 in hashes:
             data = await self._files.read(sha256)
             if data is None:
                 log.warning("a kept file is missing; the model sees its placeholder", sha256=sha256)
-            else:
+            elif total + len(data) <= MAX_INLINE_BYTES:
                 files[sha256] = data
+                total += len(data)
         return files
 
     async def _compaction_notice(self, key: str) -> bool:

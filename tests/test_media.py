@@ -14,17 +14,18 @@ import pytest
 
 from bot.brain import AnthropicBrain
 from bot.budget import message_cost
-from bot.config import Config
+from bot.config import Config, MediaConfig
 from bot.context import Context, ContextEntry, TriageReport
 from bot.media import Media, block_tokens, image_tokens, label
 from bot.media_files import MediaFiles, files_dir
+from bot.media_intake import Offer, take
 from bot.messages import StoredMessage
 from bot.prompt import conversation_turns, media_hashes
 from bot.replay import replay
 from bot.store import Store
 from tests.fakes import FakeChannel
-from tests.harness import API_KEY, config_data, daemon_with, reply_requests, say, turn
-from tests.standins.anthropic_api import AnthropicStandIn
+from tests.harness import API_KEY, MODEL, config_data, daemon_with, reply_requests, say, turn
+from tests.standins.anthropic_api import AnthropicStandIn, Error
 from tests.test_cli import switchboard
 
 JPEG = b"\xff\xd8\xff\xe0" + b"j" * 100
@@ -82,7 +83,7 @@ def test_text_only_turns_are_plain_strings_and_pictures_become_blocks_after_thei
     entries = [ContextEntry(old, "triaged"), ContextEntry(reply, "triaged"), ContextEntry(recent, "recent")]
     ctx = Context(entries, [], None, TriageReport("skipped"), None)
     files = {PHOTO.sha256 or "": JPEG}
-    assert media_hashes(ctx, request) == {PHOTO.sha256}
+    assert media_hashes(ctx, request) == [PHOTO.sha256]
     turns = conversation_turns(ctx, request, group=False, files=files)
     plain = conversation_turns(dataclasses.replace(ctx, entries=ctx.entries[:2]), request, group=False)
     assert all(isinstance(t["content"], str) for t in plain)
@@ -133,6 +134,22 @@ async def test_a_reply_to_an_old_picture_sends_it_again_and_replay_matches(
             assert result.matches, number
 
 
+async def test_a_picture_the_api_refuses_is_answered_from_its_placeholder(
+    api: AnthropicStandIn, channel: FakeChannel, make_config: Callable[[dict[str, Any]], Config]
+) -> None:
+    """When the API refuses a request for what a file became, the turn is asked again with the
+    placeholder instead, and the user gets a real answer rather than the apology."""
+    config = make_config(config_data(api))
+    api.script(Error(400, "invalid_request_error", "Could not process image"), model=MODEL)
+    async with daemon_with(config, channel) as daemon:
+        await turn(daemon, channel, await photo_message(channel, config, "my cat", "p1"))
+
+    refused, answered = reply_requests(api)
+    assert isinstance(refused.messages[-1]["content"], list)
+    assert answered.messages[-1]["content"].endswith("[photo: 1280×960]\nmy cat")
+    assert channel.sent[-1].text == "re: my cat"
+
+
 def test_db_prune_removes_only_files_no_message_refers_to(tmp_path: Path) -> None:
     """`db prune` deletes kept files no stored message names, says how many and how many bytes, and
     leaves referenced files; --dry-run only counts."""
@@ -164,3 +181,79 @@ def test_db_prune_removes_only_files_no_message_refers_to(tmp_path: Path) -> Non
     refused = switchboard(tmp_path, "db", "prune")
     assert refused.returncode != 0 and "unreadable media" in refused.stderr
     assert files.path_of(kept).exists()
+
+
+# -- taking a file in: caps, types, failures ---------------------------------------------------------
+
+
+def offered(data: bytes, kind: str = "document", **fields: Any) -> Offer:
+    async def download() -> bytes:
+        return data
+
+    return Offer(kind, download, **fields)
+
+
+PAGES = b"%PDF-1.4\n" + b"<< /Type /Page >>\n" * 101
+
+
+@pytest.mark.parametrize(
+    ("offer", "limits", "status", "note"),
+    [
+        (offered(b"PK\x03\x04zip", name="a.zip", mime="application/zip"), {}, "unsupported",
+         "a file type I do not open"),
+        (offered(b"x = 1\n", name="a.py"), {"documents": ["pdf"]}, "unsupported",
+         "a file type I do not open"),
+        (offered(b"\xff\xfe\x00bin", name="a.txt", mime="text/plain"), {}, "failed", "not UTF-8 text"),
+        (offered(b"GIF89a...", "photo"), {}, "kept", None),
+        (offered(b"<html>", "photo", mime="image/jpeg"), {}, "failed", "not a picture format I can read"),
+        (offered(b"%PDF-" + b"0" * 50, name="a.pdf", size=10), {"max_file_bytes": 20}, "too_large",
+         "over the 20 B limit"),
+        (offered(PAGES, name="long.pdf"), {}, "too_large", "over the 100-page limit"),
+    ],
+)
+async def test_what_is_opened_refused_or_noted(
+    offer: Offer, limits: dict[str, Any], status: str, note: str | None
+) -> None:
+    """Types, caps (the stated size and the real one), page limits and content checks decide what
+    is kept; what is not gets a note instead of an error."""
+    kept: list[bytes] = []
+
+    async def keep(data: bytes) -> str:
+        kept.append(data)
+        return "d" * 64
+
+    media = await take(offer, MediaConfig(**limits), keep)
+    assert (media.status, media.note) == (status, note)
+    assert (media.sha256 is not None) == (status == "kept") == bool(kept)
+
+
+async def test_a_download_that_hangs_or_a_full_disk_leaves_a_note() -> None:
+    """A download past its timeout and a file the disk will not take both become "failed" notes."""
+    async def never() -> bytes:
+        await asyncio.sleep(10)
+        return b""
+
+    async def full(data: bytes) -> str:
+        raise OSError(28, "No space left on device")
+
+    slow = await take(Offer("photo", never), MediaConfig(), full, timeout=0.01)
+    assert (slow.status, slow.note) == ("failed", "the download failed")
+    stuck = await take(offered(JPEG, "photo"), MediaConfig(), full)
+    assert (stuck.status, stuck.note) == ("failed", "it could not be saved")
+
+
+def test_a_malformed_media_record_skips_only_its_row(tmp_path: Path) -> None:
+    """A media column no write path stores (a width that is text) makes its message unreadable, as
+    any malformed row is, instead of failing a whole read or a later render."""
+    async def scenario() -> list[str]:
+        channel = FakeChannel()
+        async with Store.open(tmp_path / "bot.db") as store:
+            await store.append_inbound(dataclasses.replace(channel.message("one"), media=(PHOTO,)))
+            await store.append_inbound(channel.message("two"))
+        with sqlite3.connect(tmp_path / "bot.db") as conn:
+            bad = '[{"kind": "photo", "status": "kept", "width": "wide"}]'
+            conn.execute("UPDATE messages SET media = ? WHERE text = 'one'", (bad,))
+        async with Store.open(tmp_path / "bot.db") as store:
+            return [m.text for m in await store.history(str(channel.key()), 10)]
+
+    assert asyncio.run(scenario()) == ["two"]
