@@ -58,8 +58,11 @@ def category(offer: Offer) -> str | None:
     """"image", "pdf" or "text" by what the platform says; None for a file we do not open."""
     mime = (offer.mime or "").split(";")[0].strip().lower()
     extension = os.path.splitext(offer.name or "")[1].lower()
-    if offer.kind == "photo" or mime in IMAGE_TYPES or extension in _IMAGE_EXTENSIONS:
+    generic = mime in ("", "application/octet-stream")  # the platform does not know: the name tells
+    if mime in IMAGE_TYPES or (generic and (offer.kind == "photo" or extension in _IMAGE_EXTENSIONS)):
         return "image"
+    if mime.startswith("image/"):
+        return None  # HEIC, TIFF, SVG…: not a format the model reads
     if mime == PDF or extension == ".pdf":
         return "pdf"
     if mime.startswith("text/") or mime in TEXT_TYPES or extension in TEXT_EXTENSIONS:
@@ -143,8 +146,9 @@ def notice(media: Sequence[Media]) -> str | None:
             return f"Sorry, that {what} is too big for me ({why}), so I haven't opened it."
     for m in media:
         if m.status == "unsupported":
-            if m.kind == "document":
-                return "I can't open that type of file; I read pictures, PDFs and text or code files."
+            if m.kind in ("document", "photo"):
+                return ("I can't open that type of file; I read pictures (JPEG, PNG, GIF, WebP), PDFs "
+                        "and text or code files.")
             words = _UNSUPPORTED_WORDS.get(m.kind, "that kind of message")
             return f"I can't take {words} yet; send me text, a picture or a file."
     return None

@@ -1,8 +1,8 @@
 """What a Telegram message carries besides text: photos and documents offered for download
 (getFile, then the file URL, through python-telegram-bot), everything else as a placeholder.
 
-A photo comes in several sizes; the largest whose stated size fits the cap is fetched (the
-smallest one over it is refused without a download when none fits).
+A photo comes in several sizes; the largest whose stated size fits the cap is fetched (when none
+fits, it is refused without a download).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ async def with_media(
 def _photo(sizes: tuple[PhotoSize, ...], limits: MediaConfig) -> Offer:
     by_area = sorted(sizes, key=lambda p: (p.width * p.height, p.file_size or 0))
     fitting = [p for p in by_area if p.file_size is None or p.file_size <= limits.max_photo_bytes]
-    chosen = fitting[-1] if fitting else by_area[0]
+    chosen = fitting[-1] if fitting else by_area[-1]  # none fits: refused, described by the largest
     return Offer("photo", _downloader(chosen), size=chosen.file_size, mime="image/jpeg",
                  width=chosen.width, height=chosen.height)
 

@@ -18,7 +18,7 @@ from bot.config import Config, MediaConfig
 from bot.context import Context, ContextEntry, TriageReport
 from bot.media import Media, block_tokens, image_tokens, label
 from bot.media_files import MediaFiles, files_dir
-from bot.media_intake import Offer, take
+from bot.media_intake import Offer, category, take
 from bot.messages import StoredMessage
 from bot.prompt import conversation_turns, media_hashes
 from bot.replay import replay
@@ -257,3 +257,20 @@ def test_a_malformed_media_record_skips_only_its_row(tmp_path: Path) -> None:
             return [m.text for m in await store.history(str(channel.key()), 10)]
 
     assert asyncio.run(scenario()) == ["two"]
+
+
+@pytest.mark.parametrize(
+    ("offer", "expected"),
+    [
+        (offered(b"", "photo", mime="image/jpeg"), "image"),
+        (offered(b"", name="scan.JPG", mime="application/octet-stream"), "image"),
+        (offered(b"", "photo", mime="image/heic", name="a.heic"), None),
+        (offered(b"", name="paper.pdf"), "pdf"),
+        (offered(b"", name="main.rs", mime="application/octet-stream"), "text"),
+        (offered(b"", name="data.json", mime="application/json"), "text"),
+        (offered(b"", name="book.docx", mime="application/vnd.openxmlformats"), None),
+    ],
+)
+def test_what_kind_of_file_the_platform_describes(offer: Offer, expected: str | None) -> None:
+    """The declared type decides; when the platform does not know it, the file name does."""
+    assert category(offer) == expected
