@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -88,19 +88,9 @@ class TurnRunner:
                                                     files=files),
                         deadline=time.monotonic() + self._config.anthropic.timeout,
                     )
-                    try:
-                        completion = await self._brain.reply(call)
-                    except ModelError as exc:
-                        if not files or exc.retryable or isinstance(exc, MissingApiKeyError):
-                            raise
-                        # Refused for what a file became (a damaged picture, a PDF the API cannot
-                        # read): answer from the placeholders rather than fail while it is recent.
-                        bound.warning("the model refused the files; answering from their placeholders",
-                                      error=str(exc))
-                        call = dataclasses.replace(call, messages=conversation_turns(
-                            context, request, group=not key.is_direct,
-                            zone=ZoneInfo(self._config.agent.timezone)))
-                        completion = await self._brain.reply(call)
+                    completion = await self._reply_with_files(call, bool(files), lambda: conversation_turns(
+                        context, request, group=not key.is_direct,
+                        zone=ZoneInfo(self._config.agent.timezone)))
                     text = completion.text.strip() or "(no reply)"
             except ModelError as exc:
                 error = str(exc)
@@ -171,6 +161,20 @@ class TurnRunner:
         # the session's next turn (queued behind) already sees the summary.
         if context.status == "ok" and reply is not None:
             await self.compactor.maybe_compact(str(key))
+
+    async def _reply_with_files(
+        self, call: ReplyRequest, with_files: bool, placeholders_only: Callable[[], list[dict[str, Any]]]
+    ) -> Completion:
+        """The model's reply; when the API refuses the request for what a file became (a damaged
+        picture, a PDF it cannot read), asked again with the placeholders rather than failing every
+        turn while the file is recent."""
+        try:
+            return await self._brain.reply(call)
+        except ModelError as exc:
+            if not with_files or exc.retryable or isinstance(exc, MissingApiKeyError):
+                raise
+            log.warning("the model refused the files; answering from their placeholders", error=str(exc))
+            return await self._brain.reply(dataclasses.replace(call, messages=placeholders_only()))
 
     async def _read_files(self, hashes: list[str]) -> dict[str, bytes]:
         """The kept files this turn sends in full, newest first up to MAX_INLINE_BYTES; one gone
