@@ -212,7 +212,7 @@ class TelegramChannel:
             return
         message, inbound = normalised
         told = None
-        if carries_media(message):  # downloads never raise: a failure is a note on the message
+        if carries_media(message) and inbound.command is None:  # never raises: a failure is a note
             inbound, told = await with_media(message, inbound, self._intake)
         await self._intake.submit(inbound)
         if told is not None:
