@@ -14,8 +14,9 @@ import pytest
 
 from bot.brain import AnthropicBrain
 from bot.budget import message_cost
-from bot.config import Config, MediaConfig
+from bot.config import Config, MediaConfig, parse_config
 from bot.context import Context, ContextEntry, TriageReport
+from bot.errors import ConfigError
 from bot.media import Media, block_tokens, image_tokens, label
 from bot.media_files import MediaFiles, files_dir
 from bot.media_intake import Offer, category, take
@@ -274,3 +275,18 @@ def test_a_malformed_media_record_skips_only_its_row(tmp_path: Path) -> None:
 def test_what_kind_of_file_the_platform_describes(offer: Offer, expected: str | None) -> None:
     """The declared type decides; when the platform does not know it, the file name does."""
     assert category(offer) == expected
+
+
+@pytest.mark.parametrize(
+    ("media", "key"),
+    [({"documents": ["docx"]}, "media.documents"), ({"max_file_bytes": 30_000_000}, "media.max_file_bytes"),
+     ({"max_photo_bytes": 0}, "media.max_photo_bytes"), ({"max_pictures": 3}, "media.max_pictures")],
+)
+def test_a_wrong_media_setting_names_the_key_and_the_file(
+    media: dict[str, Any], key: str, tmp_path: Path
+) -> None:
+    """An unknown document type, a cap beyond what the platforms allow or an unknown key stops the
+    config with an error naming the key and the file."""
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"media": media}, str(tmp_path / "config.toml"))
+    assert key in str(caught.value) and "config.toml" in str(caught.value)
