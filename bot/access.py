@@ -6,7 +6,7 @@ from collections.abc import Collection
 
 from bot.config import DmPolicy, Policy
 
-TEXT_ONLY_REPLY = "I can only read text for now."
+TEXT_ONLY_REPLY = "I can only read text, pictures and files for now."
 
 
 def refused_dm_reply(user_id: str) -> str:

@@ -8,7 +8,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import anthropic
 import httpx2
@@ -38,7 +38,8 @@ class ReplyRequest:
 
     system_stable: str
     system_turn: str
-    messages: list[dict[str, str]]
+    # Each turn's content is a string, or a list of content blocks when it carries pictures or files.
+    messages: list[dict[str, Any]]
     deadline: float  # time.monotonic() by which the reply must be complete
     # The session's model (chosen with /model); None: the provider's configured one.
     model: str | None = None

@@ -7,6 +7,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from bot.context import ContextEntry
+from bot.media import FULL_MEDIA_REASONS, media_tokens
 from bot.messages import StoredMessage
 
 # Estimates are rough (about four characters a token); the margin keeps a long context from
@@ -33,11 +34,17 @@ def cost(text: str) -> int:
     return math.ceil(estimate_tokens(text) * SAFETY_MARGIN)
 
 
-def message_cost(message: StoredMessage) -> int:
-    """A message's cost; a reply cut by `context_truncation` costs what is left of it."""
+def message_cost(message: StoredMessage, *, full_media: bool = False) -> int:
+    """A message's cost; a reply cut by `context_truncation` costs what is left of it.
+
+    Pictures and files count as their placeholders, or (`full_media`: the message is in the
+    recent window, replied to, or the request) as the blocks sent for them.
+    """
     tokens = estimate_tokens(message.text)
     if message.token_estimate:
         tokens = min(tokens, message.token_estimate)
+    if message.media:
+        tokens += media_tokens(message.media, full=full_media)
     return math.ceil(tokens * SAFETY_MARGIN)
 
 
@@ -88,7 +95,7 @@ def fit_budget(
     `fixed` is what cannot be trimmed (the request, the summary, the scheduled block); entries
     must be in chronological order. The same input always drops the same entries.
     """
-    costs = [message_cost(entry.message) for entry in entries]
+    costs = [message_cost(entry.message, full_media=entry.reason in FULL_MEDIA_REASONS) for entry in entries]
     used = fixed + sum(costs)
     dropped: set[int] = set()
     for index, entry in enumerate(entries):

@@ -7,6 +7,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
+from bot.config import MediaConfig
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 
 Submit = Callable[[InboundMessage], Awaitable[None]]
@@ -50,6 +51,14 @@ class Intake(Protocol):
 
         Raises like `submit` when the store could not answer.
         """
+        ...
+
+    def media_limits(self) -> MediaConfig:
+        """The size caps and document types in force for pictures and files (a reload changes them)."""
+        ...
+
+    async def keep_file(self, data: bytes) -> str:
+        """Keep a downloaded file by content (mode 0600, beside the database); returns its sha256."""
         ...
 
 

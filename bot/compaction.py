@@ -22,6 +22,7 @@ from bot.brain import Brain, FastCompleter
 from bot.budget import SAFETY_MARGIN, Budget, cost, message_cost
 from bot.config import Config, resolve_history_limit
 from bot.errors import BotError, ModelError
+from bot.media import with_labels
 from bot.messages import StoredMessage
 from bot.session_key import parse
 from bot.store import CompactionRecord, Store
@@ -116,7 +117,7 @@ def render_chunk(messages: Sequence[StoredMessage], chunk_tokens: int) -> str:
     for message in messages:
         when = datetime.fromtimestamp(message.created_at, UTC).strftime("%Y-%m-%d %H:%M")
         speaker = "assistant" if message.role == "assistant" else (message.sender_name or "user")
-        text = message.text
+        text = with_labels(message.text, message.media)
         if len(text) > max_chars:
             cut = len(text) - max_chars
             text = text[:max_chars] + f"\n[…the rest of this message ({cut} characters) is cut]"

@@ -149,10 +149,11 @@ class ContextBuilder:
             min_messages=conv.context_min_messages,
         )
         summary = compaction.summary if compaction else None
-        fixed = cost(request.text) + sum(message_cost(m) for m in scheduled)
+        fixed = message_cost(request, full_media=True) + sum(message_cost(m) for m in scheduled)
         if summary:
             fixed += cost(summary)
-        room = self.budget.history_tokens - fixed - (message_cost(reply_to) if reply_to else 0)
+        room = self.budget.history_tokens - fixed - (
+            message_cost(reply_to, full_media=True) if reply_to else 0)
         chosen, report, pool, picked = await self._select(recent_enough, request, found, room=room)
         triaged = [entry.message.id for entry in chosen if entry.reason == "triaged"]
         if reply_to is not None:

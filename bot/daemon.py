@@ -15,13 +15,14 @@ import structlog
 
 from bot.brain import AnthropicBrain, Brain
 from bot.channel import CatchUpPoint, Channel
-from bot.config import Config, load_config
+from bot.config import Config, MediaConfig, load_config
 from bot.control import serving, socket_path
 from bot.embed_worker import EmbedWorker
 from bot.embedding import Embedder, load_embedder
 from bot.errors import BotError
 from bot.inbox import Inbox
 from bot.log import last_error
+from bot.media_files import MediaFiles, files_dir
 from bot.messages import ChatRef, InboundMessage, StoredMessage
 from bot.notify import Notifier
 from bot.outbox import Outbox
@@ -225,6 +226,13 @@ class Daemon:
         if verdict.notice is not None:  # sent beside the intake, never holding it up
             self._spawn(gate.tell(ChatRef(provider, chat_id), verdict.notice), name=f"notice {chat_id}")
         return verdict.approved
+
+    def media_limits(self) -> MediaConfig:
+        return self.config.media
+
+    async def keep_file(self, data: bytes) -> str:
+        assert self._store is not None, "the daemon has not started"
+        return await MediaFiles(files_dir(self._store.path)).keep(data)
 
     # -- channels ------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from bot.media import Media
 from bot.session_key import SessionKey
 
 Role = Literal["user", "assistant"]
@@ -36,6 +37,8 @@ class InboundMessage:
     sent_at: float | None = None
     # A chat command (`reset` for "/reset"), answered before the queue and not stored.
     command: str | None = None
+    # Pictures and files (kept on disk by hash) or placeholders for what we cannot read.
+    media: tuple[Media, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,3 +74,4 @@ class StoredMessage:
     token_estimate: int = 0
     # Why a request was never answered: "late" (too old when the daemon could), "stopped" (/stop).
     unanswered: str | None = None
+    media: tuple[Media, ...] = ()

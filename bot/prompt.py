@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
@@ -16,6 +16,7 @@ import structlog
 
 from bot.config import Config
 from bot.context import Context
+from bot.media import FULL_MEDIA_REASONS, content_block, with_labels
 from bot.messages import StoredMessage
 from bot.session_key import SessionKey
 
@@ -151,8 +152,9 @@ def turn_system_prompt(config: Config, key: SessionKey, now: float) -> str:
 
 
 def conversation_turns(
-    context: Context, request: StoredMessage, *, group: bool, zone: tzinfo = UTC
-) -> list[dict[str, str]]:
+    context: Context, request: StoredMessage, *, group: bool, zone: tzinfo = UTC,
+    files: Mapping[str, bytes] | None = None,
+) -> list[dict[str, Any]]:
     """Context and request as alternating user/assistant turns, same-role neighbours merged.
 
     Each user message (and each scheduled output) carries the time it was written in `zone`, with
@@ -160,23 +162,40 @@ def conversation_turns(
     follow their message and carry none (a model shown stamped replies starts stamping its own).
     The text depends only on the messages and the zone, so the same history gives the same bytes
     and the provider's prompt cache keeps hitting.
+
+    A message's pictures and files show as placeholder lines; the request's, the replied-to
+    message's and those of the recent window are also sent as content blocks, from `files`
+    (their bytes by hash). A turn holding a block is a list of blocks; every other turn stays a
+    plain string, byte for byte what it was before files existed.
     """
-    turns: list[dict[str, str]] = []
+    turns: list[dict[str, Any]] = []
     clock = _Clock(zone)
+    files = files or {}
     if context.summary:
         _append(turns, "user", _summary_block(context.summary))
     for entry in context.entries:
-        _append(turns, entry.message.role, _render(entry.message, group, clock))
+        full = entry.reason in FULL_MEDIA_REASONS
+        _append(turns, entry.message.role, _with_blocks(entry.message, _render(entry.message, group, clock),
+                                                        files if full else {}))
     final = _render(request, group, clock)
     if context.scheduled:
         final = _scheduled_block(context.scheduled, zone) + "\n\n" + final
     if context.reply_to is not None:
         target = context.reply_to
-        final = f"[replying to the message of {clock.moment(target)}: {_quote(target.text)}]\n" + final
-    _append(turns, "user", final)
+        final = f"[replying to the message of {clock.moment(target)}: {_quote(_quoted(target))}]\n" + final
+    _append(turns, "user", _with_blocks(request, final, files))
     if turns[0]["role"] != "user":
         turns.insert(0, {"role": "user", "content": "[earlier conversation]"})
     return turns
+
+
+def media_hashes(context: Context, request: StoredMessage) -> list[str]:
+    """The files `conversation_turns` sends in full for this context, newest message first: what
+    to read from disk."""
+    recent = [e.message for e in context.entries if e.reason in FULL_MEDIA_REASONS]
+    messages = [request, *sorted(recent, key=lambda m: m.id, reverse=True)]
+    found = [m.sha256 for message in messages for m in message.media if m.sendable and m.sha256]
+    return list(dict.fromkeys(found))
 
 
 class _Clock:
@@ -197,17 +216,49 @@ class _Clock:
         return datetime.fromtimestamp(message.created_at, self._zone).strftime("%Y-%m-%d %H:%M")
 
 
-def _append(turns: list[dict[str, str]], role: str, text: str) -> None:
-    if turns and turns[-1]["role"] == role:
-        turns[-1]["content"] += "\n\n" + text
-    else:
-        turns.append({"role": role, "content": text})
+Part = str | list[dict[str, Any]]
+
+
+def _append(turns: list[dict[str, Any]], role: str, part: Part) -> None:
+    if not turns or turns[-1]["role"] != role:
+        turns.append({"role": role, "content": part})
+        return
+    last = turns[-1]
+    if isinstance(part, str) and isinstance(last["content"], str):
+        last["content"] += "\n\n" + part
+        return
+    blocks = _blocks(last["content"])
+    for block in _blocks(part):
+        if block["type"] == "text" and blocks and blocks[-1]["type"] == "text":
+            blocks[-1] = {"type": "text", "text": blocks[-1]["text"] + "\n\n" + block["text"]}
+        else:
+            blocks.append(block)
+    last["content"] = blocks
+
+
+def _blocks(part: Part) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": part}] if isinstance(part, str) else list(part)
+
+
+def _with_blocks(message: StoredMessage, text: str, files: Mapping[str, bytes]) -> Part:
+    """The message's text, followed by a block for each of its files found in `files`."""
+    blocks = []
+    for media in message.media:
+        data = files.get(media.sha256) if media.sha256 else None
+        block = content_block(media, data) if data is not None else None
+        if block is not None:
+            blocks.append(block)
+    return [{"type": "text", "text": text}, *blocks] if blocks else text
+
+
+def _quoted(message: StoredMessage) -> str:
+    return with_labels(message.text, message.media)
 
 
 def _render(message: StoredMessage, group: bool, clock: _Clock) -> str:
     if message.role == "user":
         speaker = f"[{message.sender_name or message.sender_id}]: " if group else ""
-        return clock.stamp(message) + speaker + message.text
+        return clock.stamp(message) + speaker + with_labels(message.text, message.media)
     text = message.text
     if message.origin == "scheduled":
         job = f" from job {message.job_id}" if message.job_id else ""

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from bot.brain import FastCompleter
 from bot.context import TriageReport, group_turns
 from bot.errors import ModelError
+from bot.media import with_labels
 from bot.messages import StoredMessage
 
 TRIAGE_SYSTEM = (
@@ -28,7 +29,7 @@ def triage_prompt(units: Sequence[Sequence[StoredMessage]], request: str) -> str
         first = unit[0]
         when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(first.created_at))
         speaker = "assistant" if first.role == "assistant" else (first.sender_name or "user")
-        lines.append(f"[{index}] {speaker} ({when} UTC): {_clip(first.text)}")
+        lines.append(f"[{index}] {speaker} ({when} UTC): {_clip(with_labels(first.text, first.media))}")
         for position, message in enumerate(unit):
             if position:
                 lines.append(f"    assistant replied: {_clip(message.text)}")

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -21,9 +21,11 @@ from bot.context import REPLY_CALL, Context
 from bot.context_builder import ContextBuilder
 from bot.embedding import Embedder
 from bot.errors import DeliveryError, MissingApiKeyError, ModelError
+from bot.media import MAX_INLINE_BYTES
+from bot.media_files import MediaFiles, files_dir
 from bot.messages import InboundMessage, OutboundMessage, StoredMessage
 from bot.outbox import Outbox
-from bot.prompt import PromptFiles, conversation_turns, turn_system_prompt
+from bot.prompt import PromptFiles, conversation_turns, media_hashes, turn_system_prompt
 from bot.semantic_recall import SemanticRecall
 from bot.store import Store, delivery_key
 from bot.usage import record_usage
@@ -53,6 +55,7 @@ class TurnRunner:
         self.compactor = Compactor(config, store, brain, self._context.budget)
         # Soul and memory files are cached and read again only when they change on disk.
         self._prompt_files = PromptFiles(config)
+        self._files = MediaFiles(files_dir(store.path))
 
     async def __call__(self, request: StoredMessage, inbound: InboundMessage) -> None:
         started = time.perf_counter()
@@ -78,15 +81,19 @@ class TurnRunner:
                 if context.status == "failed":
                     text = FALLBACK_REPLY
                 else:
+                    files = await self._read_files(media_hashes(context, request))
                     call = ReplyRequest(
                         system_stable=self._prompt_files.stable_prompt(),
                         system_turn=turn_system_prompt(self._config, key, time.time()),
                         messages=conversation_turns(context, request, group=not key.is_direct,
-                                                    zone=ZoneInfo(self._config.agent.timezone)),
+                                                    zone=ZoneInfo(self._config.agent.timezone),
+                                                    files=files),
                         deadline=time.monotonic() + self._config.anthropic.timeout,
                         model=model,
                     )
-                    completion = await self._brain.reply(call)
+                    completion = await self._reply_with_files(call, bool(files), lambda: conversation_turns(
+                        context, request, group=not key.is_direct,
+                        zone=ZoneInfo(self._config.agent.timezone)))
                     text = completion.text.strip() or "(no reply)"
             except ModelError as exc:
                 error = str(exc)
@@ -178,6 +185,34 @@ class TurnRunner:
             await record_usage(self._store, key, user_id, "triage",
                                Completion("", model, triage.input_tokens, triage.output_tokens))
         await record_usage(self._store, key, user_id, "reply", completion)
+
+    async def _reply_with_files(
+        self, call: ReplyRequest, with_files: bool, placeholders_only: Callable[[], list[dict[str, Any]]]
+    ) -> Completion:
+        """The model's reply; when the API refuses the request for what a file became (a damaged
+        picture, a PDF it cannot read), asked again with the placeholders rather than failing every
+        turn while the file is recent."""
+        try:
+            return await self._brain.reply(call)
+        except ModelError as exc:
+            if not with_files or exc.retryable or isinstance(exc, MissingApiKeyError):
+                raise
+            log.warning("the model refused the files; answering from their placeholders", error=str(exc))
+            return await self._brain.reply(dataclasses.replace(call, messages=placeholders_only()))
+
+    async def _read_files(self, hashes: list[str]) -> dict[str, bytes]:
+        """The kept files this turn sends in full, newest first up to MAX_INLINE_BYTES; one gone
+        from disk, or beyond that total, shows as its placeholder."""
+        files: dict[str, bytes] = {}
+        total = 0
+        for sha256 in hashes:
+            data = await self._files.read(sha256)
+            if data is None:
+                log.warning("a kept file is missing; the model sees its placeholder", sha256=sha256)
+            elif total + len(data) <= MAX_INLINE_BYTES:
+                files[sha256] = data
+                total += len(data)
+        return files
 
     async def _compaction_notice(self, key: str) -> bool:
         try:

@@ -1,6 +1,5 @@
-"""Discord: a discord.py Client run by hand inside the daemon's event loop.
-
-Normalising and gating what arrives is `channels.discord_normalise`.
+"""Discord: a discord.py Client run by hand inside the daemon's event loop; normalising and gating
+what arrives is `channels.discord_normalise`, taking in its attachments `channels.discord_media`.
 
 Nothing lost: on every new gateway session (start-up, or a reconnect Discord would not RESUME) the
 chats active lately are caught up from channel history (see `channels.discord_catch_up`) before any
@@ -28,7 +27,9 @@ from bot.chunking import split_message
 from bot.config import DiscordConfig
 from bot.errors import DeliveryError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
+from channels import discord_normalise
 from channels.discord_catch_up import CatchUp
+from channels.discord_media import with_media
 from channels.discord_normalise import PROVIDER, DiscordMessage, admit, read_message, to_inbound
 
 with warnings.catch_warnings():
@@ -68,17 +69,6 @@ def nonce_of(delivery_key: str, index: int) -> str:
     if len(nonce) <= NONCE_LENGTH:
         return nonce
     return hashlib.blake2b(nonce.encode(), digest_size=12).hexdigest()
-
-
-def default_intents() -> discord.Intents:
-    """Guilds (channel, thread and role cache), guild and DM messages, and their content; no typing,
-    reaction, voice or presence events we would only throw away."""
-    intents = discord.Intents.none()
-    intents.guilds = True
-    intents.guild_messages = True
-    intents.dm_messages = True
-    intents.message_content = True
-    return intents
 
 
 class _Client(discord.Client):
@@ -164,7 +154,7 @@ class DiscordChannel:
         """Log in and stay connected until closed; True when worth retrying (Discord unreachable)."""
         client = self._client = _Client(
             self,
-            intents=default_intents(),
+            intents=discord_normalise.default_intents(),
             guild_ready_timeout=self._guild_ready_timeout,
             allowed_mentions=NO_PINGS,
             max_messages=None,  # the store keeps history; no message cache needed
@@ -265,11 +255,11 @@ class DiscordChannel:
         msg = read_message(message)
         if msg is None:
             return
-        await self._take(msg, bot_id, self._core)
+        await self._take(msg, bot_id, self._core, message)
         if msg.author_id != bot_id:
             self._catch_up.handed_over(msg.channel_id, msg.id)
 
-    async def _take(self, msg: DiscordMessage, bot_id: int, core: Intake) -> None:
+    async def _take(self, msg: DiscordMessage, bot_id: int, core: Intake, message: discord.Message) -> None:
         """Gate, normalise and submit one message, or send the notice a refused DM gets."""
         verdict = admit(msg, self._config, bot_id=bot_id)
         if verdict == "pair":  # a stranger under the pairing policy: the core decides, and tells them
@@ -290,7 +280,10 @@ class DiscordChannel:
             if msg.guild_id is None and not msg.author_is_bot:
                 await self._notify(msg, TEXT_ONLY_REPLY)
             return
+        inbound, told = await with_media(message, inbound, core) if msg.attachments else (inbound, None)
         await self._submit_until_stored(core, inbound)
+        if told is not None:
+            await self._notify(msg, told)
 
     async def _submit_until_stored(self, core: Intake, inbound: InboundMessage) -> None:
         """Hand a message over, trying again (0.5 s doubling to 30 s) while the core cannot store it.

@@ -163,8 +163,8 @@ def command_of(msg: DiscordMessage, *, bot_id: int) -> str | None:
 def to_inbound(
     msg: DiscordMessage, *, agent_id: str, bot_id: int, config: DiscordConfig
 ) -> InboundMessage | None:
-    """Normalise an admitted message; None when it has no text to read."""
-    if not msg.text.strip():
+    """Normalise an admitted message; None when it has no text to read and no attachment."""
+    if not msg.text.strip() and not msg.attachments:
         return None
     key = session_key_of(msg, agent_id)
     direct = msg.guild_id is None
@@ -187,3 +187,14 @@ def to_inbound(
         sent_at=msg.created_at,
         command=command_of(msg, bot_id=bot_id) if may_start else None,
     )
+
+
+def default_intents() -> discord.Intents:
+    """Guilds (channel, thread and role cache), guild and DM messages, and their content; no typing,
+    reaction, voice or presence events we would only throw away."""
+    intents = discord.Intents.none()
+    intents.guilds = True
+    intents.guild_messages = True
+    intents.dm_messages = True
+    intents.message_content = True
+    return intents

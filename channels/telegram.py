@@ -40,6 +40,7 @@ from bot.errors import DeliveryError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from channels.telegram_html import to_telegram_html
 from channels.telegram_intake import UpdatePoller
+from channels.telegram_media import carries_media, file_base_url, with_media
 from channels.telegram_normalise import PROVIDER, BotIdentity, Verdict, admit, to_inbound
 from channels.telegram_request import AiohttpRequest
 
@@ -216,8 +217,14 @@ class TelegramChannel:
         except Exception as exc:
             await self._quarantine(raw, exc)
             return
-        if inbound is not None:
-            await self._intake.submit(inbound)
+        if inbound is None:
+            return
+        told = None
+        if carries_media(message) and inbound.command is None:  # never raises: a failure is a note
+            inbound, told = await with_media(message, inbound, self._intake)
+        await self._intake.submit(inbound)
+        if told is not None:
+            self._notify(message.chat.id, told)
 
     async def _quarantine(self, raw: Any, exc: Exception) -> None:
         assert self._intake is not None
@@ -258,7 +265,8 @@ class TelegramChannel:
     def _normalise(self, message: Message) -> InboundMessage | None:
         """The message to submit, or None when there is none (notices are sent in the background)."""
         assert self._bot is not None
-        inbound = to_inbound(message, agent_id=self._agent_id, bot=self._bot, config=self._config)
+        inbound = to_inbound(message, agent_id=self._agent_id, bot=self._bot, config=self._config,
+                             media=carries_media(message))
         if inbound is None and message.chat.type == ChatType.PRIVATE:
             self._notify(message.chat.id, TEXT_ONLY_REPLY)
         return inbound
@@ -366,7 +374,8 @@ def _build_application(
     # The aiohttp transport costs a fifth of the CPU per Bot API call that the default httpx one
     # does (bench/telegram_throughput.py): ~500 instead of ~310 turns/s on two cores.
     return (
-        Application.builder().token(token).base_url(base_url).rate_limiter(rate_limiter)
+        Application.builder().token(token).base_url(base_url).base_file_url(file_base_url(base_url))
+        .rate_limiter(rate_limiter)
         .updater(None)
         .request(AiohttpRequest())
         .get_updates_request(updates_request)

@@ -66,12 +66,12 @@ def message_text(message: Message) -> tuple[str, dict[MessageEntity, str]]:
 
 
 def to_inbound(
-    message: Message, *, agent_id: str, bot: BotIdentity, config: TelegramConfig
+    message: Message, *, agent_id: str, bot: BotIdentity, config: TelegramConfig, media: bool = False
 ) -> InboundMessage | None:
-    """Normalise an admitted message; None when it has no text to read."""
+    """Normalise an admitted message; None when it has no text to read and (`media`) no attachment."""
     sender = message.from_user
     text, entities = message_text(message)
-    if sender is None or not text.strip():
+    if sender is None or not (text.strip() or media):
         return None
     chat = message.chat
     private = chat.type == ChatType.PRIVATE

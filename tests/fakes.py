@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from bot.channel import CatchUpPoint, ChunkSent, Intake, Submit
+from bot.config import MediaConfig
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.session_key import SessionKey, build
 
@@ -89,6 +91,7 @@ class RecordingIntake:
     def __init__(self, submit: Submit | None = None) -> None:
         self.received: list[InboundMessage] = []
         self.quarantined: list[tuple[str, str | None, str, str]] = []
+        self.files: dict[str, bytes] = {}
         self._submit = submit
 
     async def submit(self, inbound: InboundMessage) -> None:
@@ -104,3 +107,11 @@ class RecordingIntake:
 
     async def pair(self, provider: str, chat_id: str, user_id: str, user_name: str | None) -> bool:
         return False
+
+    def media_limits(self) -> MediaConfig:
+        return MediaConfig()
+
+    async def keep_file(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        self.files[digest] = data
+        return digest

@@ -12,7 +12,7 @@ import pytest
 import yarl
 from structlog.testing import capture_logs
 
-from bot.access import TEXT_ONLY_REPLY, refused_dm_reply
+from bot.access import refused_dm_reply
 from bot.brain import AnthropicBrain
 from bot.config import Config
 from bot.daemon import Daemon, build_channels
@@ -23,7 +23,7 @@ from channels.discord import DiscordChannel
 from tests.fakes import RecordingIntake
 from tests.harness import API_KEY, config_data, echo, reply_requests, request_text, running
 from tests.standins.anthropic_api import AnthropicStandIn, Text
-from tests.standins.discord_api import DiscordStandIn, user
+from tests.standins.discord_api import DiscordStandIn, file, user
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 TOKEN = "TEST.TOKEN"
@@ -339,21 +339,24 @@ async def test_allow_bots_lets_another_bot_start_a_turn(
     assert texts_to(dc, GENERAL) == ["re: [helperbot]: @switchboard ping"]
 
 
-async def test_attachments_without_text_get_a_note_in_dms_and_silence_in_guilds(
+async def test_unread_attachments_get_a_note_in_dms_and_silence_in_guilds(
     dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config]
 ) -> None:
-    """A file-only DM is answered with a note that only text is read; in a guild it is ignored."""
+    """A video-only DM is answered with a short note that videos are not read; in a guild it is kept
+    for context without a word."""
     config = discord_config(require_mention=False)
+    clip = [file("clip.mp4", b"\x00\x00\x00\x18ftypmp42", "video/mp4")]
     async with discord_daemon(config):
-        dc.message_create(DM_ALICE, ALICE, "", attachments=1)
-        dc.message_create(GENERAL, ALICE, "", attachments=1)
+        dc.message_create(DM_ALICE, ALICE, "", attachments=clip)
+        dc.message_create(GENERAL, ALICE, "", attachments=clip)
         dc.message_create(GENERAL, ALICE, "text after the file")
         await dc.wait_for(lambda: texts_to(dc, GENERAL))
         await settle()
 
-    assert texts_to(dc, DM_ALICE) == [TEXT_ONLY_REPLY]
+    assert texts_to(dc, DM_ALICE) == ["I can't take videos yet; send me text, a picture or a file."]
     assert texts_to(dc, GENERAL) == ["re: [Alice]: text after the file"]
     assert api.count == 1
+    assert dc.cdn_requests == []
 
 
 async def test_model_output_cannot_ping_everyone_roles_or_users(

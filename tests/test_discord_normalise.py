@@ -117,10 +117,13 @@ def test_other_bots_are_stored_but_start_nothing_unless_allowed() -> None:
     assert normalise(command, allow_bots=True).command == "status"
 
 
-def test_messages_without_text_are_unreadable() -> None:
-    """A message of only attachments or whitespace normalises to None (DMs then get a short note)."""
-    assert normalise(dm("", attachments=1)) is None
-    assert normalise(guild("  \n", attachments=2)) is None
+def test_messages_without_text_or_attachments_are_unreadable() -> None:
+    """A message of only whitespace normalises to None (DMs then get a short note); one with an
+    attachment is kept, its files to be taken in by the channel."""
+    assert normalise(dm("  \n")) is None
+    kept = normalise(dm("", attachments=1))
+    assert kept is not None and kept.text == "" and kept.starts_turn
+    assert normalise(guild("  \n", attachments=2)) is not None
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from bot.access import TEXT_ONLY_REPLY, refused_dm_reply
+from bot.access import refused_dm_reply
 from bot.brain import AnthropicBrain
 from bot.commands import COMMANDS
 from bot.config import Config
@@ -324,7 +324,8 @@ async def test_refused_users_get_one_line_and_strange_groups_nothing(
 async def test_non_text_gets_a_short_note_in_dms_and_silence_in_groups(
     tg: TelegramStandIn, api: AnthropicStandIn, telegram_config: Callable[..., Config]
 ) -> None:
-    """A sticker in a DM is answered with a note that only text is read; in a group it is ignored."""
+    """A sticker in a DM is answered with a short note that stickers are not read; a voice note in a
+    group is kept for context without a word."""
     config = telegram_config(group_settings={"-100123": {"require_mention": False}})
     async with telegram_daemon(config) as daemon:
         tg.push_message(private_chat(ADA), ADA, sticker=True)
@@ -333,7 +334,7 @@ async def test_non_text_gets_a_short_note_in_dms_and_silence_in_groups(
         await tg.wait_for(lambda: texts_to(tg, -100123))
         await settled(tg, daemon, last)
 
-    assert texts_to(tg, 42) == [TEXT_ONLY_REPLY]
+    assert texts_to(tg, 42) == ["I can't take stickers yet; send me text, a picture or a file."]
     assert texts_to(tg, -100123) == ["re: [Ada]: text after the voice note"]
     assert api.count == 1
 

@@ -395,3 +395,22 @@ async def test_answer_next_and_delay_next_script_odd_and_slow_answers(
     started = time.monotonic()
     assert await bot.get_my_commands() == ()
     assert time.monotonic() - started >= 0.2
+
+
+async def test_get_file_then_the_file_url_serves_the_bytes_and_refuses_as_telegram_does(
+    tg: TelegramStandIn,
+) -> None:
+    """getFile gives a path under /file/bot<token>/ that PTB downloads; an unknown id and a file over
+    the bots' 20 MB download limit are BadRequests, as on Telegram."""
+    file_url = tg.base_url.replace("/bot", "/file/bot")
+    async with telegram.Bot(TOKEN, base_url=tg.base_url, base_file_url=file_url) as bot:
+        doc = tg.document(b"hello file", "a.txt", "text/plain")
+        found = await bot.get_file(doc["file_id"])
+        assert found.file_size == 10 and found.file_unique_id == doc["file_unique_id"]
+        assert bytes(await found.download_as_bytearray()) == b"hello file"
+        assert tg.downloads == [tg.files[doc["file_id"]][1]]
+        with pytest.raises(BadRequest, match=r"(?i)invalid file_id"):
+            await bot.get_file("no-such-file")
+        huge = tg.add_file(b"\0" * (20 * 1024 * 1024 + 1))
+        with pytest.raises(BadRequest, match=r"(?i)file is too big"):
+            await bot.get_file(huge["file_id"])

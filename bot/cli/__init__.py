@@ -69,7 +69,8 @@ EXAMPLES = {
     "db": ["switchboard db backup /var/backups/switchboard.db",
            "switchboard db prune --older-than 90 --dry-run"],
     "db backup": ["switchboard db backup backup.db", "switchboard db backup backup.db --force"],
-    "db prune": ["switchboard db prune --older-than 90 --dry-run", "switchboard db prune --older-than 90"],
+    "db prune": ["switchboard db prune --older-than 90 --dry-run", "switchboard db prune --older-than 90",
+                 "switchboard db prune   # only the kept files no message refers to"],
     "db embed": ["switchboard db embed", "switchboard db embed --rebuild"],
     "pairing": ["switchboard pairing list", "switchboard pairing approve K7QPM3XD"],
     "pairing list": ["switchboard pairing list"],
@@ -158,9 +159,10 @@ def _parser() -> argparse.ArgumentParser:
     backup_cmd = add("db backup", backup, "copy the database, safely while it runs", db_sub)
     backup_cmd.add_argument("path", help="the new backup file")
     backup_cmd.add_argument("--force", action="store_true", help="replace the file if it exists")
-    prune_cmd = add("db prune", prune, "delete old conversation messages that no limit still needs", db_sub)
-    prune_cmd.add_argument("--older-than", type=_positive, required=True, metavar="DAYS",
-                           help="only messages older than this many days")
+    prune_cmd = add("db prune", prune, "delete old conversation messages that no limit still needs, "
+                    "and kept pictures and files that no stored message refers to", db_sub)
+    prune_cmd.add_argument("--older-than", type=_positive, metavar="DAYS",
+                           help="only messages older than this many days (without it: only files go)")
     prune_cmd.add_argument("--dry-run", action="store_true", help="show what would go, delete nothing")
     embed_cmd = add("db embed", embed, "compute the sentence vectors semantic recall needs for messages "
                     "that lack one (the [semantic] extra)", db_sub)

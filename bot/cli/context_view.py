@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.cli.base import utc_time
 from bot.context import REPLY_CALL
+from bot.media import with_labels
 
 if TYPE_CHECKING:
     from bot.messages import StoredMessage
@@ -200,7 +201,8 @@ def _text(message: StoredMessage | None, full: bool, *, indent: int, speaker: bo
     """A message's text after its speaker: cut to one line, or whole (lines aligned) with --full."""
     if message is None:
         return "(not in the store any more)"
-    text = f"{_speaker(message)}: {message.text}" if speaker else message.text
+    shown = with_labels(message.text, message.media)
+    text = f"{_speaker(message)}: {shown}" if speaker else shown
     if full:
         return text.replace("\n", "\n" + " " * indent)
     line = " ".join(text.split())

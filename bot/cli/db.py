@@ -1,4 +1,4 @@
-"""Database care: an online backup, pruning old conversation messages, and filling sentence embeddings."""
+"""Database care: an online backup, pruning old messages and unreferenced files, sentence embeddings."""
 
 from __future__ import annotations
 
@@ -7,14 +7,19 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bot.cli.base import load_config_file, on_database, open_store, setup_logging
 from bot.errors import BotError
 from bot.session_key import parse
 
+if TYPE_CHECKING:
+    from bot.config import Config
+    from bot.store import Store
+
 
 def db_usage(args: argparse.Namespace) -> int:
-    print("usage: switchboard db backup PATH [--force] | switchboard db prune --older-than DAYS "
+    print("usage: switchboard db backup PATH [--force] | switchboard db prune [--older-than DAYS] "
           "[--dry-run] | switchboard db embed [--rebuild]", file=sys.stderr)
     return 2
 
@@ -51,32 +56,47 @@ def backup(args: argparse.Namespace) -> int:
 
 
 def prune(args: argparse.Namespace) -> int:
-    from bot.config import resolve_history_limit
+    from bot.media import size_text
+    from bot.media_files import MediaFiles, files_dir
 
     config = load_config_file(args)
-    before = time.time() - args.older_than * 86400
 
     async def prune() -> None:
         async with open_store(config) as store:
-            keep_turns: dict[str, int] = {}
-            for session in await store.list_sessions():
-                try:
-                    keep_turns[session.key] = resolve_history_limit(config, parse(session.key)) or 0
-                except BotError:
-                    continue  # a key this version cannot read: the lookback floor still applies
-            report = await store.prune_interactive(
-                before, keep_recent=config.conversation.lookback_count, keep_turns=keep_turns,
-                dry_run=args.dry_run,
-            )
-        verb = "would remove" if report.dry_run else "removed"
-        print(f"{verb} {report.messages} message(s) older than {args.older_than} day(s) and "
-              f"{report.snapshots} context snapshot(s); kept the newest "
-              f"{config.conversation.lookback_count} messages and the history-limit turns of each session")
-        for key, count in report.messages_by_session.items():
-            print(f"  {key}  {count}")
+            if args.older_than is not None:
+                await _prune_messages(config, store, args)
+            referenced = await store.referenced_files()
+        # Files are removed after the messages that referred to them.
+        count, size = MediaFiles(files_dir(config.database_path())).prune(referenced, dry_run=args.dry_run)
+        verb = "would remove" if args.dry_run else "removed"
+        print(f"{verb} {count} kept file(s) ({size_text(size)}) that no stored message refers to; "
+              f"{len(referenced)} referenced file(s) stay")
 
     on_database(config, prune)
     return 0
+
+
+async def _prune_messages(config: Config, store: Store, args: argparse.Namespace) -> None:
+    """Old interactive messages no history limit or lookback still reaches."""
+    from bot.config import resolve_history_limit
+
+    before = time.time() - args.older_than * 86400
+    keep_turns: dict[str, int] = {}
+    for session in await store.list_sessions():
+        try:
+            keep_turns[session.key] = resolve_history_limit(config, parse(session.key)) or 0
+        except BotError:
+            continue  # a key this version cannot read: the lookback floor still applies
+    report = await store.prune_interactive(
+        before, keep_recent=config.conversation.lookback_count, keep_turns=keep_turns,
+        dry_run=args.dry_run,
+    )
+    verb = "would remove" if report.dry_run else "removed"
+    print(f"{verb} {report.messages} message(s) older than {args.older_than} day(s) and "
+          f"{report.snapshots} context snapshot(s); kept the newest "
+          f"{config.conversation.lookback_count} messages and the history-limit turns of each session")
+    for key, count in report.messages_by_session.items():
+        print(f"  {key}  {count}")
 
 
 def embed(args: argparse.Namespace) -> int:

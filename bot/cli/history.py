@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from bot.cli.base import load_config_file, on_database, open_store, setup_logging, utc_time
 from bot.cli.context_view import context_lines, context_record, snapshot_ids
+from bot.media import with_labels
 from bot.session_key import parse
 
 if TYPE_CHECKING:
@@ -44,7 +45,8 @@ def show_history(args: argparse.Namespace) -> int:
                 if m.origin == "scheduled":
                     origin = f" [scheduled {m.job_id}]" if m.job_id else " [scheduled]"
                 status = f" [not answered: {m.unanswered}]" if m.unanswered else ""
-                print(f"#{m.id} {utc_time(m.created_at)} {who}{origin}{status}: {m.text}")
+                text = with_labels(m.text, m.media)
+                print(f"#{m.id} {utc_time(m.created_at)} {who}{origin}{status}: {text}")
 
     asyncio.run(show())
     return 0

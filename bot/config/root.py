@@ -17,6 +17,7 @@ from bot.config.sections import (
     ConversationConfig,
     DatabaseConfig,
     LoggingConfig,
+    MediaConfig,
     ModelPrice,
     RouterConfig,
     SemanticConfig,
@@ -32,6 +33,7 @@ class Config(Section):
     anthropic: AnthropicConfig = AnthropicConfig()
     conversation: ConversationConfig = ConversationConfig()
     semantic: SemanticConfig = SemanticConfig()
+    media: MediaConfig = MediaConfig()
     compaction: CompactionConfig = CompactionConfig()
     channels: ChannelsConfig = ChannelsConfig()
     router: RouterConfig = RouterConfig()

@@ -143,3 +143,19 @@ class RouterConfig(Section):
 class LoggingConfig(Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     format: Literal["auto", "json", "console"] = "auto"
+
+
+DocumentType = Literal["pdf", "text"]
+DOCUMENT_TYPES: tuple[DocumentType, ...] = ("pdf", "text")
+
+
+class MediaConfig(Section):
+    """Pictures and files people send: how big a download may be, and which documents are opened."""
+
+    # Anthropic takes images up to 5 MB each; Telegram lets bots download up to 20 MB.
+    max_photo_bytes: Annotated[int, Field(ge=1, le=5_000_000)] = 5_000_000
+    max_file_bytes: Annotated[int, Field(ge=1, le=20_000_000)] = 10_000_000
+    # Text and code files beyond this would crowd out the conversation (about 4 bytes a token).
+    max_text_bytes: Annotated[int, Field(ge=1, le=1_000_000)] = 200_000
+    # Which documents are opened: "pdf", "text" (plain text and code). Others are noted, not read.
+    documents: list[DocumentType] = Field(default_factory=lambda: list(DOCUMENT_TYPES))

@@ -15,6 +15,9 @@ from bot.store.connection import Database
 from bot.store.messages import MESSAGE_COLUMNS, link_platform_id, qualified_columns, rows_to_messages
 from bot.store.records import PendingCommand, PendingDelivery, PendingRequest, delivery_key
 
+# Where the columns selected after a message's own begin.
+_AFTER = len(MESSAGE_COLUMNS.split(","))
+
 
 class Delivery(Database):
     """Requests still waiting, replies still to send, commands still to run, updates kept aside."""
@@ -31,8 +34,8 @@ class Delivery(Database):
         for row in rows:
             for message in rows_to_messages([row]):
                 provider = parse_session_key(message.session_key).provider
-                chat_id = row[14] or row[16] or ("local" if provider == "console" else None)
-                chat = ChatRef(provider, chat_id, row[15]) if chat_id is not None else None
+                chat_id = row[_AFTER] or row[_AFTER + 2] or ("local" if provider == "console" else None)
+                chat = ChatRef(provider, chat_id, row[_AFTER + 1]) if chat_id is not None else None
                 pending.append(PendingRequest(message, chat))
         return pending
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from bot.errors import StoreError
+from bot.media import decode
 from bot.store.connection import Database
 from bot.store.records import PruneReport
 
@@ -92,6 +94,19 @@ class Maintenance(Database):
             ):
                 if target == "messages":
                     found.append((f'"{table}"', f'"{column}"'))
+        return found
+
+    async def referenced_files(self) -> set[str]:
+        """The hash of every kept file a stored message refers to (what `db prune` must keep)."""
+        rows = await self._conn.execute_fetchall("SELECT id, media FROM messages WHERE media IS NOT NULL")
+        found: set[str] = set()
+        for message_id, media in rows:
+            try:
+                found.update(m.sha256 for m in decode(media) if m.sha256)
+            except (ValueError, TypeError, KeyError) as exc:
+                # Unreadable: its files cannot be known, so none is safe to call unreferenced.
+                raise StoreError(f"message #{message_id} has unreadable media records ({exc}); "
+                                 "no file was removed") from exc
         return found
 
     async def foreign_key_problems(self) -> int:

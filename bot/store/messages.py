@@ -12,6 +12,7 @@ import structlog
 
 from bot.budget import estimate_tokens
 from bot.errors import SessionNotFoundError
+from bot.media import Media, decode, encode
 from bot.messages import ChatRef, InboundMessage, Origin, OutboundMessage, Role, StoredMessage
 from bot.store.connection import Database
 from bot.store.records import SessionSummary
@@ -20,7 +21,7 @@ log = structlog.get_logger("switchboard.store")
 
 MESSAGE_COLUMNS = (
     "id, session_key, role, origin, text, created_at, sender_id, sender_name, "
-    "provider_message_id, reply_to_id, actions, job_id, token_estimate, unanswered"
+    "provider_message_id, reply_to_id, actions, job_id, token_estimate, unanswered, media"
 )
 
 
@@ -53,6 +54,7 @@ class Messages(Database):
                 reply_to_id=msg.reply_to_id,
                 awaiting_reply=msg.starts_turn,
                 chat=msg.chat,
+                media=msg.media,
             )
             if msg.provider_message_id is not None:
                 await link_platform_id(self._conn, msg.chat, msg.provider_message_id, stored.id)
@@ -248,6 +250,7 @@ async def insert_message(
     awaiting_reply: bool = False,
     chat: ChatRef | None = None,
     fallback: bool = False,
+    media: tuple[Media, ...] = (),
 ) -> StoredMessage:
     """Add one message and count it in its session, inside the caller's transaction.
 
@@ -264,13 +267,14 @@ async def insert_message(
     cursor = await conn.execute(
         "INSERT INTO messages (session_key, role, origin, sender_id, sender_name, text, "
         "provider_message_id, reply_to_id, actions, job_id, created_at, token_estimate, "
-        "awaiting_reply, chat_id, thread_id, fallback) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "awaiting_reply, chat_id, thread_id, fallback, media) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             session_key, role, origin, sender_id, sender_name, text, provider_message_id,
             reply_to_id, json.dumps(list(actions)) if actions else None, job_id,
             created_at, tokens, int(awaiting_reply),
             chat.chat_id if chat else None, chat.thread_id if chat else None, int(fallback),
+            encode(media),
         ),
     )
     message_id = cursor.lastrowid
@@ -284,7 +288,7 @@ async def insert_message(
         id=message_id, session_key=session_key, role=role, origin=origin, text=text,
         created_at=created_at, sender_id=sender_id, sender_name=sender_name,
         provider_message_id=provider_message_id, reply_to_id=reply_to_id,
-        actions=actions, job_id=job_id, token_estimate=tokens,
+        actions=actions, job_id=job_id, token_estimate=tokens, media=media,
     )
 
 
@@ -309,7 +313,7 @@ def rows_to_messages(rows: Iterable[Any]) -> list[StoredMessage]:
     for row in rows:
         try:
             messages.append(_row_to_message(row))
-        except (ValueError, TypeError, IndexError, RecursionError) as exc:
+        except (ValueError, TypeError, IndexError, KeyError, RecursionError) as exc:
             log.warning("malformed message row skipped", message_id=row[0], error=str(exc))
     return messages
 
@@ -327,7 +331,7 @@ def _row_to_message(row: Any) -> StoredMessage:
     # Positional, in the field order of StoredMessage: a context build decodes ~90 rows.
     return StoredMessage(
         row[0], row[1], row[2], row[3], row[4], float(row[5]), row[6], row[7], row[8], row[9],
-        tuple(actions), row[11], row[12], row[13],
+        tuple(actions), row[11], row[12], row[13], decode(row[14]) if row[14] else (),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import math
@@ -208,6 +209,9 @@ class AnthropicStandIn:
         for name, kind in (("model", str), ("messages", list), ("max_tokens", int)):
             if not isinstance(parsed.get(name), kind):
                 return self._error(Error(400, "invalid_request_error", f"{name}: Field required"))
+        problem = _content_problem(parsed["messages"])
+        if problem is not None:
+            return self._error(Error(400, "invalid_request_error", problem))
         return await self._respond(request, rec, self._next_response(rec))
 
     async def _respond(
@@ -330,3 +334,48 @@ def _abort(request: web.Request) -> None:
     transport = request.transport
     if transport is not None:
         transport.abort()
+
+
+_IMAGE_MAGIC = {"image/jpeg": (b"\xff\xd8\xff",), "image/png": (b"\x89PNG\r\n\x1a\n",),
+                "image/gif": (b"GIF87a", b"GIF89a"), "image/webp": (b"RIFF",)}
+
+
+def _content_problem(messages: list[Any]) -> str | None:
+    """What the Messages API would refuse in the turns' content blocks (text, image, document)."""
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            continue
+        if not isinstance(content, list) or not content:
+            return f"messages.{i}.content: Input should be a valid string or a non-empty list"
+        for j, block in enumerate(content):
+            problem = _block_problem(f"messages.{i}.content.{j}", block if isinstance(block, dict) else {})
+            if problem is not None:
+                return problem
+    return None
+
+
+def _block_problem(where: str, block: dict[str, Any]) -> str | None:
+    kind, source = block.get("type"), block.get("source")
+    if kind == "text":
+        return None if isinstance(block.get("text"), str) and block["text"] else (
+            "text content blocks must be non-empty")
+    if kind not in ("image", "document"):
+        return f"{where}: Input tag '{kind}' found using 'type' does not match any expected tag"
+    if not isinstance(source, dict) or source.get("type") not in ("base64", "text"):
+        return f"{where}.{kind}.source: Input tag does not match the expected tags"
+    media_type = source.get("media_type")
+    if source["type"] == "text":
+        text_ok = kind == "document" and media_type == "text/plain" and isinstance(source.get("data"), str)
+        return None if text_ok else f"{where}.{kind}.source.text: expected text/plain string data"
+    allowed = _IMAGE_MAGIC if kind == "image" else {"application/pdf": (b"%PDF-",)}
+    if media_type not in allowed:
+        return f"{where}.{kind}.source.base64.media_type: Input should be one of {sorted(allowed)}"
+    try:
+        data = base64.b64decode(str(source.get("data")), validate=True)
+    except ValueError:
+        return f"{where}.{kind}.source.base64.data: invalid base64 data"
+    if not data.startswith(allowed[media_type]):
+        return (f"{where}.image.source.base64: Image does not match the provided media type {media_type}"
+                if kind == "image" else "The PDF specified was not valid.")
+    return None

@@ -45,6 +45,12 @@ def _invalid(name: str, code: str, message: str) -> Json:
 _TOO_LONG = _invalid("content", "BASE_TYPE_MAX_LENGTH", "Must be 2000 or fewer in length.")
 
 
+def file(filename: str, data: bytes, content_type: str | None = None, **fields: Any) -> Json:
+    """An attachment to post with `message_create(attachments=[...])`: width, height for images;
+    duration_secs and waveform (with flags 8192) for a voice message."""
+    return {"filename": filename, "data": data, "content_type": content_type, **fields}
+
+
 def user(id: int, username: str, bot: bool = False, global_name: str | None = None) -> Json:
     """A user object shaped as Discord sends it."""
     return {
@@ -173,6 +179,9 @@ class DiscordStandIn:
         self.identifies: list[Json] = []
         self.resumes: list[Json] = []
         self.gateway_urls: list[str] = []  # path + query of every gateway connection
+        self.cdn: dict[str, bytes] = {}  # attachment path -> bytes
+        self.cdn_requests: list[str] = []
+        self.cdn_failures = 0  # the next this many CDN downloads answer 500
         self.connected = asyncio.Event()  # set on READY and RESUMED, cleared when the socket drops
         self._faults: list[_Fault] = []
         self._losses: list[_Loss] = []
@@ -200,6 +209,8 @@ class DiscordStandIn:
         app = web.Application(middlewares=[self._rest])
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get("/resume", self._gateway)
+        app.router.add_get("/attachments/{path:.+}", self._cdn)
+        app.router.add_get("/media/attachments/{path:.+}", self._cdn)
         routes: list[tuple[str, str, Callable[[web.Request], Any]]] = [
             ("GET", "/users/@me", self._get_me),
             ("POST", "/users/@me/channels", self._create_dm),
@@ -333,7 +344,7 @@ class DiscordStandIn:
         mention_everyone: bool = False,
         reference_id: int | None = None,
         reply_ping: bool = True,
-        attachments: int = 0,
+        attachments: int | list[Json] = 0,
         member_roles: Iterable[int] | None = None,
     ) -> Json:
         """Post a message from a user and return its MESSAGE_CREATE payload (after content blanking).
@@ -348,7 +359,8 @@ class DiscordStandIn:
         guild_id = guild_id if guild_id is not None else self._guild_of.get(channel_id)
         if guild_id is None and channel_id not in self._channels:
             self._add_dm(channel_id, author)
-        files = [f"file{i}.txt" for i in range(attachments)]
+        # A count of one-byte text files, or files made with `file()` (their bytes served on the CDN).
+        files = [f"file{i}.txt" for i in range(attachments)] if isinstance(attachments, int) else attachments
         msg = self._new_message(channel_id, author, content, guild_id, reference_id=reference_id, files=files)
         mentioned = [m if isinstance(m, dict) else self._users[int(m)] for m in mentions]
         replied = msg.get("referenced_message")
@@ -418,17 +430,13 @@ class DiscordStandIn:
         guild_id: int | None,
         *,
         reference_id: int | None = None,
-        files: Iterable[str] = (),
+        files: Iterable[str | Json] = (),
         embeds: Iterable[Json] = (),
     ) -> Json:
         """A message object without mentions; guild messages carry guild_id and the author's member."""
         msg_id = self._snowflake()
-        attachments = [
-            {"id": str(self._snowflake()), "filename": name, "size": 1, "content_type": "text/plain",
-             "url": f"{self.base_url}/attachments/{channel_id}/{name}",
-             "proxy_url": f"{self.base_url}/attachments/{channel_id}/{name}"}
-            for name in files
-        ]
+        attachments = [self._attachment(channel_id, file(name, b"x", "text/plain") if isinstance(name, str)
+                                        else name) for name in files]
         msg: Json = {
             "id": str(msg_id), "channel_id": str(channel_id), "author": author, "content": content,
             "timestamp": datetime.now(UTC).isoformat(), "edited_timestamp": None, "tts": False,
@@ -446,6 +454,29 @@ class DiscordStandIn:
             msg["member"] = self._member(guild_id, int(author["id"]))
         self._messages[msg_id] = msg
         return msg
+
+    def _attachment(self, channel_id: int, spec: Json) -> Json:
+        """An attachment object as Discord sends it; its bytes are served at its CDN-like URL."""
+        attachment_id = self._snowflake()
+        name, data = str(spec["filename"]), bytes(spec["data"])
+        path = f"/attachments/{channel_id}/{attachment_id}/{name}"
+        self.cdn[path] = data
+        signed = f"{self.base_url}{path}?ex=6a1b2c3d&is=6a19dabd&hm=0f{attachment_id:x}"
+        out: Json = {"id": str(attachment_id), "filename": name, "size": len(data), "url": signed,
+                     "proxy_url": signed.replace("/attachments/", "/media/attachments/", 1)}
+        out |= {k: spec[k] for k in ("content_type", "width", "height", "duration_secs", "waveform", "flags")
+                if spec.get(k) is not None}
+        return out
+
+    async def _cdn(self, request: web.Request) -> web.StreamResponse:
+        """The CDN: an attachment's bytes by path (the signature query is not checked)."""
+        path = request.path.removeprefix("/media")
+        self.cdn_requests.append(path)
+        data = self.cdn.get(path)
+        if data is None or self.cdn_failures > 0:
+            self.cdn_failures = max(0, self.cdn_failures - 1)
+            return web.Response(status=404 if data is None else 500, text="Not Found" if data is None else "")
+        return web.Response(body=data, content_type="application/octet-stream")
 
     def _visible(self, msg: Json) -> Json:
         """A MESSAGE_CREATE payload, blanked unless the session asked for the MESSAGE_CONTENT intent

@@ -31,6 +31,7 @@ __all__ = [
 
 JSON: TypeAlias = dict[str, Any]
 MAX_TEXT = 4096
+MAX_DOWNLOAD = 20 * 1024 * 1024  # getFile refuses bigger files ("file is too big")
 # Values PTB sends raw that must stay strings even when they look like JSON ("42", "true").
 _STRING_PARAMS = {"text", "caption", "parse_mode", "action", "language_code", "url", "emoji", "query"}
 _CHAT_ACTIONS = {"typing", "upload_photo", "record_video", "upload_video", "record_voice", "upload_voice",
@@ -113,8 +114,9 @@ def group_chat(id: int, title: str, supergroup: bool = False, forum: bool = Fals
 def message(
     chat: JSON, sender: JSON, text: str | None = None, *, message_id: int | None = None,
     date: int | None = None, entities: list[JSON] | None = None, caption: str | None = None,
-    photo: bool = False, sticker: bool = False, voice: bool = False, reply_to: JSON | None = None,
-    thread_id: int | None = None, is_topic_message: bool | None = None,
+    photo: bool | list[JSON] = False, sticker: bool = False, voice: bool = False,
+    reply_to: JSON | None = None, thread_id: int | None = None, is_topic_message: bool | None = None,
+    document: JSON | None = None, video: bool = False,
 ) -> JSON:
     """A Message dict; without message_id it takes the next id of a module-wide counter."""
     msg: JSON = {"message_id": next(_message_ids) if message_id is None else message_id,
@@ -125,15 +127,22 @@ def message(
     if entities:
         msg["entities" if text is not None else "caption_entities"] = entities
     n = msg["message_id"]
-    if photo:
+    if isinstance(photo, list):
+        msg["photo"] = photo
+    elif photo:
         msg["photo"] = [{"file_id": f"photo-{n}-{w}", "file_unique_id": f"p{n}{w}", "width": w,
                          "height": w, "file_size": w * 40} for w in (90, 320, 1280)]
     if sticker:
         msg["sticker"] = {"file_id": f"sticker-{n}", "file_unique_id": f"s{n}", "type": "regular",
                           "width": 512, "height": 512, "is_animated": False, "is_video": False, "emoji": "🙂"}
     if voice:
-        msg["voice"] = {"file_id": f"voice-{n}", "file_unique_id": f"v{n}", "duration": 2,
+        msg["voice"] = {"file_id": f"voice-{n}", "file_unique_id": f"v{n}", "duration": 42,
                         "mime_type": "audio/ogg", "file_size": 4000}
+    if video:
+        msg["video"] = {"file_id": f"video-{n}", "file_unique_id": f"m{n}", "width": 640, "height": 360,
+                        "duration": 12, "mime_type": "video/mp4", "file_size": 900_000}
+    if document is not None:
+        msg["document"] = document
     return msg
 
 
@@ -304,16 +313,22 @@ class TelegramStandIn:
         self._inflight: set[asyncio.Task[Any]] = set()
         self._runner: web.AppRunner | None = None
         self._port = 0
+        # Files the bot may download: file_id -> (file_unique_id, file_path, bytes).
+        self.files: dict[str, tuple[str, str, bytes]] = {}
+        self.downloads: list[str] = []  # file paths fetched from /file/bot<token>/<path>
+        self._file_ids = itertools.count(1)
         self._methods: dict[str, _Handler] = {
             "getme": self._get_me, "deletewebhook": self._delete_webhook, "getupdates": self._get_updates,
             "sendmessage": self._send_message, "editmessagetext": self._edit_message_text,
             "sendchataction": self._send_chat_action, "setmycommands": self._set_my_commands,
             "getmycommands": self._get_my_commands, "close": self._true, "logout": self._true,
+            "getfile": self._get_file,
         }
 
     async def __aenter__(self) -> TelegramStandIn:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         # handler_cancellation: a long poll whose client went away must not linger until its timeout.
         self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1, access_log=None)
         await self._runner.setup()
@@ -406,6 +421,22 @@ class TelegramStandIn:
         self._pushed.set()
         self._pushed = asyncio.Event()  # waiters hold the old, now set, event
         return update
+
+    def add_file(self, data: bytes, folder: str = "documents", extension: str = "") -> JSON:
+        """Keep bytes the bot can fetch (getFile, then the file URL); the fields every file object has."""
+        n = next(self._file_ids)
+        file_id, unique = f"AgACAgIAAxk-{n:06d}", f"AQAD{n:06d}"
+        self.files[file_id] = (unique, f"{folder}/file_{n}{extension}", data)
+        return {"file_id": file_id, "file_unique_id": unique, "file_size": len(data)}
+
+    def photo_sizes(self, *sizes: tuple[int, int, bytes]) -> list[JSON]:
+        """A message's `photo`: one PhotoSize per (width, height, JPEG bytes), smallest first."""
+        return [self.add_file(data, "photos", ".jpg") | {"width": w, "height": h} for w, h, data in sizes]
+
+    def document(self, data: bytes, file_name: str, mime_type: str | None = None) -> JSON:
+        """A message's `document` (the file_size Telegram states is the real one)."""
+        doc = self.add_file(data, "documents", "") | {"file_name": file_name}
+        return doc | ({"mime_type": mime_type} if mime_type else {})
 
     def push_message(self, chat: JSON, sender: JSON, text: str | None = None, **fields: Any) -> JSON:
         """Build a message (see `message()`) with the chat's next message id and push it."""
@@ -604,6 +635,31 @@ class TelegramStandIn:
         if p.get("action") not in _CHAT_ACTIONS:
             raise _ApiError(400, "Bad Request: wrong parameter action in request")
         return True
+
+    async def _get_file(self, p: JSON) -> JSON:
+        found = self.files.get(str(p.get("file_id") or ""))
+        if found is None:
+            raise _ApiError(400, "Bad Request: invalid file_id")
+        unique, path, data = found
+        if len(data) > MAX_DOWNLOAD:
+            raise _ApiError(400, "Bad Request: file is too big")
+        return {"file_id": p["file_id"], "file_unique_id": unique, "file_size": len(data), "file_path": path}
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        """GET /file/bot<token>/<file_path>: the file's bytes, as api.telegram.org serves them."""
+        path = request.match_info["path"]
+        call = Call("file", {"path": path}, time.monotonic())
+        self.calls.append(call)
+        if request.match_info["token"] != self.token:
+            return _error(call, 401, "Unauthorized")
+        fault = self._take_fault("file", None)
+        if fault is not None:
+            return _error(call, fault.status, fault.description)
+        data = next((d for _, p, d in self.files.values() if p == path), None)
+        if data is None:
+            return _error(call, 404, "Not Found")
+        self.downloads.append(path)
+        return web.Response(body=data, content_type="application/octet-stream")
 
     @staticmethod
     def _commands_key(p: JSON) -> tuple[str, str]:
