@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import structlog
 
 from bot.brain import Brain, Completion, ReplyRequest
-from bot.channel import Channel
+from bot.channel import Channel, Previewing
 from bot.compaction import NOTICE, Compactor
 from bot.config import Config
 from bot.context import REPLY_CALL, Context
@@ -23,6 +23,7 @@ from bot.embedding import Embedder
 from bot.errors import DeliveryError, MissingApiKeyError, ModelError
 from bot.messages import InboundMessage, OutboundMessage, StoredMessage
 from bot.outbox import Outbox
+from bot.preview import typing_until
 from bot.prompt import PromptFiles, conversation_turns, turn_system_prompt
 from bot.semantic_recall import SemanticRecall
 from bot.store import Store, delivery_key
@@ -58,8 +59,12 @@ class TurnRunner:
         key = inbound.session_key
         bound = log.bind(session_key=str(key))
         channel = self._channels.get(inbound.chat.provider)
-        # "typing…" from the start: triage is model work the user waits for too.
-        typing = channel.typing(inbound.chat) if channel is not None else contextlib.nullcontext()
+        reply_to = inbound.provider_message_id if not key.is_direct else None
+        # The reply shown while it is written, where the channel can (None: sent when complete).
+        preview = channel.preview(inbound.chat, reply_to) if isinstance(channel, Previewing) else None
+        # "typing…" from the start (triage is model work the user waits for too) to the first text.
+        typing = (typing_until(channel.typing(inbound.chat), preview) if channel is not None
+                  else contextlib.nullcontext())
         completion: Completion | None = None
         error: str | None = None
         call: ReplyRequest | None = None
@@ -83,7 +88,9 @@ class TurnRunner:
                                                     zone=ZoneInfo(self._config.agent.timezone)),
                         deadline=time.monotonic() + self._config.anthropic.timeout,
                     )
-                    completion = await self._brain.reply(call)
+                    completion = await self._brain.reply(
+                        call, on_text=preview.update if preview is not None else None
+                    )
                     text = completion.text.strip() or "(no reply)"
             except ModelError as exc:
                 error = str(exc)
@@ -99,11 +106,14 @@ class TurnRunner:
         fallback = completion is None and text == FALLBACK_REPLY
         facts = self._reply_facts(call, completion, error, fallback=fallback, model_ms=model_ms)
 
-        reply_to = inbound.provider_message_id if not key.is_direct else None
         # Told once, under the first reply after the session was compacted (the note is not
         # stored as conversation: it is about the chat, not part of it).
         notice = await self._compaction_notice(str(key))
-        outbound = OutboundMessage(inbound.chat, f"{text}\n\n{NOTICE}" if notice else text, reply_to)
+        full_text = f"{text}\n\n{NOTICE}" if notice else text
+        # A preview message becomes the reply's first chunk; a half answer in it (the model failed
+        # mid-stream) is replaced by whatever is sent instead.
+        preview_id = await preview.finish(full_text) if preview is not None else None
+        outbound = OutboundMessage(inbound.chat, full_text, reply_to, preview_id=preview_id)
         send_started = time.perf_counter()
         # A reply the model did not write (the apology, a missing-key notice) is delivered and
         # kept, but never sent back to the model as something the agent said.

@@ -23,13 +23,16 @@ import aiohttp
 import structlog
 
 from bot.access import TEXT_ONLY_REPLY, RefusalNotices, refused_dm_reply
-from bot.channel import ChunkSent, Intake
+from bot.channel import ChunkSent, Intake, ReplyPreview
 from bot.chunking import split_message
 from bot.config import DiscordConfig
 from bot.errors import DeliveryError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.preview import PreviewStream
+from channels import discord_normalise
 from channels.discord_catch_up import CatchUp
 from channels.discord_normalise import PROVIDER, DiscordMessage, admit, read_message, to_inbound
+from channels.discord_preview import DiscordPreview, edit_into
 
 with warnings.catch_warnings():
     # discord.py imports the stdlib audioop (deprecated since 3.11) for voice, which we never use.
@@ -52,8 +55,7 @@ DRAIN_TIMEOUT = 2.0
 # A message the core could not store is handed over again after this, doubling up to the cap.
 SUBMIT_RETRY_DELAY = 0.5
 MAX_SUBMIT_RETRY_DELAY = 30.0
-# Discord's limit on a message nonce.
-NONCE_LENGTH = 25
+NONCE_LENGTH = 25  # Discord's limit on a message nonce
 # Model output may mention users by name but must never ping anyone, let alone @everyone or roles.
 NO_PINGS = discord.AllowedMentions(everyone=False, users=False, roles=False, replied_user=False)
 
@@ -68,17 +70,6 @@ def nonce_of(delivery_key: str, index: int) -> str:
     if len(nonce) <= NONCE_LENGTH:
         return nonce
     return hashlib.blake2b(nonce.encode(), digest_size=12).hexdigest()
-
-
-def default_intents() -> discord.Intents:
-    """Guilds (channel, thread and role cache), guild and DM messages, and their content; no typing,
-    reaction, voice or presence events we would only throw away."""
-    intents = discord.Intents.none()
-    intents.guilds = True
-    intents.guild_messages = True
-    intents.dm_messages = True
-    intents.message_content = True
-    return intents
 
 
 class _Client(discord.Client):
@@ -164,7 +155,7 @@ class DiscordChannel:
         """Log in and stay connected until closed; True when worth retrying (Discord unreachable)."""
         client = self._client = _Client(
             self,
-            intents=default_intents(),
+            intents=discord_normalise.default_intents(),
             guild_ready_timeout=self._guild_ready_timeout,
             allowed_mentions=NO_PINGS,
             max_messages=None,  # the store keeps history; no message cache needed
@@ -341,7 +332,11 @@ class DiscordChannel:
                 # discord.py sends it with enforce_nonce: a resend returns the first message.
                 options["nonce"] = nonce_of(message.delivery_key, index)
             try:
-                posted = await channel.send(chunk, **options)
+                preview_id = message.preview_id if index == 0 else None
+                if preview_id is not None and await edit_into(channel, int(preview_id), chunk, NO_PINGS):
+                    posted_id = preview_id  # the preview message is the first chunk
+                else:
+                    posted_id = str((await channel.send(chunk, **options)).id)
             except discord.HTTPException as exc:
                 # 4xx cannot succeed on retry (no permission, unknown channel, bad request);
                 # 429s never get here: discord.py waits them out.
@@ -359,10 +354,18 @@ class DiscordChannel:
                 raise DeliveryError(
                     f"Discord send failed: {type(exc).__name__}: {exc}", sent_ids=sent
                 ) from exc
-            sent.append(str(posted.id))
+            sent.append(posted_id)
             if on_chunk is not None:
-                await on_chunk(index, str(posted.id))
+                await on_chunk(index, posted_id)
         return sent
+
+    def preview(self, chat: ChatRef, reply_to_id: str | None) -> ReplyPreview | None:
+        """One message edited in place as the reply grows; None with streaming off."""
+        if self._config.streaming == "off":
+            return None
+        surface = DiscordPreview(lambda: self._messageable(chat), reply_to_id, mentions=NO_PINGS,
+                                 chunks=lambda text: split_message(text, MESSAGE_LIMIT, max_lines=MAX_LINES))
+        return PreviewStream(surface, name=f"preview {chat.chat_id}")
 
     @asynccontextmanager
     async def typing(self, chat: ChatRef) -> AsyncIterator[None]:

@@ -184,3 +184,14 @@ def to_inbound(
         sent_at=msg.created_at,
         command=command_of(msg, bot_id=bot_id) if may_start else None,
     )
+
+
+def default_intents() -> discord.Intents:
+    """Guilds (channel, thread and role cache), guild and DM messages, and their content; no typing,
+    reaction, voice or presence events we would only throw away."""
+    intents = discord.Intents.none()
+    intents.guilds = True
+    intents.guild_messages = True
+    intents.dm_messages = True
+    intents.message_content = True
+    return intents

@@ -32,15 +32,17 @@ from telegram.error import (
 from telegram.ext import AIORateLimiter, Application, BaseRateLimiter
 
 from bot.access import TEXT_ONLY_REPLY, RefusalNotices, refused_dm_reply
-from bot.channel import ChunkSent, Intake
+from bot.channel import ChunkSent, Intake, ReplyPreview
 from bot.chunking import split_message
 from bot.commands import COMMANDS
 from bot.config import TelegramConfig
 from bot.errors import DeliveryError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.preview import PreviewStream
 from channels.telegram_html import to_telegram_html
 from channels.telegram_intake import UpdatePoller
 from channels.telegram_normalise import PROVIDER, BotIdentity, admit, to_inbound
+from channels.telegram_preview import TelegramPreview, edit_into
 from channels.telegram_request import AiohttpRequest
 
 log = structlog.get_logger("switchboard.telegram")
@@ -121,6 +123,7 @@ class TelegramChannel:
         )
         self._notices = RefusalNotices()
         self._notice_tasks: set[asyncio.Task[None]] = set()
+        self._no_drafts: set[str] = set()  # private chats where Telegram refused a draft
         self._stopped = asyncio.Event()
         self.ready = asyncio.Event()
 
@@ -259,7 +262,12 @@ class TelegramChannel:
             if index == 0 and message.reply_to_id is not None:
                 reply = ReplyParameters(int(message.reply_to_id), allow_sending_without_reply=True)
             try:
-                result = await self._send_chunk(chat, chunk, reply)
+                if index == 0 and message.preview_id is not None and await edit_into(
+                    self._app.bot, chat, int(message.preview_id), chunk
+                ):
+                    sent_id = message.preview_id  # the preview message is the first chunk
+                else:
+                    sent_id = str((await self._send_chunk(chat, chunk, reply)).message_id)
             except TelegramError as exc:
                 permanent = isinstance(exc, Forbidden | BadRequest)
                 if isinstance(exc, Forbidden):
@@ -268,10 +276,18 @@ class TelegramChannel:
                     f"Telegram refused the message: {type(exc).__name__}: {exc}",
                     sent_ids=sent, permanent=permanent,
                 ) from exc
-            sent.append(str(result.message_id))
+            sent.append(sent_id)
             if on_chunk is not None:
-                await on_chunk(index, str(result.message_id))
+                await on_chunk(index, sent_id)
         return sent
+
+    def preview(self, chat: ChatRef, reply_to_id: str | None) -> ReplyPreview | None:
+        """A draft in private chats, else a message edited in place; None with streaming off."""
+        if self._config.streaming == "off":
+            return None
+        surface = TelegramPreview(self._app.bot, chat, reply_to_id, private=int(chat.chat_id) > 0,
+                                  no_drafts=self._no_drafts, chunks=telegram_chunks)
+        return PreviewStream(surface, name=f"preview {chat.chat_id}")
 
     async def _send_chunk(self, chat: ChatRef, chunk: str, reply: ReplyParameters | None) -> Message:
         try:

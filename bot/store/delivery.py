@@ -97,13 +97,13 @@ class Delivery(Database):
         """Replies in the outbox, oldest first, each to be sent from its first undelivered chunk."""
         rows = await self._conn.execute_fetchall(
             "SELECT o.message_id, m.session_key, o.created_at, o.provider, o.chat_id, o.thread_id, "
-            "o.reply_to_id, o.text, o.chunks_sent FROM outbox o JOIN messages m ON m.id = o.message_id "
-            "ORDER BY o.message_id"
+            "o.reply_to_id, o.text, o.chunks_sent, o.preview_id FROM outbox o "
+            "JOIN messages m ON m.id = o.message_id ORDER BY o.message_id"
         )
         return [
             PendingDelivery(row[0], row[1], row[2], OutboundMessage(
                 ChatRef(row[3], row[4], row[5]), row[7], row[6], delivery_key=delivery_key(row[0]),
-                skip_chunks=row[8],
+                skip_chunks=row[8], preview_id=row[9],
             ))
             for row in rows
         ]

@@ -231,4 +231,10 @@ MIGRATIONS: list[str] = [
 
     ALTER TABLE messages ADD COLUMN fallback INTEGER NOT NULL DEFAULT 0;
     """,
+    # 7: streamed replies. The message that showed a reply while it was written (edited in place);
+    # delivery edits it into the first chunk, so a restart neither posts that chunk twice nor
+    # leaves a half answer in the preview.
+    """
+    ALTER TABLE outbox ADD COLUMN preview_id TEXT;
+    """,
 ]

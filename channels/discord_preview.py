@@ -1,0 +1,78 @@
+"""Discord reply previews: one message posted at the first sentence and edited as the reply grows.
+
+Discord allows about 5 edits per 5 seconds per channel; the preview stays under that with the
+final edit included (the outbox edits the preview into the reply's first chunk, `edit_into`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from bot.preview import has_first_sentence
+
+with warnings.catch_warnings():
+    # discord.py imports the stdlib audioop (deprecated since 3.11) for voice, which we never use.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import discord
+
+# Four preview edits in any 5 s leave the fifth for the final one.
+EDIT_INTERVAL = 1.25
+# A reply complete within this gains nothing from a message posted early.
+EDIT_START_AFTER = 1.0
+
+
+class DiscordPreview:
+    """The preview surface of one reply in one channel (see `bot.preview.PreviewStream`)."""
+
+    def __init__(
+        self, channel_of: Callable[[], discord.PartialMessageable], reply_to_id: str | None, *,
+        chunks: Callable[[str], list[str]], mentions: discord.AllowedMentions,
+    ) -> None:
+        self._channel_of = channel_of  # raises DeliveryError while Discord is not connected
+        self._reply_to_id = reply_to_id
+        self._chunks = chunks
+        self._mentions = mentions
+        self._message_id: int | None = None
+        self._shown: str | None = None
+
+    @property
+    def interval(self) -> float:
+        return EDIT_INTERVAL
+
+    def ready(self, text: str, elapsed: float) -> bool:
+        return elapsed >= EDIT_START_AFTER and has_first_sentence(text)
+
+    async def show(self, text: str) -> None:
+        chunks = self._chunks(text)
+        chunk = chunks[0] if chunks else text
+        if chunk == self._shown:
+            return  # the reply grew past the first message: its preview is complete
+        channel = self._channel_of()
+        if self._message_id is None:
+            options: dict[str, Any] = {"allowed_mentions": self._mentions}
+            if self._reply_to_id is not None:
+                options["reference"] = discord.MessageReference(
+                    message_id=int(self._reply_to_id), channel_id=channel.id, fail_if_not_exists=False
+                )
+            self._message_id = (await channel.send(chunk, **options)).id
+        else:
+            await channel.get_partial_message(self._message_id).edit(content=chunk,
+                                                                     allowed_mentions=self._mentions)
+        self._shown = chunk
+
+    async def close(self, final: str) -> str | None:
+        return str(self._message_id) if self._message_id is not None else None
+
+
+async def edit_into(
+    channel: discord.PartialMessageable, message_id: int, chunk: str, mentions: discord.AllowedMentions
+) -> bool:
+    """Edit a preview message into its final text; False when it is gone (deleted by someone) and
+    the chunk must be posted instead. Other failures raise as a send's would."""
+    try:
+        await channel.get_partial_message(message_id).edit(content=chunk, allowed_mentions=mentions)
+    except discord.NotFound:
+        return False
+    return True
