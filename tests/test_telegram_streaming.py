@@ -20,6 +20,7 @@ from bot.messages import ChatRef, OutboundMessage
 from bot.store import Store
 from bot.turn import FALLBACK_REPLY
 from channels.telegram import TelegramChannel
+from channels.telegram_preview import edit_into
 from tests.harness import API_KEY, config_data, router_of, running
 from tests.standins.anthropic_api import AnthropicStandIn, Error, Text
 from tests.standins.telegram_api import (
@@ -224,7 +225,9 @@ async def test_a_retried_attempt_starts_the_preview_over(
     (sent,) = [m for m in tg.sent if m.chat_id == -100123]
     shown = [sent.visible_text] + [e.visible_text for e in tg.edits if e.message_id == sent.message_id]
     assert shown[0].startswith("Something else")
-    assert any(ANSWER.startswith(t) and t != ANSWER for t in shown[1:-1]) or len(shown) == 2
+    retry = next(i for i, text in enumerate(shown) if text.startswith("Tides"))
+    assert all(first.startswith(text) for text in shown[:retry])
+    assert all(ANSWER.startswith(text) for text in shown[retry:])  # never the old words again
     assert shown[-1] == ANSWER
 
 
@@ -264,7 +267,7 @@ async def test_a_preview_not_yet_recorded_as_the_first_chunk_is_edited_after_a_r
         await asyncio.sleep(0.2)
 
     assert tg.sent == []
-    assert final_text_after_restart(tg, partial.message_id) == ANSWER
+    assert [e.visible_text for e in tg.edits if e.message_id == partial.message_id] == [ANSWER]
     assert api.count == 0
     async with Store.open(config.database_path()) as store:
         assert await store.pending_deliveries() == []
@@ -272,5 +275,33 @@ async def test_a_preview_not_yet_recorded_as_the_first_chunk_is_edited_after_a_r
     assert found is not None and found.id == reply.id
 
 
-def final_text_after_restart(tg: TelegramStandIn, message_id: int) -> str:
-    return [e.visible_text for e in tg.edits if e.message_id == message_id][-1]
+async def test_the_final_edit_accepts_not_modified_and_reposts_a_preview_someone_deleted(
+    tg: TelegramStandIn,
+) -> None:
+    """Editing a preview into its final text succeeds when it already shows it (Telegram's "message
+    is not modified"), and says so when the message is gone, so the chunk is posted instead."""
+    chat = ChatRef("telegram", "-100123")
+    async with Bot(tg.token, base_url=tg.base_url) as bot:
+        preview = await bot.send_message(-100123, "All of it.")
+        assert await edit_into(bot, chat, preview.message_id, "All of it.")
+        assert await edit_into(bot, chat, preview.message_id, "All of it, **bold**.")
+        assert not await edit_into(bot, chat, preview.message_id + 50, "Lost.")
+    (not_modified, changed, missing) = tg.calls_of("editMessageText")
+    assert not_modified.failed and missing.failed and not changed.failed
+    assert [e.visible_text for e in tg.edits] == ["All of it, bold."]
+
+
+async def test_a_draft_answered_429_is_waited_out_and_the_reply_lands_once(
+    tg: TelegramStandIn, api: AnthropicStandIn, telegram_config: Callable[..., Config]
+) -> None:
+    """Telegram's flood control on a draft (429 with retry_after) is waited out by the rate limiter;
+    the draft goes on growing and the reply still arrives exactly once."""
+    tg.fail_next("sendMessageDraft", retry_after=1)
+    config = telegram_config()
+    api.script(slowly(ANSWER, 4.0))
+    async with telegram_daemon(config) as daemon:
+        await answered(tg, daemon, private_chat(ADA), "why are there tides?")
+
+    assert tg.calls_of("sendMessageDraft")[0].failed
+    assert len(tg.drafts) >= 2
+    assert [(m.chat_id, m.visible_text) for m in tg.sent] == [(42, ANSWER)]
