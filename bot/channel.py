@@ -14,6 +14,8 @@ Submit = Callable[[InboundMessage], Awaitable[None]]
 # Called after each chunk of a reply reaches the platform, with its index and platform id, so the
 # outbox can record it before the next one is sent (a restart then sends only the missing chunks).
 ChunkSent = Callable[[int, str], Awaitable[None]]
+# Called with the platform id of a message posted to preview a reply, so it can be kept durably.
+PreviewPosted = Callable[[str], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +101,13 @@ class ReplyPreview(Protocol):
 class Previewing(Protocol):
     """A channel that can show replies while they are written."""
 
-    def preview(self, chat: ChatRef, reply_to_id: str | None) -> ReplyPreview | None:
-        """A preview for one reply, or None where streaming is off or the chat has none."""
+    def preview(
+        self, chat: ChatRef, reply_to_id: str | None, *, resume_id: str | None = None,
+        on_posted: PreviewPosted | None = None,
+    ) -> ReplyPreview | None:
+        """A preview for one reply, or None where streaming is off or the chat has none.
+
+        `resume_id`: a preview message an interrupted earlier turn left, edited instead of posting
+        a new one; `on_posted` is told the id of a preview message when one is posted.
+        """
         ...

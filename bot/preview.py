@@ -19,7 +19,9 @@ from typing import Protocol
 
 import structlog
 
-from bot.channel import ReplyPreview
+from bot.channel import Channel, Previewing, PreviewPosted, ReplyPreview
+from bot.messages import ChatRef
+from bot.store import Store
 
 log = structlog.get_logger("switchboard.preview")
 
@@ -31,6 +33,26 @@ FIRST_SENTENCE_CHARS = 160
 
 def has_first_sentence(text: str) -> bool:
     return len(text) >= FIRST_SENTENCE_CHARS or FIRST_SENTENCE.search(text.strip()) is not None
+
+
+async def open_preview(
+    channel: Channel | None, chat: ChatRef, reply_to_id: str | None, store: Store, request_id: int
+) -> ReplyPreview | None:
+    """The preview of the reply to a stored request, where the channel shows one; it picks up the
+    preview message an interrupted earlier turn for the same request left, and keeps the id of any
+    message it posts with the request, so a crash mid-reply never leaves half an answer behind."""
+    if not isinstance(channel, Previewing):
+        return None
+    try:
+        earlier = await store.preview_of(request_id)
+    except Exception as exc:  # a preview is worth no failed turn
+        log.warning("earlier preview unreadable", request_id=request_id, error=f"{type(exc).__name__}: {exc}")
+        earlier = None
+
+    async def keep(posted: str) -> None:
+        await store.record_preview(request_id, posted)
+
+    return channel.preview(chat, reply_to_id, resume_id=earlier, on_posted=keep)
 
 
 class PreviewSurface(Protocol):
@@ -45,8 +67,9 @@ class PreviewSurface(Protocol):
         """Whether the first update may go out, `elapsed` seconds after the first text arrived."""
         ...
 
-    async def show(self, text: str) -> None:
-        """Show the reply so far (Markdown, possibly cut mid-word); raising ends the preview."""
+    async def show(self, text: str) -> str | None:
+        """Show the reply so far (Markdown, possibly cut mid-word); the id of a message it posted
+        to do so, the first time; raising ends the preview."""
         ...
 
     async def close(self, final: str) -> str | None:
@@ -57,9 +80,12 @@ class PreviewSurface(Protocol):
 class PreviewStream:
     """Shows a reply through a surface while it streams; a ReplyPreview for the turn."""
 
-    def __init__(self, surface: PreviewSurface, *, name: str = "preview") -> None:
+    def __init__(
+        self, surface: PreviewSurface, *, name: str = "preview", on_posted: PreviewPosted | None = None
+    ) -> None:
         self._surface = surface
         self._name = name
+        self._on_posted = on_posted
         self._latest = ""
         self._last_shown: str | None = None
         self._first_text_at: float | None = None
@@ -119,10 +145,15 @@ class PreviewStream:
             if self._closing.is_set() or not text.strip() or text == self._last_shown:
                 continue
             try:
-                await self._surface.show(text)
+                posted = await self._surface.show(text)
             except Exception as exc:  # the reply is sent in full at the end all the same
                 log.warning("reply preview stopped", error=f"{type(exc).__name__}: {exc}")
                 return
+            if posted is not None and self._on_posted is not None:
+                try:
+                    await self._on_posted(posted)
+                except Exception as exc:  # only a restart mid-reply would miss it
+                    log.warning("preview message not recorded", error=f"{type(exc).__name__}: {exc}")
             self._last_shown = text
             last_update = loop.time()
             self._shown.set()

@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import structlog
 
 from bot.brain import Brain, Completion, ReplyRequest
-from bot.channel import Channel, Previewing
+from bot.channel import Channel
 from bot.compaction import NOTICE, Compactor
 from bot.config import Config
 from bot.context import REPLY_CALL, Context
@@ -23,7 +23,7 @@ from bot.embedding import Embedder
 from bot.errors import DeliveryError, MissingApiKeyError, ModelError
 from bot.messages import InboundMessage, OutboundMessage, StoredMessage
 from bot.outbox import Outbox
-from bot.preview import typing_until
+from bot.preview import open_preview, typing_until
 from bot.prompt import PromptFiles, conversation_turns, turn_system_prompt
 from bot.semantic_recall import SemanticRecall
 from bot.store import Store, delivery_key
@@ -61,7 +61,7 @@ class TurnRunner:
         channel = self._channels.get(inbound.chat.provider)
         reply_to = inbound.provider_message_id if not key.is_direct else None
         # The reply shown while it is written, where the channel can (None: sent when complete).
-        preview = channel.preview(inbound.chat, reply_to) if isinstance(channel, Previewing) else None
+        preview = await open_preview(channel, inbound.chat, reply_to, self._store, request.id)
         # "typing…" from the start (triage is model work the user waits for too) to the first text.
         typing = (typing_until(channel.typing(inbound.chat), preview) if channel is not None
                   else contextlib.nullcontext())

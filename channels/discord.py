@@ -23,7 +23,7 @@ import aiohttp
 import structlog
 
 from bot.access import TEXT_ONLY_REPLY, RefusalNotices, refused_dm_reply
-from bot.channel import ChunkSent, Intake, ReplyPreview
+from bot.channel import ChunkSent, Intake, PreviewPosted, ReplyPreview
 from bot.chunking import split_message
 from bot.config import DiscordConfig
 from bot.errors import DeliveryError
@@ -50,8 +50,7 @@ TYPING_REFRESH = 8.0
 TYPING_CAP = 120.0
 # discord.py sleeps through any 429; past this the reply fails instead of blocking its session.
 MAX_RATE_LIMIT_WAIT = 60.0
-# Messages already received are handed to the core for at most this long after stop().
-DRAIN_TIMEOUT = 2.0
+DRAIN_TIMEOUT = 2.0  # messages already received are handed to the core this long at most after stop()
 # A message the core could not store is handed over again after this, doubling up to the cap.
 SUBMIT_RETRY_DELAY = 0.5
 MAX_SUBMIT_RETRY_DELAY = 30.0
@@ -359,13 +358,14 @@ class DiscordChannel:
                 await on_chunk(index, posted_id)
         return sent
 
-    def preview(self, chat: ChatRef, reply_to_id: str | None) -> ReplyPreview | None:
+    def preview(self, chat: ChatRef, reply_to_id: str | None, *, resume_id: str | None = None,
+                on_posted: PreviewPosted | None = None) -> ReplyPreview | None:
         """One message edited in place as the reply grows; None with streaming off."""
         if self._config.streaming == "off":
             return None
-        surface = DiscordPreview(lambda: self._messageable(chat), reply_to_id, mentions=NO_PINGS,
-                                 chunks=lambda text: split_message(text, MESSAGE_LIMIT, max_lines=MAX_LINES))
-        return PreviewStream(surface, name=f"preview {chat.chat_id}")
+        surface = DiscordPreview(lambda: self._messageable(chat), reply_to_id, NO_PINGS, resume_id,
+                                 lambda text: split_message(text, MESSAGE_LIMIT, max_lines=MAX_LINES))
+        return PreviewStream(surface, name=f"preview {chat.chat_id}", on_posted=on_posted)
 
     @asynccontextmanager
     async def typing(self, chat: ChatRef) -> AsyncIterator[None]:

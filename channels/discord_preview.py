@@ -27,14 +27,15 @@ class DiscordPreview:
     """The preview surface of one reply in one channel (see `bot.preview.PreviewStream`)."""
 
     def __init__(
-        self, channel_of: Callable[[], discord.PartialMessageable], reply_to_id: str | None, *,
-        chunks: Callable[[str], list[str]], mentions: discord.AllowedMentions,
+        self, channel_of: Callable[[], discord.PartialMessageable], reply_to_id: str | None,
+        mentions: discord.AllowedMentions, resume_id: str | None, chunks: Callable[[str], list[str]],
     ) -> None:
         self._channel_of = channel_of  # raises DeliveryError while Discord is not connected
         self._reply_to_id = reply_to_id
         self._chunks = chunks
         self._mentions = mentions
-        self._message_id: int | None = None
+        # A message an interrupted turn left half-written is edited, never left behind.
+        self._message_id = int(resume_id) if resume_id is not None else None
         self._shown: str | None = None
 
     @property
@@ -44,23 +45,24 @@ class DiscordPreview:
     def ready(self, text: str, elapsed: float) -> bool:
         return elapsed >= EDIT_START_AFTER and has_first_sentence(text)
 
-    async def show(self, text: str) -> None:
+    async def show(self, text: str) -> str | None:
         chunks = self._chunks(text)
         chunk = chunks[0] if chunks else text
         if chunk == self._shown:
-            return  # the reply grew past the first message: its preview is complete
+            return None  # the reply grew past the first message: its preview is complete
         channel = self._channel_of()
-        if self._message_id is None:
+        posted = None
+        if self._message_id is None or not await edit_into(channel, self._message_id, chunk, self._mentions):
+            # The first time, or the message was deleted meanwhile.
             options: dict[str, Any] = {"allowed_mentions": self._mentions}
             if self._reply_to_id is not None:
                 options["reference"] = discord.MessageReference(
                     message_id=int(self._reply_to_id), channel_id=channel.id, fail_if_not_exists=False
                 )
             self._message_id = (await channel.send(chunk, **options)).id
-        else:
-            await channel.get_partial_message(self._message_id).edit(content=chunk,
-                                                                     allowed_mentions=self._mentions)
+            posted = str(self._message_id)
         self._shown = chunk
+        return posted
 
     async def close(self, final: str) -> str | None:
         return str(self._message_id) if self._message_id is not None else None

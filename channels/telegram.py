@@ -32,7 +32,7 @@ from telegram.error import (
 from telegram.ext import AIORateLimiter, Application, BaseRateLimiter
 
 from bot.access import TEXT_ONLY_REPLY, RefusalNotices, refused_dm_reply
-from bot.channel import ChunkSent, Intake, ReplyPreview
+from bot.channel import ChunkSent, Intake, PreviewPosted, ReplyPreview
 from bot.chunking import split_message
 from bot.commands import COMMANDS
 from bot.config import TelegramConfig
@@ -281,13 +281,16 @@ class TelegramChannel:
                 await on_chunk(index, sent_id)
         return sent
 
-    def preview(self, chat: ChatRef, reply_to_id: str | None) -> ReplyPreview | None:
+    def preview(
+        self, chat: ChatRef, reply_to_id: str | None, *, resume_id: str | None = None,
+        on_posted: PreviewPosted | None = None,
+    ) -> ReplyPreview | None:
         """A draft in private chats, else a message edited in place; None with streaming off."""
         if self._config.streaming == "off":
             return None
         surface = TelegramPreview(self._app.bot, chat, reply_to_id, private=int(chat.chat_id) > 0,
-                                  no_drafts=self._no_drafts, chunks=telegram_chunks)
-        return PreviewStream(surface, name=f"preview {chat.chat_id}")
+                                  no_drafts=self._no_drafts, chunks=telegram_chunks, resume_id=resume_id)
+        return PreviewStream(surface, name=f"preview {chat.chat_id}", on_posted=on_posted)
 
     async def _send_chunk(self, chat: ChatRef, chunk: str, reply: ReplyParameters | None) -> Message:
         try:

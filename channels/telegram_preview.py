@@ -46,7 +46,7 @@ class TelegramPreview:
 
     def __init__(
         self, bot: Bot, chat: ChatRef, reply_to_id: str | None, *, private: bool,
-        no_drafts: set[str], chunks: Chunker,
+        no_drafts: set[str], chunks: Chunker, resume_id: str | None = None,
     ) -> None:
         self._bot = bot
         self._chat = chat
@@ -54,9 +54,10 @@ class TelegramPreview:
         self._private = private
         self._no_drafts = no_drafts
         self._chunks = chunks
-        self._drafting = private and chat.chat_id not in no_drafts
+        # A message an interrupted turn left half-written is edited, never left behind.
+        self._message_id = int(resume_id) if resume_id is not None else None
+        self._drafting = private and chat.chat_id not in no_drafts and self._message_id is None
         self._draft_id = secrets.randbelow(2**31 - 1) + 1
-        self._message_id: int | None = None
         self._shown: str | None = None  # the Markdown chunk on screen
         self._drafted_at = 0.0
 
@@ -69,16 +70,16 @@ class TelegramPreview:
     def ready(self, text: str, elapsed: float) -> bool:
         return self._drafting or (elapsed >= EDIT_START_AFTER and has_first_sentence(text))
 
-    async def show(self, text: str) -> None:
+    async def show(self, text: str) -> str | None:
         chunk = self._first_chunk(text)
         now = asyncio.get_running_loop().time()
         if chunk == self._shown and not (self._drafting and now - self._drafted_at > DRAFT_REFRESH):
-            return  # the reply grew past the first message: its preview is complete
+            return None  # the reply grew past the first message: its preview is complete
         if self._drafting:
             try:
                 await self._draft(chunk)
                 self._shown, self._drafted_at = chunk, now
-                return
+                return None
             except BadRequest as exc:
                 # Drafts refused here (not a private chat, an old client, a server that lacks them):
                 # this reply and the chat's next ones are shown by editing a message instead. A
@@ -87,11 +88,12 @@ class TelegramPreview:
                          error=str(exc))
                 self._no_drafts.add(self._chat.chat_id)
                 self._drafting = False
-        if self._message_id is None:
-            self._message_id = await self._post(chunk)
-        else:
-            await edit_into(self._bot, self._chat, self._message_id, chunk)
+        posted = None
+        if self._message_id is None or not await edit_into(self._bot, self._chat, self._message_id, chunk):
+            self._message_id = await self._post(chunk)  # the first time, or the old one was deleted
+            posted = str(self._message_id)
         self._shown = chunk
+        return posted
 
     async def close(self, final: str) -> str | None:
         if self._drafting and self._shown is not None and not final.startswith(self._shown):

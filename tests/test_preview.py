@@ -20,13 +20,14 @@ class RecordingSurface:
     def ready(self, text: str, elapsed: float) -> bool:
         return has_first_sentence(text) if self.ready_after_sentence else True
 
-    async def show(self, text: str) -> None:
+    async def show(self, text: str) -> str | None:
         self.calls.append(("show", text))
         if self.fail:
             raise RuntimeError("platform refused")
         if self.gate is not None:
             await self.gate.wait()
         self.calls.append(("shown", text))
+        return "preview-1" if len(self.calls) == 2 else None  # posted by the first update
 
     async def close(self, final: str) -> str | None:
         self.calls.append(("close", final))
@@ -115,3 +116,23 @@ async def test_a_restarted_reply_replaces_what_was_shown() -> None:
     assert [text for call, text in surface.calls if call == "shown"] == [
         "First attempt, long and doomed.", "Second."]
     await stream.finish("Second.")
+
+
+async def test_the_message_posted_for_a_preview_is_reported_once_and_a_failed_report_is_harmless() -> None:
+    """The id of the message a preview posts is handed over once (to be kept with the request);
+    a report that fails does not stop the preview."""
+    surface = RecordingSurface()
+    reported: list[str] = []
+
+    async def keep(posted: str) -> None:
+        reported.append(posted)
+        raise RuntimeError("database locked")
+
+    stream = PreviewStream(surface, on_posted=keep)
+    stream.update("One.")
+    await settle()
+    stream.update("One. Two.")
+    await settle()
+    assert reported == ["preview-1"]
+    assert [text for call, text in surface.calls if call == "shown"] == ["One.", "One. Two."]
+    await stream.finish("One. Two.")

@@ -59,11 +59,13 @@ def telegram_config(
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", tg.token)
 
     def make(**telegram: Any) -> Config:
+        router = telegram.pop("router", {})
         section = {"enabled": True, "base_url": tg.base_url, "allow_from": [42], "groups": [-100123],
                    **telegram}
         # One retry and room for a slow stream: the model here takes seconds on purpose.
         anthropic = {"timeout": 20.0, "max_retries": 1}
-        return make_config(config_data(api, channels={"telegram": section}, anthropic=anthropic))
+        return make_config(config_data(api, channels={"telegram": section}, anthropic=anthropic,
+                                       router=router))
 
     return make
 
@@ -244,6 +246,34 @@ async def test_streaming_off_sends_the_reply_once_complete_as_before(
 
     assert tg.calls_of("sendMessageDraft") == [] and tg.edits == []
     assert [(m.chat_id, m.visible_text) for m in tg.sent] == [(42, ANSWER), (-100123, ANSWER)]
+
+
+async def test_a_reply_cut_off_mid_stream_by_a_stop_is_finished_in_its_preview_after_the_restart(
+    tg: TelegramStandIn, api: AnthropicStandIn, telegram_config: Callable[..., Config]
+) -> None:
+    """A daemon stopped (its turn abandoned) while the model was still writing leaves a half
+    answer in the group only until the restart: the request is answered again into that same
+    message, and no second message is posted."""
+    config = telegram_config(router={"shutdown_grace": 0.2})
+    api.script(slowly(ANSWER, 20.0, parts=40))
+    async with telegram_daemon(config):
+        pushed = tg.push_message(GROUP, ADA, f"@{BOT} why are there tides?",
+                                 entities=mention_entities(f"@{BOT} why are there tides?", BOT))
+        (preview,) = await tg.wait_for(lambda: tg.sent, timeout=10)
+    assert preview.visible_text != ANSWER and ANSWER.startswith(preview.visible_text)
+
+    api.script(Text(ANSWER))
+    async with telegram_daemon(config):
+        await tg.wait_for(lambda: [m for m in [*tg.sent, *tg.edits] if m.visible_text == ANSWER])
+        await asyncio.sleep(0.2)
+
+    assert tg.sent == [preview]
+    assert final_text(tg, -100123, preview.message_id) == ANSWER
+    assert await stored_reply(config, GROUP_KEY, -100123, [preview.message_id]) == ANSWER
+    async with Store.open(config.database_path()) as store:
+        question = await store.message_by_provider_id(
+            ChatRef("telegram", "-100123"), str(pushed["message"]["message_id"]))
+    assert question is not None and question.unanswered is None
 
 
 async def test_a_preview_not_yet_recorded_as_the_first_chunk_is_edited_after_a_restart(

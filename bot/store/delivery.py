@@ -56,6 +56,20 @@ class Delivery(Database):
                 (reason, message_id),
             )
 
+    async def record_preview(self, request_id: int, provider_message_id: str) -> None:
+        """A message posted to show the reply to this request while it is written (a preview)."""
+        async with self._transaction():
+            await self._conn.execute(
+                "UPDATE messages SET preview_id = ? WHERE id = ?", (provider_message_id, request_id)
+            )
+
+    async def preview_of(self, request_id: int) -> str | None:
+        """The preview message an earlier run posted for this request, if any (see record_preview)."""
+        rows = await self._conn.execute_fetchall(
+            "SELECT preview_id FROM messages WHERE id = ?", (request_id,)
+        )
+        return next((str(row[0]) for row in rows if row[0] is not None), None)
+
     # -- replies on their way: the outbox -------------------------------------------------------
 
     async def mark_delivered(

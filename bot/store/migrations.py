@@ -231,10 +231,12 @@ MIGRATIONS: list[str] = [
 
     ALTER TABLE messages ADD COLUMN fallback INTEGER NOT NULL DEFAULT 0;
     """,
-    # 7: streamed replies. The message that showed a reply while it was written (edited in place);
-    # delivery edits it into the first chunk, so a restart neither posts that chunk twice nor
-    # leaves a half answer in the preview.
+    # 7: streamed replies. The message that showed a reply while it was written (edited in place):
+    # kept on the request as soon as it is posted, so a turn cut short by a crash edits it when the
+    # request is answered after the restart instead of leaving half an answer; and on the outbox
+    # row, so delivery edits it into the first chunk instead of posting that chunk twice.
     """
+    ALTER TABLE messages ADD COLUMN preview_id TEXT;
     ALTER TABLE outbox ADD COLUMN preview_id TEXT;
     """,
 ]
