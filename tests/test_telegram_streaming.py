@@ -34,6 +34,7 @@ from tests.standins.telegram_api import (
 MakeConfig = Callable[[dict[str, Any]], Config]
 ADA = user(42, "Ada", "ada")
 GROUP = group_chat(-100123, "Friends", supergroup=True)
+FORUM = group_chat(-100777, "Forum", forum=True)
 BOT = "switchboard_bot"
 DM_KEY = "agent:main:telegram:direct:42"
 GROUP_KEY = "agent:main:telegram:group:-100123"
@@ -60,7 +61,7 @@ def telegram_config(
 
     def make(**telegram: Any) -> Config:
         router = telegram.pop("router", {})
-        section = {"enabled": True, "base_url": tg.base_url, "allow_from": [42], "groups": [-100123],
+        section = {"enabled": True, "base_url": tg.base_url, "allow_from": [42], "groups": [-100123, -100777],
                    **telegram}
         # One retry and room for a slow stream: the model here takes seconds on purpose.
         anthropic = {"timeout": 20.0, "max_retries": 1}
@@ -186,6 +187,26 @@ async def test_a_group_reply_is_one_message_edited_in_place_within_the_group_bud
     assert len(budget) < 40  # paced: not one edit per delta
     ids = [preview.message_id, sent[1].message_id]
     assert await stored_reply(config, GROUP_KEY, -100123, ids) == long_answer
+
+
+async def test_a_forum_topic_reply_grows_in_its_topic(
+    tg: TelegramStandIn, api: AnthropicStandIn, telegram_config: Callable[..., Config]
+) -> None:
+    """In a forum topic the preview message is posted in that topic and becomes the reply."""
+    config = telegram_config()
+    api.script(slowly(ANSWER, 3.0, parts=15))
+    async with telegram_daemon(config) as daemon:
+        text = f"@{BOT} why are there tides?"
+        pushed = tg.push_message(FORUM, ADA, text, entities=mention_entities(text, BOT), thread_id=7,
+                                 is_topic_message=True)
+        await tg.wait_for(lambda: tg.confirmed_offset > pushed["update_id"])
+        await router_of(daemon).idle()
+
+    (sent,) = tg.sent
+    assert (sent.chat_id, sent.message_thread_id) == (-100777, 7)
+    assert sent.visible_text != ANSWER and final_text(tg, -100777, sent.message_id) == ANSWER
+    key = "agent:main:telegram:group:-100777:topic:7"
+    assert await stored_reply(config, key, -100777, [sent.message_id]) == ANSWER
 
 
 @pytest.mark.parametrize("chat", [private_chat(ADA), GROUP], ids=["draft", "edited message"])
