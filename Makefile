@@ -57,6 +57,7 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/telegram_throughput.py
 	$(BIN)/python bench/discord_throughput.py
 	$(BIN)/python bench/media_intake.py
+	$(BIN)/python bench/streaming_latency.py
 	$(BIN)/python bench/long_conversation.py
 	$(BIN)/python bench/crash_loop.py
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.brain import Completion, ReplyRequest
+from bot.brain import Completion, ReplyRequest, TextSink
 
 
 class InstantCompleter:
@@ -26,7 +26,7 @@ class InstantBrain:
         # A reply delay stands for the model's time where a bench measures what happens meanwhile.
         self.reply_delay = reply_delay
 
-    async def reply(self, request: ReplyRequest) -> Completion:
+    async def reply(self, request: ReplyRequest, on_text: TextSink | None = None) -> Completion:
         if self.reply_delay:
             await asyncio.sleep(self.reply_delay)
         return Completion("Sure, noted. Anything else?", "bench-main", 120, 7)

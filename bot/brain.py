@@ -28,6 +28,10 @@ from bot.errors import MissingApiKeyError, ModelError
 
 log = structlog.get_logger("switchboard.brain")
 
+# Sees a reply's text while it is written: the whole text of the current attempt so far, starting
+# over from "" when a failed attempt is retried. Called between stream reads, so it must not block.
+TextSink = Callable[[str], None]
+
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 MAX_BACKOFF = 8.0
 
@@ -70,7 +74,7 @@ class FastCompleter(Protocol):
 class Brain(Protocol):
     """A model provider: replies for chats, and a fast completer when one can be built."""
 
-    async def reply(self, request: ReplyRequest) -> Completion: ...
+    async def reply(self, request: ReplyRequest, on_text: TextSink | None = None) -> Completion: ...
 
     def fast_completer(self) -> FastCompleter | None: ...
 
@@ -108,21 +112,27 @@ class AnthropicBrain:
     def fast_completer(self) -> FastCompleter | None:
         return self if self._client is not None else None
 
-    async def reply(self, request: ReplyRequest) -> Completion:
+    async def reply(self, request: ReplyRequest, on_text: TextSink | None = None) -> Completion:
         client = self._require_client()
         system: list[TextBlockParam] = [
             {"type": "text", "text": request.system_stable, "cache_control": {"type": "ephemeral"}},
             {"type": "text", "text": request.system_turn},
         ]
         messages = cast(list[MessageParam], request.messages)
+        attempts = 0
 
         async def attempt(timeout: float) -> Completion:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1:
+                _tell(on_text, "")  # a retry writes the reply anew: what was shown is void
             return await _stream_reply(
                 client.with_options(timeout=timeout),
                 model=request.model or self._config.model,
                 max_tokens=self._config.max_tokens,
                 system=system,
                 messages=messages,
+                on_text=on_text,
             )
 
         return await self._with_retries(attempt, request.deadline, "reply")
@@ -195,9 +205,9 @@ class IncompleteStreamError(Exception):
 
 async def _stream_reply(
     client: anthropic.AsyncAnthropic, *, model: str, max_tokens: int,
-    system: list[TextBlockParam], messages: list[MessageParam],
+    system: list[TextBlockParam], messages: list[MessageParam], on_text: TextSink | None = None,
 ) -> Completion:
-    parts: list[str] = []
+    text = ""
     input_tokens = output_tokens = cache_write = cache_read = 0
     used_model = model
     finished = False
@@ -213,7 +223,8 @@ async def _stream_reply(
                 cache_write = usage.cache_creation_input_tokens or 0
                 cache_read = usage.cache_read_input_tokens or 0
             elif isinstance(event, RawContentBlockDeltaEvent) and isinstance(event.delta, TextDelta):
-                parts.append(event.delta.text)
+                text += event.delta.text
+                _tell(on_text, text)
             elif isinstance(event, RawMessageDeltaEvent):
                 # Cumulative counts: where the final event repeats a figure, it is the one to keep.
                 delta = event.usage
@@ -227,8 +238,18 @@ async def _stream_reply(
                 finished = True
     if not finished:
         raise IncompleteStreamError("the reply stream ended before message_stop")
-    return Completion("".join(parts), used_model, input_tokens, output_tokens,
+    return Completion(text, used_model, input_tokens, output_tokens,
                       cache_write_tokens=cache_write, cache_read_tokens=cache_read)
+
+
+def _tell(on_text: TextSink | None, text: str) -> None:
+    """Show the text so far; a failing preview never costs the reply."""
+    if on_text is None:
+        return
+    try:
+        on_text(text)
+    except Exception as exc:
+        log.warning("reply preview failed", error=f"{type(exc).__name__}: {exc}")
 
 
 def _classify(exc: Exception) -> tuple[bool, float | None, str]:

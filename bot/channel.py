@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from bot.config import MediaConfig
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
@@ -14,6 +15,8 @@ Submit = Callable[[InboundMessage], Awaitable[None]]
 # Called after each chunk of a reply reaches the platform, with its index and platform id, so the
 # outbox can record it before the next one is sent (a restart then sends only the missing chunks).
 ChunkSent = Callable[[int, str], Awaitable[None]]
+# Called with the platform id of a message posted to preview a reply, so it can be kept durably.
+PreviewPosted = Callable[[str], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,4 +89,42 @@ class Channel(Protocol):
 
     async def stop(self) -> None:
         """Stop taking input; when it returns, everything received has been submitted."""
+        ...
+
+
+class ReplyPreview(Protocol):
+    """A reply shown while the model writes it (a Telegram draft, a message edited in place)."""
+
+    @property
+    def shown(self) -> asyncio.Event:
+        """Set once the user sees any of the reply ("typing…" stops then)."""
+        ...
+
+    def update(self, text: str) -> None:
+        """The reply so far (it may start over when a failed attempt is retried); never blocks."""
+        ...
+
+    async def finish(self, final: str) -> str | None:
+        """Stop updating once the reply is known; the platform id of a preview message that must
+        become the reply's first chunk (`OutboundMessage.preview_id`), if one was posted."""
+        ...
+
+    def abandon(self) -> None:
+        """Stop updating at once, without a final word (the turn was cancelled)."""
+        ...
+
+
+@runtime_checkable
+class Previewing(Protocol):
+    """A channel that can show replies while they are written."""
+
+    def preview(
+        self, chat: ChatRef, reply_to_id: str | None, *, resume_id: str | None = None,
+        on_posted: PreviewPosted | None = None,
+    ) -> ReplyPreview | None:
+        """A preview for one reply, or None where streaming is off or the chat has none.
+
+        `resume_id`: a preview message an interrupted earlier turn left, edited instead of posting
+        a new one; `on_posted` is told the id of a preview message when one is posted.
+        """
         ...

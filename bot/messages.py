@@ -53,6 +53,9 @@ class OutboundMessage:
     delivery_key: str | None = None
     # Chunks already delivered before a restart: sending resumes after them.
     skip_chunks: int = 0
+    # A message already showing this reply while it was written (a streamed preview): the first
+    # chunk is edited into it instead of sent anew, so the reply is never posted twice.
+    preview_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

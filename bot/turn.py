@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 import structlog
 
-from bot.brain import Brain, Completion, ReplyRequest
+from bot.brain import Brain, Completion, ReplyRequest, TextSink
 from bot.channel import Channel
 from bot.compaction import NOTICE, Compactor
 from bot.config import Config
@@ -25,6 +25,7 @@ from bot.media import MAX_INLINE_BYTES
 from bot.media_files import MediaFiles, files_dir
 from bot.messages import InboundMessage, OutboundMessage, StoredMessage
 from bot.outbox import Outbox
+from bot.preview import open_preview, typing_until
 from bot.prompt import PromptFiles, conversation_turns, media_hashes, turn_system_prompt
 from bot.semantic_recall import SemanticRecall
 from bot.store import Store, delivery_key
@@ -62,8 +63,12 @@ class TurnRunner:
         key = inbound.session_key
         bound = log.bind(session_key=str(key))
         channel = self._channels.get(inbound.chat.provider)
-        # "typing…" from the start: triage is model work the user waits for too.
-        typing = channel.typing(inbound.chat) if channel is not None else contextlib.nullcontext()
+        reply_to = inbound.provider_message_id if not key.is_direct else None
+        # The reply shown while it is written, where the channel can (None: sent when complete).
+        preview = await open_preview(channel, inbound.chat, reply_to, self._store, request.id)
+        # "typing…" from the start (triage is model work the user waits for too) to the first text.
+        typing = (typing_until(channel.typing(inbound.chat), preview) if channel is not None
+                  else contextlib.nullcontext())
         completion: Completion | None = None
         error: str | None = None
         call: ReplyRequest | None = None
@@ -91,9 +96,12 @@ class TurnRunner:
                         deadline=time.monotonic() + self._config.anthropic.timeout,
                         model=model,
                     )
-                    completion = await self._reply_with_files(call, bool(files), lambda: conversation_turns(
-                        context, request, group=not key.is_direct,
-                        zone=ZoneInfo(self._config.agent.timezone)))
+                    completion = await self._reply_with_files(
+                        call, bool(files), lambda: conversation_turns(
+                            context, request, group=not key.is_direct,
+                            zone=ZoneInfo(self._config.agent.timezone)),
+                        on_text=preview.update if preview is not None else None,
+                    )
                     text = completion.text.strip() or "(no reply)"
             except ModelError as exc:
                 error = str(exc)
@@ -111,11 +119,14 @@ class TurnRunner:
         facts["model"] = completion.model if completion else model
         await self._record_usage(str(key), inbound.sender_id, completion, context)
 
-        reply_to = inbound.provider_message_id if not key.is_direct else None
         # Told once, under the first reply after the session was compacted (the note is not
         # stored as conversation: it is about the chat, not part of it).
         notice = await self._compaction_notice(str(key))
-        outbound = OutboundMessage(inbound.chat, f"{text}\n\n{NOTICE}" if notice else text, reply_to)
+        full_text = f"{text}\n\n{NOTICE}" if notice else text
+        # A preview message becomes the reply's first chunk; a half answer in it (the model failed
+        # mid-stream) is replaced by whatever is sent instead.
+        preview_id = await preview.finish(full_text) if preview is not None else None
+        outbound = OutboundMessage(inbound.chat, full_text, reply_to, preview_id=preview_id)
         send_started = time.perf_counter()
         # A reply the model did not write (the apology, a missing-key notice) is delivered and
         # kept, but never sent back to the model as something the agent said.
@@ -187,18 +198,20 @@ class TurnRunner:
         await record_usage(self._store, key, user_id, "reply", completion)
 
     async def _reply_with_files(
-        self, call: ReplyRequest, with_files: bool, placeholders_only: Callable[[], list[dict[str, Any]]]
+        self, call: ReplyRequest, with_files: bool, placeholders_only: Callable[[], list[dict[str, Any]]],
+        *, on_text: TextSink | None = None,
     ) -> Completion:
         """The model's reply; when the API refuses the request for what a file became (a damaged
         picture, a PDF it cannot read), asked again with the placeholders rather than failing every
         turn while the file is recent."""
         try:
-            return await self._brain.reply(call)
+            return await self._brain.reply(call, on_text=on_text)
         except ModelError as exc:
             if not with_files or exc.retryable or isinstance(exc, MissingApiKeyError):
                 raise
             log.warning("the model refused the files; answering from their placeholders", error=str(exc))
-            return await self._brain.reply(dataclasses.replace(call, messages=placeholders_only()))
+            return await self._brain.reply(dataclasses.replace(call, messages=placeholders_only()),
+                                           on_text=on_text)
 
     async def _read_files(self, hashes: list[str]) -> dict[str, bytes]:
         """The kept files this turn sends in full, newest first up to MAX_INLINE_BYTES; one gone

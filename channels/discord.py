@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,15 +21,17 @@ import aiohttp
 import structlog
 
 from bot.access import TEXT_ONLY_REPLY, RefusalNotices, refused_dm_reply
-from bot.channel import ChunkSent, Intake
+from bot.channel import ChunkSent, Intake, PreviewPosted, ReplyPreview
 from bot.chunking import split_message
 from bot.config import DiscordConfig
 from bot.errors import DeliveryError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.preview import PreviewStream
 from channels import discord_normalise
 from channels.discord_catch_up import CatchUp
 from channels.discord_media import with_media
 from channels.discord_normalise import PROVIDER, DiscordMessage, admit, read_message, to_inbound
+from channels.discord_preview import DiscordPreview, edit_into, nonce_of
 
 with warnings.catch_warnings():
     # discord.py imports the stdlib audioop (deprecated since 3.11) for voice, which we never use.
@@ -48,27 +49,16 @@ TYPING_REFRESH = 8.0
 TYPING_CAP = 120.0
 # discord.py sleeps through any 429; past this the reply fails instead of blocking its session.
 MAX_RATE_LIMIT_WAIT = 60.0
-# Messages already received are handed to the core for at most this long after stop().
-DRAIN_TIMEOUT = 2.0
+DRAIN_TIMEOUT = 2.0  # messages already received are handed to the core this long at most after stop()
 # A message the core could not store is handed over again after this, doubling up to the cap.
 SUBMIT_RETRY_DELAY = 0.5
 MAX_SUBMIT_RETRY_DELAY = 30.0
-# Discord's limit on a message nonce.
-NONCE_LENGTH = 25
 # Model output may mention users by name but must never ping anyone, let alone @everyone or roles.
 NO_PINGS = discord.AllowedMentions(everyone=False, users=False, roles=False, replied_user=False)
 
 _NETWORK_ERRORS = (OSError, aiohttp.ClientError, TimeoutError)
 # Queued at each new gateway session: the intake worker catches up before later live messages.
 CATCH_UP: Final = "catch-up"
-
-
-def nonce_of(delivery_key: str, index: int) -> str:
-    """The nonce of one chunk of a delivery: the same on every resend, at most 25 characters."""
-    nonce = f"{delivery_key}.{index}"
-    if len(nonce) <= NONCE_LENGTH:
-        return nonce
-    return hashlib.blake2b(nonce.encode(), digest_size=12).hexdigest()
 
 
 class _Client(discord.Client):
@@ -337,7 +327,11 @@ class DiscordChannel:
                 # discord.py sends it with enforce_nonce: a resend returns the first message.
                 options["nonce"] = nonce_of(message.delivery_key, index)
             try:
-                posted = await channel.send(chunk, **options)
+                preview_id = message.preview_id if index == 0 else None
+                if preview_id is not None and await edit_into(channel, int(preview_id), chunk, NO_PINGS):
+                    posted_id = preview_id  # the preview message is the first chunk
+                else:
+                    posted_id = str((await channel.send(chunk, **options)).id)
             except discord.HTTPException as exc:
                 # 4xx cannot succeed on retry (no permission, unknown channel, bad request);
                 # 429s never get here: discord.py waits them out.
@@ -355,10 +349,19 @@ class DiscordChannel:
                 raise DeliveryError(
                     f"Discord send failed: {type(exc).__name__}: {exc}", sent_ids=sent
                 ) from exc
-            sent.append(str(posted.id))
+            sent.append(posted_id)
             if on_chunk is not None:
-                await on_chunk(index, str(posted.id))
+                await on_chunk(index, posted_id)
         return sent
+
+    def preview(self, chat: ChatRef, reply_to_id: str | None, *, resume_id: str | None = None,
+                on_posted: PreviewPosted | None = None) -> ReplyPreview | None:
+        """One message edited in place as the reply grows; None with streaming off."""
+        if self._config.streaming == "off":
+            return None
+        surface = DiscordPreview(lambda: self._messageable(chat), reply_to_id, NO_PINGS, resume_id,
+                                 lambda text: split_message(text, MESSAGE_LIMIT, max_lines=MAX_LINES))
+        return PreviewStream(surface, name=f"preview {chat.chat_id}", on_posted=on_posted)
 
     @asynccontextmanager
     async def typing(self, chat: ChatRef) -> AsyncIterator[None]:

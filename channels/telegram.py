@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import html
 import json
-import re
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -29,71 +27,28 @@ from telegram.error import (
     TelegramError,
     TimedOut,
 )
-from telegram.ext import AIORateLimiter, Application, BaseRateLimiter
+from telegram.ext import Application, BaseRateLimiter
 
 from bot.access import TEXT_ONLY_REPLY, RefusalNotices, refused_dm_reply
-from bot.channel import ChunkSent, Intake
-from bot.chunking import split_message
+from bot.channel import ChunkSent, Intake, PreviewPosted, ReplyPreview
 from bot.commands import COMMANDS
 from bot.config import TelegramConfig
 from bot.errors import DeliveryError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
-from channels.telegram_html import to_telegram_html
+from bot.preview import PreviewStream
+from channels.telegram_html import telegram_chunks, to_telegram_html
 from channels.telegram_intake import UpdatePoller
 from channels.telegram_media import carries_media, file_base_url, with_media
 from channels.telegram_normalise import PROVIDER, BotIdentity, Verdict, admit, to_inbound
-from channels.telegram_request import AiohttpRequest
+from channels.telegram_preview import TelegramPreview, edit_into
+from channels.telegram_request import AiohttpRequest, default_rate_limiter
 
 log = structlog.get_logger("switchboard.telegram")
 
-MESSAGE_LIMIT = 4096
 # Telegram shows "typing…" for about five seconds; refresh a little sooner, and never forever.
 TYPING_REFRESH = 4.0
 TYPING_CAP = 120.0
 SEND_ATTEMPTS = 3
-MIN_CHUNK = 256
-
-def telegram_chunks(markdown: str, size: int = MESSAGE_LIMIT) -> list[str]:
-    """Markdown chunks whose rendered text fits a message, counted as Telegram does (UTF-16).
-
-    Rendering can lengthen text a little (list bullets, numbering) and emoji count twice, so a
-    chunk that renders too long is split again, smaller.
-    """
-    chunks: list[str] = []
-    for chunk in split_message(markdown, size):
-        if _visible_units(to_telegram_html(chunk)) <= MESSAGE_LIMIT or size <= MIN_CHUNK:
-            chunks.append(chunk)
-        else:
-            chunks.extend(telegram_chunks(chunk, max(size * 3 // 4, MIN_CHUNK)))
-    return chunks
-
-
-def _visible_units(rendered: str) -> int:
-    visible = html.unescape(re.sub(r"<[^>]*>", "", rendered))
-    return len(visible.encode("utf-16-le")) // 2
-
-
-class _Limiter(AIORateLimiter):
-    """Telegram's flood limits are about messages; "typing…" must not eat a group's budget."""
-
-    async def process_request(
-        self,
-        callback: Callable[..., Coroutine[Any, Any, Any]],
-        args: Any,
-        kwargs: dict[str, Any],
-        endpoint: str,
-        data: dict[str, Any],
-        rate_limit_args: int | None,
-    ) -> Any:
-        if endpoint == "sendChatAction":
-            return await callback(*args, **kwargs)
-        return await super().process_request(callback, args, kwargs, endpoint, data, rate_limit_args)
-
-
-def default_rate_limiter() -> BaseRateLimiter[int]:
-    """Telegram's limits (30 messages/s, 20 a minute per group), waiting out 429s up to 3 times."""
-    return _Limiter(max_retries=3)
-
 
 class TelegramChannel:
     """Long-polls the Bot API and sends replies; one instance per bot token."""
@@ -122,6 +77,7 @@ class TelegramChannel:
         )
         self._notices = RefusalNotices()
         self._notice_tasks: set[asyncio.Task[None]] = set()
+        self._no_drafts: set[str] = set()  # private chats where Telegram refused a draft
         self._stopped = asyncio.Event()
         self.ready = asyncio.Event()
 
@@ -295,7 +251,12 @@ class TelegramChannel:
             if index == 0 and message.reply_to_id is not None:
                 reply = ReplyParameters(int(message.reply_to_id), allow_sending_without_reply=True)
             try:
-                result = await self._send_chunk(chat, chunk, reply)
+                if index == 0 and message.preview_id is not None and await edit_into(
+                    self._app.bot, chat, int(message.preview_id), chunk
+                ):
+                    sent_id = message.preview_id  # the preview message is the first chunk
+                else:
+                    sent_id = str((await self._send_chunk(chat, chunk, reply)).message_id)
             except TelegramError as exc:
                 permanent = isinstance(exc, Forbidden | BadRequest)
                 if isinstance(exc, Forbidden):
@@ -304,10 +265,21 @@ class TelegramChannel:
                     f"Telegram refused the message: {type(exc).__name__}: {exc}",
                     sent_ids=sent, permanent=permanent,
                 ) from exc
-            sent.append(str(result.message_id))
+            sent.append(sent_id)
             if on_chunk is not None:
-                await on_chunk(index, str(result.message_id))
+                await on_chunk(index, sent_id)
         return sent
+
+    def preview(
+        self, chat: ChatRef, reply_to_id: str | None, *, resume_id: str | None = None,
+        on_posted: PreviewPosted | None = None,
+    ) -> ReplyPreview | None:
+        """A draft in private chats, else a message edited in place; None with streaming off."""
+        if self._config.streaming == "off":
+            return None
+        surface = TelegramPreview(self._app.bot, chat, reply_to_id, private=int(chat.chat_id) > 0,
+                                  no_drafts=self._no_drafts, chunks=telegram_chunks, resume_id=resume_id)
+        return PreviewStream(surface, name=f"preview {chat.chat_id}", on_posted=on_posted)
 
     async def _send_chunk(self, chat: ChatRef, chunk: str, reply: ReplyParameters | None) -> Message:
         try:

@@ -4,16 +4,20 @@ Markdown is parsed by markdown-it-py (CommonMark plus tables and strikethrough) 
 is rendered by hand, so only b, i, s, code, pre, a and blockquote tags are ever produced, always
 balanced; everything else (raw HTML included) becomes escaped text. Telegram has no lists, headings,
 rules or tables, so those become plain lines: "• item", "1. item", a bold line, "———", and the
-table's source in a <pre> block.
+table's source in a <pre> block. `telegram_chunks` cuts a reply where its rendered text fits a
+message.
 """
 
 from __future__ import annotations
 
+import html
 import re
 from urllib.parse import urlsplit
 
 from markdown_it import MarkdownIt
 from markdown_it.tree import SyntaxTreeNode
+
+from bot.chunking import split_message
 
 _MD = MarkdownIt("commonmark").enable(["table", "strikethrough"])
 
@@ -177,3 +181,27 @@ def _code_block(content: str, info: str) -> str:
     if language:
         return f'<pre><code class="language-{_escape_attr(language)}">{_escape(code)}</code></pre>'
     return f"<pre>{_escape(code)}</pre>"
+
+
+MESSAGE_LIMIT = 4096  # Telegram counts a message's visible text in UTF-16 units
+MIN_CHUNK = 256
+
+
+def telegram_chunks(markdown: str, size: int = MESSAGE_LIMIT) -> list[str]:
+    """Markdown chunks whose rendered text fits a message, counted as Telegram does (UTF-16).
+
+    Rendering can lengthen text a little (list bullets, numbering) and emoji count twice, so a
+    chunk that renders too long is split again, smaller.
+    """
+    chunks: list[str] = []
+    for chunk in split_message(markdown, size):
+        if _visible_units(to_telegram_html(chunk)) <= MESSAGE_LIMIT or size <= MIN_CHUNK:
+            chunks.append(chunk)
+        else:
+            chunks.extend(telegram_chunks(chunk, max(size * 3 // 4, MIN_CHUNK)))
+    return chunks
+
+
+def _visible_units(rendered: str) -> int:
+    visible = html.unescape(re.sub(r"<[^>]*>", "", rendered))
+    return len(visible.encode("utf-16-le")) // 2

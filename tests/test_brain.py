@@ -238,3 +238,42 @@ async def test_triage_completion_uses_the_fast_model(
     assert sent.model == FAST and sent.stream is False
     assert sent.system_text == "pick"
     assert sent.messages == [{"role": "user", "content": "which are relevant?"}]
+
+
+async def test_the_text_so_far_is_shown_as_it_streams_and_the_result_is_unchanged(
+    api: AnthropicStandIn, brain: AnthropicBrain
+) -> None:
+    """A text sink sees the reply grow, one call per delta, each the whole text so far; the reply
+    returned is the same as without a sink."""
+    api.script(Text("The tide comes in twice a day.", parts=5))
+    seen: list[str] = []
+    completion = await brain.reply(ask(), on_text=seen.append)
+    assert completion.text == "The tide comes in twice a day."
+    assert len(seen) == 5
+    assert all(b.startswith(a) and len(b) > len(a) for a, b in itertools.pairwise(seen))
+    assert seen[-1] == completion.text
+
+
+async def test_a_retried_stream_starts_the_shown_text_over(
+    api: AnthropicStandIn, brain: AnthropicBrain
+) -> None:
+    """When a stream fails half-way and is retried, the sink is told the text starts over ("")
+    before the retry's text, which never carries the failed attempt's words."""
+    api.script(Error(200, "overloaded_error", mid_stream=True, partial="Half an ans", parts=2),
+               Text("A whole answer.", parts=2))
+    seen: list[str] = []
+    completion = await brain.reply(ask(), on_text=seen.append)
+    assert completion.text == "A whole answer." and completion.attempts == 2
+    restart = seen.index("")
+    assert all("Half" in text for text in seen[:restart])
+    assert seen[restart + 1:] == ["A whole ", "A whole answer."]
+
+
+async def test_a_failing_sink_never_costs_the_reply(api: AnthropicStandIn, brain: AnthropicBrain) -> None:
+    """A preview that raises is logged and ignored: the reply still comes back whole."""
+    api.script(Text("Still answered.", parts=3))
+
+    def broken(text: str) -> None:
+        raise RuntimeError("preview broke")
+
+    assert (await brain.reply(ask(), on_text=broken)).text == "Still answered."

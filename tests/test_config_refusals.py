@@ -48,6 +48,8 @@ JOB = '[[schedules]]\nid = "daily"\nprompt = "Brief me."\n'
          "numeric id"),
         ('[channels.discord.channel_settings."general"]\nhistory_limit = 2\n',
          "channels.discord.channel_settings.general", "numeric id"),
+        ('[channels.telegram]\nstreaming = "on"\n', "channels.telegram.streaming", "'auto' or 'off'"),
+        ("[channels.discord]\nstreaming = true\n", "channels.discord.streaming", "'auto' or 'off'"),
     ],
 )
 def test_malformed_values_are_refused_naming_file_and_key(

@@ -8,7 +8,7 @@ import pytest
 from telegram import Bot, Message
 
 from bot.config import TelegramConfig
-from channels.telegram import telegram_chunks
+from channels.telegram_html import telegram_chunks
 from channels.telegram_normalise import BotIdentity, admit, to_inbound
 from tests.standins.telegram_api import (
     command_entities,

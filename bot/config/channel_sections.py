@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from bot.config.fields import (
@@ -43,6 +45,9 @@ class ChatChannelConfig(Section):
     # Messages older than this (seconds) when they reach us are stored but not answered, and a
     # restart resumes requests and undelivered replies only within it; 0 = no cap.
     max_reply_age: NonNegInt = 3600
+    # "auto": replies are shown while they are written (a Telegram draft in private chats, else
+    # one message edited in place); "off": sent once complete.
+    streaming: Literal["auto", "off"] = "auto"
 
     def settings_for(self, key: SessionKey) -> list[ChatSettings]:
         """The per-chat overrides that apply to a session, most specific first."""

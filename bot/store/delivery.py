@@ -59,6 +59,20 @@ class Delivery(Database):
                 (reason, message_id),
             )
 
+    async def record_preview(self, request_id: int, provider_message_id: str) -> None:
+        """A message posted to show the reply to this request while it is written (a preview)."""
+        async with self._transaction():
+            await self._conn.execute(
+                "UPDATE messages SET preview_id = ? WHERE id = ?", (provider_message_id, request_id)
+            )
+
+    async def preview_of(self, request_id: int) -> str | None:
+        """The preview message an earlier run posted for this request, if any (see record_preview)."""
+        rows = await self._conn.execute_fetchall(
+            "SELECT preview_id FROM messages WHERE id = ?", (request_id,)
+        )
+        return next((str(row[0]) for row in rows if row[0] is not None), None)
+
     # -- replies on their way: the outbox -------------------------------------------------------
 
     async def mark_delivered(
@@ -100,13 +114,13 @@ class Delivery(Database):
         """Replies in the outbox, oldest first, each to be sent from its first undelivered chunk."""
         rows = await self._conn.execute_fetchall(
             "SELECT o.message_id, m.session_key, o.created_at, o.provider, o.chat_id, o.thread_id, "
-            "o.reply_to_id, o.text, o.chunks_sent FROM outbox o JOIN messages m ON m.id = o.message_id "
-            "ORDER BY o.message_id"
+            "o.reply_to_id, o.text, o.chunks_sent, o.preview_id FROM outbox o "
+            "JOIN messages m ON m.id = o.message_id ORDER BY o.message_id"
         )
         return [
             PendingDelivery(row[0], row[1], row[2], OutboundMessage(
                 ChatRef(row[3], row[4], row[5]), row[7], row[6], delivery_key=delivery_key(row[0]),
-                skip_chunks=row[8],
+                skip_chunks=row[8], preview_id=row[9],
             ))
             for row in rows
         ]

@@ -103,9 +103,9 @@ class Messages(Database):
                 chat = deliver.chat
                 await self._conn.execute(
                     "INSERT INTO outbox (message_id, provider, chat_id, thread_id, reply_to_id, text, "
-                    "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "created_at, preview_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (stored.id, chat.provider, chat.chat_id, chat.thread_id, deliver.reply_to_id,
-                     deliver.text, stored.created_at),
+                     deliver.text, stored.created_at, deliver.preview_id),
                 )
             return stored
 

@@ -38,6 +38,9 @@ class Text:
     # Prompt-cache tokens, reported apart from input_tokens as the API does.
     cache_write_tokens: int = 0
     cache_read_tokens: int = 0
+    # A stream sends the text in `parts` deltas, `delta_delay` seconds apart (a model writing).
+    parts: int = 3
+    delta_delay: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,11 @@ class Error:
     retry_after: float | None = None
     delay: float = 0.0
     mid_stream: bool = False
+    # With mid_stream: text written before the error event (a model failing half-way), in
+    # `parts` deltas `delta_delay` seconds apart.
+    partial: str = ""
+    parts: int = 3
+    delta_delay: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -224,7 +232,8 @@ class AnthropicStandIn:
             case Error(delay=delay, mid_stream=mid_stream):
                 await asyncio.sleep(delay)
                 if mid_stream and rec.stream:
-                    return await self._stream(request, rec, Text(""), "complete", response)
+                    partial = Text(response.partial, parts=response.parts, delta_delay=response.delta_delay)
+                    return await self._stream(request, rec, partial, "complete", response)
                 return self._error(response)
             case Text(delay=delay):
                 await asyncio.sleep(delay)
@@ -296,18 +305,18 @@ class AnthropicStandIn:
         message = self._message_json(rec, reply, started=True)
         events: list[dict[str, Any]] = [{"type": "message_start", "message": message}]
         events.append({"type": "ping"})
-        deltas = [{"type": "text_delta", "text": chunk} for chunk in _chunks(reply.text)]
+        deltas = [{"type": "text_delta", "text": chunk} for chunk in _chunks(reply.text, reply.parts)]
         keep = {"complete": len(deltas), "truncated": max(1, len(deltas) - 1), "drop": 1,
                 "malformed": 1}[end]
-        if error is not None:
-            err = {"type": error.type, "message": error.message}
-            events.append({"type": "error", "error": err, "request_id": request_id})
-        else:
+        if error is None or reply.text:
             block = {"type": "text", "text": ""}
             events.append({"type": "content_block_start", "index": 0, "content_block": block})
             events += [
                 {"type": "content_block_delta", "index": 0, "delta": d} for d in deltas[:keep]
             ]
+        if error is not None:
+            err = {"type": error.type, "message": error.message}
+            events.append({"type": "error", "error": err, "request_id": request_id})
         if error is None and end == "complete":
             stop = {"stop_reason": reply.stop_reason, "stop_sequence": None}
             # The final usage repeats the cumulative input and cache counts, as the API does.
@@ -318,7 +327,12 @@ class AnthropicStandIn:
             events.append({"type": "content_block_stop", "index": 0})
             events.append({"type": "message_delta", "delta": stop, "usage": usage})
             events.append({"type": "message_stop"})
+        written = 0
         for event in events:
+            if event["type"] == "content_block_delta":
+                if written and reply.delta_delay:
+                    await asyncio.sleep(reply.delta_delay)
+                written += 1
             await resp.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
         if end == "malformed":
             broken = json.dumps({"type": "content_block_delta", "index": 0, "delta": deltas[-1]})[:-7]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import json
 import math
@@ -24,7 +25,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     import discord
 
-__all__ = ["DiscordStandIn", "RecordedRequest", "SentMessage", "TypingCall", "user"]
+__all__ = ["DiscordStandIn", "EditedMessage", "RecordedRequest", "SentMessage", "TypingCall", "user"]
 
 Json = dict[str, Any]
 T = TypeVar("T")
@@ -34,6 +35,8 @@ DISCORD_EPOCH_MS = 1_420_070_400_000
 GUILD_MEMBERS, GUILD_PRESENCES, MESSAGE_CONTENT = 1 << 1, 1 << 8, 1 << 15
 # Discord refuses a create with an already used nonce for "a few minutes" (enforce_nonce).
 NONCE_WINDOW = 300.0
+# Message edits: 5 per 5 s per channel (Discord's documented per-route limit for PATCH messages).
+EDIT_LIMIT, EDIT_WINDOW = 5, 5.0
 
 
 def _invalid(name: str, code: str, message: str) -> Json:
@@ -82,6 +85,16 @@ class SentMessage:
     embeds: list[Json]
     time: float  # time.monotonic()
     nonce: str | None = None
+
+
+@dataclass(frozen=True)
+class EditedMessage:
+    """An edit the bot made through PATCH /channels/{id}/messages/{id}, as accepted."""
+
+    id: int
+    channel_id: int
+    content: str | None
+    time: float  # time.monotonic()
 
 
 @dataclass(frozen=True)
@@ -174,6 +187,9 @@ class DiscordStandIn:
         )
         self.sent: list[SentMessage] = []
         self.typing_calls: list[TypingCall] = []
+        self.edits: list[EditedMessage] = []
+        self._edit_times: collections.defaultdict[int, collections.deque[float]] = (
+            collections.defaultdict(collections.deque))
         self.requests: list[RecordedRequest] = []
         self.commands: dict[int | None, list[Json]] = {}  # guild id (None = global) -> commands
         self.identifies: list[Json] = []
@@ -662,20 +678,38 @@ class DiscordStandIn:
         if request.headers.get("Authorization") != f"Bot {self.token}" and route != "GET /gateway":
             return _error(401)
         resource = request.match_info.route.resource
-        bucket = hashlib.sha1(f"{request.method} {resource.canonical if resource else route}".encode())
+        bucket_of = hashlib.sha1(f"{request.method} {resource.canonical if resource else route}".encode())
+        bucket = bucket_of.hexdigest()[:16]
         fault = next((f for f in self._faults if f.route in route), None)
         if fault is not None:
             fault.times -= 1
             if fault.times <= 0:
                 self._faults.remove(fault)
-            return self._fault_response(fault, bucket.hexdigest()[:16])
+            return self._fault_response(fault, bucket)
+        editing = request.method == "PATCH" and "message_id" in request.match_info
+        window = self._edit_window(int(request.match_info["channel_id"])) if editing else None
+        if window is not None and len(window) >= EDIT_LIMIT:
+            wait = EDIT_WINDOW - (time.monotonic() - window[0])
+            return self._fault_response(_Fault(route, 429, wait, False, None, None, 1), bucket)
         try:
             response: web.StreamResponse = await handler(request)
         except web.HTTPException as exc:  # unknown route or method
             return _error(exc.status)
+        remaining, reset_after = 4, 1.0
+        if window is not None and response.status < 400:
+            window.append(time.monotonic())
+            remaining, reset_after = EDIT_LIMIT - len(window), EDIT_WINDOW - (time.monotonic() - window[0])
         if response.status < 400:
-            response.headers.update(_ratelimit_headers(bucket.hexdigest()[:16], remaining=4, reset_after=1.0))
+            headers = _ratelimit_headers(bucket, remaining=remaining, reset_after=reset_after)
+            response.headers.update(headers)
         return response
+
+    def _edit_window(self, channel_id: int) -> collections.deque[float]:
+        """The times of this channel's edits within the last EDIT_WINDOW seconds."""
+        window = self._edit_times[channel_id]
+        while window and time.monotonic() - window[0] >= EDIT_WINDOW:
+            window.popleft()
+        return window
 
     def _fault_response(self, fault: _Fault, bucket: str) -> web.Response:
         if fault.status != 429:
@@ -806,6 +840,8 @@ class DiscordStandIn:
             return _json(_TOO_LONG, 400)
         found.update({k: body[k] for k in ("content", "embeds") if k in body})
         found["edited_timestamp"] = datetime.now(UTC).isoformat()
+        self.edits.append(EditedMessage(int(found["id"]), int(found["channel_id"]), found.get("content"),
+                                        time.monotonic()))
         return _json(self._rest_view(found))
 
     async def _typing(self, request: web.Request) -> web.Response:

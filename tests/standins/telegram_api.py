@@ -17,6 +17,7 @@ from aiohttp import web
 
 __all__ = [
     "Call",
+    "Draft",
     "EntityParseError",
     "SentMessage",
     "TelegramStandIn",
@@ -64,6 +65,17 @@ class SentMessage:
     message_thread_id: int | None
     reply_to_message_id: int | None
     message_id: int
+    time: float
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A message draft the bot streamed to a private chat (sendMessageDraft), as the user saw it."""
+
+    chat_id: int
+    draft_id: int
+    visible_text: str
+    message_thread_id: int | None
     time: float
 
 
@@ -299,6 +311,9 @@ class TelegramStandIn:
         self.calls: list[Call] = []
         self.sent: list[SentMessage] = []
         self.edits: list[SentMessage] = []
+        self.drafts: list[Draft] = []
+        # Chats where drafts are refused (an error description per chat), see `refuse_drafts`.
+        self.draft_refusals: dict[int, str] = {}
         self.blocked: set[int] = set()
         self.confirmed_offset = 0
         self.commands: dict[tuple[str, str], list[JSON]] = {}  # (scope JSON, language) -> commands
@@ -320,6 +335,7 @@ class TelegramStandIn:
         self._methods: dict[str, _Handler] = {
             "getme": self._get_me, "deletewebhook": self._delete_webhook, "getupdates": self._get_updates,
             "sendmessage": self._send_message, "editmessagetext": self._edit_message_text,
+            "sendmessagedraft": self._send_message_draft,
             "sendchataction": self._send_chat_action, "setmycommands": self._set_my_commands,
             "getmycommands": self._get_my_commands, "close": self._true, "logout": self._true,
             "getfile": self._get_file,
@@ -388,6 +404,10 @@ class TelegramStandIn:
     def block(self, chat_id: int) -> None:
         """The user of `chat_id` blocked the bot: sends and chat actions there get 403."""
         self.blocked.add(chat_id)
+
+    def refuse_drafts(self, chat_id: int, description: str = "Bad Request: TEXTDRAFT_PEER_INVALID") -> None:
+        """Answer every sendMessageDraft to `chat_id` with a 400, as where drafts are unavailable."""
+        self.draft_refusals[chat_id] = description
 
     def next_message_id(self, chat_id: int) -> int:
         """Message ids are per chat and shared by inbound and outbound messages, like Telegram's."""
@@ -629,6 +649,22 @@ class TelegramStandIn:
         self._messages[(chat["id"], msg["message_id"])] = msg
         self.edits.append(self._record(msg, p, None))
         return msg
+
+    async def _send_message_draft(self, p: JSON) -> bool:
+        """Bot API 10.0: a private chat's draft; empty text shows "Thinking…"; nothing is stored."""
+        chat = self._chat(p)
+        draft_id = p.get("draft_id")
+        if not isinstance(draft_id, int) or isinstance(draft_id, bool) or draft_id == 0:
+            raise _ApiError(400, "Bad Request: invalid draft_id specified")
+        if chat["type"] != "private":
+            raise _ApiError(400, "Bad Request: TEXTDRAFT_PEER_INVALID")
+        if chat["id"] in self.draft_refusals:
+            raise _ApiError(400, self.draft_refusals[chat["id"]])
+        visible = ""
+        if p.get("text"):
+            visible, _ = self._render(p)
+        self.drafts.append(Draft(chat["id"], draft_id, visible, p.get("message_thread_id"), time.monotonic()))
+        return True
 
     async def _send_chat_action(self, p: JSON) -> bool:
         self._chat(p)

@@ -1,0 +1,202 @@
+"""Reply previews: the reply shown while the model writes it, paced to what the platform allows.
+
+The brain hands over the text so far at every stream event; a background task shows it through a
+channel's surface (a Telegram draft, a message edited in place) no more often than the surface's
+interval and only when it changed, so a fast stream never costs more requests than a slow one.
+The reply itself is still stored and sent by the outbox: a preview message becomes its first chunk
+(edited to its final text), a draft is only ever a preview.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import re
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Protocol
+
+import structlog
+
+from bot.channel import Channel, Previewing, PreviewPosted, ReplyPreview
+from bot.messages import ChatRef
+from bot.store import Store
+
+log = structlog.get_logger("switchboard.preview")
+
+# A message posted for a preview should read as a start, not a stray word: it waits for the end of
+# a first sentence (or a line), or this much text.
+FIRST_SENTENCE = re.compile(r"[.!?…:;](?:\s|$)|\n")
+FIRST_SENTENCE_CHARS = 160
+
+
+def has_first_sentence(text: str) -> bool:
+    return len(text) >= FIRST_SENTENCE_CHARS or FIRST_SENTENCE.search(text.strip()) is not None
+
+
+async def open_preview(
+    channel: Channel | None, chat: ChatRef, reply_to_id: str | None, store: Store, request_id: int
+) -> ReplyPreview | None:
+    """The preview of the reply to a stored request, where the channel shows one; it picks up the
+    preview message an interrupted earlier turn for the same request left, and keeps the id of any
+    message it posts with the request, so a crash mid-reply never leaves half an answer behind."""
+    if not isinstance(channel, Previewing):
+        return None
+    try:
+        earlier = await store.preview_of(request_id)
+    except Exception as exc:  # a preview is worth no failed turn
+        log.warning("earlier preview unreadable", request_id=request_id, error=f"{type(exc).__name__}: {exc}")
+        earlier = None
+
+    async def keep(posted: str) -> None:
+        await store.record_preview(request_id, posted)
+
+    return channel.preview(chat, reply_to_id, resume_id=earlier, on_posted=keep)
+
+
+class PreviewSurface(Protocol):
+    """Where one channel shows a reply while it is written."""
+
+    @property
+    def interval(self) -> float:
+        """Least seconds between two updates (the platform's budget for this chat)."""
+        ...
+
+    def ready(self, text: str, elapsed: float) -> bool:
+        """Whether the first update may go out, `elapsed` seconds after the first text arrived."""
+        ...
+
+    async def show(self, text: str) -> str | None:
+        """Show the reply so far (Markdown, possibly cut mid-word); the id of a message it posted
+        to do so, the first time; raising ends the preview."""
+        ...
+
+    async def close(self, final: str) -> str | None:
+        """After the last update: the id of a preview message the final reply takes over."""
+        ...
+
+
+class PreviewStream:
+    """Shows a reply through a surface while it streams; a ReplyPreview for the turn."""
+
+    def __init__(
+        self, surface: PreviewSurface, *, name: str = "preview", on_posted: PreviewPosted | None = None
+    ) -> None:
+        self._surface = surface
+        self._name = name
+        self._on_posted = on_posted
+        self._latest = ""
+        self._last_shown: str | None = None
+        self._first_text_at: float | None = None
+        self._changed = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._shown = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def shown(self) -> asyncio.Event:
+        return self._shown
+
+    def update(self, text: str) -> None:
+        if self._closing.is_set():
+            return
+        self._latest = text
+        if text.strip() and self._first_text_at is None:
+            self._first_text_at = asyncio.get_running_loop().time()
+        self._changed.set()
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=self._name)
+
+    async def finish(self, final: str) -> str | None:
+        self._closing.set()
+        self._changed.set()
+        if self._task is not None:
+            # An update in flight completes first: the final edit must land after it, not before.
+            with contextlib.suppress(Exception):
+                await self._task
+        try:
+            return await self._surface.close(final)
+        except Exception as exc:  # the reply is still sent in full without its preview
+            log.warning("preview not closed", error=f"{type(exc).__name__}: {exc}")
+            return None
+
+    def abandon(self) -> None:
+        self._closing.set()
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_update = -math.inf
+        while not self._closing.is_set():
+            await self._changed.wait()
+            self._changed.clear()
+            text = self._latest
+            if self._closing.is_set() or not text.strip() or text == self._last_shown:
+                continue
+            if self._last_shown is None:
+                started = self._first_text_at if self._first_text_at is not None else loop.time()
+                if not self._surface.ready(text, loop.time() - started):
+                    self._recheck_soon()
+                    continue
+            await self._pause(last_update + self._surface.interval - loop.time())
+            text = self._latest  # whatever arrived meanwhile goes out in this one update
+            if self._closing.is_set() or not text.strip() or text == self._last_shown:
+                continue
+            try:
+                posted = await self._surface.show(text)
+            except Exception as exc:  # the reply is sent in full at the end all the same
+                log.warning("reply preview stopped", error=f"{type(exc).__name__}: {exc}")
+                return
+            if posted is not None and self._on_posted is not None:
+                try:
+                    await self._on_posted(posted)
+                except Exception as exc:  # only a restart mid-reply would miss it
+                    log.warning("preview message not recorded", error=f"{type(exc).__name__}: {exc}")
+            self._last_shown = text
+            last_update = loop.time()
+            self._shown.set()
+
+    def _recheck_soon(self) -> None:
+        """A first update held back for time, not text, is looked at again without new text."""
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.1, self._changed.set)
+
+    async def _pause(self, seconds: float) -> None:
+        if seconds > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), seconds)
+
+
+@asynccontextmanager
+async def typing_until(
+    typing: AbstractAsyncContextManager[None], preview: ReplyPreview | None
+) -> AsyncIterator[None]:
+    """Show "typing…" for the block, or until the preview first shows text; a block that fails
+    (a cancelled turn) abandons the preview."""
+    if preview is None:
+        async with typing:
+            yield
+        return
+    done = asyncio.Event()
+
+    async def hold() -> None:
+        async with typing:
+            waiters = [asyncio.ensure_future(preview.shown.wait()), asyncio.ensure_future(done.wait())]
+            try:
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+
+    task = asyncio.create_task(hold(), name="typing until shown")
+    try:
+        yield
+    except BaseException:
+        preview.abandon()
+        raise
+    finally:
+        done.set()
+        with contextlib.suppress(Exception):
+            await task
