@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,8 @@ from bot.store import Store
 from tests.fakes import FakeChannel
 from tests.harness import echo
 from tests.standins.anthropic_api import AnthropicStandIn
+from tests.standins.discord_api import DiscordStandIn
+from tests.standins.telegram_api import TelegramStandIn
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
@@ -105,3 +107,33 @@ def channel() -> FakeChannel:
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
     async with Store.open(tmp_path / "switchboard.db") as opened:
         yield opened
+
+
+# -- the platform stand-ins most channel tests share (a module may define its own instead) ---------
+
+
+@pytest.fixture
+async def tg() -> AsyncIterator[TelegramStandIn]:
+    """The Telegram Bot API stand-in, as @switchboard_bot."""
+    async with TelegramStandIn(bot_username="switchboard_bot") as standin:
+        yield standin
+
+
+@pytest.fixture
+async def dc(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[DiscordStandIn]:
+    """The Discord stand-in with the test guilds of tests/test_discord.py, patched into discord.py."""
+    from tests.test_discord import standin_with_guilds
+
+    async with standin_with_guilds(monkeypatch) as standin:
+        yield standin
+
+
+@pytest.fixture
+def discord_config(
+    api: AnthropicStandIn, dc: DiscordStandIn, make_config: Callable[[dict[str, Any]], Config],
+    monkeypatch: pytest.MonkeyPatch,
+) -> Callable[..., Config]:
+    """Configs with Discord on: Alice and Bob allowed, the test guild open."""
+    from tests.test_discord import config_maker
+
+    return config_maker(api, dc, make_config, monkeypatch)

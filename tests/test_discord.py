@@ -70,17 +70,6 @@ def config_maker(
     return make
 
 
-@pytest.fixture
-async def dc(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[DiscordStandIn]:
-    async with standin_with_guilds(monkeypatch) as standin:
-        yield standin
-
-
-@pytest.fixture
-def discord_config(
-    api: AnthropicStandIn, dc: DiscordStandIn, make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch
-) -> Callable[..., Config]:
-    return config_maker(api, dc, make_config, monkeypatch)
 
 
 def make_channel(config: Config, token: str = TOKEN) -> DiscordChannel:

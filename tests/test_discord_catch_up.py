@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import pytest
 from structlog.testing import capture_logs
@@ -34,27 +34,12 @@ from tests.test_discord import (
     THREAD,
     MakeConfig,
     all_messages,
-    config_maker,
     discord_daemon,
     make_channel,
     settle,
     shut_down,
-    standin_with_guilds,
     texts_to,
 )
-
-
-@pytest.fixture
-async def dc(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[DiscordStandIn]:
-    async with standin_with_guilds(monkeypatch) as standin:
-        yield standin
-
-
-@pytest.fixture
-def discord_config(
-    api: AnthropicStandIn, dc: DiscordStandIn, make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch
-) -> Callable[..., Config]:
-    return config_maker(api, dc, make_config, monkeypatch)
 
 
 class CatchUpIntake(RecordingIntake):

@@ -4,10 +4,8 @@ URL the gateway stand-in hands out) and the model request carries them as conten
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 from bot.config import Config
 from bot.store import Store
@@ -18,10 +16,8 @@ from tests.test_discord import (
     ALICE,
     ALICE_ID,
     DM_ALICE,
-    config_maker,
     discord_daemon,
     settle,
-    standin_with_guilds,
     texts_to,
 )
 
@@ -30,18 +26,6 @@ NOTES = "shopping: eggs, flour\n"
 DM = f"agent:main:discord:direct:{ALICE_ID}"
 
 
-@pytest.fixture
-async def dc(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[DiscordStandIn]:
-    async with standin_with_guilds(monkeypatch) as standin:
-        yield standin
-
-
-@pytest.fixture
-def discord_config(
-    api: AnthropicStandIn, dc: DiscordStandIn, make_config: Callable[[dict[str, Any]], Config],
-    monkeypatch: pytest.MonkeyPatch,
-) -> Callable[..., Config]:
-    return config_maker(api, dc, make_config, monkeypatch)
 
 
 def blocks(request: RecordedRequest, kind: str) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ import base64
 import json
 import re
 import stat
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -33,11 +33,6 @@ PDF = (b"%PDF-1.4\n1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj\n"
        b"trailer << /Root 1 0 R >>\n%%EOF\n")
 CODE = "def add(a, b):\n    return a + b\n"
 
-
-@pytest.fixture
-async def tg() -> AsyncIterator[TelegramStandIn]:
-    async with TelegramStandIn(bot_username="switchboard_bot") as standin:
-        yield standin
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,22 +24,15 @@ from tests.test_discord import (
     DM_STRANGER,
     STRANGER,
     MakeConfig,
-    config_maker,
     discord_daemon,
     settle,
-    standin_with_guilds,
 )
 from tests.test_discord import texts_to as discord_texts
-from tests.test_telegram import BOT, settled, telegram_daemon, texts_to
+from tests.test_telegram import settled, telegram_daemon, texts_to
 
 MALLORY = user(666, "Mallory")
 CODE = re.compile(r"pairing code is ([A-Z0-9]{8})")
 
-
-@pytest.fixture
-async def tg() -> AsyncIterator[TelegramStandIn]:
-    async with TelegramStandIn(bot_username=BOT) as standin:
-        yield standin
 
 
 @pytest.fixture
@@ -55,17 +48,6 @@ def telegram_config(
     return make
 
 
-@pytest.fixture
-async def dc(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[DiscordStandIn]:
-    async with standin_with_guilds(monkeypatch) as standin:
-        yield standin
-
-
-@pytest.fixture
-def discord_config(
-    api: AnthropicStandIn, dc: DiscordStandIn, make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch
-) -> Callable[..., Config]:
-    return config_maker(api, dc, make_config, monkeypatch)
 
 
 async def cli(config: Config, *args: str, toml: str = "") -> int:

@@ -54,11 +54,6 @@ FORUM = group_chat(-100777, "Forum", forum=True)
 BOT = "switchboard_bot"
 
 
-@pytest.fixture
-async def tg() -> AsyncIterator[TelegramStandIn]:
-    async with TelegramStandIn(bot_username=BOT) as standin:
-        yield standin
-
 
 @pytest.fixture
 def telegram_config(

@@ -6,22 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from telegram import Bot
 
-from bot.brain import AnthropicBrain
 from bot.config import Config
-from bot.daemon import Daemon, build_channels
+from bot.daemon import Daemon
 from bot.messages import ChatRef, OutboundMessage
 from bot.store import Store
 from bot.turn import FALLBACK_REPLY
-from channels.telegram import TelegramChannel
 from channels.telegram_preview import edit_into
-from tests.harness import API_KEY, config_data, router_of, running
+from tests.harness import config_data, router_of
 from tests.standins.anthropic_api import AnthropicStandIn, Error, Text
 from tests.standins.telegram_api import (
     TelegramStandIn,
@@ -30,6 +27,7 @@ from tests.standins.telegram_api import (
     private_chat,
     user,
 )
+from tests.test_telegram import telegram_daemon
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 ADA = user(42, "Ada", "ada")
@@ -46,11 +44,6 @@ def slowly(text: str, seconds: float, parts: int = 25) -> Text:
     """The model writing `text` over about `seconds`, in `parts` deltas."""
     return Text(text, parts=parts, delta_delay=seconds / parts)
 
-
-@pytest.fixture
-async def tg() -> AsyncIterator[TelegramStandIn]:
-    async with TelegramStandIn(bot_username=BOT) as standin:
-        yield standin
 
 
 @pytest.fixture
@@ -69,16 +62,6 @@ def telegram_config(
                                        router=router))
 
     return make
-
-
-@asynccontextmanager
-async def telegram_daemon(config: Config) -> AsyncIterator[Daemon]:
-    channels = build_channels(config, console=False)
-    (channel,) = channels
-    assert isinstance(channel, TelegramChannel)
-    async with running(config, channels, AnthropicBrain(config.anthropic, API_KEY)) as daemon:
-        await asyncio.wait_for(channel.ready.wait(), 5)
-        yield daemon
 
 
 async def answered(tg: TelegramStandIn, daemon: Daemon, chat: dict[str, Any], text: str) -> None:
