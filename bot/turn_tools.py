@@ -1,0 +1,77 @@
+"""A turn's tools: who is asking (`ToolContext`), the tools they may use, the loop that runs them,
+and their notes for the per-turn system prompt."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import structlog
+
+from bot.brain import Brain
+from bot.config import Config
+from bot.messages import InboundMessage, StoredMessage
+from bot.store import Store
+from bot.tool_loop import ToolLoop
+from bot.tools.base import ToolContext
+from bot.tools.notes import notes_block
+from bot.tools.toolbox import ToolBox
+
+log = structlog.get_logger("switchboard.tools")
+
+
+class TurnTools:
+    """Built once per config; asked once per turn."""
+
+    def __init__(
+        self, config: Config, store: Store, brain: Brain, toolbox: ToolBox | None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._brain = brain
+        self._toolbox = toolbox
+        self._clock = clock
+
+    def is_admin(self, inbound: InboundMessage) -> bool:
+        """In the channel's `admins`; the console's user is its admin."""
+        section = self._config.chat_channel(inbound.chat.provider)
+        if section is None:
+            return inbound.chat.provider == "console"
+        return inbound.sender_id in section.admins
+
+    async def context(self, inbound: InboundMessage, request: StoredMessage) -> ToolContext:
+        zone = self._config.agent.timezone
+        try:
+            zone = await self._store.user_timezone(inbound.chat.provider, inbound.sender_id) or zone
+        except Exception as exc:  # the agent's zone beats no answer
+            log.warning("user timezone unreadable", error=f"{type(exc).__name__}: {exc}")
+        return ToolContext(
+            session_key=inbound.session_key, chat=inbound.chat, user_id=inbound.sender_id,
+            request_id=request.id, is_admin=self.is_admin(inbound),
+            shared=not inbound.session_key.is_direct, now=self._clock(), timezone=zone,
+        )
+
+    async def loop(self, inbound: InboundMessage, request: StoredMessage) -> ToolLoop | None:
+        """The loop for this request, or None when no tool is offered (a plain reply)."""
+        if self._toolbox is None:
+            return None
+        context = await self.context(inbound, request)
+        offered = self._toolbox.offered(context)
+        if not offered:
+            return None
+        settings = self._toolbox.config
+        return ToolLoop(self._brain, self._store, offered, context,
+                        max_rounds=settings.max_tool_rounds, tool_timeout=settings.tool_timeout)
+
+    async def notes(self, inbound: InboundMessage) -> str:
+        """The asking user's notes, in private chats only (a group would read them too)."""
+        if not inbound.session_key.is_direct:
+            return ""
+        try:
+            notes = await self._store.notes_of(inbound.chat.provider, inbound.sender_id)
+        except Exception as exc:  # the reply matters more than the notes
+            log.warning("user notes unreadable", error=f"{type(exc).__name__}: {exc}")
+            return ""
+        block = notes_block(notes, inbound.sender_name or "the user", self._config.tools.notes_max_chars)
+        return "\n\n" + block if block else ""
