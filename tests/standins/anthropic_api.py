@@ -263,7 +263,8 @@ class AnthropicStandIn:
                     return await self._stream(request, rec, reply, "complete", tool_blocks=blocks)
                 body = self._message_json(rec, Text(response.text, response.input_tokens,
                                                     response.output_tokens, stop_reason="tool_use"))
-                body["content"] = ([{"type": "text", "text": response.text}] if response.text else []) + blocks
+                said = [{"type": "text", "text": response.text}] if response.text else []
+                body["content"] = said + blocks
                 return web.json_response(body, headers={"request-id": self._request_id()})
             case TruncatedStream(text=text, input_tokens=tin):
                 reply = Text(text, input_tokens=tin)
