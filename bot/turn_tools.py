@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
 import structlog
 
@@ -65,13 +67,18 @@ class TurnTools:
                         max_rounds=settings.max_tool_rounds, tool_timeout=settings.tool_timeout)
 
     async def notes(self, inbound: InboundMessage) -> str:
-        """The asking user's notes, in private chats only (a group would read them too)."""
-        if not inbound.session_key.is_direct:
-            return ""
+        """For the per-turn system prompt: the asking user's own timezone when they set one, and
+        their notes in private chats only (a group would read them too)."""
+        parts = []
         try:
-            notes = await self._store.notes_of(inbound.chat.provider, inbound.sender_id)
+            zone = await self._store.user_timezone(inbound.chat.provider, inbound.sender_id)
+            if zone:
+                local = datetime.fromtimestamp(self._clock(), ZoneInfo(zone)).strftime("%A %Y-%m-%d %H:%M")
+                parts.append(f"The person asking uses the timezone {zone} (their time now: {local}).")
+            if inbound.session_key.is_direct:
+                notes = await self._store.notes_of(inbound.chat.provider, inbound.sender_id)
+                name = inbound.sender_name or "the user"
+                parts.append(notes_block(notes, name, self._config.tools.notes_max_chars))
         except Exception as exc:  # the reply matters more than the notes
             log.warning("user notes unreadable", error=f"{type(exc).__name__}: {exc}")
-            return ""
-        block = notes_block(notes, inbound.sender_name or "the user", self._config.tools.notes_max_chars)
-        return "\n\n" + block if block else ""
+        return "".join("\n\n" + part for part in parts if part)

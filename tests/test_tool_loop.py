@@ -308,3 +308,27 @@ async def test_actions_follow_the_reply_in_later_context_and_in_switchboard_cont
     code, out, err = await switchboard_cli(tmp_path, "replay", "agent:main:fake:direct:42",
                                            "--config", str(tmp_path / "config.toml"))
     assert code == 0 and "match" in out, out + err
+
+
+async def test_a_users_own_timezone_is_kept_and_used_by_their_next_turn(
+    api: AnthropicStandIn, make_config: MakeConfig, channel: FakeChannel
+) -> None:
+    """`set_timezone` refuses a zone that does not exist and keeps a real one: the user's next
+    turn tells the model their zone, and `current_time` answers in it; another user keeps the
+    agent's."""
+    zones = (("set_timezone", {"zone": "Mars/Olympus"}), ("set_timezone", {"zone": "Asia/Tokyo"}))
+    api.script(ToolUse(zones),
+               Text("Done."), ToolUse((("current_time", {}),)), Text("Late here."), model=MODEL)
+    async with daemon(make_config(config_data(api)), channel) as made:
+        await say(made, channel, "I live in Tokyo")
+        await say(made, channel, "what time is it?")
+        await say(made, channel, "hello", peer="7", sender="7", name="Bea")
+
+    sent = reply_requests(api)
+    refused, kept = results(sent[1])
+    assert refused["is_error"] is True and "not an IANA timezone" in refused["content"]
+    assert "is_error" not in kept
+    assert "Asia/Tokyo" in sent[2].body["system"][1]["text"]
+    (now,) = results(sent[3])
+    assert "Asia/Tokyo" in now["content"] and "JST" in now["content"]
+    assert "Asia/Tokyo" not in sent[4].body["system"][1]["text"]
