@@ -30,6 +30,9 @@ log = structlog.get_logger("switchboard.tools")
 LIMIT_NOTE = ("[You have used all the tool calls this reply may make. Answer the user now with what "
               "you have; say what you could not do.]")
 SUMMARY_CHARS = 120
+# A result longer than this (an MCP tool dumping a page) is cut, saying so: the rest of the reply's
+# context must still fit.
+RESULT_CHARS = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +161,7 @@ class ToolLoop:
         results = []
         for use, call_id in zip(uses, ids, strict=True):
             started = time.perf_counter()
-            result = await self._call(str(use["name"]), use.get("input"))
+            result = _capped(await self._call(str(use["name"]), use.get("input")))
             duration = round((time.perf_counter() - started) * 1000, 1)
             summary = _short(result.summary)
             await self._store.finish_tool_call(call_id, result=result.content, summary=summary,
@@ -198,6 +201,14 @@ class ToolLoop:
 def _arguments(use: dict[str, Any]) -> dict[str, Any]:
     value = use.get("input")
     return value if isinstance(value, dict) else {}
+
+
+def _capped(result: ToolResult) -> ToolResult:
+    if len(result.content) <= RESULT_CHARS:
+        return result
+    note = f"\n[…cut: the first {RESULT_CHARS} of {len(result.content)} characters]"
+    cut = result.content[:RESULT_CHARS] + note
+    return dataclasses.replace(result, content=cut)
 
 
 def _short(text: str) -> str:
