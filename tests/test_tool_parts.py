@@ -133,7 +133,8 @@ def test_the_notes_block_keeps_the_newest_under_its_cap() -> None:
 
 
 async def test_the_stand_in_refuses_a_call_without_its_result_as_the_api_does() -> None:
-    """A tool_use with no tool_result right after it, or tool blocks without `tools`, is a 400."""
+    """A tool_use with no tool_result right after it, a result with no call before it, or tool
+    blocks without `tools`, is a 400; a scripted call comes back as the API's JSON."""
     async with AnthropicStandIn() as api:
         client = anthropic.AsyncAnthropic(api_key=API_KEY, base_url=api.base_url, max_retries=0)
         broken = [{"role": "user", "content": "hi"},
@@ -145,6 +146,15 @@ async def test_the_stand_in_refuses_a_call_without_its_result_as_the_api_does() 
         paired = [*broken[:2], {"role": "user", "content": [result("toolu_1")]}]
         with pytest.raises(anthropic.BadRequestError, match="must define tools"):
             await client.messages.create(model=MODEL, max_tokens=10, messages=paired)  # type: ignore[arg-type]
+        with pytest.raises(anthropic.BadRequestError, match="unexpected `tool_use_id`"):
+            await client.messages.create(model=MODEL, max_tokens=10, tools=tools,  # type: ignore[arg-type]
+                                         messages=[broken[0], {"role": "assistant", "content": "no call"},
+                                                   {"role": "user", "content": [result("toolu_9")]}])
+        api.script(ToolUse((("t", {"x": 1}),), text="Calling."))
+        message = await client.messages.create(model=MODEL, max_tokens=10, messages=paired, tools=tools)  # type: ignore[arg-type]
+        assert message.stop_reason == "tool_use"
+        assert [block.type for block in message.content] == ["text", "tool_use"]
+        assert message.content[1].input == {"x": 1}  # type: ignore[union-attr]
         await client.close()
 
 

@@ -345,10 +345,9 @@ MIGRATIONS: list[str] = [
         is_error     INTEGER,
         duration_ms  REAL,
         started_at   REAL NOT NULL,
-        finished_at  REAL,
-        UNIQUE (request_id, round, position)
+        finished_at  REAL
     );
-    CREATE INDEX tool_calls_open ON tool_calls(request_id) WHERE reply_id IS NULL;
+    CREATE INDEX tool_calls_request ON tool_calls(request_id, round, position);
     CREATE INDEX tool_calls_reply ON tool_calls(reply_id);
     -- A request pruned from the log takes its tool transcript with it.
     CREATE TRIGGER tool_calls_request_delete AFTER DELETE ON messages BEGIN
