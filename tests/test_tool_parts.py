@@ -11,7 +11,8 @@ import anthropic
 import pytest
 
 from bot.brain import AnthropicBrain, ReplyRequest
-from bot.config import AnthropicConfig, ToolsConfig
+from bot.config import AnthropicConfig, ToolsConfig, parse_config
+from bot.errors import ConfigError
 from bot.messages import ChatRef
 from bot.session_key import build
 from bot.store import Store, UserNote
@@ -177,3 +178,20 @@ async def test_a_streamed_preview_starts_over_after_a_tool_round_and_ends_with_t
     assert all("Let me look" not in text for text in shown[reset:])
     assert shown[-1] == "It is noon somewhere." == outcome.completion.text
     assert outcome.rounds == 1 and outcome.completion.input_tokens == 20
+
+
+@pytest.mark.parametrize(("data", "key", "expected"), [
+    ({"rules": [{"users": ["42"]}]}, "tools.rules[0].users[0]", "a user as PROVIDER:ID"),
+    ({"allow": ["bad name"]}, "tools.allow[0]", "a tool name or glob"),
+    ({"shared_writes": "all"}, "tools.shared_writes", "'admins', 'everyone' or 'nobody'"),
+    ({"max_tool_rounds": 0}, "tools.max_tool_rounds", "greater than or equal to 1"),
+    ({"rules": [{"alow": ["x"]}]}, "tools.rules[0].alow", "unknown key; expected one of: sessions"),
+])
+def test_a_wrong_tools_key_names_the_key_and_what_was_expected(
+    data: dict[str, Any], key: str, expected: str
+) -> None:
+    """Config errors in [tools] name the file, the key and what it should be."""
+    with pytest.raises(ConfigError) as info:
+        parse_config({"tools": data}, "/etc/switchboard/config.toml")
+    assert str(info.value).startswith(f"/etc/switchboard/config.toml: {key}: ")
+    assert expected in str(info.value)

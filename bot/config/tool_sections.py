@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from bot.config.fields import PosFloat, Section
 
+_PATTERN = re.compile(r"^[A-Za-z0-9_*?\[\]!-]{1,64}$")
+_USER = re.compile(r"^[a-z]+:-?[A-Za-z0-9_.-]+$")
+
+
+def _tool_pattern(value: str) -> str:
+    if not _PATTERN.match(value):
+        raise ValueError("a tool name or glob of letters, digits, '_', '-' and '*?[]!', such as "
+                         "'search_history' or 'files__*'")
+    return value
+
+
+def _user_ref(value: str) -> str:
+    if not _USER.match(value):
+        raise ValueError("a user as PROVIDER:ID, such as 'telegram:123456789' or 'console:local'")
+    return value
+
+
 # A tool name or a shell-style glob over names ("*", "search_*", "files__*").
-ToolPattern = Annotated[str, Field(pattern=r"^[A-Za-z0-9_*?\[\]!-]{1,64}$")]
+ToolPattern = Annotated[str, AfterValidator(_tool_pattern)]
 # A user as "provider:id" ("telegram:123456789"); "console:local" is the console's user.
-UserRef = Annotated[str, Field(pattern=r"^[a-z]+:-?[A-Za-z0-9_.-]+$")]
+UserRef = Annotated[str, AfterValidator(_user_ref)]
 # Who may use a writing tool (reminders, notes) in a group, forum topic or guild channel.
 SharedWrites = Literal["admins", "everyone", "nobody"]
 
