@@ -46,6 +46,7 @@ class Errands:
                 "type": "object", "properties": {"time": {"type": "string"}}, "required": ["time"],
             }, self._book, writes=True),
             FunctionTool("explode", "Always fails.", {"type": "object", "properties": {}}, self._explode),
+            FunctionTool("dawdle", "Never finishes.", {"type": "object", "properties": {}}, self._dawdle),
         ]
 
     async def _book(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
@@ -56,6 +57,10 @@ class Errands:
 
     async def _explode(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
         raise RuntimeError("the kitchen is on fire")
+
+    async def _dawdle(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
 
 
 @asynccontextmanager
@@ -123,19 +128,22 @@ async def test_a_tool_is_called_and_its_result_reaches_the_next_request(
 async def test_a_failing_tool_an_unknown_one_and_bad_arguments_come_back_as_errors(
     api: AnthropicStandIn, make_config: MakeConfig, channel: FakeChannel
 ) -> None:
-    """A tool that raises, a tool that does not exist and arguments that break the schema each
-    come back as a tool_result with is_error the model can read; the turn still gets its reply."""
+    """A tool that raises, a tool that does not exist, arguments that break the schema and a tool
+    that runs past its timeout each come back as a tool_result with is_error the model can read;
+    the turn still gets its reply."""
     errands = Errands()
-    api.script(ToolUse((("explode", {}), ("no_such_tool", {}), ("book_table", {"when": 9}))),
+    api.script(ToolUse((("explode", {}), ("no_such_tool", {}), ("book_table", {"when": 9}), ("dawdle", {}))),
                Text("Sorry, that did not work."), model=MODEL)
-    async with daemon(make_config(config_data(api)), channel, errands) as made:
+    config = make_config(config_data(api, tools={"tool_timeout": 0.2}))
+    async with daemon(config, channel, errands) as made:
         await say(made, channel, "book me a table")
 
     found = results(reply_requests(api)[1])
-    assert [r.get("is_error") for r in found] == [True, True, True]
+    assert [r.get("is_error") for r in found] == [True, True, True, True]
     assert "the kitchen is on fire" in found[0]["content"]
     assert "unknown tool 'no_such_tool'" in found[1]["content"]
     assert "bad arguments" in found[2]["content"] and "'time' is a required property" in found[2]["content"]
+    assert "dawdle took longer than 0.2 s" in found[3]["content"]
     assert errands.runs == []
     assert [m.text for m in channel.sent] == ["Sorry, that did not work."]
 
