@@ -42,12 +42,19 @@ class TurnTools:
             return inbound.chat.provider == "console"
         return inbound.sender_id in section.admins
 
-    async def context(self, inbound: InboundMessage, request: StoredMessage) -> ToolContext:
-        zone = self._config.agent.timezone
+    async def user_zone(self, inbound: InboundMessage) -> str | None:
+        """The zone the user set with `set_timezone`, if it is still one this machine knows."""
         try:
-            zone = await self._store.user_timezone(inbound.chat.provider, inbound.sender_id) or zone
+            zone = await self._store.user_timezone(inbound.chat.provider, inbound.sender_id)
+            if zone:
+                ZoneInfo(zone)
+            return zone
         except Exception as exc:  # the agent's zone beats no answer
-            log.warning("user timezone unreadable", error=f"{type(exc).__name__}: {exc}")
+            log.warning("user timezone unusable", error=f"{type(exc).__name__}: {exc}")
+            return None
+
+    async def context(self, inbound: InboundMessage, request: StoredMessage) -> ToolContext:
+        zone = await self.user_zone(inbound) or self._config.agent.timezone
         return ToolContext(
             session_key=inbound.session_key, chat=inbound.chat, user_id=inbound.sender_id,
             request_id=request.id, is_admin=self.is_admin(inbound),
@@ -70,8 +77,8 @@ class TurnTools:
         """For the per-turn system prompt: the asking user's own timezone when they set one, and
         their notes in private chats only (a group would read them too)."""
         parts = []
+        zone = await self.user_zone(inbound)
         try:
-            zone = await self._store.user_timezone(inbound.chat.provider, inbound.sender_id)
             if zone:
                 local = datetime.fromtimestamp(self._clock(), ZoneInfo(zone)).strftime("%A %Y-%m-%d %H:%M")
                 parts.append(f"The person asking uses the timezone {zone} (their time now: {local}).")
