@@ -31,7 +31,7 @@ from bot.semantic_recall import SemanticRecall
 from bot.store import Store, delivery_key
 from bot.tool_loop import ToolLoop
 from bot.tools.toolbox import ToolBox
-from bot.turn_tools import TurnTools
+from bot.turn_tools import TurnTools, partial_reply
 from bot.usage import record_usage
 
 log = structlog.get_logger("switchboard.turn")
@@ -127,6 +127,9 @@ class TurnRunner:
         outcome = loop.outcome if loop is not None else None
         if outcome is not None:
             facts["tools"] = outcome.snapshot()
+        # Tools acted but the model never answered: the user (and the next turn) learn what was done.
+        partial = partial_reply(outcome) if completion is None and context.status == "ok" else None
+        text = partial or text
         await self._record_usage(str(key), inbound.sender_id, completion, context)
 
         # Told once, under the first reply after the session was compacted (the note is not
@@ -140,8 +143,9 @@ class TurnRunner:
         send_started = time.perf_counter()
         # A reply the model did not write (the apology, a missing-key notice) is delivered and
         # kept, but never sent back to the model as something the agent said.
-        reply = await self._store_reply(str(key), text, request, outbound, fallback=completion is None,
-                                        actions=outcome.actions if outcome and completion else ())
+        reply = await self._store_reply(
+            str(key), text, request, outbound, fallback=completion is None and partial is None,
+            actions=outcome.actions if outcome and (completion or partial) else ())
         if reply is None:
             # The model answered but the database would not take it: the user still gets the
             # answer (a restart may answer the request again, which beats silence).

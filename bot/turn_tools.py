@@ -14,7 +14,7 @@ from bot.brain import Brain
 from bot.config import Config
 from bot.messages import InboundMessage, StoredMessage
 from bot.store import Store
-from bot.tool_loop import ToolLoop
+from bot.tool_loop import LoopOutcome, ToolLoop
 from bot.tools.base import ToolContext
 from bot.tools.notes import notes_block
 from bot.tools.toolbox import ToolBox
@@ -89,3 +89,12 @@ class TurnTools:
         except Exception as exc:  # the reply matters more than the notes
             log.warning("user notes unreadable", error=f"{type(exc).__name__}: {exc}")
         return "".join("\n\n" + part for part in parts if part)
+
+
+def partial_reply(outcome: LoopOutcome | None) -> str | None:
+    """The reply when tools acted but the model failed before answering: what was done, so nobody
+    (the user, or the model in the next turn) does it again. None when no tool ran."""
+    if outcome is None or not outcome.calls:
+        return None
+    done = "\n".join(f"- {action}" for action in outcome.actions)
+    return f"I couldn't finish my answer (the model did not respond), but this was done:\n{done}"

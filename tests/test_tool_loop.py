@@ -26,7 +26,7 @@ from tests.harness import (
     switchboard_cli,
     wait_until,
 )
-from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Slow, Text, ToolUse
+from tests.standins.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Slow, Text, ToolUse
 from tests.test_replay import written_config
 
 MakeConfig = Callable[[dict[str, Any]], Config]
@@ -340,3 +340,22 @@ async def test_a_users_own_timezone_is_kept_and_used_by_their_next_turn(
     (now,) = results(sent[3])
     assert "Asia/Tokyo" in now["content"] and "JST" in now["content"]
     assert "Asia/Tokyo" not in sent[4].body["system"][1]["text"]
+
+
+async def test_when_the_model_fails_after_a_tool_acted_the_reply_says_what_was_done(
+    api: AnthropicStandIn, make_config: MakeConfig, channel: FakeChannel
+) -> None:
+    """A writing tool ran, then the model failed for good: instead of the bare apology the user is
+    told what was done, and the next turn's model sees it (so it does not book twice)."""
+    errands = Errands()
+    failed = Error(500, "api_error")
+    api.script(ToolUse((("book_table", {"time": "19:00"}),)), failed, failed, model=MODEL)
+    async with daemon(make_config(config_data(api)), channel, errands) as made:
+        await say(made, channel, "book a table at 7")
+        await say(made, channel, "did it work?")
+
+    first = channel.sent[0].text
+    assert first.startswith("I couldn't finish my answer") and "table #7 at 19:00" in first
+    assert errands.runs == [{"time": "19:00"}]
+    later = reply_requests(api)[-1]
+    assert "table #7 at 19:00]" in later.messages[1]["content"]  # its actions line, in context
