@@ -130,6 +130,7 @@ class TurnRunner:
         # Tools acted but the model never answered: the user (and the next turn) learn what was done.
         partial = partial_reply(outcome) if completion is None and context.status == "ok" else None
         text = partial or text
+        facts["fallback"] = fallback and partial is None
         await self._record_usage(str(key), inbound.sender_id, completion, context)
 
         # Told once, under the first reply after the session was compacted (the note is not
