@@ -14,13 +14,17 @@ import anthropic
 import httpx2
 import structlog
 from anthropic.types import (
+    InputJSONDelta,
     MessageParam,
     RawContentBlockDeltaEvent,
+    RawContentBlockStartEvent,
+    RawContentBlockStopEvent,
     RawMessageDeltaEvent,
     RawMessageStartEvent,
     RawMessageStopEvent,
     TextBlockParam,
     TextDelta,
+    ToolUseBlock,
 )
 
 from bot.config import AnthropicConfig
@@ -47,6 +51,10 @@ class ReplyRequest:
     deadline: float  # time.monotonic() by which the reply must be complete
     # The session's model (chosen with /model); None: the provider's configured one.
     model: str | None = None
+    # Tool definitions offered (byte-stable, the last one marked for caching; `bot.tools.toolbox`)
+    # and how the model may use them ({"type": "none"}: answer without calling one).
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +69,9 @@ class Completion:
     # Prompt-cache tokens, apart from `input_tokens` as the API reports them (priced apart).
     cache_write_tokens: int = 0
     cache_read_tokens: int = 0
+    # The reply's content blocks as the API gave them (text, tool_use with its parsed input), for
+    # the tool loop; "tool_use" in stop_reason means the model waits for their results.
+    content: tuple[dict[str, Any], ...] = ()
 
 
 class FastCompleter(Protocol):
@@ -126,6 +137,11 @@ class AnthropicBrain:
             attempts += 1
             if attempts > 1:
                 _tell(on_text, "")  # a retry writes the reply anew: what was shown is void
+            extra: dict[str, Any] = {}
+            if request.tools:
+                extra["tools"] = request.tools
+            if request.tool_choice is not None:
+                extra["tool_choice"] = request.tool_choice
             return await _stream_reply(
                 client.with_options(timeout=timeout),
                 model=request.model or self._config.model,
@@ -133,6 +149,7 @@ class AnthropicBrain:
                 system=system,
                 messages=messages,
                 on_text=on_text,
+                extra=extra,
             )
 
         return await self._with_retries(attempt, request.deadline, "reply")
@@ -206,13 +223,18 @@ class IncompleteStreamError(Exception):
 async def _stream_reply(
     client: anthropic.AsyncAnthropic, *, model: str, max_tokens: int,
     system: list[TextBlockParam], messages: list[MessageParam], on_text: TextSink | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Completion:
     text = ""
     input_tokens = output_tokens = cache_write = cache_read = 0
     used_model = model
     finished = False
+    stop_reason: str | None = None
+    blocks: dict[int, dict[str, Any]] = {}
+    partial_json: dict[int, str] = {}
     stream = await client.messages.create(
-        model=model, max_tokens=max_tokens, system=system, messages=messages, stream=True
+        model=model, max_tokens=max_tokens, system=system, messages=messages, stream=True,
+        **(extra or {}),
     )
     async with stream:
         async for event in stream:
@@ -222,10 +244,31 @@ async def _stream_reply(
                 input_tokens = usage.input_tokens
                 cache_write = usage.cache_creation_input_tokens or 0
                 cache_read = usage.cache_read_input_tokens or 0
+            elif isinstance(event, RawContentBlockStartEvent):
+                block = event.content_block
+                if isinstance(block, ToolUseBlock):
+                    blocks[event.index] = {"type": "tool_use", "id": block.id, "name": block.name,
+                                           "input": {}}
+                    partial_json[event.index] = ""
+                elif block.type == "text":
+                    blocks[event.index] = {"type": "text", "text": ""}
             elif isinstance(event, RawContentBlockDeltaEvent) and isinstance(event.delta, TextDelta):
                 text += event.delta.text
+                if event.index in blocks and blocks[event.index]["type"] == "text":
+                    blocks[event.index]["text"] += event.delta.text
                 _tell(on_text, text)
+            elif isinstance(event, RawContentBlockDeltaEvent) and isinstance(event.delta, InputJSONDelta):
+                partial_json[event.index] = partial_json.get(event.index, "") + event.delta.partial_json
+            elif isinstance(event, RawContentBlockStopEvent) and event.index in partial_json:
+                # An unreadable input is passed on as the raw text: the tool loop answers it with
+                # an error result the model can read.
+                raw = partial_json.pop(event.index)
+                try:
+                    blocks[event.index]["input"] = json.loads(raw) if raw.strip() else {}
+                except json.JSONDecodeError:
+                    blocks[event.index]["input"] = {"__unparsed__": raw}
             elif isinstance(event, RawMessageDeltaEvent):
+                stop_reason = event.delta.stop_reason or stop_reason
                 # Cumulative counts: where the final event repeats a figure, it is the one to keep.
                 delta = event.usage
                 output_tokens = delta.output_tokens
@@ -238,8 +281,10 @@ async def _stream_reply(
                 finished = True
     if not finished:
         raise IncompleteStreamError("the reply stream ended before message_stop")
-    return Completion(text, used_model, input_tokens, output_tokens,
-                      cache_write_tokens=cache_write, cache_read_tokens=cache_read)
+    content = tuple(blocks[index] for index in sorted(blocks)
+                    if blocks[index]["type"] != "text" or blocks[index]["text"])
+    return Completion(text, used_model, input_tokens, output_tokens, stop_reason=stop_reason,
+                      cache_write_tokens=cache_write, cache_read_tokens=cache_read, content=content)
 
 
 def _tell(on_text: TextSink | None, text: str) -> None:

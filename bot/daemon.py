@@ -33,6 +33,9 @@ from bot.router import Router, TurnHandler
 from bot.scheduler import Scheduler
 from bot.store import Store
 from bot.supervisor import ChannelSupervisor, build_channels, platform_channel
+from bot.tools.base import ToolSource
+from bot.tools.builtins import BuiltinTools
+from bot.tools.toolbox import ToolBox
 from bot.turn import TurnRunner
 from bot.upkeep import merge_recall_index
 
@@ -78,6 +81,8 @@ class Daemon:
         # Semantic recall ([semantic]): the sentence model, and the worker embedding stored messages.
         self.embedder: Embedder | None = None
         self.embed_worker: EmbedWorker | None = None
+        # Where the model's tools come from (one line each in `run`): the built-ins first.
+        self.tool_sources: list[ToolSource] = []
         self._channels = ChannelSupervisor(self, lambda: self.config, self.stop_requested)
         # The running channels by provider: the turn runner, inbox and scheduler read this one
         # dict, so a reload that starts or stops a channel is seen by all of them.
@@ -108,7 +113,9 @@ class Daemon:
             # Known before they start: what the last run left undone is resumed for them.
             self._by_provider.update({c.provider: c for c in self.channels})
             outbox = self._outbox = Outbox(store, self._by_provider)
-            runner = TurnRunner(config, store, brain, self._by_provider, outbox, embedder=embedder)
+            self.tool_sources.append(BuiltinTools(store, lambda: self.config, embedder))
+            runner = TurnRunner(config, store, brain, self._by_provider, outbox, embedder=embedder,
+                                tools=ToolBox(config.tools, self.tool_sources))
             router = self.router = Router(
                 store, self._announcing(runner), max_concurrent=config.router.max_concurrent_turns
             )
@@ -321,7 +328,8 @@ class Daemon:
             if reconfigure is not None:
                 reconfigure(getattr(config.channels, name))
         # Turns already running finish with the runner they started with; queued ones get the new.
-        runner = TurnRunner(config, store, brain, self._by_provider, self._outbox, embedder=self.embedder)
+        runner = TurnRunner(config, store, brain, self._by_provider, self._outbox, embedder=self.embedder,
+                            tools=ToolBox(config.tools, self.tool_sources))
         router.replace_handler(self._announcing(runner))
         self._inbox = Inbox(config, store, router, self._by_provider, runner.compactor)
         if self.scheduler is not None:

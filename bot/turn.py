@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -29,6 +29,9 @@ from bot.preview import open_preview, typing_until
 from bot.prompt import PromptFiles, conversation_turns, media_hashes, turn_system_prompt
 from bot.semantic_recall import SemanticRecall
 from bot.store import Store, delivery_key
+from bot.tool_loop import ToolLoop
+from bot.tools.toolbox import ToolBox
+from bot.turn_tools import TurnTools, partial_reply
 from bot.usage import record_usage
 
 log = structlog.get_logger("switchboard.turn")
@@ -44,7 +47,7 @@ class TurnRunner:
 
     def __init__(
         self, config: Config, store: Store, brain: Brain, channels: Mapping[str, Channel],
-        outbox: Outbox | None = None, embedder: Embedder | None = None,
+        outbox: Outbox | None = None, embedder: Embedder | None = None, tools: ToolBox | None = None,
     ) -> None:
         self._config = config
         self._store = store
@@ -57,6 +60,7 @@ class TurnRunner:
         # Soul and memory files are cached and read again only when they change on disk.
         self._prompt_files = PromptFiles(config)
         self._files = MediaFiles(files_dir(store.path))
+        self._tools = TurnTools(config, store, brain, tools)
 
     async def __call__(self, request: StoredMessage, inbound: InboundMessage) -> None:
         started = time.perf_counter()
@@ -72,6 +76,7 @@ class TurnRunner:
         completion: Completion | None = None
         error: str | None = None
         call: ReplyRequest | None = None
+        loop: ToolLoop | None = None
         model = await self._session_model(str(key))
         async with typing:
             try:
@@ -87,9 +92,11 @@ class TurnRunner:
                     text = FALLBACK_REPLY
                 else:
                     files = await self._read_files(media_hashes(context, request))
+                    loop = await self._tools.loop(inbound, request)
                     call = ReplyRequest(
                         system_stable=self._prompt_files.stable_prompt(),
-                        system_turn=turn_system_prompt(self._config, key, time.time()),
+                        system_turn=turn_system_prompt(self._config, key, time.time())
+                        + await self._tools.notes(inbound),
                         messages=conversation_turns(context, request, group=not key.is_direct,
                                                     zone=ZoneInfo(self._config.agent.timezone),
                                                     files=files),
@@ -100,7 +107,7 @@ class TurnRunner:
                         call, bool(files), lambda: conversation_turns(
                             context, request, group=not key.is_direct,
                             zone=ZoneInfo(self._config.agent.timezone)),
-                        on_text=preview.update if preview is not None else None,
+                        on_text=preview.update if preview is not None else None, loop=loop,
                     )
                     text = completion.text.strip() or "(no reply)"
             except ModelError as exc:
@@ -117,6 +124,13 @@ class TurnRunner:
         fallback = completion is None and text == FALLBACK_REPLY
         facts = self._reply_facts(call, completion, error, fallback=fallback, model_ms=model_ms)
         facts["model"] = completion.model if completion else model
+        outcome = loop.outcome if loop is not None else None
+        if outcome is not None:
+            facts["tools"] = outcome.snapshot()
+        # Tools acted but the model never answered: the user (and the next turn) learn what was done.
+        partial = partial_reply(outcome) if completion is None and context.status == "ok" else None
+        text = partial or text
+        facts["fallback"] = fallback and partial is None
         await self._record_usage(str(key), inbound.sender_id, completion, context)
 
         # Told once, under the first reply after the session was compacted (the note is not
@@ -130,12 +144,16 @@ class TurnRunner:
         send_started = time.perf_counter()
         # A reply the model did not write (the apology, a missing-key notice) is delivered and
         # kept, but never sent back to the model as something the agent said.
-        reply = await self._store_reply(str(key), text, request, outbound, fallback=completion is None)
+        reply = await self._store_reply(
+            str(key), text, request, outbound, fallback=completion is None and partial is None,
+            actions=outcome.actions if outcome and (completion or partial) else ())
         if reply is None:
             # The model answered but the database would not take it: the user still gets the
             # answer (a restart may answer the request again, which beats silence).
             delivered = await self._deliver_unstored(outbound)
         else:
+            if loop is not None:
+                await self._attach_tool_calls(request.id, reply.id)
             await self._snapshot(str(key), request, reply, context, facts)
             delivered = await self._outbox.deliver(
                 reply.id, dataclasses.replace(outbound, delivery_key=delivery_key(reply.id))
@@ -172,6 +190,9 @@ class TurnRunner:
             total_ms=round((time.perf_counter() - started) * 1000, 1),
             delivered=len(delivered),
             error=error,
+            tool_rounds=outcome.rounds if outcome else 0,
+            tool_calls=len(outcome.calls) if outcome else 0,
+            actions=outcome.actions if outcome else [],
         )
         # After the reply, still holding the session's turn: the user never waits for it, and
         # the session's next turn (queued behind) already sees the summary.
@@ -199,19 +220,31 @@ class TurnRunner:
 
     async def _reply_with_files(
         self, call: ReplyRequest, with_files: bool, placeholders_only: Callable[[], list[dict[str, Any]]],
-        *, on_text: TextSink | None = None,
+        *, on_text: TextSink | None = None, loop: ToolLoop | None = None,
     ) -> Completion:
-        """The model's reply; when the API refuses the request for what a file became (a damaged
-        picture, a PDF it cannot read), asked again with the placeholders rather than failing every
-        turn while the file is recent."""
+        """The model's reply (through the tool loop when tools are offered); when the API refuses
+        the request for what a file became (a damaged picture, a PDF it cannot read), asked again
+        with the placeholders rather than failing every turn while the file is recent (tool rounds
+        already run are sent again from the store, not run again)."""
         try:
-            return await self._brain.reply(call, on_text=on_text)
+            return await self._ask(call, on_text, loop)
         except ModelError as exc:
             if not with_files or exc.retryable or isinstance(exc, MissingApiKeyError):
                 raise
             log.warning("the model refused the files; answering from their placeholders", error=str(exc))
-            return await self._brain.reply(dataclasses.replace(call, messages=placeholders_only()),
-                                           on_text=on_text)
+            return await self._ask(dataclasses.replace(call, messages=placeholders_only()), on_text, loop)
+
+    async def _ask(self, call: ReplyRequest, on_text: TextSink | None, loop: ToolLoop | None) -> Completion:
+        if loop is None:
+            return await self._brain.reply(call, on_text=on_text)
+        return (await loop.run(call, on_text)).completion
+
+    async def _attach_tool_calls(self, request_id: int, reply_id: int) -> None:
+        try:
+            await self._store.attach_tool_calls(request_id, reply_id)
+        except Exception as exc:  # the calls stay with their request; the reply still goes out
+            log.error("tool calls not linked to their reply", request_id=request_id,
+                      error=f"{type(exc).__name__}: {exc}")
 
     async def _read_files(self, hashes: list[str]) -> dict[str, bytes]:
         """The kept files this turn sends in full, newest first up to MAX_INLINE_BYTES; one gone
@@ -235,14 +268,15 @@ class TurnRunner:
             return False
 
     async def _store_reply(
-        self, key: str, text: str, request: StoredMessage, outbound: OutboundMessage, *, fallback: bool
+        self, key: str, text: str, request: StoredMessage, outbound: OutboundMessage, *, fallback: bool,
+        actions: Sequence[str] = (),
     ) -> StoredMessage | None:
         """Store the reply, clearing the requests it answers, with its outbox row; None when the
         database refused it every time (a locked or full disk clears in moments, or not at all)."""
         for attempt in range(1, STORE_ATTEMPTS + 1):
             try:
                 return await self._store.append_reply(
-                    key, text, request_id=request.id, deliver=outbound, fallback=fallback
+                    key, text, request_id=request.id, deliver=outbound, fallback=fallback, actions=actions,
                 )
             except Exception as exc:
                 if attempt == STORE_ATTEMPTS:

@@ -19,6 +19,7 @@ from bot.cli.daemon_commands import chat, check_config, init, reload, run, show_
 from bot.cli.db import backup, db_usage, embed, prune
 from bot.cli.history import compact_session, list_sessions, replay_turn, show_context, show_history
 from bot.cli.jobs import list_jobs, run_job
+from bot.cli.notes import list_notes
 from bot.errors import BotError, ConfigError
 
 __all__ = ["main"]
@@ -78,6 +79,7 @@ EXAMPLES = {
                         "switchboard pairing approve --user telegram:123456789"],
     "pairing deny": ["switchboard pairing deny K7QPM3XD",
                      "switchboard pairing deny --user discord:123456789"],
+    "notes": ["switchboard notes", "switchboard notes telegram:123456789"],
     "usage": ["switchboard usage", "switchboard usage --by day --days 7", "switchboard usage --by user"],
 }
 
@@ -177,6 +179,8 @@ def _parser() -> argparse.ArgumentParser:
         decide = add(f"pairing {verb}", func, what, pairing_sub)
         decide.add_argument("code", nargs="?", metavar="CODE", help="the code the user was sent")
         decide.add_argument("--user", metavar="PROVIDER:ID", help="a user by id, e.g. telegram:123456789")
+    notes = add("notes", list_notes, "the notes users asked the agent to keep (the remember tool)")
+    notes.add_argument("user", nargs="?", metavar="USER", help="only this user: PROVIDER:ID")
     usage = add("usage", show_usage, "tokens in and out and the estimated cost of model calls")
     usage.add_argument("--by", choices=("user", "session", "day", "model", "kind"), default="session",
                        help="how to group the calls (default: session)")

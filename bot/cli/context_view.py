@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from bot.cli.base import utc_time
 from bot.context import REPLY_CALL
 from bot.media import with_labels
+from bot.tools.transcript import action_line
 
 if TYPE_CHECKING:
     from bot.messages import StoredMessage
@@ -186,7 +187,33 @@ def _reply_call_lines(snap: dict[str, Any]) -> list[str]:
         f"model {call.get('model')}  tokens {call.get('tokens_in', 0)} in, {call.get('tokens_out', 0)} out"
         f"{cached}  {tried}  {call.get('model_ms', 0)} ms{stop}",
         f"system prompt {call.get('system_prompt_chars')} chars; prompt files: {files}",
+        *_tool_lines(call.get("tools")),
     ]
+
+
+def _tool_lines(tools: Any) -> list[str]:
+    """The turn's tool use: what was offered, each call as its action, and any transcript repair."""
+    if not isinstance(tools, dict):
+        return []
+    calls = tools.get("calls") or []
+    limit = " (the round limit was reached)" if tools.get("limit_reached") else ""
+    lines = [f"tools: {len(tools.get('offered') or [])} offered, {len(calls)} call"
+             f"{'s' if len(calls) != 1 else ''} in {tools.get('rounds', 0)} round"
+             f"{'s' if tools.get('rounds') != 1 else ''}{limit}"]
+    for call in calls:
+        arguments = call.get("arguments") or {}
+        action = action_line(str(call.get("name")), arguments if isinstance(arguments, dict) else {},
+                             str(call.get("summary")))
+        took = f"{call['duration_ms']} ms" if call.get("duration_ms") is not None else "-"
+        notes = (" ERROR" if call.get("is_error") else "") + (" (sent again after a restart)"
+                                                                if call.get("resumed") else "")
+        lines.append(f"  round {call.get('round')}: {action}  [{took}]{notes}")
+    for repair in tools.get("repairs") or []:
+        what = {"closed_call": "a call without its result was closed as interrupted",
+                "dropped_result": "a result without its call was dropped"}.get(str(repair.get("kind")),
+                                                                                str(repair.get("kind")))
+        lines.append(f"  transcript repaired: {what} ({repair.get('tool_use_id')})")
+    return lines
 
 
 def _speaker(message: StoredMessage) -> str:

@@ -46,6 +46,7 @@ from bot.config.sections import (
     RouterConfig,
     SemanticConfig,
 )
+from bot.config.tool_sections import ToolRule, ToolsConfig
 from bot.schedule_spec import SCHEDULE_CHANNELS, parse_duration
 
 __all__ = [
@@ -81,6 +82,8 @@ __all__ = [
     "SchedulerConfig",
     "SemanticConfig",
     "TelegramConfig",
+    "ToolRule",
+    "ToolsConfig",
     "check_startable",
     "load_config",
     "parse_config",

@@ -22,6 +22,7 @@ from bot.config.sections import (
     RouterConfig,
     SemanticConfig,
 )
+from bot.config.tool_sections import ToolsConfig
 from bot.errors import ConfigError
 from bot.schedule_spec import delivery_key
 from bot.session_key import SessionKey
@@ -40,6 +41,7 @@ class Config(Section):
     logging: LoggingConfig = LoggingConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
     schedules: list[ScheduleConfig] = Field(default_factory=list)
+    tools: ToolsConfig = ToolsConfig()
     # Per model id: what a million tokens cost, for the usage estimates (/usage, `switchboard usage`).
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
     # Where the file was read from; relative paths inside it are resolved against its folder.

@@ -9,9 +9,11 @@ from __future__ import annotations
 from bot.store.compactions import Compactions
 from bot.store.delivery import Delivery
 from bot.store.embeddings import Embeddings
+from bot.store.history_search import HistorySearch
 from bot.store.maintenance import Maintenance
 from bot.store.messages import Messages
 from bot.store.pairings import Pairing, PairingError, Pairings, PairingState
+from bot.store.people import People, UserNote
 from bot.store.recall import RECALL_COMMON, Recall
 from bot.store.records import (
     CompactionRecord,
@@ -28,12 +30,13 @@ from bot.store.records import (
 )
 from bot.store.schedule_runs import ScheduleRuns
 from bot.store.snapshots import Snapshots
+from bot.store.tool_calls import StoredToolCall, ToolCalls
 from bot.store.usage import Usage, UsageRecord
 
 
 class Store(
     Messages, Recall, Embeddings, Delivery, Snapshots, Compactions, ScheduleRuns, Maintenance,
-    Pairings, Usage,
+    Pairings, Usage, ToolCalls, People, HistorySearch,
 ):
     """Conversation history in one SQLite file (WAL, foreign keys on, mode 0600).
 
@@ -58,6 +61,8 @@ __all__ = [
     "SessionSummary",
     "SnapshotRecord",
     "Store",
+    "StoredToolCall",
     "UsageRecord",
+    "UserNote",
     "delivery_key",
 ]

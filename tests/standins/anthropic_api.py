@@ -7,6 +7,7 @@ import base64
 import itertools
 import json
 import math
+import re
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ __all__ = [
     "Response",
     "Slow",
     "Text",
+    "ToolUse",
     "TruncatedStream",
 ]
 
@@ -41,6 +43,18 @@ class Text:
     # A stream sends the text in `parts` deltas, `delta_delay` seconds apart (a model writing).
     parts: int = 3
     delta_delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """The model calling tools: optional text, then one tool_use block per (name, input) in `calls`,
+    stop_reason "tool_use". A stream sends each input as input_json_delta fragments."""
+
+    calls: tuple[tuple[str, dict[str, Any]], ...]
+    text: str = ""
+    input_tokens: int = 10
+    output_tokens: int = 5
+    delay: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -89,7 +103,7 @@ class DropConnection:
     """Abort the TCP connection: before any response, or after message_start + one delta."""
 
 
-Response: TypeAlias = Text | Error | Slow | TruncatedStream | MalformedStream | DropConnection
+Response: TypeAlias = Text | ToolUse | Error | Slow | TruncatedStream | MalformedStream | DropConnection
 
 
 @dataclass
@@ -217,7 +231,7 @@ class AnthropicStandIn:
         for name, kind in (("model", str), ("messages", list), ("max_tokens", int)):
             if not isinstance(parsed.get(name), kind):
                 return self._error(Error(400, "invalid_request_error", f"{name}: Field required"))
-        problem = _content_problem(parsed["messages"])
+        problem = _content_problem(parsed["messages"]) or _tools_problem(parsed)
         if problem is not None:
             return self._error(Error(400, "invalid_request_error", problem))
         return await self._respond(request, rec, self._next_response(rec))
@@ -240,6 +254,18 @@ class AnthropicStandIn:
                 if rec.stream:
                     return await self._stream(request, rec, response, "complete")
                 return self._message(rec, response)
+            case ToolUse(delay=delay):
+                await asyncio.sleep(delay)
+                blocks = self._tool_blocks(response)
+                if rec.stream:
+                    reply = Text(response.text, response.input_tokens, response.output_tokens,
+                                 stop_reason="tool_use")
+                    return await self._stream(request, rec, reply, "complete", tool_blocks=blocks)
+                body = self._message_json(rec, Text(response.text, response.input_tokens,
+                                                    response.output_tokens, stop_reason="tool_use"))
+                said = [{"type": "text", "text": response.text}] if response.text else []
+                body["content"] = said + blocks
+                return web.json_response(body, headers={"request-id": self._request_id()})
             case TruncatedStream(text=text, input_tokens=tin):
                 reply = Text(text, input_tokens=tin)
                 if rec.stream:
@@ -256,6 +282,10 @@ class AnthropicStandIn:
                 # aiohttp fails to write this and treats it as a premature client disconnect.
                 return web.Response(status=500)
         raise TypeError(f"not a stand-in response: {response!r}")
+
+    def _tool_blocks(self, response: ToolUse) -> list[dict[str, Any]]:
+        return [{"type": "tool_use", "id": f"toolu_standin_{next(self._ids):08d}", "name": name,
+                 "input": arguments} for name, arguments in response.calls]
 
     def _request_id(self) -> str:
         return f"req_standin_{next(self._ids):08d}"
@@ -297,6 +327,7 @@ class AnthropicStandIn:
         reply: Text,
         end: Literal["complete", "truncated", "drop", "malformed"],
         error: Error | None = None,
+        tool_blocks: list[dict[str, Any]] | None = None,
     ) -> web.StreamResponse:
         request_id = self._request_id()
         headers = {"content-type": "text/event-stream; charset=utf-8", "request-id": request_id}
@@ -308,7 +339,10 @@ class AnthropicStandIn:
         deltas = [{"type": "text_delta", "text": chunk} for chunk in _chunks(reply.text, reply.parts)]
         keep = {"complete": len(deltas), "truncated": max(1, len(deltas) - 1), "drop": 1,
                 "malformed": 1}[end]
-        if error is None or reply.text:
+        has_text = error is None or bool(reply.text)
+        if tool_blocks and not reply.text:
+            has_text = False  # a tool call with nothing said first: tool_use blocks only
+        if has_text:
             block = {"type": "text", "text": ""}
             events.append({"type": "content_block_start", "index": 0, "content_block": block})
             events += [
@@ -324,7 +358,15 @@ class AnthropicStandIn:
                      "cache_creation_input_tokens": reply.cache_write_tokens,
                      "cache_read_input_tokens": reply.cache_read_tokens,
                      "output_tokens": reply.output_tokens}
-            events.append({"type": "content_block_stop", "index": 0})
+            if has_text:
+                events.append({"type": "content_block_stop", "index": 0})
+            for index, tool in enumerate(tool_blocks or [], start=int(has_text)):
+                start = {**tool, "input": {}}
+                events.append({"type": "content_block_start", "index": index, "content_block": start})
+                events += [{"type": "content_block_delta", "index": index,
+                            "delta": {"type": "input_json_delta", "partial_json": piece}}
+                           for piece in ["", *_chunks(json.dumps(tool["input"]), 3)]]
+                events.append({"type": "content_block_stop", "index": index})
             events.append({"type": "message_delta", "delta": stop, "usage": usage})
             events.append({"type": "message_stop"})
         written = 0
@@ -355,17 +397,105 @@ _IMAGE_MAGIC = {"image/jpeg": (b"\xff\xd8\xff",), "image/png": (b"\x89PNG\r\n\x1
 
 
 def _content_problem(messages: list[Any]) -> str | None:
-    """What the Messages API would refuse in the turns' content blocks (text, image, document)."""
+    """What the Messages API would refuse in the turns' content blocks (text, image, document,
+    tool_use in assistant turns, tool_result in user turns), and tool pairing across turns."""
     for i, message in enumerate(messages):
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, str):
             continue
         if not isinstance(content, list) or not content:
             return f"messages.{i}.content: Input should be a valid string or a non-empty list"
+        role = message.get("role")
         for j, block in enumerate(content):
-            problem = _block_problem(f"messages.{i}.content.{j}", block if isinstance(block, dict) else {})
+            where = f"messages.{i}.content.{j}"
+            block = block if isinstance(block, dict) else {}
+            kind = block.get("type")
+            if kind == "tool_use" and role == "assistant":
+                ok = (isinstance(block.get("id"), str) and isinstance(block.get("name"), str)
+                      and isinstance(block.get("input"), dict))
+                problem = None if ok else f"{where}.tool_use: id, name and an input object are required"
+            elif kind == "tool_result" and role == "user":
+                problem = _result_problem(where, block)
+            else:
+                problem = _block_problem(where, block)
             if problem is not None:
                 return problem
+    return _pairing_problem(messages)
+
+
+def _ids(message: Any, kind: str, key: str) -> list[str]:
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return []
+    return [str(b.get(key)) for b in content if isinstance(b, dict) and b.get("type") == kind]
+
+
+def _pairing_problem(messages: list[Any]) -> str | None:
+    """Every tool_use answered by a tool_result in the very next (user) turn, and no result for a
+    call the previous turn did not make: the API's own words for each."""
+    for i, message in enumerate(messages):
+        uses = _ids(message, "tool_use", "id")
+        following = messages[i + 1] if i + 1 < len(messages) else None
+        answered = set(_ids(following, "tool_result", "tool_use_id")) if following else set()
+        missing = [use for use in uses if use not in answered]
+        if missing:
+            return (f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately "
+                    f"after: {', '.join(missing)}. Each `tool_use` block must have a corresponding "
+                    "`tool_result` block in the next message.")
+        results = _ids(message, "tool_result", "tool_use_id")
+        previous = set(_ids(messages[i - 1], "tool_use", "id")) if i > 0 else set()
+        for j, result in enumerate(results):
+            if result not in previous:
+                return (f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
+                        f"blocks: {result}. Each `tool_result` block must have a corresponding "
+                        "`tool_use` block in the previous message.")
+    return None
+
+
+def _result_problem(where: str, block: dict[str, Any]) -> str | None:
+    if not isinstance(block.get("tool_use_id"), str):
+        return f"{where}.tool_result.tool_use_id: Field required"
+    content = block.get("content", "")
+    if isinstance(content, list):
+        if not all(isinstance(b, dict) and b.get("type") in ("text", "image", "document") for b in content):
+            return f"{where}.tool_result.content: Input should be a valid string or a list of blocks"
+    elif not isinstance(content, str):
+        return f"{where}.tool_result.content: Input should be a valid string or a list of blocks"
+    if "is_error" in block and not isinstance(block["is_error"], bool):
+        return f"{where}.tool_result.is_error: Input should be a valid boolean"
+    return None
+
+
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def _tools_problem(body: dict[str, Any]) -> str | None:
+    """The `tools` and `tool_choice` parameters as the API checks them, and that a request holding
+    tool blocks defines tools."""
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            return "tools: Input should be a valid list"
+        names: set[str] = set()
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+                return f"tools.{i}.custom.name: Field required"
+            if not _TOOL_NAME.match(tool["name"]):
+                return f"tools.{i}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'"
+            schema = tool.get("input_schema")
+            if not isinstance(schema, dict) or schema.get("type") != "object":
+                return f"tools.{i}.custom.input_schema.type: Input should be 'object'"
+            if tool["name"] in names:
+                return "tools: Tool names must be unique."
+            names.add(tool["name"])
+    choice = body.get("tool_choice")
+    if choice is not None and (not isinstance(choice, dict)
+                               or choice.get("type") not in ("auto", "any", "tool", "none")):
+        return "tool_choice: Input tag does not match any of the expected tags: 'auto', 'any', 'tool', 'none'"
+    holds_tools = any(_ids(m, "tool_use", "id") or _ids(m, "tool_result", "tool_use_id")
+                      for m in body.get("messages", []))
+    if holds_tools and not tools:
+        return "Requests which include `tool_use` or `tool_result` blocks must define tools."
     return None
 
 

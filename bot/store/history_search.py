@@ -1,0 +1,82 @@
+"""History search for one user: the sessions they wrote in, words matched there, and only what is
+theirs (their own messages and the agent's replies to them), never another person's."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from bot.lexical import search_terms, term_weight
+from bot.messages import StoredMessage
+from bot.store.connection import Database
+from bot.store.messages import MESSAGE_COLUMNS, rows_to_messages
+
+# Newest matches read per term and session; older ones beyond this are not searched.
+TERM_HITS = 500
+SEARCHED_CAP = 10_000
+
+
+class HistorySearch(Database):
+    """Reads for the `search_history` tool; every read is bounded to the asking user."""
+
+    async def user_sessions(self, agent_id: str, provider: str, user_id: str) -> list[str]:
+        """Every session of this agent and provider where `user_id` wrote a message."""
+        rows = await self._conn.execute_fetchall(
+            "SELECT DISTINCT session_key FROM messages WHERE sender_id = ? AND role = 'user' "
+            "AND session_key LIKE ? ESCAPE '\\' ORDER BY session_key",
+            (user_id, _like_prefix(f"agent:{agent_id}:{provider}:")),
+        )
+        return [str(row[0]) for row in rows]
+
+    async def lexical_history(
+        self, sessions: Sequence[str], query: str, *, limit: int
+    ) -> list[tuple[int, float]]:
+        """(message id, score) of the best `limit` messages sharing words with `query` in these
+        sessions (interactive, whole history), best first; each term weighs its idf in its session."""
+        scores: dict[int, float] = defaultdict(float)
+        for session in sessions:
+            terms = search_terms(session, query)
+            if not terms:
+                continue
+            found = await self._conn.execute_fetchall(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE session_key = ? "
+                f"AND origin = 'interactive' LIMIT {SEARCHED_CAP})", (session,),
+            )
+            searched = int(next(iter(found))[0])
+            for term in terms:
+                hits = list(await self._conn.execute_fetchall(
+                    "SELECT rowid FROM recall_fts WHERE recall_fts MATCH ? ORDER BY rowid DESC LIMIT ?",
+                    (term.match(), TERM_HITS),
+                ))
+                weight = term_weight(len(hits), max(searched, len(hits)))
+                for (message_id,) in hits:
+                    scores[int(message_id)] += weight
+        ranked = sorted(scores.items(), key=lambda item: (-item[1], -item[0]))
+        return ranked[: max(limit, 0)]
+
+    async def owned_messages(
+        self, message_ids: Sequence[int], sessions: Sequence[str], user_id: str, *,
+        since: float | None = None, until: float | None = None,
+    ) -> list[StoredMessage]:
+        """Of these ids, the messages in `sessions` that belong to `user_id`: their own, and the
+        agent's replies whose turn they started; within [since, until), fallback replies left out."""
+        ids = sorted(set(message_ids))
+        if not ids or not sessions:
+            return []
+        id_marks = ", ".join("?" for _ in ids)
+        session_marks = ", ".join("?" for _ in sessions)
+        rows = await self._conn.execute_fetchall(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id IN ({id_marks}) "
+            f"AND m.session_key IN ({session_marks}) AND m.origin = 'interactive' AND m.fallback = 0 "
+            "AND m.created_at >= ? AND m.created_at < ? AND ("
+            "(m.role = 'user' AND m.sender_id = ?) OR (m.role = 'assistant' AND (SELECT u.sender_id "
+            "FROM messages u WHERE u.session_key = m.session_key AND u.origin = 'interactive' "
+            "AND u.role = 'user' AND u.id < m.id ORDER BY u.id DESC LIMIT 1) = ?)) ORDER BY m.id",
+            (*ids, *sessions, since if since is not None else float("-inf"),
+             until if until is not None else float("inf"), user_id, user_id),
+        )
+        return rows_to_messages(rows)
+
+
+def _like_prefix(prefix: str) -> str:
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"

@@ -1,0 +1,100 @@
+"""A turn's tools: who is asking (`ToolContext`), the tools they may use, the loop that runs them,
+and their notes for the per-turn system prompt."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import structlog
+
+from bot.brain import Brain
+from bot.config import Config
+from bot.messages import InboundMessage, StoredMessage
+from bot.store import Store
+from bot.tool_loop import LoopOutcome, ToolLoop
+from bot.tools.base import ToolContext
+from bot.tools.notes import notes_block
+from bot.tools.toolbox import ToolBox
+
+log = structlog.get_logger("switchboard.tools")
+
+
+class TurnTools:
+    """Built once per config; asked once per turn."""
+
+    def __init__(
+        self, config: Config, store: Store, brain: Brain, toolbox: ToolBox | None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._brain = brain
+        self._toolbox = toolbox
+        self._clock = clock
+
+    def is_admin(self, inbound: InboundMessage) -> bool:
+        """In the channel's `admins`; the console's user is its admin."""
+        section = self._config.chat_channel(inbound.chat.provider)
+        if section is None:
+            return inbound.chat.provider == "console"
+        return inbound.sender_id in section.admins
+
+    async def user_zone(self, inbound: InboundMessage) -> str | None:
+        """The zone the user set with `set_timezone`, if it is still one this machine knows."""
+        try:
+            zone = await self._store.user_timezone(inbound.chat.provider, inbound.sender_id)
+            if zone:
+                ZoneInfo(zone)
+            return zone
+        except Exception as exc:  # the agent's zone beats no answer
+            log.warning("user timezone unusable", error=f"{type(exc).__name__}: {exc}")
+            return None
+
+    async def context(self, inbound: InboundMessage, request: StoredMessage) -> ToolContext:
+        zone = await self.user_zone(inbound) or self._config.agent.timezone
+        return ToolContext(
+            session_key=inbound.session_key, chat=inbound.chat, user_id=inbound.sender_id,
+            request_id=request.id, is_admin=self.is_admin(inbound),
+            shared=not inbound.session_key.is_direct, now=self._clock(), timezone=zone,
+        )
+
+    async def loop(self, inbound: InboundMessage, request: StoredMessage) -> ToolLoop | None:
+        """The loop for this request, or None when no tool is offered (a plain reply)."""
+        if self._toolbox is None:
+            return None
+        context = await self.context(inbound, request)
+        offered = self._toolbox.offered(context)
+        if not offered:
+            return None
+        settings = self._toolbox.config
+        return ToolLoop(self._brain, self._store, offered, context,
+                        max_rounds=settings.max_tool_rounds, tool_timeout=settings.tool_timeout)
+
+    async def notes(self, inbound: InboundMessage) -> str:
+        """For the per-turn system prompt: the asking user's own timezone when they set one, and
+        their notes in private chats only (a group would read them too)."""
+        parts = []
+        zone = await self.user_zone(inbound)
+        try:
+            if zone:
+                local = datetime.fromtimestamp(self._clock(), ZoneInfo(zone)).strftime("%A %Y-%m-%d %H:%M")
+                parts.append(f"The person asking uses the timezone {zone} (their time now: {local}).")
+            if inbound.session_key.is_direct:
+                notes = await self._store.notes_of(inbound.chat.provider, inbound.sender_id)
+                name = inbound.sender_name or "the user"
+                parts.append(notes_block(notes, name, self._config.tools.notes_max_chars))
+        except Exception as exc:  # the reply matters more than the notes
+            log.warning("user notes unreadable", error=f"{type(exc).__name__}: {exc}")
+        return "".join("\n\n" + part for part in parts if part)
+
+
+def partial_reply(outcome: LoopOutcome | None) -> str | None:
+    """The reply when tools acted but the model failed before answering: what was done, so nobody
+    (the user, or the model in the next turn) does it again. None when no tool ran."""
+    if outcome is None or not outcome.calls:
+        return None
+    done = "\n".join(f"- {action}" for action in outcome.actions)
+    return f"I couldn't finish my answer (the model did not respond), but this was done:\n{done}"
