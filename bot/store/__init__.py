@@ -26,6 +26,7 @@ from bot.store.records import (
     SnapshotRecord,
     delivery_key,
 )
+from bot.store.reminders import Reminder, ReminderLimitError, Reminders, ReminderStatus, reminder_id
 from bot.store.schedule_runs import ScheduleRuns
 from bot.store.snapshots import Snapshots
 from bot.store.usage import Usage, UsageRecord
@@ -33,7 +34,7 @@ from bot.store.usage import Usage, UsageRecord
 
 class Store(
     Messages, Recall, Embeddings, Delivery, Snapshots, Compactions, ScheduleRuns, Maintenance,
-    Pairings, Usage,
+    Pairings, Usage, Reminders,
 ):
     """Conversation history in one SQLite file (WAL, foreign keys on, mode 0600).
 
@@ -52,6 +53,9 @@ __all__ = [
     "PendingDelivery",
     "PendingRequest",
     "PruneReport",
+    "Reminder",
+    "ReminderLimitError",
+    "ReminderStatus",
     "RunStatus",
     "RunTrigger",
     "ScheduleRun",
@@ -60,4 +64,5 @@ __all__ = [
     "Store",
     "UsageRecord",
     "delivery_key",
+    "reminder_id",
 ]
