@@ -121,6 +121,13 @@ class ReminderSchedule:
         """Schedule a pending reminder (just set, or loaded at start); one already due fires now."""
         if self._aps is None:
             return  # not started: `start` loads it from the store
+        try:
+            trigger = reminder_trigger(reminder)
+        except ValueError as exc:  # stored by an older version that read cron differently
+            log.error("reminder given up: its schedule cannot be read", reminder_id=reminder.id,
+                      repeat=reminder.repeat, error=str(exc))
+            await self._store.finish_reminder(reminder.id, "failed")
+            return
         if reminder.repeat is not None and reminder.id not in self._cursor:
             last = await self._store.last_scheduled_time(reminder.job_id)
             # Its first time may be `at` itself.
@@ -129,7 +136,7 @@ class ReminderSchedule:
                 cursor = max(cursor, datetime.fromtimestamp(last, UTC))
             self._cursor[reminder.id] = cursor
         self._aps.add_job(
-            self._fire_tracked, reminder_trigger(reminder), args=[reminder.id], id=reminder.job_id,
+            self._fire_tracked, trigger, args=[reminder.id], id=reminder.job_id,
             name=reminder.job_id, misfire_grace_time=None, coalesce=True, max_instances=1,
             replace_existing=True,
         )

@@ -362,3 +362,37 @@ async def test_a_reminder_stored_but_not_sent_before_a_crash_is_sent_once_after_
         scheduled = [m for m in await store.history(DM, 10) if m.origin == "scheduled"]
     assert bench.texts() == ["⏰ Reminder: Oven"]
     assert run.status == "delivered" and len(scheduled) == 1
+
+
+async def test_a_recurring_reminder_with_when_starts_then(bench: Bench) -> None:
+    """`when` with `repeat` says when it starts: no time before it fires; a start in the past is now."""
+    later = await bench.call("set_reminder", text="Gym", repeat="0 8 * * 1-5", when="next monday 00:00")
+    assert "first on Mon 07 Apr 2025 08:00 CEST" in later.content
+    reminder_id = number(later)
+    await bench.at(NINE + 86400 - 3600, reminder_id)  # Tuesday 08:00: before its start
+    assert bench.texts() == []
+    past = await bench.call("set_reminder", text="Water", repeat="0 10 * * *", when="2025-03-01T00:00")
+    assert "first on Tue 01 Apr 2025 10:00 CEST" in past.content  # asked on Tuesday at 08:00
+    await bench.at(NINE + 86400 + 3600, number(past))
+    assert bench.texts() == ["⏰ Reminder: Water"]
+    runs = await bench.store.schedule_runs(f"reminder:{number(past)}", 50)
+    assert [r.status for r in runs] == ["delivered"]
+
+
+async def test_a_stored_reminder_that_cannot_be_read_is_given_up_and_the_others_still_fire(
+    make_config: MakeConfig, store: Store
+) -> None:
+    """A reminder whose cron line no longer reads is marked failed at start; the daemon goes on."""
+    common: dict[str, Any] = {"session_key": DM, "chat": ChatRef("telegram", "42"), "user_id": "42",
+                              "user_name": None, "timezone": "Europe/Berlin", "request_message_id": None,
+                              "max_pending": 5}
+    broken = await store.add_reminder(text="?", at=NINE, repeat="0 8 * *", **common)
+    fine = await store.add_reminder(text="Fine", at=NINE + 60, repeat=None, **common)
+    bench = Bench(make_config({}), store, Clock(NINE + 60))
+    await bench.schedule.start()
+    await bench.schedule.wait_idle()
+    await bench.schedule.close(1)
+    assert bench.texts() == ["⏰ Reminder: Fine"]
+    given_up = await store.reminder_by_id(broken.id)
+    done = await store.reminder_by_id(fine.id)
+    assert given_up is not None and done is not None and (given_up.status, done.status) == ("failed", "done")

@@ -115,7 +115,9 @@ class ReminderTools:
             if repeat:
                 repeat = " ".join(repeat.split())
                 repeat_trigger(repeat, zone, settings.min_repeat_seconds())
-                at = parse_when(when, context.now, zone).timestamp() if when else context.now
+                # A start in the past is now: times already gone are not caught up.
+                start = parse_when(when, context.now, zone).timestamp() if when else context.now
+                at = max(start, context.now)
             else:
                 assert isinstance(when, str)
                 at = future_when(when, context.now, zone).timestamp()
