@@ -59,6 +59,7 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/media_intake.py
 	$(BIN)/python bench/streaming_latency.py
 	$(BIN)/python bench/long_conversation.py
+	$(BIN)/python bench/reminders.py
 	$(BIN)/python bench/crash_loop.py
 
 clean:
