@@ -89,6 +89,7 @@ class ReminderSchedule:
         self._locks: dict[int, asyncio.Lock] = {}
         self._inflight: set[asyncio.Task[Any]] = set()
         self._aps: AsyncIOScheduler | None = None
+        self._closed = False
 
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self._clock(), UTC)
@@ -107,6 +108,7 @@ class ReminderSchedule:
 
     async def close(self, grace: float) -> None:
         """Stop firing, give runs in flight `grace` seconds to finish, cancel what is left."""
+        self._closed = True
         if self._aps is not None and self._aps.running:
             self._aps.pause()
         if self._inflight:
@@ -119,8 +121,8 @@ class ReminderSchedule:
 
     async def add(self, reminder: Reminder) -> None:
         """Schedule a pending reminder (just set, or loaded at start); one already due fires now."""
-        if self._aps is None:
-            return  # not started: `start` loads it from the store
+        if self._aps is None or self._closed:
+            return  # not running: the next start loads it from the store
         try:
             trigger = reminder_trigger(reminder)
         except ValueError as exc:  # stored by an older version that read cron differently

@@ -396,3 +396,21 @@ async def test_a_stored_reminder_that_cannot_be_read_is_given_up_and_the_others_
     given_up = await store.reminder_by_id(broken.id)
     done = await store.reminder_by_id(fine.id)
     assert given_up is not None and done is not None and (given_up.status, done.status) == ("failed", "done")
+
+
+def test_the_tools_are_byte_stable_and_only_set_and_cancel_write(make_config: MakeConfig) -> None:
+    """Two sources (two starts) offer the same three definitions, byte for byte; set and cancel write."""
+    import json
+
+    config = make_config({})
+
+    def definitions() -> str:
+        source = ReminderTools(None, lambda: config.reminders)  # type: ignore[arg-type]
+        return json.dumps([{"name": t.name, "description": t.description, "input_schema": t.input_schema}
+                           for t in source.tools()])
+
+    assert definitions() == definitions()
+    tools = ReminderTools(None, lambda: config.reminders).tools()  # type: ignore[arg-type]
+    assert {t.name: t.writes for t in tools} == {
+        "set_reminder": True, "list_reminders": False, "cancel_reminder": True}
+    assert all(len(t.name) <= 64 and t.input_schema["type"] == "object" for t in tools)
