@@ -33,6 +33,7 @@ _DAY = re.compile(
 _CLOCK = re.compile(r"^(?:at\s+)?(\d{1,2})(?:[:.h](\d{2}))?\s*(am|pm)?$")
 _EXAMPLES = ('"2025-04-01T09:00" (your local time), "2025-04-01T07:00Z", "in 2 hours", "+90m", '
              '"tomorrow 09:00", "friday 18:30", "next monday 8am"')
+MAX_AHEAD = 10 * 366 * 86400  # seconds: further than this is a slip, not a plan
 # How many of a cron line's next times are compared to find its shortest gap (a week of hourly).
 _GAP_SAMPLES = 200
 
@@ -43,7 +44,11 @@ def parse_when(text: str, now: float, zone: ZoneInfo) -> datetime:
     if not cleaned:
         raise ValueError(f"`when` is empty; give a time such as {_EXAMPLES}")
     local_now = datetime.fromtimestamp(now, zone)
-    found = _relative(cleaned, local_now) or _iso(text.strip(), zone) or _day_and_clock(cleaned, local_now)
+    try:
+        found = (_relative(cleaned, local_now) or _iso(text.strip(), zone)
+                 or _day_and_clock(cleaned, local_now))
+    except OverflowError as exc:
+        raise ValueError(f"{text!r} is too far ahead") from exc
     if found is None:
         raise ValueError(f"cannot read {text!r} as a time; use one of {_EXAMPLES}")
     return found
@@ -52,6 +57,8 @@ def parse_when(text: str, now: float, zone: ZoneInfo) -> datetime:
 def future_when(text: str, now: float, zone: ZoneInfo) -> datetime:
     """`parse_when`, refusing a moment that is not after `now`."""
     at = parse_when(text, now, zone)
+    if at.timestamp() - now > MAX_AHEAD:
+        raise ValueError(f"{text!r} is {describe(at.timestamp(), zone)}, more than ten years ahead")
     if at.timestamp() <= now:
         raise ValueError(f"{text!r} is {describe(at.timestamp(), zone)}, which is in the past "
                          f"(it is now {describe(now, zone)})")

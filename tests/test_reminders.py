@@ -414,3 +414,10 @@ def test_the_tools_are_byte_stable_and_only_set_and_cancel_write(make_config: Ma
     assert {t.name: t.writes for t in tools} == {
         "set_reminder": True, "list_reminders": False, "cancel_reminder": True}
     assert all(len(t.name) <= 64 and t.input_schema["type"] == "object" for t in tools)
+
+
+@pytest.mark.parametrize("when", ["in 99999999999 days", "in 600 weeks", "9999-12-31T23:59"])
+async def test_a_time_absurdly_far_ahead_is_refused_not_crashed_on(bench: Bench, when: str) -> None:
+    """Times more than ten years ahead (or past what a date can hold) are a readable error."""
+    result = await bench.call("set_reminder", text="x", when=when)
+    assert result.is_error and ("too far ahead" in result.content or "ten years ahead" in result.content)
