@@ -230,3 +230,29 @@ def test_reminder_settings_are_checked_naming_the_key(
         load_config(path)
     assert info.value.key == key and expected in info.value.expected
     assert str(info.value).startswith(f"{path}: {key}: ")
+
+
+async def test_a_reload_changes_the_reminder_limits_of_the_running_daemon(
+    api: AnthropicStandIn, tmp_path: Path
+) -> None:
+    """`[reminders]` edited and reloaded applies to the next set_reminder, without a restart."""
+    path = tmp_path / "config.toml"
+
+    def write(max_pending: int) -> None:
+        path.write_text(f'[database]\npath = "{tmp_path / "switchboard.db"}"\n'
+                        f'[anthropic]\nbase_url = "{api.base_url}"\nmodel = "test-model"\n'
+                        '[semantic]\nenabled = "off"\n'
+                        f"[reminders]\nmax_pending = {max_pending}\n", encoding="utf-8")
+
+    write(1)
+    clock = Clock(time.time())
+    async with daemon_on(load_config(path), [FakeChannel("telegram")], clock) as daemon:
+        context = context_of(DM, ChatRef("telegram", "42"), 0, clock.now)
+        await set_reminder(daemon, context, text="one", when="in 1 hour")
+        assert daemon.reminder_tools is not None
+        (tool,) = [t for t in daemon.reminder_tools.tools() if t.name == "set_reminder"]
+        refused = await tool.run({"text": "two", "when": "in 2 hours"}, context)
+        assert refused.is_error and "already have 1 pending reminder;" in refused.content
+        write(2)
+        assert (await daemon.reload())["reloaded"] is True
+        await set_reminder(daemon, context, text="two", when="in 2 hours")

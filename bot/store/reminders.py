@@ -74,7 +74,8 @@ class Reminders(Database):
                 (chat.provider, user_id),
             )
             if next(iter(found))[0] >= max_pending:
-                raise ReminderLimitError(f"you already have {max_pending} pending reminders")
+                plural = "" if max_pending == 1 else "s"
+                raise ReminderLimitError(f"you already have {max_pending} pending reminder{plural}")
             cursor = await self._conn.execute(
                 "INSERT INTO reminders (session_key, provider, chat_id, thread_id, user_id, user_name, "
                 "text, at, repeat, timezone, status, created_at, request_message_id) "
