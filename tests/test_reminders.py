@@ -421,3 +421,36 @@ async def test_a_time_absurdly_far_ahead_is_refused_not_crashed_on(bench: Bench,
     """Times more than ten years ahead (or past what a date can hold) are a readable error."""
     result = await bench.call("set_reminder", text="x", when=when)
     assert result.is_error and ("too far ahead" in result.content or "ten years ahead" in result.content)
+
+
+async def test_the_briefing_scheduler_leaves_a_reminders_unsent_run_to_the_reminder_schedule(
+    make_config: MakeConfig, store: Store
+) -> None:
+    """With [[schedules]] configured, the briefing scheduler's restart does not fail a reminder's
+    stored-but-unsent run as "no longer in config": the reminder schedule sends it."""
+    from bot.scheduler import Scheduler
+
+    config = make_config({"schedules": [{"id": "daily", "cron": "0 9 * * *", "prompt": "Brief me.",
+                                         "deliver_to": DM}]})
+    clock = Clock(NINE)
+    bench = Bench(config, store, clock)
+    reminder_id = number(await bench.call("set_reminder", text="Oven", when="+5m"))
+    reminder = await store.reminder_by_id(reminder_id)
+    assert reminder is not None
+    run, _ = await store.claim_run(reminder.job_id, reminder.at)
+    await store.record_scheduled_output(run.id, DM, "⏰ Reminder: Oven", job_id=reminder.job_id, attempts=1)
+    clock.now = NINE + 300
+
+    def no_brain(model: str | None) -> Any:
+        raise AssertionError("no briefing is due: no model is asked")
+
+    briefings = Scheduler(config, store, no_brain, {"telegram": bench.channel}, clock=clock)
+    await briefings.start()
+    await briefings.wait_idle()
+    await briefings.close(1)
+    assert (await store.schedule_run_by_id(run.id)).status == "generated"  # type: ignore[union-attr]
+    await bench.schedule.start()
+    await bench.schedule.wait_idle()
+    await bench.schedule.close(1)
+    assert bench.texts() == ["⏰ Reminder: Oven"]
+    assert (await store.schedule_run_by_id(run.id)).status == "delivered"  # type: ignore[union-attr]
