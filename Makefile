@@ -60,6 +60,7 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/streaming_latency.py
 	$(BIN)/python bench/long_conversation.py
 	$(BIN)/python bench/history_search.py
+	$(BIN)/python bench/reminders.py
 	$(BIN)/python bench/crash_loop.py
 
 clean:

@@ -28,6 +28,7 @@ from bot.notify import Notifier
 from bot.outbox import Outbox
 from bot.pairing import PairingGate
 from bot.reload_plan import plan_reload
+from bot.reminder_schedule import ReminderSchedule
 from bot.resume import resume, sweep
 from bot.router import Router, TurnHandler
 from bot.scheduler import Scheduler
@@ -36,6 +37,7 @@ from bot.supervisor import ChannelSupervisor, build_channels, platform_channel
 from bot.tools.base import ToolSource
 from bot.tools.builtins import BuiltinTools
 from bot.tools.toolbox import ToolBox
+from bot.tools.reminders import ReminderTools
 from bot.turn import TurnRunner
 from bot.upkeep import merge_recall_index
 
@@ -60,6 +62,7 @@ class Daemon:
         until_input_ends: bool = False,
         notifier: Notifier | None = None,
         ready_timeout: float = READY_TIMEOUT,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self.channels = list(channels)
@@ -74,6 +77,10 @@ class Daemon:
         self.ready = asyncio.Event()
         self.router: Router | None = None
         self.scheduler: Scheduler | None = None
+        # Reminders set through the agent's tools: fired by `reminders` on `clock` (tests move it).
+        self.reminders: ReminderSchedule | None = None
+        self.reminder_tools: ReminderTools | None = None
+        self._clock = clock
         self._store: Store | None = None
         self._inbox: Inbox | None = None
         self._outbox: Outbox | None = None
@@ -143,10 +150,14 @@ class Daemon:
                 Scheduler(config, store, brain_for, self._by_provider) if config.schedules else None
             )
 
+            reminders = self.reminders = ReminderSchedule(lambda: self.config, store, self._by_provider,
+                                                       clock=self._clock)
+            self.reminder_tools = ReminderTools(store, lambda: self.config.reminders, reminders)
             for channel in self.channels:
                 self._channels.start(channel)
             if scheduler is not None:
                 await scheduler.start()
+            await reminders.start()
             if not self._until_input_ends:
                 await stack.enter_async_context(serving(socket_path(store.path), {
                     "status": self.status, "reload": self.reload,
@@ -176,6 +187,7 @@ class Daemon:
                 await self._channels.stop_all_input()
                 if self.scheduler is not None:
                     await self.scheduler.close(self.config.router.shutdown_grace)
+                await reminders.close(self.config.router.shutdown_grace)
                 await router.close(self.config.router.shutdown_grace)
                 tasks = [*self._channels.tasks, *self._background, watchdog]
                 for task in tasks:

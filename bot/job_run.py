@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 import structlog
 
 from bot.errors import DeliveryError, ModelError
-from bot.messages import OutboundMessage, StoredMessage
+from bot.messages import ChatRef, OutboundMessage, StoredMessage
 from bot.schedules import delivery_chat, delivery_key, job_zone
 from bot.session_key import SessionKey
 from bot.store import delivery_key as reply_delivery_key
@@ -25,7 +25,7 @@ from bot.store import delivery_key as reply_delivery_key
 if TYPE_CHECKING:
     from bot.brain import Brain
     from bot.channel import Channel
-    from bot.config import Config, ScheduleConfig
+    from bot.config import Config, ScheduleConfig, SchedulerConfig
     from bot.store import ScheduleRun, Store
 
 log = structlog.get_logger("switchboard.scheduler")
@@ -72,6 +72,36 @@ async def failing(store: Store, job_id: str, limit: int) -> bool:
     runs = await store.schedule_runs(job_id, limit * 4 + 20)
     finished = [run.status for run in runs if run.status in _FINISHED][:limit]
     return len(finished) == limit and all(status == "failed" for status in finished)
+
+
+async def deliver_output(
+    store: Store, channel: Channel, chat: ChatRef, message: StoredMessage, settings: SchedulerConfig,
+    sleep: Sleep, bound: Any,
+) -> tuple[list[str], str | None]:
+    """Send a run's stored output at most once (retried only while nothing arrived) and record what
+    arrived; (the platform ids sent, the error or None). Reminders are delivered the same way."""
+    sent: list[str] = []
+    error: str | None = None
+    for attempt in range(1, settings.retries + 2):
+        try:
+            # The same key on every attempt: Discord posts a retried chunk once (its nonce).
+            sent = await channel.send(
+                OutboundMessage(chat, message.text, delivery_key=reply_delivery_key(message.id))
+            )
+            error = None
+            break
+        except DeliveryError as exc:
+            sent, error = exc.sent_ids, str(exc)
+            # Part of it arrived, or retrying cannot help: sending again would repeat or fail.
+            if sent or exc.permanent or attempt > settings.retries:
+                break
+        except Exception as exc:  # it may have arrived: never send twice
+            sent, error = [], f"{type(exc).__name__}: {exc}"
+            break
+        bound.warning("delivery failed, retrying", attempt=attempt, error=error)
+        await sleep(settings.retry_delay)
+    await store.mark_delivered(message.id, chat, sent)
+    return sent, error
 
 
 class JobRunner:
@@ -188,27 +218,8 @@ class JobRunner:
         if channel is None:
             missing = f"channel {key.provider} is not running"
             return await self._finish(job, run, "failed", bound, error=missing)
-        sent: list[str] = []
-        error: str | None = None
-        for attempt in range(1, self._settings.retries + 2):
-            try:
-                # The same key on every attempt: Discord posts a retried chunk once (its nonce).
-                sent = await channel.send(
-                    OutboundMessage(chat, message.text, delivery_key=reply_delivery_key(message.id))
-                )
-                error = None
-                break
-            except DeliveryError as exc:
-                sent, error = exc.sent_ids, str(exc)
-                # Part of it arrived, or retrying cannot help: sending again would repeat or fail.
-                if sent or exc.permanent or attempt > self._settings.retries:
-                    break
-            except Exception as exc:  # it may have arrived: never send twice
-                sent, error = [], f"{type(exc).__name__}: {exc}"
-                break
-            bound.warning("delivery failed, retrying", attempt=attempt, error=error)
-            await self._sleep(self._settings.retry_delay)
-        await self._store.mark_delivered(message.id, chat, sent)
+        sent, error = await deliver_output(self._store, channel, chat, message, self._settings,
+                                           self._sleep, bound)
         if error is not None:
             return await self._finish(job, run, "failed", bound, error=f"delivery: {error}", sent=sent)
         return await self._finish(job, run, "delivered", bound, sent=sent)

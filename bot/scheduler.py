@@ -19,6 +19,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler  # type: ignore[impo
 
 from bot.job_run import BrainFor, JobRunner, Sleep, failing
 from bot.schedules import MISSED_RECORDS, delivery_key, job_trigger, plan_runs
+from bot.store.reminders import reminder_id
 
 if TYPE_CHECKING:
     from bot.channel import Channel
@@ -250,15 +251,15 @@ class Scheduler:
         now = self._clock()
         for run in await self._store.pending_runs("generated"):
             job = self.jobs.get(run.job_id)
-            if job is not None and job.id not in self.runnable:
-                continue
+            if (job is not None and job.id not in self.runnable) or reminder_id(run.job_id) is not None:
+                continue  # reminders' runs are resumed by `bot.reminder_schedule`
             if job is None:
                 await self._store.finish_run(run.id, "failed", error="job no longer in config")
             else:
                 await self.run_job(job, run.scheduled_for, run.trigger)
         for run in await self._store.pending_runs("running"):
             job = self.jobs.get(run.job_id)
-            if job is not None and job.id not in self.runnable:
+            if (job is not None and job.id not in self.runnable) or reminder_id(run.job_id) is not None:
                 continue
             if job is not None and now - run.scheduled_for <= self._settings.misfire_grace:
                 await self.run_job(job, run.scheduled_for, run.trigger)

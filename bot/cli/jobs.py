@@ -8,9 +8,14 @@ import sys
 import time
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
 
 from bot.cli.base import EXIT_NOT_RUNNING, control_path, load_config_file, on_database, utc_time
 from bot.errors import BotError
+
+if TYPE_CHECKING:
+    from bot.store import Reminder, ScheduleRun
 
 
 def list_jobs(args: argparse.Namespace) -> int:
@@ -19,15 +24,15 @@ def list_jobs(args: argparse.Namespace) -> int:
     from bot.store import Store
 
     config = load_config_file(args)
-    if not config.schedules:
-        print(f"no [[schedules]] in {config.source}")
-        return 0
     path = config.database_path()
 
     async def show() -> None:
         async with AsyncExitStack() as stack:
             store = await stack.enter_async_context(Store.open(path)) if path.exists() else None
             now = datetime.now(UTC)
+            reminders = await store.pending_reminders() if store else []
+            if not config.schedules:
+                print(f"no [[schedules]] in {config.source}")
             for job in config.schedules:
                 when = f'cron "{job.cron}"' if job.cron else f"every {job.every}"
                 zone = job.timezone or config.agent.timezone
@@ -40,16 +45,39 @@ def list_jobs(args: argparse.Namespace) -> int:
                 else:
                     at = job_trigger(job, config).get_next_fire_time(None, now)
                     upcoming = f"next {at.strftime('%Y-%m-%d %H:%M %Z')}" if at else "no next run"
-                last = "never run"
-                if runs:
-                    run = runs[0]
-                    last = f"last {run.status} for {utc_time(run.scheduled_for)}"
-                    if run.error:
-                        last += f" ({run.error})"
-                print(f"{job.id}  {when} {zone}  to {job.deliver_to}  {upcoming}  {last}")
+                print(f"{job.id}  {when} {zone}  to {job.deliver_to}  {upcoming}  {_last(runs)}")
+            for reminder in reminders:
+                assert store is not None
+                runs = await store.schedule_runs(reminder.job_id, 1)
+                print(_reminder_line(reminder, runs, now.timestamp()))
 
     asyncio.run(show())
     return 0
+
+
+def _last(runs: list[ScheduleRun]) -> str:
+    if not runs:
+        return "never run"
+    run = runs[0]
+    last = f"last {run.status} for {utc_time(run.scheduled_for)}"
+    return f"{last} ({run.error})" if run.error else last
+
+
+def _reminder_line(reminder: Reminder, runs: list[ScheduleRun], now: float) -> str:
+    """A pending reminder beside the configured jobs: when, where, whose, and what it says."""
+    from bot.reminder_schedule import next_time
+
+    zone = ZoneInfo(reminder.timezone)
+    when = f'cron "{reminder.repeat}"' if reminder.repeat else "once"
+    at = next_time(reminder, now)
+    upcoming = "no next run"
+    if at is not None:
+        upcoming = f"next {datetime.fromtimestamp(at, zone).strftime('%Y-%m-%d %H:%M %Z')}"
+    chat = reminder.chat.chat_id + (f" thread {reminder.chat.thread_id}" if reminder.chat.thread_id else "")
+    owner = f"{reminder.chat.provider} user {reminder.user_id}" + (
+        f" ({reminder.user_name})" if reminder.user_name else "")
+    return (f"{reminder.job_id}  {when} {reminder.timezone}  to {reminder.session_key} (chat {chat})  "
+            f"{upcoming}  {_last(runs)}  reminder set by {owner}: {reminder.text!r}")
 
 
 def run_job(args: argparse.Namespace) -> int:

@@ -33,7 +33,7 @@ from bot.config.fields import (
 )
 from bot.config.loading import load_config, parse_config
 from bot.config.root import Config, check_startable, resolve_history_limit
-from bot.config.schedule_sections import ScheduleConfig, SchedulerConfig
+from bot.config.schedule_sections import RemindersConfig, ScheduleConfig, SchedulerConfig
 from bot.config.sections import (
     AgentConfig,
     AnthropicConfig,
@@ -77,6 +77,7 @@ __all__ = [
     "Policy",
     "PosFloat",
     "PosInt",
+    "RemindersConfig",
     "RouterConfig",
     "ScheduleConfig",
     "SchedulerConfig",

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from bot.config.channel_sections import ChannelsConfig, ConsoleConfig, DiscordConfig, TelegramConfig
 from bot.config.fields import Section
-from bot.config.schedule_sections import ScheduleConfig, SchedulerConfig
+from bot.config.schedule_sections import RemindersConfig, ScheduleConfig, SchedulerConfig
 from bot.config.sections import (
     AgentConfig,
     AnthropicConfig,
@@ -42,6 +42,7 @@ class Config(Section):
     scheduler: SchedulerConfig = SchedulerConfig()
     schedules: list[ScheduleConfig] = Field(default_factory=list)
     tools: ToolsConfig = ToolsConfig()
+    reminders: RemindersConfig = RemindersConfig()
     # Per model id: what a million tokens cost, for the usage estimates (/usage, `switchboard usage`).
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
     # Where the file was read from; relative paths inside it are resolved against its folder.

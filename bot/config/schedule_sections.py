@@ -85,3 +85,22 @@ class ScheduleConfig(Section):
 
     def interval_seconds(self) -> int | None:
         return parse_duration(self.every) if self.every is not None else None
+
+
+class RemindersConfig(Section):
+    """Reminders users set through the agent (`set_reminder`): how many, and how often at most."""
+
+    # Pending reminders one user may have at once (across their chats on one platform).
+    max_pending: PosInt = 25
+    # The least gap between two times of a recurring reminder ("15m", "1h"; at least 1m).
+    min_repeat: str = "15m"
+
+    @field_validator("min_repeat")
+    @classmethod
+    def _valid_min_repeat(cls, value: str) -> str:
+        if parse_duration(value) < 60:
+            raise ValueError('a duration of at least 1m, such as "15m" or "1h"')
+        return value
+
+    def min_repeat_seconds(self) -> int:
+        return parse_duration(self.min_repeat)

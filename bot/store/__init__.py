@@ -28,6 +28,7 @@ from bot.store.records import (
     SnapshotRecord,
     delivery_key,
 )
+from bot.store.reminders import Reminder, ReminderLimitError, Reminders, ReminderStatus, reminder_id
 from bot.store.schedule_runs import ScheduleRuns
 from bot.store.snapshots import Snapshots
 from bot.store.tool_calls import StoredToolCall, ToolCalls
@@ -36,7 +37,7 @@ from bot.store.usage import Usage, UsageRecord
 
 class Store(
     Messages, Recall, Embeddings, Delivery, Snapshots, Compactions, ScheduleRuns, Maintenance,
-    Pairings, Usage, ToolCalls, People, HistorySearch,
+    Pairings, Usage, ToolCalls, People, HistorySearch, Reminders,
 ):
     """Conversation history in one SQLite file (WAL, foreign keys on, mode 0600).
 
@@ -55,6 +56,9 @@ __all__ = [
     "PendingDelivery",
     "PendingRequest",
     "PruneReport",
+    "Reminder",
+    "ReminderLimitError",
+    "ReminderStatus",
     "RunStatus",
     "RunTrigger",
     "ScheduleRun",
@@ -65,4 +69,5 @@ __all__ = [
     "UsageRecord",
     "UserNote",
     "delivery_key",
+    "reminder_id",
 ]
