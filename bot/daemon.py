@@ -33,6 +33,7 @@ from bot.router import Router, TurnHandler
 from bot.scheduler import Scheduler
 from bot.store import Store
 from bot.supervisor import ChannelSupervisor, build_channels, platform_channel
+from bot.tools.mcp import McpManager
 from bot.turn import TurnRunner
 from bot.upkeep import merge_recall_index
 
@@ -78,6 +79,7 @@ class Daemon:
         # Semantic recall ([semantic]): the sentence model, and the worker embedding stored messages.
         self.embedder: Embedder | None = None
         self.embed_worker: EmbedWorker | None = None
+        self.mcp = McpManager(config)  # [[mcp_servers]]: a tool source, the tools of those running
         self._channels = ChannelSupervisor(self, lambda: self.config, self.stop_requested)
         # The running channels by provider: the turn runner, inbox and scheduler read this one
         # dict, so a reload that starts or stops a channel is seen by all of them.
@@ -105,6 +107,8 @@ class Daemon:
                     log.warning("no Anthropic API key: replies will be the fallback message",
                                 env=config.anthropic.api_key_env)
             self._brain = brain
+            # Servers start in the background; they stop as the stack unwinds, after the last turn.
+            await stack.enter_async_context(self.mcp)
             # Known before they start: what the last run left undone is resumed for them.
             self._by_provider.update({c.provider: c for c in self.channels})
             outbox = self._outbox = Outbox(store, self._by_provider)
@@ -324,6 +328,7 @@ class Daemon:
         runner = TurnRunner(config, store, brain, self._by_provider, self._outbox, embedder=self.embedder)
         router.replace_handler(self._announcing(runner))
         self._inbox = Inbox(config, store, router, self._by_provider, runner.compactor)
+        mcp = await self.mcp.reconfigure(config)
         if self.scheduler is not None:
             await self.scheduler.reconfigure(config)
         elif config.schedules:
@@ -331,7 +336,7 @@ class Daemon:
             self.scheduler = Scheduler(config, store, self._brain_for, self._by_provider)
             await self.scheduler.start()
         log.info("config reloaded", source=config.source, changed=plan.changed,
-                 channels_started=plan.start, channels_stopped=plan.stop)
+                 channels_started=plan.start, channels_stopped=plan.stop, mcp_servers=mcp)
         if plan.restart_required:
             log.warning("some changes take effect only after a restart", keys=plan.restart_required)
         return {"reloaded": True, "changed": plan.changed, "restart_required": plan.restart_required}
@@ -358,6 +363,7 @@ class Daemon:
                              for key, (running, waiting) in sessions.items()},
             },
             "schedules": await self.scheduler.job_states() if self.scheduler is not None else [],
+            "mcp_servers": self.mcp.status(),
             "quarantined": await self._store.quarantine_count() if self._store is not None else 0,
             "last_error": last_error(),
             "last_reload": self.reloads[-1] if self.reloads else None,
