@@ -60,6 +60,7 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/streaming_latency.py
 	$(BIN)/python bench/long_conversation.py
 	$(BIN)/python bench/crash_loop.py
+	$(BIN)/python bench/mcp_soak.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
