@@ -1,10 +1,12 @@
 """A small MCP server for the tests, written with the SDK's own server and run over stdio.
 
     python tests/mcp_calc_server.py [--pidfile PATH] [--say-env NAME] [--exit-at-start]
+                                    [--sleep-at-start SECONDS]
 
 `--pidfile` appends the process id at every start (so a test can count starts and check that every
 process has gone), `--say-env` writes an environment variable's value to stderr at start (the
-daemon's log must redact it), `--exit-at-start` fails before the handshake, saying why on stderr.
+daemon's log must redact it), `--exit-at-start` fails before the handshake, saying why on stderr,
+`--sleep-at-start` is slow to answer it.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ def main() -> None:
     parser.add_argument("--pidfile")
     parser.add_argument("--say-env")
     parser.add_argument("--exit-at-start", action="store_true")
+    parser.add_argument("--sleep-at-start", type=float, default=0.0)
     args = parser.parse_args()
     if args.pidfile:
         with open(args.pidfile, "a", encoding="utf-8") as out:
@@ -82,6 +85,7 @@ def main() -> None:
     if args.exit_at_start:
         print("calc: cannot open the abacus", file=sys.stderr, flush=True)
         sys.exit(2)
+    time.sleep(args.sleep_at_start)
     server.run("stdio")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -20,6 +21,7 @@ from bot.messages import ChatRef
 from bot.session_key import parse as parse_key
 from bot.tools.base import Tool, ToolContext, ToolResult
 from bot.tools.mcp import McpManager
+from bot.tools.mcp_tools import offered_name
 from tests.harness import wait_until
 from tests.test_log_secrets import log_stream  # noqa: F401 - the fixture
 
@@ -149,6 +151,31 @@ async def test_two_servers_offer_their_tools_side_by_side_in_config_order() -> N
     assert result.content == "42"
 
 
+async def test_a_call_cancelled_by_its_caller_leaves_the_server_serving() -> None:
+    """A caller giving up on a call (the turn's own deadline) does not break the session."""
+    async with manager_of(calc(timeout=30)) as manager:
+        await running(manager, "calc")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(call(manager, "calc__slow", seconds=1), 0.2)
+        after = await call(manager, "calc__add", a=1, b=2)
+        (state,) = manager.status()
+    assert after.content == "3" and state["restarts"] == 0
+
+
+def test_offered_names_are_valid_unique_and_the_same_every_time() -> None:
+    """Characters outside [A-Za-z0-9_-] become `_`; a name over 64 or already taken ends in a hash
+    of the tool's own name, so the same listing always gives the same names."""
+    assert offered_name("files", "read_file", set()) == "files__read_file"
+    assert offered_name("files", "dir/list.all", set()) == "files__dir_list_all"
+    taken = {"files__notes_read"}
+    twin = offered_name("files", "notes_read", taken)
+    assert twin.startswith("files__notes_read_") and twin != "files__notes_read"
+    assert twin == offered_name("files", "notes_read", taken)
+    long = offered_name("files", "x" * 100, set())
+    assert len(long) == 64 and long == offered_name("files", "x" * 100, set())
+    assert long != offered_name("files", "x" * 99, set())
+
+
 # -- crashes and restarts ------------------------------------------------------------------------
 
 
@@ -230,8 +257,6 @@ async def test_stop_leaves_no_server_process_behind_even_mid_call(tmp_path: Path
     async with manager_of(calc("calc", "--pidfile", str(pidfile)),
                           calc("busy", "--pidfile", str(pidfile), timeout=60)) as manager:
         await running(manager, "calc", "busy")
-        import asyncio
-
         busy = asyncio.create_task(call(manager, "busy__slow", seconds=30))
         await asyncio.sleep(0.2)
     result = await busy
@@ -240,6 +265,20 @@ async def test_stop_leaves_no_server_process_behind_even_mid_call(tmp_path: Path
     assert result.is_error
     assert [s["state"] for s in manager.status()] == ["stopped", "stopped"]
     assert manager.tools() == ()
+
+
+async def test_a_stop_while_a_server_is_still_starting_ends_it_cleanly(tmp_path: Path) -> None:
+    """A server slow to answer the handshake is stopped at once when the daemon stops: its process
+    ends and nothing has to be cancelled."""
+    pidfile = tmp_path / "pids"
+    with structlog.testing.capture_logs() as logs:
+        async with manager_of(calc("calc", "--sleep-at-start", "60", "--pidfile", str(pidfile))) as manager:
+            await wait_until(lambda: bool(pids(pidfile)), timeout=20)
+            (starting,) = manager.status()
+    assert starting["state"] == "starting" and starting["tools"] == []
+    assert not alive(pids(pidfile)[0])
+    assert manager.status()[0]["state"] == "stopped"
+    assert [e for e in logs if e["log_level"] in ("warning", "error")] == []
 
 
 # -- secrets -------------------------------------------------------------------------------------
