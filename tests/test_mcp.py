@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -23,13 +24,27 @@ from bot.tools.base import Tool, ToolContext, ToolResult
 from bot.tools.mcp import McpManager
 from bot.tools.mcp_tools import offered_name
 from tests.harness import wait_until
-from tests.test_log_secrets import log_stream  # noqa: F401 - the fixture
 
 SERVER = str(Path(__file__).with_name("mcp_calc_server.py"))
 CONTEXT = ToolContext(
     session_key=parse_key("agent:main:console:direct:local"), chat=ChatRef("console", "local"),
     user_id="local", request_id=1, is_admin=True, shared=False, now=0.0, timezone="UTC",
 )
+
+
+@pytest.fixture
+def log_stream() -> Iterator[io.StringIO]:
+    """Whatever is logged, as `switchboard run` configures it; the test setup comes back after."""
+    saved_structlog = structlog.get_config()
+    root = logging.getLogger()
+    saved_handlers, saved_level = list(root.handlers), root.level
+    yield io.StringIO()
+    structlog.configure(**saved_structlog)
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in saved_handlers:
+        root.addHandler(handler)
+    root.setLevel(saved_level)
 
 
 def calc(name: str = "calc", *extra: str, **options: Any) -> dict[str, Any]:
@@ -198,6 +213,7 @@ async def test_a_crash_mid_call_is_an_error_result_its_tools_go_missing_and_come
     assert meanwhile["state"] == "restarting" and meanwhile["tools"] == []
     assert after.content == "42"
     assert restarted["restarts"] == 1 and restarted["state"] == "running"
+    assert restarted["error"].startswith("the server exited")  # why it restarted stays shown
     assert again == before
     first, second = pids(pidfile)
     assert not alive(first) and first != second
@@ -285,7 +301,7 @@ async def test_a_stop_while_a_server_is_still_starting_ends_it_cleanly(tmp_path:
 
 
 async def test_env_values_reach_the_server_but_never_the_log(
-    monkeypatch: pytest.MonkeyPatch, log_stream: io.StringIO,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch, log_stream: io.StringIO,
 ) -> None:
     """A variable named in `env` is in the server's environment; its value appears in no log line,
     even when the server itself prints it on stderr (relayed and redacted)."""
@@ -300,7 +316,6 @@ async def test_env_values_reach_the_server_but_never_the_log(
         passed = await call(manager, "calc__env", name="CALC_TOKEN")
         other = await call(manager, "calc__env", name="NOT_PASSED")
         await wait_until(lambda: "starting with CALC_TOKEN" in log_stream.getvalue())
-    structlog.get_logger("test").info("done")
     assert passed.content == secret
     assert other.content == "<unset>"
     logged = log_stream.getvalue()

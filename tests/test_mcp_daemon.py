@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bot.config import load_config, parse_config
+from bot.config import McpServerConfig, load_config, parse_config
 from bot.errors import ConfigError
 from bot.reload_plan import McpPlan, plan_mcp_servers
 from bot.tools.base import Tool
@@ -20,6 +22,7 @@ from tests.standins.anthropic_api import AnthropicStandIn
 from tests.test_mcp import CONTEXT, SERVER, alive, pids
 
 PYTHON = json.dumps(sys.executable)
+EXAMPLE = Path(__file__).resolve().parents[1] / "config.toml.example"
 
 
 def server_toml(name: str, *args: str, **keys: Any) -> str:
@@ -153,6 +156,19 @@ def test_a_wrong_mcp_servers_entry_is_one_line_naming_file_and_key(
     text = str(caught.value)
     assert text.startswith(f"config.toml: {message}"), text
     assert "\n" not in text and "ghp_secretvalue" not in text
+
+
+def test_the_example_documents_every_mcp_servers_key_and_is_valid_uncommented() -> None:
+    """config.toml.example's commented [[mcp_servers]] entry has every key, and parses once uncommented."""
+    text = EXAMPLE.read_text(encoding="utf-8")
+    start = text.index("# [[mcp_servers]]")
+    block = text[start:text.index("\n\n", start)]
+    documented = [name for name in McpServerConfig.model_fields if re.search(rf"^# {name} = ", block, re.M)]
+    assert documented == list(McpServerConfig.model_fields)
+    uncommented = "\n".join(line.removeprefix("# ") for line in block.splitlines()
+                            if not line.startswith("#  "))
+    (server,) = parse_config(tomllib.loads(uncommented), "config.toml.example").mcp_servers
+    assert server.name == "files" and server.env == ["GITHUB_TOKEN"]
 
 
 async def test_check_config_notes_an_unset_variable_a_server_needs(tmp_path: Path) -> None:

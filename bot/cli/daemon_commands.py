@@ -203,7 +203,7 @@ def mcp_status_line(server: dict[str, Any]) -> str:
     line = f"mcp {server['name']}: {server['state']}"
     if restarts:
         line += f", restarted {restarts} time{'s' if restarts != 1 else ''}"
-    if server["error"] and server["state"] != "running":
+    if server["error"]:
         line += f" (last error: {server['error']})"
     tools = server["tools"]
     if tools:

@@ -182,7 +182,6 @@ class McpServer:
                     return
                 raise TimeoutError
             self._offer(session, listing)
-            self.error = None
             log.info("mcp server running", server=self.name, tools=[t.name for t in self.tools])
             waits = [asyncio.ensure_future(closed.wait()), asyncio.ensure_future(self._stop.wait())]
             try:
