@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("calc", log_level="ERROR")
 
@@ -62,6 +62,19 @@ def slow(seconds: float) -> str:
     """Answer after the given number of seconds."""
     time.sleep(seconds)
     return "done"
+
+
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Add a `square` tool and tell the client the tool list changed."""
+
+    def square(x: int) -> int:
+        """The square of an integer."""
+        return x * x
+
+    server.add_tool(square, name="square")
+    await ctx.request_context.session.send_tool_list_changed()
+    return "grown"
 
 
 @server.tool(name="notes.read")

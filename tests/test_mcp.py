@@ -103,8 +103,8 @@ async def test_tools_are_offered_under_the_server_prefix_in_a_stable_order() -> 
         await running(manager, "calc")
         tools = manager.tools()
     assert [t.name for t in tools] == [
-        "calc__add", "calc__crash", "calc__echo", "calc__env", "calc__fail", "calc__notes_read",
-        "calc__pid", "calc__slow",
+        "calc__add", "calc__crash", "calc__echo", "calc__env", "calc__fail", "calc__grow",
+        "calc__notes_read", "calc__pid", "calc__slow",
     ]
     add = tools[0]
     assert add.description == "Add two integers."
@@ -175,6 +175,22 @@ async def test_a_call_cancelled_by_its_caller_leaves_the_server_serving() -> Non
         after = await call(manager, "calc__add", a=1, b=2)
         (state,) = manager.status()
     assert after.content == "3" and state["restarts"] == 0
+
+
+async def test_a_server_announcing_new_tools_has_them_offered() -> None:
+    """When a server says its tool list changed, the new list is read and offered, within the
+    allowed tools."""
+    with structlog.testing.capture_logs() as logs:
+        async with manager_of(calc(), calc("limited", tools=["grow"])) as manager:
+            await running(manager, "calc", "limited")
+            await call(manager, "calc__grow")
+            await call(manager, "limited__grow")
+            await wait_until(lambda: {e.get("server") for e in logs
+                                      if e["event"] == "mcp server's tools changed"} == {"calc", "limited"})
+            squared = await call(manager, "calc__square", x=7)
+            limited = [name for name in named(manager) if name.startswith("limited__")]
+    assert squared.content == "49"
+    assert limited == ["limited__grow"]
 
 
 def test_offered_names_are_valid_unique_and_the_same_every_time() -> None:

@@ -161,7 +161,12 @@ class McpServer:
         params = StdioServerParameters(command=self._command(), args=list(self.config.args),
                                        env=self._environment())
         self._stderr.clear()
-        closed = asyncio.Event()
+        closed, relist = asyncio.Event(), asyncio.Event()
+
+        async def on_message(message: types.ServerNotification | Exception) -> None:
+            if isinstance(message, types.ToolListChangedNotification):
+                relist.set()
+
         async with AsyncExitStack() as stack:
             stderr = await stack.enter_async_context(StderrRelay(self.name, self._stderr))
             read, write = await stack.enter_async_context(stdio_client(params, errlog=stderr.file))
@@ -171,7 +176,8 @@ class McpServer:
             group = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(group.cancel_scope.cancel)
             group.start_soon(_pump, read, forward, closed)
-            session = await stack.enter_async_context(ClientSession(session_read, write, client_info=CLIENT))
+            session = await stack.enter_async_context(
+                ClientSession(session_read, write, client_info=CLIENT, message_handler=on_message))
             listing: tuple[types.Tool, ...] | None = None
             with anyio.move_on_after(START_TIMEOUT) as self._starting:
                 await session.initialize()
@@ -183,13 +189,24 @@ class McpServer:
                 raise TimeoutError
             self._offer(session, listing)
             log.info("mcp server running", server=self.name, tools=[t.name for t in self.tools])
-            waits = [asyncio.ensure_future(closed.wait()), asyncio.ensure_future(self._stop.wait())]
             try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                while await _first(closed, self._stop, relist) is relist:
+                    relist.clear()
+                    await self._relist(session)
             finally:
-                for waiter in waits:
-                    waiter.cancel()
                 self._lost(session)
+
+    async def _relist(self, session: ClientSession) -> None:
+        """The server said its tools changed: offer the new list (the old one stays if listing fails)."""
+        try:
+            with anyio.fail_after(self.config.timeout):
+                listing = await _list_tools(session)
+        except Exception as exc:
+            log.warning("mcp server's new tool list could not be read", server=self.name,
+                        error=_describe(exc))
+            return
+        self._offer(session, listing)
+        log.info("mcp server's tools changed", server=self.name, tools=[t.name for t in self.tools])
 
     def _offer(self, session: ClientSession, listing: tuple[types.Tool, ...]) -> None:
         config = self.config
@@ -228,6 +245,17 @@ class McpServer:
                 f"environment variable {', '.join(missing)} named in mcp_servers.env is not set; "
                 "export it for the daemon and restart")
         return {name: os.environ[name] for name in self.config.env}
+
+
+async def _first(*events: asyncio.Event) -> asyncio.Event:
+    """Wait until one of the events is set; the first set (in the order given) is returned."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waits:
+            waiter.cancel()
+    return next(event for event in events if event.is_set())
 
 
 async def _list_tools(session: ClientSession) -> tuple[types.Tool, ...]:
