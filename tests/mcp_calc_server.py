@@ -65,6 +65,13 @@ def slow(seconds: float) -> str:
 
 
 @server.tool()
+async def hang(seconds: float) -> str:
+    """Block this whole server (pings included) for the given number of seconds."""
+    time.sleep(seconds)  # noqa: ASYNC251 - blocking the server's loop is the point
+    return "woke up"
+
+
+@server.tool()
 async def grow(ctx: Context) -> str:
     """Add a `square` tool and tell the client the tool list changed."""
 

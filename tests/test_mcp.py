@@ -104,7 +104,7 @@ async def test_tools_are_offered_under_the_server_prefix_in_a_stable_order() -> 
         tools = manager.tools()
     assert [t.name for t in tools] == [
         "calc__add", "calc__crash", "calc__echo", "calc__env", "calc__fail", "calc__grow",
-        "calc__notes_read", "calc__pid", "calc__slow",
+        "calc__hang", "calc__notes_read", "calc__pid", "calc__slow",
     ]
     add = tools[0]
     assert add.description == "Add two integers."
@@ -138,13 +138,34 @@ async def test_a_tool_that_raises_or_gets_bad_arguments_yields_an_error_result()
 
 
 async def test_a_call_past_its_timeout_is_an_error_result_and_the_server_keeps_serving() -> None:
-    """A call slower than `timeout` is answered with an error naming the limit; the next call works."""
+    """A call slower than `timeout` is answered with an error naming the limit; a server that still
+    answers pings is not restarted, and the next call works."""
     async with manager_of(calc(timeout=0.3)) as manager:
         await running(manager, "calc")
         slow = await call(manager, "calc__slow", seconds=1)
+        await asyncio.sleep(0.6)  # past the ping that follows a timeout: a slow server answers it
         after = await call(manager, "calc__add", a=1, b=2)
+        (state,) = manager.status()
     assert slow.is_error and "did not answer within 0.3 s" in slow.content
+    assert after.content == "3" and state["restarts"] == 0
+
+
+async def test_a_server_that_stops_answering_is_started_again(tmp_path: Path) -> None:
+    """A call that times out on a server that then does not answer a ping either (hung, not just
+    slow) gets the server started again instead of every later call timing out."""
+    pidfile = tmp_path / "pids"
+    async with manager_of(calc("calc", "--pidfile", str(pidfile), timeout=0.5)) as manager:
+        await running(manager, "calc")
+        hung = await call(manager, "calc__hang", seconds=60)
+        await wait_until(lambda: manager.status()[0]["restarts"] == 1, timeout=20)
+        await running(manager, "calc")
+        after = await call(manager, "calc__add", a=1, b=2)
+        (state,) = manager.status()
+    assert hung.is_error and "did not answer within 0.5 s" in hung.content
     assert after.content == "3"
+    assert "stopped answering" in state["error"]
+    first, _ = pids(pidfile)
+    assert not alive(first)
 
 
 async def test_allowed_and_read_only_tools_follow_the_config() -> None:

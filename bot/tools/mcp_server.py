@@ -47,6 +47,10 @@ class MissingEnvironmentError(Exception):
     """A variable the server's `env` names is not set: starting it again cannot help."""
 
 
+class UnresponsiveError(Exception):
+    """The server let a call time out and then did not answer a ping either: it is started again."""
+
+
 class McpServer:
     """Supervises one configured server; `tools` are those offered now (none while it is down)."""
 
@@ -69,6 +73,8 @@ class McpServer:
         self._task: asyncio.Task[None] | None = None
         self._starting: anyio.CancelScope | None = None  # the handshake under way, for a prompt stop
         self._stderr: deque[str] = deque(maxlen=5)
+        self._hung = asyncio.Event()
+        self._pings: set[asyncio.Task[None]] = set()
 
     @property
     def name(self) -> str:
@@ -83,6 +89,8 @@ class McpServer:
         self._stop.set()
         if self._starting is not None:
             self._starting.cancel()
+        for ping in self._pings:
+            ping.cancel()
         task = self._task
         if task is None:
             return
@@ -114,6 +122,7 @@ class McpServer:
             result = await session.call_tool(remote_name, dict(arguments), read_timeout_seconds=timeout)
         except MCPError as exc:
             if exc.code == types.REQUEST_TIMEOUT:
+                self._check_alive(session)
                 return ToolResult.error(f"{remote_name} did not answer within {timeout:g} s")
             if exc.code == types.CONNECTION_CLOSED:
                 self._lost(session)
@@ -124,6 +133,22 @@ class McpServer:
             log.warning("mcp call failed", server=self.name, tool=remote_name, error=_describe(exc))
             return ToolResult.error(_describe(exc))
         return tool_result(result)
+
+    def _check_alive(self, session: ClientSession) -> None:
+        """After a timeout, ping the server: one that does not answer within `timeout` either is
+        hung, and is started again rather than left to time out every call."""
+
+        async def ping() -> None:
+            try:
+                with anyio.fail_after(self.config.timeout):
+                    await session.send_ping()
+            except Exception:
+                if self._session is session:
+                    self._hung.set()
+
+        task = asyncio.create_task(ping(), name=f"mcp {self.name} ping")
+        self._pings.add(task)
+        task.add_done_callback(self._pings.discard)
 
     # -- supervision -----------------------------------------------------------------------------
 
@@ -161,6 +186,7 @@ class McpServer:
         params = StdioServerParameters(command=self._command(), args=list(self.config.args),
                                        env=self._environment())
         self._stderr.clear()
+        self._hung.clear()
         closed, relist = asyncio.Event(), asyncio.Event()
 
         async def on_message(message: types.ServerNotification | Exception) -> None:
@@ -190,9 +216,12 @@ class McpServer:
             self._offer(session, listing)
             log.info("mcp server running", server=self.name, tools=[t.name for t in self.tools])
             try:
-                while await _first(closed, self._stop, relist) is relist:
+                while (event := await _first(closed, self._stop, relist, self._hung)) is relist:
                     relist.clear()
                     await self._relist(session)
+                if event is self._hung and not self._stop.is_set():
+                    raise UnresponsiveError(f"it stopped answering (a call and then a ping got no answer "
+                                            f"within {self.config.timeout:g} s)")
             finally:
                 self._lost(session)
 
@@ -294,6 +323,8 @@ def _describe(exc: BaseException) -> str:
         return f"no answer to the handshake and tool listing within {START_TIMEOUT:g} s"
     if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
         return "the server exited before it answered"
+    if isinstance(exc, UnresponsiveError):
+        return str(exc)
     if isinstance(exc, OSError) and exc.strerror:
         return f"could not start it: {exc.strerror}" + (f": {exc.filename}" if exc.filename else "")
     return f"{type(exc).__name__}: {exc}"
