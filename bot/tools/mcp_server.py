@@ -205,10 +205,12 @@ class McpServer:
             session = await stack.enter_async_context(
                 ClientSession(session_read, write, client_info=CLIENT, message_handler=on_message))
             listing: tuple[types.Tool, ...] | None = None
-            with anyio.move_on_after(START_TIMEOUT) as self._starting:
-                await session.initialize()
-                listing = await _list_tools(session)
-            self._starting = None
+            try:
+                with anyio.move_on_after(START_TIMEOUT) as self._starting:
+                    await session.initialize()
+                    listing = await _list_tools(session)
+            finally:
+                self._starting = None
             if listing is None:
                 if self._stop.is_set():  # stopped while it started
                     return
@@ -231,8 +233,9 @@ class McpServer:
             with anyio.fail_after(self.config.timeout):
                 listing = await _list_tools(session)
         except Exception as exc:
-            log.warning("mcp server's new tool list could not be read", server=self.name,
-                        error=_describe(exc))
+            error = f"no answer within {self.config.timeout:g} s" if isinstance(exc, TimeoutError) else exc
+            log.warning("mcp server's new tool list could not be read; the old one stays",
+                        server=self.name, error=str(error))
             return
         self._offer(session, listing)
         log.info("mcp server's tools changed", server=self.name, tools=[t.name for t in self.tools])
