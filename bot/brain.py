@@ -325,3 +325,30 @@ def _retry_after(exc: anthropic.APIStatusError) -> float | None:
 def _backoff(attempt: int) -> float:
     base: float = min(0.5 * 2 ** (attempt - 1), MAX_BACKOFF)
     return base * (0.75 + random.random() / 2)
+
+
+class BrainsByModel:
+    """The brain for a job's `model`: the agent's own unless it names another model, each other
+    one built once and closed with the daemon (an async context manager)."""
+
+    def __init__(self, main: Brain, config: AnthropicConfig) -> None:
+        self._main = main
+        self._config = config
+        self._others: dict[str, AnthropicBrain] = {}
+
+    def __call__(self, model: str | None) -> Brain:
+        resolved = self._main.model_for(model) if model else self._config.model
+        if resolved == self._config.model:
+            return self._main
+        if resolved not in self._others:
+            self._others[resolved] = AnthropicBrain(
+                self._config.model_copy(update={"model": resolved}), self._config.api_key()
+            )
+        return self._others[resolved]
+
+    async def __aenter__(self) -> BrainsByModel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for brain in self._others.values():
+            await brain.aclose()

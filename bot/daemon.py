@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from bot.brain import AnthropicBrain, Brain
+from bot.brain import AnthropicBrain, Brain, BrainsByModel
 from bot.channel import CatchUpPoint, Channel
 from bot.config import Config, MediaConfig, load_config
 from bot.control import serving, socket_path
@@ -36,8 +36,9 @@ from bot.store import Store
 from bot.supervisor import ChannelSupervisor, build_channels, platform_channel
 from bot.tools.base import ToolSource
 from bot.tools.builtins import BuiltinTools
-from bot.tools.toolbox import ToolBox
+from bot.tools.mcp import McpManager
 from bot.tools.reminders import ReminderTools
+from bot.tools.toolbox import ToolBox
 from bot.turn import TurnRunner
 from bot.upkeep import merge_recall_index
 
@@ -88,8 +89,8 @@ class Daemon:
         # Semantic recall ([semantic]): the sentence model, and the worker embedding stored messages.
         self.embedder: Embedder | None = None
         self.embed_worker: EmbedWorker | None = None
-        # Where the model's tools come from (one line each in `run`): the built-ins first.
-        self.tool_sources: list[ToolSource] = []
+        self.tool_sources: list[ToolSource] = []  # more are added as `run` builds them
+        self.mcp = McpManager(config)  # [[mcp_servers]]: a tool source, the tools of those running
         self._channels = ChannelSupervisor(self, lambda: self.config, self.stop_requested)
         # The running channels by provider: the turn runner, inbox and scheduler read this one
         # dict, so a reload that starts or stops a channel is seen by all of them.
@@ -117,10 +118,17 @@ class Daemon:
                     log.warning("no Anthropic API key: replies will be the fallback message",
                                 env=config.anthropic.api_key_env)
             self._brain = brain
+            # Servers start in the background; they stop as the stack unwinds, after the last turn.
+            await stack.enter_async_context(self.mcp)
             # Known before they start: what the last run left undone is resumed for them.
             self._by_provider.update({c.provider: c for c in self.channels})
             outbox = self._outbox = Outbox(store, self._by_provider)
-            self.tool_sources.append(BuiltinTools(store, lambda: self.config, embedder))
+            reminders = self.reminders = ReminderSchedule(lambda: self.config, store, self._by_provider,
+                                                       clock=self._clock)
+            self.reminder_tools = ReminderTools(store, lambda: self.config.reminders, reminders)
+            # Where the model's tools come from: the built-ins, reminders, MCP servers' (as they run).
+            self.tool_sources += [BuiltinTools(store, lambda: self.config, embedder), self.reminder_tools,
+                                  self.mcp]
             runner = TurnRunner(config, store, brain, self._by_provider, outbox, embedder=embedder,
                                 tools=ToolBox(config.tools, self.tool_sources))
             router = self.router = Router(
@@ -129,30 +137,11 @@ class Daemon:
             inbox = self._inbox = Inbox(config, store, router, self._by_provider, runner.compactor)
             # Before any channel takes input: what the last run left undone goes first, in order.
             await resume(store, router, inbox, outbox, self._by_provider)
-            main_brain = brain
-            model_brains: dict[str, Brain] = {}
-
-            def brain_for(model: str | None) -> Brain:
-                """The brain for a job's `model` (the agent's own unless it names another)."""
-                resolved = main_brain.model_for(model) if model else config.anthropic.model
-                if resolved == config.anthropic.model:
-                    return main_brain
-                if resolved not in model_brains:
-                    other = AnthropicBrain(
-                        config.anthropic.model_copy(update={"model": resolved}), config.anthropic.api_key()
-                    )
-                    stack.push_async_callback(other.aclose)
-                    model_brains[resolved] = other
-                return model_brains[resolved]
-
+            brain_for = await stack.enter_async_context(BrainsByModel(brain, config.anthropic))
             self._brain_for = brain_for
             scheduler = self.scheduler = (
                 Scheduler(config, store, brain_for, self._by_provider) if config.schedules else None
             )
-
-            reminders = self.reminders = ReminderSchedule(lambda: self.config, store, self._by_provider,
-                                                       clock=self._clock)
-            self.reminder_tools = ReminderTools(store, lambda: self.config.reminders, reminders)
             for channel in self.channels:
                 self._channels.start(channel)
             if scheduler is not None:
@@ -344,6 +333,7 @@ class Daemon:
                             tools=ToolBox(config.tools, self.tool_sources))
         router.replace_handler(self._announcing(runner))
         self._inbox = Inbox(config, store, router, self._by_provider, runner.compactor)
+        mcp = await self.mcp.reconfigure(config)
         if self.scheduler is not None:
             await self.scheduler.reconfigure(config)
         elif config.schedules:
@@ -351,7 +341,7 @@ class Daemon:
             self.scheduler = Scheduler(config, store, self._brain_for, self._by_provider)
             await self.scheduler.start()
         log.info("config reloaded", source=config.source, changed=plan.changed,
-                 channels_started=plan.start, channels_stopped=plan.stop)
+                 channels_started=plan.start, channels_stopped=plan.stop, mcp_servers=mcp)
         if plan.restart_required:
             log.warning("some changes take effect only after a restart", keys=plan.restart_required)
         return {"reloaded": True, "changed": plan.changed, "restart_required": plan.restart_required}
@@ -378,6 +368,7 @@ class Daemon:
                              for key, (running, waiting) in sessions.items()},
             },
             "schedules": await self.scheduler.job_states() if self.scheduler is not None else [],
+            "mcp_servers": self.mcp.status(),
             "quarantined": await self._store.quarantine_count() if self._store is not None else 0,
             "last_error": last_error(),
             "last_reload": self.reloads[-1] if self.reloads else None,

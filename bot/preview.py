@@ -29,6 +29,8 @@ log = structlog.get_logger("switchboard.preview")
 # a first sentence (or a line), or this much text.
 FIRST_SENTENCE = re.compile(r"[.!?…:;](?:\s|$)|\n")
 FIRST_SENTENCE_CHARS = 160
+# What a preview shows in place of text that turned out not to be the answer, until the answer comes.
+WORKING = "…"
 
 
 def has_first_sentence(text: str) -> bool:
@@ -101,6 +103,10 @@ class PreviewStream:
     def update(self, text: str) -> None:
         if self._closing.is_set():
             return
+        if not text and self._last_shown:
+            # The text shown was void (a retried attempt, or a round that went on to call tools):
+            # it must not stay on screen as if it were the answer.
+            text = WORKING
         self._latest = text
         if text.strip() and self._first_text_at is None:
             self._first_text_at = asyncio.get_running_loop().time()

@@ -104,7 +104,8 @@ async def test_a_surface_that_fails_ends_the_preview_but_not_the_reply() -> None
 
 
 async def test_a_restarted_reply_replaces_what_was_shown() -> None:
-    """Text that starts over (a retried attempt) is shown even though it is shorter."""
+    """Text that starts over (a retried attempt, a round that went on to call a tool) is shown even
+    though it is shorter, and the void text gives way to "…" until it comes."""
     surface = RecordingSurface()
     stream = PreviewStream(surface)
     stream.update("First attempt, long and doomed.")
@@ -114,7 +115,7 @@ async def test_a_restarted_reply_replaces_what_was_shown() -> None:
     stream.update("Second.")
     await settle()
     assert [text for call, text in surface.calls if call == "shown"] == [
-        "First attempt, long and doomed.", "Second."]
+        "First attempt, long and doomed.", "…", "Second."]
     await stream.finish("Second.")
 
 
@@ -136,3 +137,4 @@ async def test_the_message_posted_for_a_preview_is_reported_once_and_a_failed_re
     assert reported == ["preview-1"]
     assert [text for call, text in surface.calls if call == "shown"] == ["One.", "One. Two."]
     await stream.finish("One. Two.")
+

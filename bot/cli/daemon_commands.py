@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bot.cli.base import (
     DEFAULT_CONFIG,
@@ -137,6 +138,11 @@ def check_config(args: argparse.Namespace) -> int:
     if env_value(config.anthropic.api_key_env) is None:
         print(f"note: environment variable {config.anthropic.api_key_env} is not set "
               "(replies will be the fallback message)")
+    for server in config.mcp_servers:
+        unset = [name for name in server.env if name not in os.environ]
+        if server.enabled and unset:
+            print(f"note: environment variable {', '.join(unset)} for MCP server {server.name!r} is not "
+                  "set (that server will not start)")
     return 0
 
 
@@ -176,6 +182,8 @@ def show_status(args: argparse.Namespace) -> int:
         if job["last_error"]:
             last += f" ({job['last_error']})"
         print(f"job {job['id']}: {upcoming}; {last}")
+    for server in reply.get("mcp_servers", []):
+        print(mcp_status_line(server))
     if reply.get("quarantined"):
         print(f"quarantined updates: {reply['quarantined']} (could not be parsed; kept raw in the "
               "database's quarantine table)")
@@ -187,6 +195,20 @@ def show_status(args: argparse.Namespace) -> int:
         outcome = "applied" if reload["reloaded"] else f"rejected: {reload['error']}"
         print(f"last reload: {utc_time(reload['at'])} {outcome}")
     return 0
+
+
+def mcp_status_line(server: dict[str, Any]) -> str:
+    """One MCP server for `status`: its state, restarts, last error and the tools it offers now."""
+    restarts = server["restarts"]
+    line = f"mcp {server['name']}: {server['state']}"
+    if restarts:
+        line += f", restarted {restarts} time{'s' if restarts != 1 else ''}"
+    if server["error"]:
+        line += f" (last error: {server['error']})"
+    tools = server["tools"]
+    if tools:
+        line += f"; {len(tools)} tool{'s' if len(tools) != 1 else ''}: {', '.join(tools)}"
+    return line
 
 
 def reload(args: argparse.Namespace) -> int:

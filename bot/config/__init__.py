@@ -3,8 +3,9 @@
 Every name is importable from here. Behind it, a module per concern: `fields` (the shared field
 types and the base section), `sections` (agent, Anthropic, conversation and the other daemon-wide
 sections), `channel_sections` (console, Telegram, Discord), `schedule_sections` (`[scheduler]` and
-`[[schedules]]`), `root` (`Config`, `check_startable`, `resolve_history_limit`) and `loading`
-(`load_config`, `parse_config` and the errors that name the key).
+`[[schedules]]`), `mcp_sections` (`[[mcp_servers]]`), `root` (`Config`, `check_startable`,
+`resolve_history_limit`) and `loading` (`load_config`, `parse_config` and the errors that name
+the key).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from bot.config.fields import (
     PosInt,
 )
 from bot.config.loading import load_config, parse_config
+from bot.config.mcp_sections import McpServerConfig
 from bot.config.root import Config, check_startable, resolve_history_limit
 from bot.config.schedule_sections import RemindersConfig, ScheduleConfig, SchedulerConfig
 from bot.config.sections import (
@@ -70,6 +72,7 @@ __all__ = [
     "HttpUrl",
     "IdKey",
     "LoggingConfig",
+    "McpServerConfig",
     "MediaConfig",
     "ModelPrice",
     "NonNegInt",

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from bot.config.fields import MAX_INT
+from bot.config.mcp_sections import duplicate_name
 from bot.config.root import Config
 from bot.errors import ConfigError
 from bot.schedule_spec import delivery_key
@@ -62,6 +63,10 @@ def parse_config(data: dict[str, Any], source: str) -> Config:
                 source, _key_path(("schedules", str(index), "chat"), data),
                 "the DM channel id: a Discord DM is sent to its channel, which the key does not name",
             )
+    if (duplicate := duplicate_name(config.mcp_servers)) is not None:
+        index, name = duplicate
+        key = _key_path(("mcp_servers", str(index), "name"), data)
+        raise ConfigError(source, key, f"a unique name; another [[mcp_servers]] entry is {name!r}")
     return config
 
 
@@ -104,8 +109,11 @@ def _key_path(loc: tuple[str, ...], data: Any = None) -> str:
         if isinstance(node, list) and part.isdigit():
             node = node[int(part)] if int(part) < len(node) else None
             entry = f"[{part}]"
-            if isinstance(node, dict) and isinstance(node.get("id"), str):
-                entry += f' (id "{node["id"]}")'
+            # An entry is named by its id ([[schedules]]) or its name ([[mcp_servers]]).
+            for label in ("id", "name"):
+                if isinstance(node, dict) and isinstance(node.get(label), str):
+                    entry += f' ({label} "{node[label]}")'
+                    break
             parts[-1] += entry
             continue
         node = node.get(part) if isinstance(node, dict) else None

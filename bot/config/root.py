@@ -9,6 +9,7 @@ from pydantic import Field
 
 from bot.config.channel_sections import ChannelsConfig, ConsoleConfig, DiscordConfig, TelegramConfig
 from bot.config.fields import Section
+from bot.config.mcp_sections import McpServerConfig
 from bot.config.schedule_sections import RemindersConfig, ScheduleConfig, SchedulerConfig
 from bot.config.sections import (
     AgentConfig,
@@ -43,6 +44,7 @@ class Config(Section):
     schedules: list[ScheduleConfig] = Field(default_factory=list)
     tools: ToolsConfig = ToolsConfig()
     reminders: RemindersConfig = RemindersConfig()
+    mcp_servers: list[McpServerConfig] = Field(default_factory=list)
     # Per model id: what a million tokens cost, for the usage estimates (/usage, `switchboard usage`).
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
     # Where the file was read from; relative paths inside it are resolved against its folder.
@@ -80,6 +82,7 @@ class Config(Section):
             self.anthropic.api_key_env,
             self.channels.telegram.token_env,
             self.channels.discord.token_env,
+            *(name for server in self.mcp_servers for name in server.env),
         ]
 
 
