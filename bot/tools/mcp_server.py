@@ -26,6 +26,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from bot.config import McpServerConfig
+from bot.supervisor import MAX_RESTART_DELAY, RESTART_DELAY
 from bot.tools.base import ToolResult
 from bot.tools.mcp_stderr import StderrRelay
 from bot.tools.mcp_tools import McpTool, offered_tools, tool_result
@@ -33,10 +34,8 @@ from bot.tools.mcp_tools import McpTool, offered_tools, tool_result
 log = structlog.get_logger("switchboard.mcp")
 
 State = Literal["starting", "running", "restarting", "error", "stopped"]
-# A server that fails is started again after this, doubling up to the cap; one that ran at least
-# as long as the cap before failing starts again after the first delay.
-RESTART_DELAY = 1.0
-MAX_RESTART_DELAY = 60.0
+# A server that fails is started again after RESTART_DELAY, doubling up to MAX_RESTART_DELAY (as a
+# channel is); one that ran at least as long as the cap before failing starts again after the first.
 # Starting the process, the handshake and listing its tools (`npx` may download the server first).
 START_TIMEOUT = 60.0
 _MAX_PAGES = 100
