@@ -42,7 +42,7 @@ init: $(VENV)/.installed
 	$(BIN)/switchboard init --config $(CONFIG)
 
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check bot channels tests bench
