@@ -87,9 +87,11 @@ async def running(
     config: Config,
     channels: Sequence[Channel],
     brain: AnthropicBrain,
+    **options: Any,
 ) -> AsyncIterator[Daemon]:
-    """Run a daemon as a task; on exit stop it, wait for it, close the brain."""
-    daemon = Daemon(config, channels, brain=brain)
+    """Run a daemon as a task (`options` go to Daemon, e.g. a `clock`); on exit stop it, wait for
+    it, close the brain."""
+    daemon = Daemon(config, channels, brain=brain, **options)
     task = asyncio.create_task(daemon.run())
     try:
         # Started (router up, channels running) or failed: a failure surfaces from the task.

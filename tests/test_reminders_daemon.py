@@ -24,7 +24,7 @@ from bot.store import Store
 from bot.tools.base import ToolContext, ToolResult
 from channels.telegram import TelegramChannel
 from tests.fakes import FakeChannel
-from tests.harness import API_KEY, config_data, reply_requests, request_text, say, switchboard_cli
+from tests.harness import API_KEY, config_data, reply_requests, request_text, running, say, switchboard_cli
 from tests.standins.anthropic_api import AnthropicStandIn
 from tests.standins.telegram_api import TelegramStandIn, group_chat, user
 
@@ -46,24 +46,10 @@ class Clock:
 @asynccontextmanager
 async def daemon_on(config: Config, channels: Sequence[Channel], clock: Clock) -> AsyncIterator[Daemon]:
     """The daemon as `switchboard run` assembles it, its reminders on the test's clock."""
-    brain = AnthropicBrain(config.anthropic, API_KEY)
-    daemon = Daemon(config, channels, brain=brain, clock=clock)
-    task = asyncio.create_task(daemon.run())
-    try:
-        started = asyncio.create_task(daemon.started.wait())
-        await asyncio.wait([started, task], timeout=10, return_when=asyncio.FIRST_COMPLETED)
-        started.cancel()
-        if task.done():
-            task.result()
+    async with running(config, channels, AnthropicBrain(config.anthropic, API_KEY), clock=clock) as daemon:
         assert daemon.reminders is not None
         await daemon.reminders.wait_idle()
         yield daemon
-    finally:
-        daemon.request_stop()
-        try:
-            await asyncio.wait_for(task, timeout=10)
-        finally:
-            await brain.aclose()
 
 
 async def set_reminder(daemon: Daemon, context: ToolContext, **arguments: Any) -> int:
