@@ -1,0 +1,42 @@
+"""Checks across `[roles]` and `[providers]`: every role names a provider that exists and can do it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bot.config.provider_sections import ROLE_NAMES
+from bot.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bot.config.root import Config
+
+
+def check_roles(config: Config, source: str) -> None:
+    """A ConfigError naming the role when it names an unknown provider, or transcription on a
+    provider that has no /audio/transcriptions (Anthropic)."""
+    providers = config.all_providers()
+    for role in ROLE_NAMES:
+        value = getattr(config.roles, role)
+        if value is None:
+            continue
+        specs = value
+        if not specs:
+            raise ConfigError(source, f"roles.{role}", "at least one PROVIDER:MODEL (or leave the key out)")
+        for index, spec in enumerate(specs):
+            key = f"roles.{role}" if len(specs) == 1 else f"roles.{role}[{index}]"
+            name = spec.partition(":")[0]
+            if name not in providers:
+                raise ConfigError(source, key, f"a provider defined as [providers.<name>] or "
+                                  f"'anthropic'; known: {', '.join(sorted(providers))} (got {spec!r})")
+            if role == "transcribe" and providers[name].kind != "openai":
+                raise ConfigError(source, key, "a provider of kind \"openai\" with an "
+                                  f"/audio/transcriptions endpoint; {name!r} is {providers[name].kind!r}")
+
+
+def with_provider_prices(config: Config) -> Config:
+    """The config with each provider model's `price` among [prices] (an entry there wins)."""
+    found = {model: entry.price for provider in config.providers.values()
+             for model, entry in provider.models.items() if entry.price is not None}
+    if not found:
+        return config
+    return config.model_copy(update={"prices": {**found, **config.prices}})

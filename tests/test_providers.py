@@ -1,0 +1,214 @@
+"""Providers and roles end to end: a daemon built from config alone (no brain handed in) answering
+through a local OpenAI-compatible server, triage and compaction on it, tools through the loop on
+it, a fallback chain, and old configs and bad ones."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from bot.brain import AnthropicBrain
+from bot.config import Config, parse_config
+from bot.daemon import Daemon
+from bot.errors import ConfigError
+from bot.providers import RoleBrain, build_brain
+from bot.store import Store
+from tests.fakes import FakeChannel
+from tests.harness import API_KEY, MODEL, STAMP, config_data, reply_requests, say
+from tests.standins.anthropic_api import AnthropicStandIn
+from tests.standins.anthropic_api import Error as AnthropicError
+from tests.standins.openai_api import OpenAIStandIn, Recorded, Reply, ToolCalls
+
+MakeConfig = Callable[[dict[str, Any]], Config]
+DM = "agent:main:fake:direct:42"
+MAIN, FAST = "qwen-main", "qwen-fast"
+
+
+@pytest.fixture
+async def local() -> AsyncIterator[OpenAIStandIn]:
+    async with OpenAIStandIn() as standin:
+        standin.default = _local_echo
+        yield standin
+
+
+def _local_echo(rec: Recorded) -> Reply:
+    """Triage on the fast model picks nothing; summaries say so; the main model echoes."""
+    if rec.model == FAST:
+        system = rec.body["messages"][0]["content"]
+        return Reply("SUMMARY of the early chat" if "summarise" in system else '{"relevant": []}')
+    last = str(rec.body["messages"][-1]["content"]).strip().splitlines()[-1]
+    return Reply(f"local: {STAMP.sub('', last)}")
+
+
+def _local_sections(local: OpenAIStandIn, **roles: Any) -> dict[str, Any]:
+    return {"providers": {"local": {"kind": "openai", "base_url": local.base_url, "timeout": 2.0,
+                                    "max_retries": 1}},
+            "roles": {"main": f"local:{MAIN}", "fast": f"local:{FAST}", **roles}}
+
+
+@asynccontextmanager
+async def assembled(config: Config, channel: FakeChannel) -> AsyncIterator[Daemon]:
+    """The daemon as `switchboard run` builds it: its brain from [providers] and [roles]."""
+    daemon = Daemon(config, [channel])
+    task = asyncio.create_task(daemon.run())
+    try:
+        started = asyncio.create_task(daemon.started.wait())
+        await asyncio.wait([started, task], timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        started.cancel()
+        if task.done():
+            task.result()
+        yield daemon
+    finally:
+        daemon.request_stop()
+        await asyncio.wait_for(task, timeout=10)
+
+
+async def _reply_call(view: Store) -> dict[str, Any]:
+    record = (await view.snapshots(DM))[-1]
+    snapshot = record.snapshot if isinstance(record.snapshot, dict) else json.loads(record.snapshot)
+    facts: dict[str, Any] = snapshot["reply_call"]
+    return facts
+
+
+async def test_a_local_model_answers_and_triages_with_no_anthropic_key(
+    api: AnthropicStandIn, local: OpenAIStandIn, make_config: MakeConfig, view: Store
+) -> None:
+    """With main and fast on a local server, chats are answered (and older messages triaged)
+    by it alone; the snapshot and usage name what answered."""
+    channel = FakeChannel()
+    config = make_config({**config_data(api, conversation={"skip_selection_threshold": 0,
+                                                           "always_include_recent": 1}),
+                          **_local_sections(local)})
+    async with assembled(config, channel) as daemon:
+        for text in ("first", "second", "third"):
+            await say(daemon, channel, text)
+    assert [m.text for m in channel.sent] == ["local: first", "local: second", "local: third"]
+    assert api.count == 0
+    models = [r.model for r in local.chats()]
+    assert FAST in models and models.count(MAIN) == 3  # triage ran on the local fast model
+    facts = await _reply_call(view)
+    assert facts["provider"] == "local" and facts["model"] == MAIN
+    usage = await view.usage_since(0, DM)
+    assert {(u.kind, u.model) for u in usage} >= {("reply", MAIN), ("triage", FAST)}
+    assert all(u.input_tokens for u in usage)
+
+
+async def test_compaction_summarises_with_the_local_summary_role(
+    api: AnthropicStandIn, local: OpenAIStandIn, make_config: MakeConfig, view: Store
+) -> None:
+    """/compact writes its summary with the summary role's model on the local server."""
+    channel = FakeChannel()
+    data = {**config_data(api, conversation={"use_selection": False}),
+            "compaction": {"keep_recent": 2}, **_local_sections(local)}
+    async with assembled(make_config(data), channel) as daemon:
+        for text in ("one", "two", "three", "four"):
+            await say(daemon, channel, text)
+        await say(daemon, channel, "/compact", command="compact")
+    assert "Summarised" in channel.sent[-1].text
+    record = await view.latest_compaction(DM)
+    assert record is not None and record.summary == "SUMMARY of the early chat"
+    assert record.model == f"local:{FAST}" and api.count == 0
+
+
+async def test_tools_run_through_the_loop_on_the_local_provider(
+    api: AnthropicStandIn, local: OpenAIStandIn, make_config: MakeConfig, view: Store
+) -> None:
+    """The local model calls a built-in tool; the loop runs it and sends the result back as a
+    tool message; the reply keeps the call as an action."""
+    local.default = lambda rec: Reply("fallback")
+    local.script(ToolCalls((("current_time", {}),)), Reply("It is late."))
+    channel = FakeChannel()
+    config = make_config({**config_data(api, conversation={"use_selection": False}),
+                          **_local_sections(local)})
+    async with assembled(config, channel) as daemon:
+        await say(daemon, channel, "what time is it?")
+    assert [m.text for m in channel.sent] == ["It is late."]
+    first, second = local.chats()
+    assert "current_time" in [t["function"]["name"] for t in first.body["tools"]]
+    assistant, tool_message = second.body["messages"][-2:]
+    (call,) = assistant["tool_calls"]
+    assert call["function"]["name"] == "current_time"
+    assert tool_message["role"] == "tool" and tool_message["tool_call_id"] == call["id"]
+    assert tool_message["content"] and not tool_message["content"].startswith("error")
+    reply = (await view.history(DM, 5))[-1]
+    assert reply.actions and reply.actions[0].startswith("current_time(")
+
+
+async def test_the_fallback_provider_answers_when_the_first_fails(
+    api: AnthropicStandIn, local: OpenAIStandIn, make_config: MakeConfig, view: Store,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """main = [anthropic, local]: Anthropic failing after its retries, the local model answers;
+    the snapshot names the provider that did."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
+    api.script(*[AnthropicError(529, "overloaded_error")] * 2, model=MODEL)
+    channel = FakeChannel()
+    data = {**config_data(api, conversation={"use_selection": False}),
+            **_local_sections(local, main=[f"anthropic:{MODEL}", f"local:{MAIN}"])}
+    async with assembled(make_config(data), channel) as daemon:
+        await say(daemon, channel, "hello there")
+    assert len(reply_requests(api)) == 2  # the first provider's own retries came first
+    assert [m.text for m in channel.sent] == ["local: hello there"]
+    facts = await _reply_call(view)
+    assert facts["provider"] == "local" and not facts["fallback"]
+
+
+async def test_an_old_style_config_still_answers_through_anthropic(
+    api: AnthropicStandIn, make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A config with only [anthropic] builds the one Anthropic brain, as before providers."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
+    config = make_config(config_data(api))
+    brain, _ = build_brain(config)
+    assert isinstance(brain, AnthropicBrain) and not config.uses_providers()
+    await brain.aclose()  # type: ignore[attr-defined]
+    channel = FakeChannel()
+    async with assembled(config, channel) as daemon:
+        await say(daemon, channel, "still here?")
+    assert [m.text for m in channel.sent] == ["re: still here?"]
+
+
+def test_roles_default_to_the_anthropic_section() -> None:
+    """Unset roles are the [anthropic] section's models; summary follows fast; transcribe is off."""
+    config = parse_config({"anthropic": {"model": "m1", "fast_model": "f1"},
+                           "providers": {"local": {"kind": "openai"}}}, "c.toml")
+    brain = RoleBrain(config)
+    assert brain.chain("main") == [("anthropic", "m1")] and brain.chain("summary") == [("anthropic", "f1")]
+    assert config.role_chain("transcribe") == []
+    assert brain.route("local:llama3:8b") == [("local", "llama3:8b")]
+    assert brain.route("claude-other") == [("anthropic", "claude-other")]
+
+
+@pytest.mark.parametrize(("data", "expected"), [
+    ({"roles": {"fast": "lcoal:qwen3"}},
+     "/c.toml: roles.fast: a provider defined as [providers.<name>] or 'anthropic'; known: anthropic "
+     "(got 'lcoal:qwen3')"),
+    ({"roles": {"main": "qwen3"}}, "/c.toml: roles.main: expected a provider:model pair"),
+    ({"roles": {"main": ["anthropic:a", "nowhere:b"]}}, "/c.toml: roles.main[1]: a provider defined"),
+    ({"roles": {"transcribe": "anthropic:whisper"}},
+     "/c.toml: roles.transcribe: a provider of kind \"openai\""),
+    ({"providers": {"local": {"kind": "ollama"}}}, "/c.toml: providers.local.kind: expected 'anthropic' or"),
+    ({"providers": {"local": {"kind": "openai", "base_url": "localhost:11434"}}},
+     "/c.toml: providers.local.base_url: expected an http:// or https:// URL"),
+    ({"providers": {"Local": {"kind": "openai"}}}, "/c.toml: providers.Local: expected a string matching"),
+    ({"providers": {"local": {"kind": "openai", "api_key": "sk"}}},
+     "/c.toml: providers.local.api_key: unknown key; expected one of: kind, base_url, api_key_env"),
+])
+def test_a_bad_provider_or_role_is_one_clear_line(data: dict[str, Any], expected: str) -> None:
+    """A wrong provider or role names the key and what was expected, in one line."""
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, "/c.toml")
+    message = str(info.value)
+    assert message.startswith(expected) and "\n" not in message
+
+
+def test_a_provider_models_price_counts_in_usage_estimates() -> None:
+    """A price given under a provider's model is used by /usage like a [prices] entry."""
+    config = parse_config({"providers": {"local": {"kind": "openai", "models": {
+        "qwen3:8b": {"context_window": 32768, "price": {"input": 0.5, "output": 1.0}}}}}}, "c.toml")
+    assert config.prices["qwen3:8b"].cost(1_000_000, 1_000_000, 0, 0) == 1.5
