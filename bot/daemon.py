@@ -27,7 +27,7 @@ from bot.messages import ChatRef, InboundMessage, StoredMessage
 from bot.notify import Notifier
 from bot.outbox import Outbox
 from bot.pairing import PairingGate
-from bot.providers import brains_by_model, build_brain
+from bot.providers import brains_by_model, build_brain, transcriber_of
 from bot.reload_plan import plan_reload
 from bot.reminder_schedule import ReminderSchedule
 from bot.resume import resume, sweep
@@ -42,6 +42,7 @@ from bot.tools.reminders import ReminderTools
 from bot.tools.toolbox import ToolBox
 from bot.turn import TurnRunner
 from bot.upkeep import merge_recall_index
+from bot.voice import Transcribe
 
 log = structlog.get_logger("switchboard.daemon")
 
@@ -241,6 +242,9 @@ class Daemon:
     async def keep_file(self, data: bytes) -> str:
         assert self._store is not None, "the daemon has not started"
         return await MediaFiles(files_dir(self._store.path)).keep(data)
+
+    def transcriber(self) -> Transcribe | None:
+        return transcriber_of(self._brain)
 
     # -- channels ------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ usage when it reports them, else estimated from the text (and the completion say
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx2
@@ -91,6 +92,20 @@ class OpenAIBrain:
 
         return await with_retries(attempt, deadline, "fast completion", self._config.max_retries + 1,
                                   classify)
+
+    async def transcribe(self, data: bytes, name: str, mime: str | None, model: str) -> str:
+        """The words of an audio file, from /audio/transcriptions (whisper.cpp, faster-whisper,
+        OpenAI); retried like a reply, each try within the provider's timeout."""
+        deadline = time.monotonic() + self._config.timeout * (self._config.max_retries + 1)
+
+        async def attempt(timeout: float) -> Completion:
+            create: Any = self._client.with_options(timeout=timeout).audio.transcriptions.create
+            result = await create(model=model, file=(name, data, mime or "application/octet-stream"))
+            return Completion(str(getattr(result, "text", "")), model, provider=self.name)
+
+        completion = await with_retries(attempt, deadline, "transcription", self._config.max_retries + 1,
+                                        classify)
+        return completion.text
 
     async def _stream(
         self, model: str, messages: list[dict[str, Any]], max_tokens: int, timeout: float,

@@ -30,6 +30,7 @@ from bot.config import AnthropicConfig, Config
 from bot.config.provider_sections import ROLE_NAMES, ProviderConfig, split_spec
 from bot.errors import ModelError
 from bot.openai_brain import OpenAIBrain
+from bot.voice import Transcribe
 
 log = structlog.get_logger("switchboard.brain")
 
@@ -131,6 +132,20 @@ class RoleBrain:
             return dataclasses.replace(completion, provider=link[0])
         raise failure if failure is not None else ModelError("no provider configured for this role")
 
+    async def transcribe(self, data: bytes, name: str, mime: str | None) -> str:
+        """Voice to text through the `transcribe` chain (openai-kind providers, checked by the config)."""
+        failure: Exception | None = None
+        for provider, model in self.chain("transcribe"):
+            brain = self.provider(provider)
+            if not isinstance(brain, OpenAIBrain):
+                continue
+            try:
+                return await brain.transcribe(data, name, mime, model)
+            except ModelError as exc:
+                failure = exc
+                log.warning("transcription failed on a provider", provider=provider, error=str(exc))
+        raise failure if failure is not None else ModelError("no transcription provider")
+
     def pinned(self, model: str | None) -> Brain:
         """This brain with `model` (a role, "provider:model" or an id) for requests naming none:
         the brain of a scheduled job with its own `model`."""
@@ -199,3 +214,10 @@ def brains_by_model(
 ) -> AbstractAsyncContextManager[Callable[[str | None], Brain]]:
     """The brain for each job's `model`, as an async context manager closing what it built."""
     return PinnedBrains(brain) if isinstance(brain, RoleBrain) else BrainsByModel(brain, config.anthropic)
+
+
+def transcriber_of(brain: Brain | None) -> Transcribe | None:
+    """Voice to text when the brain has a `transcribe` role; None: voice notes stay placeholders."""
+    if isinstance(brain, RoleBrain) and brain.chain("transcribe"):
+        return brain.transcribe
+    return None
