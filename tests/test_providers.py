@@ -212,3 +212,31 @@ def test_a_provider_models_price_counts_in_usage_estimates() -> None:
     config = parse_config({"providers": {"local": {"kind": "openai", "models": {
         "qwen3:8b": {"context_window": 32768, "price": {"input": 0.5, "output": 1.0}}}}}}, "c.toml")
     assert config.prices["qwen3:8b"].cost(1_000_000, 1_000_000, 0, 0) == 1.5
+
+
+async def test_model_lists_every_providers_models_and_switches_across_them(
+    api: AnthropicStandIn, local: OpenAIStandIn, make_config: MakeConfig,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """/model names each provider's models with their roles and /model names; switching to a
+    local model sends the chat's next reply there."""
+    from tests.test_model_usage import command
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
+    channel = FakeChannel()
+    data = {**config_data(api, conversation={"use_selection": False},
+                          anthropic={"models": {"qwen": f"local:{MAIN}", "haiku": "test-haiku"}}),
+            **_local_sections(local, main=f"anthropic:{MODEL}")}
+    async with assembled(make_config(data), channel) as daemon:
+        shown = await command(channel, "model")
+        switched = await command(channel, "model", text="/model qwen")
+        await say(daemon, channel, "hi local")
+    assert shown.splitlines() == [
+        f"This chat's model: anthropic:{MODEL} (the default).",
+        f"Switch with /model NAME: qwen (local:{MAIN}), haiku (test-haiku); /model default goes back.",
+        "Models by provider:",
+        f"anthropic: {MODEL} (main); test-haiku (/model haiku)",
+        f"local: {FAST} (fast, summary); {MAIN} (/model qwen)",
+    ]
+    assert switched.startswith("Switched this chat to qwen")
+    assert channel.sent[-1].text == "local: hi local" and api.count == 0

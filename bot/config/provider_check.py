@@ -1,4 +1,5 @@
-"""Checks across `[roles]` and `[providers]`: every role names a provider that exists and can do it."""
+"""Across `[roles]` and `[providers]`: every role names a provider that exists and can do it, the
+prices given per provider model, and the models each provider offers (for `/model`)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,25 @@ def with_provider_prices(config: Config) -> Config:
     if not found:
         return config
     return config.model_copy(update={"prices": {**found, **config.prices}})
+
+
+def model_lines(config: Config) -> list[str]:
+    """One line per provider: its models, each with the roles it plays and the `/model` names
+    that stand for it ("local: qwen3:8b (fast, summary; /model qwen)")."""
+    found: dict[str, dict[str, list[str]]] = {name: {} for name in config.all_providers()}
+    for role in ROLE_NAMES:
+        for name, model in config.role_chain(role):
+            found[name].setdefault(model, []).append(role)
+    for name, settings in config.providers.items():
+        for model in settings.models:
+            found[name].setdefault(model, [])
+    for alias, target in config.anthropic.models.items():
+        name, _, model = target.partition(":")
+        name, model = (name, model) if model and name in found else ("anthropic", target)
+        found[name].setdefault(model, []).append(f"/model {alias}")
+    lines = []
+    for name, models in found.items():
+        if models:
+            shown = [f"{model} ({', '.join(uses)})" if uses else model for model, uses in models.items()]
+            lines.append(f"{name}: {'; '.join(shown)}")
+    return lines
