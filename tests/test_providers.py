@@ -240,3 +240,15 @@ async def test_model_lists_every_providers_models_and_switches_across_them(
     ]
     assert switched.startswith("Switched this chat to qwen")
     assert channel.sent[-1].text == "local: hi local" and api.count == 0
+
+
+async def test_the_main_models_window_from_its_provider_bounds_the_budget(store: Store) -> None:
+    """A local model's configured context window sizes the token budget (not Claude's 200 000)."""
+    from bot.context_builder import ContextBuilder
+
+    config = parse_config({"providers": {"local": {"kind": "openai", "models": {
+        MAIN: {"context_window": 8000}}}}, "roles": {"main": f"local:{MAIN}"}}, "c.toml")
+    brain = RoleBrain(config)
+    assert ContextBuilder(config, store, brain).budget.window == 8000
+    unknown = parse_config({"providers": {"local": {"kind": "openai"}}, "roles": {"main": "local:x"}}, "c")
+    assert ContextBuilder(unknown, store, RoleBrain(unknown)).budget.window == 200_000

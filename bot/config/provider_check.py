@@ -63,3 +63,13 @@ def model_lines(config: Config) -> list[str]:
             shown = [f"{model} ({', '.join(uses)})" if uses else model for model, uses in models.items()]
             lines.append(f"{name}: {'; '.join(shown)}")
     return lines
+
+
+def main_model(config: Config, fallback: str) -> tuple[str, int]:
+    """The main role's first model id and its configured window (0: unknown), for the budget;
+    without providers, `fallback` (the brain's main model) and 0."""
+    if not config.uses_providers():
+        return fallback, 0
+    name, model = config.role_chain("main")[0]
+    entry = config.all_providers()[name].models.get(model)
+    return model, (entry.context_window or 0) if entry is not None else 0
