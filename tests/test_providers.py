@@ -252,3 +252,43 @@ async def test_the_main_models_window_from_its_provider_bounds_the_budget(store:
     assert ContextBuilder(config, store, brain).budget.window == 8000
     unknown = parse_config({"providers": {"local": {"kind": "openai"}}, "roles": {"main": "local:x"}}, "c")
     assert ContextBuilder(unknown, store, RoleBrain(unknown)).budget.window == 200_000
+
+
+def test_a_reload_keeps_the_running_providers_and_roles_and_says_a_restart_applies_them() -> None:
+    """The brain is built at start: changed [providers] or [roles] wait for a restart, said so."""
+    from bot.reload_plan import reloadable
+
+    old = parse_config({"providers": {"local": {"kind": "openai"}}, "roles": {"fast": "local:a"}}, "c")
+    new = parse_config({"providers": {"local": {"kind": "openai", "timeout": 5.0}},
+                        "roles": {"fast": "local:b"}}, "c")
+    kept, restart = reloadable(old, new)
+    assert {"providers", "roles"} <= set(restart)
+    assert kept.role_chain("fast") == [("local", "a")] and kept.providers == old.providers
+
+
+def _check_config(path: Any, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    from bot.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["check-config", str(path)])
+    out, err = capsys.readouterr()
+    return int(exited.value.code or 0), out, err
+
+
+def test_check_config_explains_a_wrong_role_in_one_line_and_shows_good_chains(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """check-config names the role and the known providers in one line (exit 2); on a good file
+    it prints each role's chain and notes a provider whose key variable is unset."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[providers.local]\nkind = "openai"\n[roles]\nfast = "lcoal:qwen3"\n', encoding="utf-8")
+    code, _, err = _check_config(bad, capsys)
+    assert code == 2 and err.strip().count("\n") == 0
+    assert err.startswith(f"switchboard: {bad}: roles.fast: a provider defined as [providers.<name>]")
+    good = tmp_path / "good.toml"
+    good.write_text('[providers.router]\nkind = "openai"\napi_key_env = "ROUTER_KEY"\n'
+                    '[roles]\nmain = ["anthropic:m1", "router:gpt-x"]\n', encoding="utf-8")
+    code, out, _ = _check_config(good, capsys)
+    assert code == 0
+    assert "role main: anthropic:m1 -> router:gpt-x" in out and "role transcribe: off" in out
+    assert "ROUTER_KEY for provider 'router' is not set" in out
