@@ -125,7 +125,7 @@ class OpenAIBrain:
                 used_model = chunk.model or used_model
                 if chunk.usage is not None:
                     usage = chunk.usage
-                for choice in chunk.choices:
+                for choice in chunk.choices or ():  # the usage chunk has none
                     delta = choice.delta
                     if delta.content:
                         text += delta.content

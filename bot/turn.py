@@ -17,6 +17,7 @@ from bot.brain import Brain, Completion, ReplyRequest, TextSink
 from bot.channel import Channel
 from bot.compaction import NOTICE, Compactor
 from bot.config import Config
+from bot.config.provider_check import reply_timeout
 from bot.context import REPLY_CALL, Context
 from bot.context_builder import ContextBuilder
 from bot.embedding import Embedder
@@ -100,7 +101,7 @@ class TurnRunner:
                         messages=conversation_turns(context, request, group=not key.is_direct,
                                                     zone=ZoneInfo(self._config.agent.timezone),
                                                     files=files),
-                        deadline=time.monotonic() + self._config.anthropic.timeout,
+                        deadline=time.monotonic() + reply_timeout(self._config),
                         model=model,
                     )
                     completion = await self._reply_with_files(

@@ -292,3 +292,23 @@ def test_check_config_explains_a_wrong_role_in_one_line_and_shows_good_chains(
     assert code == 0
     assert "role main: anthropic:m1 -> router:gpt-x" in out and "role transcribe: off" in out
     assert "ROUTER_KEY for provider 'router' is not set" in out
+
+
+async def test_a_stalled_first_provider_leaves_the_fallback_its_time(
+    api: AnthropicStandIn, local: OpenAIStandIn, make_config: MakeConfig, view: Store,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """main = [local, anthropic]: a local model that sends no first token within its timeout is
+    given up, and Anthropic still answers within the turn (each link has its own time)."""
+    from tests.standins.openai_api import Slow
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
+    local.script(Slow(5.0, Reply("too late")))
+    channel = FakeChannel()
+    sections = _local_sections(local, main=[f"local:{MAIN}", f"anthropic:{MODEL}"])
+    sections["providers"]["local"].update(timeout=0.5, max_retries=0)
+    data = {**config_data(api, conversation={"use_selection": False}), **sections}
+    async with assembled(make_config(data), channel) as daemon:
+        await say(daemon, channel, "anyone there?")
+    assert [m.text for m in channel.sent] == ["re: anyone there?"]
+    assert (await _reply_call(view))["provider"] == "anthropic"

@@ -73,3 +73,12 @@ def main_model(config: Config, fallback: str) -> tuple[str, int]:
     name, model = config.role_chain("main")[0]
     entry = config.all_providers()[name].models.get(model)
     return model, (entry.context_window or 0) if entry is not None else 0
+
+
+def reply_timeout(config: Config) -> float:
+    """Seconds a reply may take: [anthropic].timeout, or with providers the main chain's timeouts
+    added up (each link but the last gets at most its own, so every fallback has its time)."""
+    if not config.uses_providers():
+        return config.anthropic.timeout
+    providers = config.all_providers()
+    return sum(providers[name].timeout for name, _ in config.role_chain("main"))
