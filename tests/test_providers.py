@@ -312,3 +312,23 @@ async def test_a_stalled_first_provider_leaves_the_fallback_its_time(
         await say(daemon, channel, "anyone there?")
     assert [m.text for m in channel.sent] == ["re: anyone there?"]
     assert (await _reply_call(view))["provider"] == "anthropic"
+
+
+async def test_a_scheduled_jobs_model_names_a_role_or_a_provider_model(local: OpenAIStandIn) -> None:
+    """A job's `model` ("fast", "local:…") picks that role's chain or that provider's model."""
+    import time
+
+    from bot.brain import ReplyRequest
+    from bot.providers import brains_by_model
+
+    config = parse_config(_local_sections(local), "c.toml")
+    brain, closing = build_brain(config)
+    request = ReplyRequest("s", "t", [{"role": "user", "content": "brief me"}], time.monotonic() + 2)
+    try:
+        async with brains_by_model(brain, config) as brain_for:
+            await brain_for("fast").reply(request)
+            await brain_for("local:other-model").reply(request)
+            await brain_for(None).reply(request)
+    finally:
+        await closing.aclose()
+    assert [r.model for r in local.chats()] == [FAST, "other-model", MAIN]
