@@ -63,6 +63,7 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/reminders.py
 	$(BIN)/python bench/crash_loop.py
 	$(BIN)/python bench/mcp_soak.py
+	$(BIN)/python bench/provider_overhead.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -72,6 +72,8 @@ class Completion:
     # The reply's content blocks as the API gave them (text, tool_use with its parsed input), for
     # the tool loop; "tool_use" in stop_reason means the model waits for their results.
     content: tuple[dict[str, Any], ...] = ()
+    # The provider that answered (a [providers] name), when the brain routes by role.
+    provider: str | None = None
 
 
 class FastCompleter(Protocol):
@@ -136,7 +138,7 @@ class AnthropicBrain:
             nonlocal attempts
             attempts += 1
             if attempts > 1:
-                _tell(on_text, "")  # a retry writes the reply anew: what was shown is void
+                tell(on_text, "")  # a retry writes the reply anew: what was shown is void
             extra: dict[str, Any] = {}
             if request.tools:
                 extra["tools"] = request.tools
@@ -188,32 +190,43 @@ class AnthropicBrain:
     async def _with_retries(
         self, call: Callable[[float], Awaitable[Completion]], deadline: float, what: str
     ) -> Completion:
-        attempts = self._config.max_retries + 1
-        last_error = "no attempt made"
-        for attempt in range(1, attempts + 1):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+        return await with_retries(call, deadline, what, self._config.max_retries + 1, _classify)
+
+
+Classifier = Callable[[Exception], tuple[bool, float | None, str]]
+
+
+async def with_retries(
+    call: Callable[[float], Awaitable[Completion]], deadline: float, what: str, attempts: int,
+    classify: Classifier,
+) -> Completion:
+    """At most `attempts` calls, each given the time left, with backoff (or the server's
+    retry-after) between them, all before `deadline`; a ModelError when none succeeds."""
+    last_error = "no attempt made"
+    for attempt in range(1, attempts + 1):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        try:
+            async with asyncio.timeout(remaining):
+                result = await call(remaining)
+            return replace(result, attempts=attempt)
+        except TimeoutError:
+            last_error = "timed out"
+            break
+        except Exception as exc:
+            retryable, wait_hint, last_error = classify(exc)
+            if not retryable:
+                raise ModelError(f"{what} failed: {last_error}", retryable=False) from exc
+            if attempt == attempts:
                 break
-            try:
-                async with asyncio.timeout(remaining):
-                    result = await call(remaining)
-                return replace(result, attempts=attempt)
-            except TimeoutError:
-                last_error = "timed out"
+            wait = wait_hint if wait_hint is not None else _backoff(attempt)
+            if time.monotonic() + wait >= deadline:
                 break
-            except Exception as exc:
-                retryable, wait_hint, last_error = _classify(exc)
-                if not retryable:
-                    raise ModelError(f"{what} failed: {last_error}", retryable=False) from exc
-                if attempt == attempts:
-                    break
-                wait = wait_hint if wait_hint is not None else _backoff(attempt)
-                if time.monotonic() + wait >= deadline:
-                    break
-                log.warning("model call failed, retrying", what=what, attempt=attempt,
-                            error=last_error, wait_s=round(wait, 2))
-                await asyncio.sleep(wait)
-        raise ModelError(f"{what} failed after retries: {last_error}")
+            log.warning("model call failed, retrying", what=what, attempt=attempt,
+                        error=last_error, wait_s=round(wait, 2))
+            await asyncio.sleep(wait)
+    raise ModelError(f"{what} failed after retries: {last_error}")
 
 
 class IncompleteStreamError(Exception):
@@ -256,7 +269,7 @@ async def _stream_reply(
                 text += event.delta.text
                 if event.index in blocks and blocks[event.index]["type"] == "text":
                     blocks[event.index]["text"] += event.delta.text
-                _tell(on_text, text)
+                tell(on_text, text)
             elif isinstance(event, RawContentBlockDeltaEvent) and isinstance(event.delta, InputJSONDelta):
                 partial_json[event.index] = partial_json.get(event.index, "") + event.delta.partial_json
             elif isinstance(event, RawContentBlockStopEvent) and event.index in partial_json:
@@ -287,7 +300,7 @@ async def _stream_reply(
                       cache_write_tokens=cache_write, cache_read_tokens=cache_read, content=content)
 
 
-def _tell(on_text: TextSink | None, text: str) -> None:
+def tell(on_text: TextSink | None, text: str) -> None:
     """Show the text so far; a failing preview never costs the reply."""
     if on_text is None:
         return

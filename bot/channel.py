@@ -10,6 +10,7 @@ from typing import Protocol, runtime_checkable
 
 from bot.config import MediaConfig
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.voice import Transcribe
 
 Submit = Callable[[InboundMessage], Awaitable[None]]
 # Called after each chunk of a reply reaches the platform, with its index and platform id, so the
@@ -62,6 +63,10 @@ class Intake(Protocol):
 
     async def keep_file(self, data: bytes) -> str:
         """Keep a downloaded file by content (mode 0600, beside the database); returns its sha256."""
+        ...
+
+    def transcriber(self) -> Transcribe | None:
+        """Voice to text through the `transcribe` role; None when no role is set (voice is noted)."""
         ...
 
 

@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 
 from bot.compaction import CompactionError, Compactor
 from bot.config import Config, resolve_history_limit
+from bot.config.provider_check import model_lines
 from bot.errors import SessionNotFoundError
 from bot.messages import InboundMessage
 from bot.router import Router
@@ -125,17 +126,19 @@ class CommandHandler:
         choices = ", ".join(f"{name} ({model})" for name, model in allowed.items())
         wanted = command_args(inbound.text).lower()
         if not wanted:
-            current = anthropic.chosen_model(chosen)
+            current = allowed[chosen] if chosen in allowed else self._default_model()
             named = f" ({chosen})" if chosen in allowed else " (the default)"
             lines = [f"This chat's model: {current}{named}."]
             if allowed:
                 lines.append(f"Switch with /model NAME: {choices}; /model default goes back.")
+            if self._config.uses_providers():  # what each provider offers, and for what
+                lines += ["Models by provider:", *model_lines(self._config)]
             return "\n".join(lines)
         if not inbound.session_key.is_direct and not self._is_admin(inbound):
             return "Only an admin can switch the model in a shared chat."
         if wanted == "default":
             await self._store.set_session_model(key, None, inbound.sender_id)
-            return f"Back to the default model, {anthropic.model}. The next reply uses it."
+            return f"Back to the default model, {self._default_model()}. The next reply uses it."
         name = wanted if wanted in allowed else next(
             (name for name, model in allowed.items() if model.lower() == wanted), None)
         if name is None:
@@ -144,6 +147,13 @@ class CommandHandler:
             return f"I can't switch to {wanted!r}. Allowed: {choices}, or default."
         await self._store.set_session_model(key, name, inbound.sender_id)
         return f"Switched this chat to {name} ({allowed[name]}). The next reply uses it."
+
+    def _default_model(self) -> str:
+        """The main role's first model ("provider:model" when providers are configured)."""
+        if not self._config.uses_providers():
+            return self._config.anthropic.model
+        provider, model = self._config.role_chain("main")[0]
+        return f"{provider}:{model}"
 
     async def _usage(self, inbound: InboundMessage) -> str:
         """This session's tokens today and this month, with the estimate from [prices]."""

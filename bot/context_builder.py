@@ -12,6 +12,7 @@ from bot.brain import Brain
 from bot.budget import Budget, context_window, cost, fit_budget, message_cost
 from bot.candidates import SOURCES, Candidate, chronological, fuse, lookback_turns, matched_turns
 from bot.config import Config, ConversationConfig, resolve_history_limit
+from bot.config.provider_check import main_model
 from bot.context import (
     Context,
     ContextEntry,
@@ -106,7 +107,8 @@ class ContextBuilder:
         self._triager = triager if triager is not None else LiveTriage(brain, conv)
         # Semantic recall, when the embedder is installed and on; lexical recall works without it.
         self._semantic = semantic
-        window = context_window(brain.model_for("main"), conv.context_window)
+        model, known = main_model(config, brain.model_for("main"))
+        window = context_window(model, conv.context_window or known)
         self.budget = Budget(window, conv.reserve_tokens, conv.history_share)
         self._config_fingerprint = {**conv.model_dump(), "window": window}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from bot.brain import AnthropicBrain, Brain, BrainsByModel
+from bot.brain import Brain
 from bot.channel import CatchUpPoint, Channel
 from bot.config import Config, MediaConfig, load_config
 from bot.control import serving, socket_path
@@ -27,6 +27,7 @@ from bot.messages import ChatRef, InboundMessage, StoredMessage
 from bot.notify import Notifier
 from bot.outbox import Outbox
 from bot.pairing import PairingGate
+from bot.providers import brains_by_model, build_brain, transcriber_of
 from bot.reload_plan import plan_reload
 from bot.reminder_schedule import ReminderSchedule
 from bot.resume import resume, sweep
@@ -41,6 +42,7 @@ from bot.tools.reminders import ReminderTools
 from bot.tools.toolbox import ToolBox
 from bot.turn import TurnRunner
 from bot.upkeep import merge_recall_index
+from bot.voice import Transcribe
 
 log = structlog.get_logger("switchboard.daemon")
 
@@ -111,10 +113,9 @@ class Daemon:
                     EmbedWorker(store, embedder, batch_size=config.semantic.batch_size))
             brain = self._brain
             if brain is None:
-                anthropic_brain = AnthropicBrain(config.anthropic, config.anthropic.api_key())
-                stack.push_async_callback(anthropic_brain.aclose)
-                brain = anthropic_brain
-                if config.anthropic.api_key() is None:
+                brain, closing = build_brain(config)
+                stack.push_async_callback(closing.aclose)
+                if not config.uses_providers() and config.anthropic.api_key() is None:
                     log.warning("no Anthropic API key: replies will be the fallback message",
                                 env=config.anthropic.api_key_env)
             self._brain = brain
@@ -137,7 +138,7 @@ class Daemon:
             inbox = self._inbox = Inbox(config, store, router, self._by_provider, runner.compactor)
             # Before any channel takes input: what the last run left undone goes first, in order.
             await resume(store, router, inbox, outbox, self._by_provider)
-            brain_for = await stack.enter_async_context(BrainsByModel(brain, config.anthropic))
+            brain_for = await stack.enter_async_context(brains_by_model(brain, config))
             self._brain_for = brain_for
             scheduler = self.scheduler = (
                 Scheduler(config, store, brain_for, self._by_provider) if config.schedules else None
@@ -241,6 +242,9 @@ class Daemon:
     async def keep_file(self, data: bytes) -> str:
         assert self._store is not None, "the daemon has not started"
         return await MediaFiles(files_dir(self._store.path)).keep(data)
+
+    def transcriber(self) -> Transcribe | None:
+        return transcriber_of(self._brain)
 
     # -- channels ------------------------------------------------------------------------------
 

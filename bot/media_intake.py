@@ -45,13 +45,14 @@ _IMAGE_EXTENSIONS = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image
 class Offer:
     """A file a message carries, as its platform describes it, and how to fetch it."""
 
-    kind: str  # "photo" or "document"
+    kind: str  # "photo", "document", or "voice" / "audio" (taken by `bot.voice`)
     download: Download
     size: int | None = None
     mime: str | None = None
     name: str | None = None
     width: int | None = None
     height: int | None = None
+    duration: int | None = None  # seconds, for voice and audio
 
 
 def category(offer: Offer) -> str | None:

@@ -124,6 +124,7 @@ class ToolLoop:
                 outcome.completion = dataclasses.replace(
                     total, text=completion.text, content=completion.content,
                     stop_reason=completion.stop_reason, model=completion.model,
+                    provider=completion.provider,
                 )
                 return outcome
             _reset(on_text)  # what this round wrote before its calls is not the answer

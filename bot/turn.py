@@ -17,6 +17,7 @@ from bot.brain import Brain, Completion, ReplyRequest, TextSink
 from bot.channel import Channel
 from bot.compaction import NOTICE, Compactor
 from bot.config import Config
+from bot.config.provider_check import reply_timeout
 from bot.context import REPLY_CALL, Context
 from bot.context_builder import ContextBuilder
 from bot.embedding import Embedder
@@ -100,7 +101,7 @@ class TurnRunner:
                         messages=conversation_turns(context, request, group=not key.is_direct,
                                                     zone=ZoneInfo(self._config.agent.timezone),
                                                     files=files),
-                        deadline=time.monotonic() + self._config.anthropic.timeout,
+                        deadline=time.monotonic() + reply_timeout(self._config),
                         model=model,
                     )
                     completion = await self._reply_with_files(
@@ -124,6 +125,7 @@ class TurnRunner:
         fallback = completion is None and text == FALLBACK_REPLY
         facts = self._reply_facts(call, completion, error, fallback=fallback, model_ms=model_ms)
         facts["model"] = completion.model if completion else model
+        facts["provider"] = completion.provider if completion else None
         outcome = loop.outcome if loop is not None else None
         if outcome is not None:
             facts["tools"] = outcome.snapshot()
@@ -164,6 +166,7 @@ class TurnRunner:
             "turn",
             channel=inbound.chat.provider,
             model=completion.model if completion else model,
+            provider=completion.provider if completion else None,
             send_ms=round((time.perf_counter() - send_started) * 1000, 1),
             request_id=request.id,
             reply_id=reply.id if reply is not None else None,
@@ -201,11 +204,14 @@ class TurnRunner:
 
     async def _session_model(self, key: str) -> str:
         """The model this session chose with /model (if still allowed), else the configured one."""
+        allowed = self._config.anthropic.models
         try:
-            return self._config.anthropic.chosen_model(await self._store.session_model(key))
+            chosen = await self._store.session_model(key)
         except Exception as exc:  # the default model beats no reply
             log.warning("session model unreadable", session_key=key, error=f"{type(exc).__name__}: {exc}")
-            return self._config.anthropic.model
+            chosen = None
+        # The main role's model ("provider:model" when the brain routes by role).
+        return allowed[chosen] if chosen in allowed else self._brain.model_for("main")
 
     async def _record_usage(
         self, key: str, user_id: str, completion: Completion | None, context: Context
@@ -214,6 +220,8 @@ class TurnRunner:
         triage = context.triage
         if triage.input_tokens or triage.output_tokens:
             model = self._brain.model_for(self._config.conversation.selection_model)
+            if self._config.uses_providers():  # "local:qwen3" → the model id, as replies record it
+                model = model.partition(":")[2] or model
             await record_usage(self._store, key, user_id, "triage",
                                Completion("", model, triage.input_tokens, triage.output_tokens))
         await record_usage(self._store, key, user_id, "reply", completion)

@@ -11,6 +11,7 @@ from bot.channel import Intake
 from bot.media import Media
 from bot.media_intake import Offer, notice, take_all, worth_a_turn
 from bot.messages import InboundMessage
+from bot.voice import hear, with_transcript
 
 with warnings.catch_warnings():
     # discord.py imports the stdlib audioop (deprecated since 3.11) for voice, which we never use.
@@ -24,11 +25,13 @@ def offers(message: discord.Message) -> list[Offer | Media]:
     for attachment in message.attachments:
         mime = (attachment.content_type or "").split(";")[0].strip().lower() or None
         duration = int(attachment.duration) if attachment.duration is not None else None
-        if attachment.is_voice_message():
-            found.append(Media("voice", "unsupported", duration=duration))
-        elif mime is not None and mime.startswith(("video/", "audio/")):
-            kind = mime.split("/")[0]
-            found.append(Media(kind, "unsupported", duration=duration, name=attachment.filename))
+        if attachment.is_voice_message() or (mime is not None and mime.startswith("audio/")):
+            # Transcribed when a `transcribe` role is set (`bot.voice`), else noted.
+            voice = attachment.is_voice_message()
+            found.append(Offer("voice" if voice else "audio", attachment.read, size=attachment.size,
+                               mime=mime, name=None if voice else attachment.filename, duration=duration))
+        elif mime is not None and mime.startswith("video/"):
+            found.append(Media("video", "unsupported", duration=duration, name=attachment.filename))
         else:
             kind = "photo" if mime is not None and mime.startswith("image/") else "document"
             found.append(Offer(kind, attachment.read, size=attachment.size, mime=mime,
@@ -42,7 +45,9 @@ async def with_media(
 ) -> tuple[InboundMessage, str | None]:
     """The message with its files taken in, and the notice its sender gets (DMs only)."""
     limits = intake.media_limits()
-    media = await take_all(offers(message), limits, intake.keep_file)
-    starts = inbound.starts_turn and worth_a_turn(inbound.text, media)
+    items, heard = await hear(offers(message), limits, intake.transcriber())
+    media = await take_all(items, limits, intake.keep_file)
+    text = with_transcript(inbound.text, heard)
+    starts = inbound.starts_turn and worth_a_turn(text, media)
     told = notice(media) if isinstance(message.channel, discord.DMChannel) else None
-    return replace(inbound, media=media, starts_turn=starts), told
+    return replace(inbound, text=text, media=media, starts_turn=starts), told

@@ -11,7 +11,7 @@ import warnings
 from dataclasses import replace
 from datetime import timedelta
 
-from telegram import Document, Message, PhotoSize
+from telegram import Audio, Document, Message, PhotoSize, Voice
 from telegram.constants import ChatType
 from telegram.warnings import PTBDeprecationWarning
 
@@ -20,10 +20,10 @@ from bot.config import MediaConfig
 from bot.media import Media
 from bot.media_intake import Download, Offer, notice, take_all, worth_a_turn
 from bot.messages import InboundMessage
+from bot.voice import hear, with_transcript
 
 # Attachments that are only noted, by the attribute python-telegram-bot gives them.
-_NOTED = ("sticker", "animation", "voice", "video_note", "video", "audio", "location", "venue",
-          "contact", "poll", "dice")
+_NOTED = ("sticker", "animation", "video_note", "video", "location", "venue", "contact", "poll", "dice")
 
 
 def file_base_url(base_url: str) -> str:
@@ -40,6 +40,12 @@ def offers(message: Message, limits: MediaConfig) -> list[Offer | Media]:
     """The files to fetch and the placeholders of what is only noted, in one list."""
     if message.photo:
         return [_photo(message.photo, limits)]
+    for name in ("voice", "audio"):  # transcribed when a `transcribe` role is set (`bot.voice`)
+        sound: Voice | Audio | None = getattr(message, name, None)
+        if sound is not None:
+            return [Offer(name, _downloader(sound), size=sound.file_size, mime=sound.mime_type,
+                          name=sound.file_name if isinstance(sound, Audio) else None,
+                          duration=_seconds(sound))]
     for name in _NOTED:  # before `document`: an animation is also sent as a document
         attached = getattr(message, name, None)
         if attached is not None:
@@ -58,10 +64,12 @@ async def with_media(
 ) -> tuple[InboundMessage, str | None]:
     """The message with its files taken in, and the notice its sender gets (private chats only)."""
     limits = intake.media_limits()
-    media = await take_all(offers(message, limits), limits, intake.keep_file)
-    starts = inbound.starts_turn and worth_a_turn(inbound.text, media)
+    items, heard = await hear(offers(message, limits), limits, intake.transcriber())
+    media = await take_all(items, limits, intake.keep_file)
+    text = with_transcript(inbound.text, heard)
+    starts = inbound.starts_turn and worth_a_turn(text, media)
     told = notice(media) if message.chat.type == ChatType.PRIVATE else None
-    return replace(inbound, media=media, starts_turn=starts), told
+    return replace(inbound, text=text, media=media, starts_turn=starts), told
 
 
 def _photo(sizes: tuple[PhotoSize, ...], limits: MediaConfig) -> Offer:
@@ -77,7 +85,7 @@ def _document(document: Document) -> Offer:
                  name=document.file_name)
 
 
-def _downloader(attached: PhotoSize | Document) -> Download:
+def _downloader(attached: PhotoSize | Document | Voice | Audio) -> Download:
     async def download() -> bytes:
         file = await attached.get_file()
         return bytes(await file.download_as_bytearray())
@@ -87,8 +95,7 @@ def _downloader(attached: PhotoSize | Document) -> Download:
 
 def _noted(name: str, attached: object) -> Media:
     emoji = getattr(attached, "emoji", None) if name in ("sticker", "dice") else None
-    return Media(name, "unsupported", duration=_seconds(attached), emoji=emoji,
-                 name=getattr(attached, "file_name", None) if name == "audio" else None)
+    return Media(name, "unsupported", duration=_seconds(attached), emoji=emoji)
 
 
 def _seconds(attached: object) -> int | None:

@@ -11,6 +11,7 @@ from bot.channel import CatchUpPoint, ChunkSent, Intake, Submit
 from bot.config import MediaConfig
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.session_key import SessionKey, build
+from bot.voice import Transcribe
 
 
 class FakeChannel:
@@ -93,6 +94,8 @@ class RecordingIntake:
         self.quarantined: list[tuple[str, str | None, str, str]] = []
         self.files: dict[str, bytes] = {}
         self._submit = submit
+        # Voice to text ([roles].transcribe); None: voice notes are noted as placeholders.
+        self.transcribe: Transcribe | None = None
 
     async def submit(self, inbound: InboundMessage) -> None:
         self.received.append(inbound)
@@ -110,6 +113,9 @@ class RecordingIntake:
 
     def media_limits(self) -> MediaConfig:
         return MediaConfig()
+
+    def transcriber(self) -> Transcribe | None:
+        return self.transcribe
 
     async def keep_file(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()

@@ -135,15 +135,33 @@ def check_config(args: argparse.Namespace) -> int:
     if not platforms:
         print("note: no channel but the console is enabled, so `switchboard run` needs a terminal; "
               "enable [channels.telegram] or [channels.discord] to run as a service")
-    if env_value(config.anthropic.api_key_env) is None:
+    if not config.uses_providers() and env_value(config.anthropic.api_key_env) is None:
         print(f"note: environment variable {config.anthropic.api_key_env} is not set "
               "(replies will be the fallback message)")
+    if config.uses_providers():
+        _describe_roles(config)
     for server in config.mcp_servers:
         unset = [name for name in server.env if name not in os.environ]
         if server.enabled and unset:
             print(f"note: environment variable {', '.join(unset)} for MCP server {server.name!r} is not "
                   "set (that server will not start)")
     return 0
+
+
+def _describe_roles(config: Config) -> None:
+    """Each role's chain, and a note for each provider it uses whose key variable is unset."""
+    providers = config.all_providers()
+    used: set[str] = set()
+    for role in ("main", "fast", "summary", "transcribe"):
+        chain = config.role_chain(role)
+        used.update(name for name, _ in chain)
+        shown = " -> ".join(f"{name}:{model}" for name, model in chain) or "off"
+        print(f"role {role}: {shown}")
+    for name in sorted(used):
+        env = providers[name].api_key_env
+        if env and env_value(env) is None:
+            print(f"note: environment variable {env} for provider {name!r} is not set "
+                  "(its calls fail and the next provider in the chain answers)")
 
 
 def show_status(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from bot.config.fields import MAX_INT
 from bot.config.mcp_sections import duplicate_name
+from bot.config.provider_check import check_roles, with_provider_prices
 from bot.config.root import Config
 from bot.errors import ConfigError
 from bot.schedule_spec import delivery_key
@@ -63,6 +64,8 @@ def parse_config(data: dict[str, Any], source: str) -> Config:
                 source, _key_path(("schedules", str(index), "chat"), data),
                 "the DM channel id: a Discord DM is sent to its channel, which the key does not name",
             )
+    check_roles(config, source)
+    config = with_provider_prices(config)
     if (duplicate := duplicate_name(config.mcp_servers)) is not None:
         index, name = duplicate
         key = _key_path(("mcp_servers", str(index), "name"), data)
@@ -106,6 +109,8 @@ def _key_path(loc: tuple[str, ...], data: Any = None) -> str:
     parts: list[str] = []
     node = data
     for part in loc:
+        if isinstance(node, str) and part.isdigit():  # one value where a list is allowed (roles)
+            continue
         if isinstance(node, list) and part.isdigit():
             node = node[int(part)] if int(part) < len(node) else None
             entry = f"[{part}]"

@@ -10,6 +10,14 @@ from pydantic import Field
 from bot.config.channel_sections import ChannelsConfig, ConsoleConfig, DiscordConfig, TelegramConfig
 from bot.config.fields import Section
 from bot.config.mcp_sections import McpServerConfig
+from bot.config.provider_sections import (
+    ROLE_NAMES,
+    ProviderConfig,
+    ProviderName,
+    RolesConfig,
+    anthropic_provider,
+    split_spec,
+)
 from bot.config.schedule_sections import RemindersConfig, ScheduleConfig, SchedulerConfig
 from bot.config.sections import (
     AgentConfig,
@@ -27,6 +35,8 @@ from bot.config.tool_sections import ToolsConfig
 from bot.errors import ConfigError
 from bot.schedule_spec import delivery_key
 from bot.session_key import SessionKey
+
+ROLES = ROLE_NAMES
 
 
 class Config(Section):
@@ -47,6 +57,9 @@ class Config(Section):
     mcp_servers: list[McpServerConfig] = Field(default_factory=list)
     # Per model id: what a million tokens cost, for the usage estimates (/usage, `switchboard usage`).
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    # Model services by name, and which of them answers each role (`bot.config.provider_sections`).
+    providers: dict[ProviderName, ProviderConfig] = Field(default_factory=dict)
+    roles: RolesConfig = RolesConfig()
     # Where the file was read from; relative paths inside it are resolved against its folder.
     source: str = Field(default="<defaults>", exclude=True)
 
@@ -83,7 +96,26 @@ class Config(Section):
             self.channels.telegram.token_env,
             self.channels.discord.token_env,
             *(name for server in self.mcp_servers for name in server.env),
+            *(p.api_key_env for p in self.providers.values() if p.api_key_env),
         ]
+
+    def all_providers(self) -> dict[str, ProviderConfig]:
+        """Every provider by name: the [anthropic] section as "anthropic" unless replaced."""
+        return {"anthropic": anthropic_provider(self.anthropic), **self.providers}
+
+    def uses_providers(self) -> bool:
+        """Whether [providers] or [roles] is set (else the single Anthropic brain, as before)."""
+        return bool(self.providers) or any(getattr(self.roles, r) is not None for r in ROLES)
+
+    def role_chain(self, role: str) -> list[tuple[str, str]]:
+        """The (provider, model) pairs of a role, in fallback order; [] for transcribe unset."""
+        value = getattr(self.roles, role)
+        if value is None and role == "summary":
+            return self.role_chain("fast")
+        if value is None:
+            defaults = {"main": self.anthropic.model, "fast": self.anthropic.fast_model}
+            return [("anthropic", defaults[role])] if role in defaults else []
+        return [split_spec(spec) for spec in value]
 
 
 def check_startable(config: Config) -> None:

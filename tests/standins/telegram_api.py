@@ -126,7 +126,7 @@ def group_chat(id: int, title: str, supergroup: bool = False, forum: bool = Fals
 def message(
     chat: JSON, sender: JSON, text: str | None = None, *, message_id: int | None = None,
     date: int | None = None, entities: list[JSON] | None = None, caption: str | None = None,
-    photo: bool | list[JSON] = False, sticker: bool = False, voice: bool = False,
+    photo: bool | list[JSON] = False, sticker: bool = False, voice: bool | JSON = False,
     reply_to: JSON | None = None, thread_id: int | None = None, is_topic_message: bool | None = None,
     document: JSON | None = None, video: bool = False,
 ) -> JSON:
@@ -147,7 +147,9 @@ def message(
     if sticker:
         msg["sticker"] = {"file_id": f"sticker-{n}", "file_unique_id": f"s{n}", "type": "regular",
                           "width": 512, "height": 512, "is_animated": False, "is_video": False, "emoji": "🙂"}
-    if voice:
+    if isinstance(voice, dict):  # a voice note the bot can fetch (`TelegramStandIn.add_file`)
+        msg["voice"] = voice
+    elif voice:
         msg["voice"] = {"file_id": f"voice-{n}", "file_unique_id": f"v{n}", "duration": 42,
                         "mime_type": "audio/ogg", "file_size": 4000}
     if video:

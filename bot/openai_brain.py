@@ -1,0 +1,176 @@
+"""An OpenAI-compatible provider (Chat Completions): Ollama, llama.cpp, vLLM, LM Studio, OpenRouter.
+
+Through the official `openai` SDK with its own retries off: the same bounded retries under one
+deadline as the Anthropic path (`bot.brain.with_retries`). Tokens are taken from the server's
+usage when it reports them, else estimated from the text (and the completion says so).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import httpx2
+import openai
+import structlog
+
+from bot.brain import (
+    RETRYABLE_STATUS,
+    Completion,
+    FastCompleter,
+    IncompleteStreamError,
+    ReplyRequest,
+    TextSink,
+    tell,
+    with_retries,
+)
+from bot.budget import estimate_tokens
+from bot.config.provider_sections import ProviderConfig
+from bot.openai_messages import STOP_REASONS, chat_messages, chat_tool_choice, chat_tools, tool_use_blocks
+
+log = structlog.get_logger("switchboard.brain")
+
+# Local servers want no key, but the SDK refuses to start without one.
+NO_KEY = "no-key"
+
+
+class OpenAIBrain:
+    """One OpenAI-compatible endpoint; `model` is the model a reply uses unless the request names one."""
+
+    def __init__(self, name: str, config: ProviderConfig, model: str) -> None:
+        self.name = name
+        self._config = config
+        self._model = model
+        self._client = openai.AsyncOpenAI(
+            api_key=config.api_key() or NO_KEY, base_url=config.url(), max_retries=0,
+            timeout=config.timeout,
+        )
+        self.estimated = 0  # calls whose tokens were estimated (the server reported none)
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        return self._client
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    def model_for(self, role: str) -> str:
+        return self._model if role in ("main", "fast", "summary") else role
+
+    def fast_completer(self) -> FastCompleter | None:
+        return self
+
+    async def reply(self, request: ReplyRequest, on_text: TextSink | None = None) -> Completion:
+        messages = chat_messages(f"{request.system_stable}\n\n{request.system_turn}", request.messages)
+        extra: dict[str, Any] = {}
+        if request.tools:
+            extra["tools"] = chat_tools(request.tools)
+            choice = chat_tool_choice(request.tool_choice)
+            if choice is not None:
+                extra["tool_choice"] = choice
+        model = request.model or self._model
+        attempts = 0
+
+        async def attempt(timeout: float) -> Completion:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1:
+                tell(on_text, "")  # a retry writes the reply anew
+            return await self._stream(model, messages, self._config.max_tokens, timeout, on_text, extra)
+
+        return await with_retries(attempt, request.deadline, "reply", self._config.max_retries + 1,
+                                  classify)
+
+    async def complete(
+        self, prompt: str, *, system: str, model: str, deadline: float, max_tokens: int = 256
+    ) -> Completion:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
+
+        async def attempt(timeout: float) -> Completion:
+            return await self._stream(model, messages, max_tokens, timeout, None, {})
+
+        return await with_retries(attempt, deadline, "fast completion", self._config.max_retries + 1,
+                                  classify)
+
+    async def transcribe(self, data: bytes, name: str, mime: str | None, model: str) -> str:
+        """The words of an audio file, from /audio/transcriptions (whisper.cpp, faster-whisper,
+        OpenAI); retried like a reply, each try within the provider's timeout."""
+        deadline = time.monotonic() + self._config.timeout * (self._config.max_retries + 1)
+
+        async def attempt(timeout: float) -> Completion:
+            create: Any = self._client.with_options(timeout=timeout).audio.transcriptions.create
+            result = await create(model=model, file=(name, data, mime or "application/octet-stream"))
+            return Completion(str(getattr(result, "text", "")), model, provider=self.name)
+
+        completion = await with_retries(attempt, deadline, "transcription", self._config.max_retries + 1,
+                                        classify)
+        return completion.text
+
+    async def _stream(
+        self, model: str, messages: list[dict[str, Any]], max_tokens: int, timeout: float,
+        on_text: TextSink | None, extra: dict[str, Any],
+    ) -> Completion:
+        """One streamed call; a stream that ends without a finish_reason is incomplete."""
+        text = ""
+        used_model = model
+        finish: str | None = None
+        usage: Any = None
+        calls: dict[int, dict[str, str]] = {}
+        create: Any = self._client.with_options(timeout=timeout).chat.completions.create
+        stream = await create(model=model, messages=messages, max_tokens=max_tokens, stream=True,
+                              stream_options={"include_usage": True}, **extra)
+        async with stream:
+            async for chunk in stream:
+                used_model = chunk.model or used_model
+                if chunk.usage is not None:
+                    usage = chunk.usage
+                for choice in chunk.choices or ():  # the usage chunk has none
+                    delta = choice.delta
+                    if delta.content:
+                        text += delta.content
+                        tell(on_text, text)
+                    for call in delta.tool_calls or ():
+                        slot = calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+                        if call.id:
+                            slot["id"] = call.id
+                        if call.function is not None:
+                            slot["name"] += call.function.name or ""
+                            slot["arguments"] += call.function.arguments or ""
+                    finish = choice.finish_reason or finish
+        if finish is None:
+            raise IncompleteStreamError("the reply stream ended without a finish_reason")
+        content = ([{"type": "text", "text": text}] if text else []) + tool_use_blocks(calls)
+        if usage is not None:
+            tokens_in, tokens_out = usage.prompt_tokens or 0, usage.completion_tokens or 0
+        else:  # the server reported nothing: estimated, so /usage is not silently zero
+            self.estimated += 1
+            tokens_in = sum(estimate_tokens(json.dumps(m.get("content") or "")) for m in messages)
+            tokens_out = estimate_tokens(text) + sum(estimate_tokens(c["arguments"]) for c in calls.values())
+        return Completion(text, used_model, tokens_in, tokens_out,
+                          stop_reason=STOP_REASONS.get(finish, finish), content=tuple(content),
+                          provider=self.name)
+
+
+def classify(exc: Exception) -> tuple[bool, float | None, str]:
+    """(retryable, server-suggested wait, short description), as `bot.brain` does for Anthropic."""
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        return status in RETRYABLE_STATUS, _retry_after(exc), f"HTTP {status} ({type(exc).__name__})"
+    if isinstance(exc, openai.APIConnectionError | httpx2.TransportError):
+        return True, None, f"connection error ({type(exc).__name__})"
+    if isinstance(exc, openai.APIError):  # an error object inside the stream
+        return True, None, f"stream error ({exc.message})"
+    if isinstance(exc, IncompleteStreamError):
+        return True, None, str(exc)
+    if isinstance(exc, json.JSONDecodeError):
+        return True, None, f"malformed stream chunk ({exc.msg})"
+    raise exc
+
+
+def _retry_after(exc: openai.APIStatusError) -> float | None:
+    value = exc.response.headers.get("retry-after")
+    try:
+        return max(float(value), 0.0) if value is not None else None
+    except ValueError:
+        return None
