@@ -174,7 +174,7 @@ async def test_a_vector_of_another_size_is_left_out_and_the_rest_found(
     await embed_all(store, embedder)  # `added` gets a real vector
     appended = await found()
     assert {message_id for message_id, _ in appended} == {first.id, odd.id, added.id}
-    store._matrices = None  # as after a restart: everything read afresh
+    store.drop_cached_vectors()  # as after a restart: everything read afresh
     assert await found() == appended
     assert dict(appended)[first.id] == dict(before)[first.id]
 

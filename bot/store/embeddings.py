@@ -51,6 +51,7 @@ class Embeddings(Database):
     """The `embeddings` table: pending work for the embed worker, vectors, and search within a session."""
 
     _matrices: OrderedDict[tuple[str, str], _Matrix] | None = None
+    _cached_bytes = 0  # of the matrices in `_matrices`, kept as they come and go
 
     async def pending_embeddings(
         self, model: str, *, after_id: int = 0, limit: int = 256
@@ -121,9 +122,13 @@ class Embeddings(Database):
                 cursor = await self._conn.execute("DELETE FROM embeddings")
             else:
                 cursor = await self._conn.execute("DELETE FROM embeddings WHERE model = ?", (model,))
-        if self._matrices is not None:
-            self._matrices.clear()
+        self.drop_cached_vectors()
         return max(cursor.rowcount, 0)
+
+    def drop_cached_vectors(self) -> None:
+        """Forget every session's vectors kept in memory: the next search reads them again."""
+        self._matrices = None
+        self._cached_bytes = 0
 
     async def warm_embeddings(self, model: str, *, sessions: int) -> int:
         """Read the vectors of the `sessions` most recently active sessions into memory (as far as the
@@ -216,6 +221,7 @@ class Embeddings(Database):
             return None
         if self._matrices is None:
             self._matrices = OrderedDict()
+            self._cached_bytes = 0
         key = (session_key, model)
         cached = self._matrices.get(key)
         if cached is not None and cached.signature == signature:
@@ -229,17 +235,22 @@ class Embeddings(Database):
                 matrix = _append(cached, *newer, signature=signature)
         if matrix is None:
             matrix = _build(*await self._vectors(session_key, model, after_id=0), signature=signature)
+        # What is there now (another build may have read it, or dropped it, while this one read).
+        previous = self._matrices.pop(key, None)
+        if previous is not None:
+            self._cached_bytes -= previous.nbytes
         self._matrices[key] = matrix
-        self._matrices.move_to_end(key)
-        total = sum(m.nbytes for m in self._matrices.values())
-        while total > CACHE_BYTES and len(self._matrices) > 1:
+        self._cached_bytes += matrix.nbytes
+        while self._cached_bytes > CACHE_BYTES and len(self._matrices) > 1:
             _, dropped = self._matrices.popitem(last=False)
-            total -= dropped.nbytes
+            self._cached_bytes -= dropped.nbytes
         return matrix
 
     def _forget(self, session_key: str, model: str) -> None:
         if self._matrices is not None:
-            self._matrices.pop((session_key, model), None)
+            dropped = self._matrices.pop((session_key, model), None)
+            if dropped is not None:
+                self._cached_bytes -= dropped.nbytes
 
     async def _vectors(self, session_key: str, model: str, *, after_id: int) -> tuple[Any, int, bytes]:
         """The session's vectors of `model` after `after_id`: ids ascending, their size, and the
