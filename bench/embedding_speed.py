@@ -297,8 +297,7 @@ async def search_report(args: argparse.Namespace) -> None:
             print(f"  warm_embeddings (the worker, once caught up at start): {warmed} sessions in "
                   f"{time.perf_counter() - began:.2f} s")
             keys = [f"s{i}" for i in range(min(sessions, 40))]
-            if store._matrices is not None:
-                store._matrices.clear()
+            store.drop_cached_vectors()
             cold = [await timed(key) for key in keys]
             warm = [await timed(keys[i % len(keys)]) for i in range(args.samples)]
             grown = []

@@ -38,17 +38,14 @@ class SemanticRecall:
 
     async def _matches(self, session: str, request: StoredMessage, limit: int) -> list[tuple[int, float]]:
         model = self._embedder.model_id
-        vector = await self._store.embedding_of(request.id, model)
-        if vector is None:
-            # The background worker has not reached the request yet: embed it here (in a thread,
-            # so the event loop keeps running) and keep it, so the worker and replay reuse it.
-            encoded = await asyncio.to_thread(self._embedder.encode, [embedding_text(request)])
-            await self._store.save_embeddings(model, [(request.id, session, vector_bytes(encoded[0]))])
-            # Searched as stored (quantised, and the worker's if it stored one first), so replay,
-            # which reads it back, scores the same.
-            vector = await self._store.embedding_of(request.id, model)
-            if vector is None:  # the request was deleted meanwhile
-                return []
-        return await self._store.semantic_matches(
-            session, vector, model=model, before_id=request.id, limit=limit
-        )
+        found = await self._store.semantic_matches_of(session, request.id, model=model, limit=limit)
+        if found is not None:
+            return found
+        # The background worker has not reached the request yet: embed it here (in a thread, so
+        # the event loop keeps running) and keep it, so the worker and replay reuse it. Searched
+        # as stored (quantised, and the worker's if it stored one first), so replay, which reads
+        # it back, scores the same; none when the request was deleted meanwhile.
+        encoded = await asyncio.to_thread(self._embedder.encode, [embedding_text(request)])
+        await self._store.save_embeddings(model, [(request.id, session, vector_bytes(encoded[0]))])
+        found = await self._store.semantic_matches_of(session, request.id, model=model, limit=limit)
+        return found or []

@@ -151,6 +151,34 @@ async def test_search_sees_new_and_deleted_vectors(store: Store, embedder: Embed
     assert await ids() == {kept.id, added.id}
 
 
+async def test_a_vector_of_another_size_is_left_out_and_the_rest_found(
+    store: Store, embedder: Embedder
+) -> None:
+    """A row of another size (written by something else) never breaks a search: read afresh or
+    added to a session already in memory, it is left out and every other vector is still found,
+    each with the score a fresh read gives."""
+    first = await say_in(store, "my sister lives in Lisbon")
+    odd = await say_in(store, "my brother lives in Porto")
+    await embed_all(store, embedder)
+    query = embedder.encode(["Caroline: where does my family live?"])[0]
+
+    async def found() -> list[tuple[int, float]]:
+        return await store.semantic_matches(str(SESSION), query, model=embedder.model_id,
+                                            before_id=10**9, limit=10)
+
+    before = await found()
+    assert {message_id for message_id, _ in before} == {first.id, odd.id}
+    later = await say_in(store, "my parents live in Faro")
+    added = await say_in(store, "my cousin lives in Braga")
+    await store.save_embeddings(embedder.model_id, [(later.id, str(SESSION), b"\x01" * 10)])
+    await embed_all(store, embedder)  # `added` gets a real vector
+    appended = await found()
+    assert {message_id for message_id, _ in appended} == {first.id, odd.id, added.id}
+    store.drop_cached_vectors()  # as after a restart: everything read afresh
+    assert await found() == appended
+    assert dict(appended)[first.id] == dict(before)[first.id]
+
+
 async def test_fallback_replies_and_scheduled_output_are_never_embedded(
     store: Store, embedder: Embedder, tmp_path: Path
 ) -> None:

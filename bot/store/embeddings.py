@@ -51,6 +51,7 @@ class Embeddings(Database):
     """The `embeddings` table: pending work for the embed worker, vectors, and search within a session."""
 
     _matrices: OrderedDict[tuple[str, str], _Matrix] | None = None
+    _cached_bytes = 0  # of the matrices in `_matrices`, kept as they come and go
 
     async def pending_embeddings(
         self, model: str, *, after_id: int = 0, limit: int = 256
@@ -121,9 +122,13 @@ class Embeddings(Database):
                 cursor = await self._conn.execute("DELETE FROM embeddings")
             else:
                 cursor = await self._conn.execute("DELETE FROM embeddings WHERE model = ?", (model,))
-        if self._matrices is not None:
-            self._matrices.clear()
+        self.drop_cached_vectors()
         return max(cursor.rowcount, 0)
+
+    def drop_cached_vectors(self) -> None:
+        """Forget every session's vectors kept in memory: the next search reads them again."""
+        self._matrices = None
+        self._cached_bytes = 0
 
     async def warm_embeddings(self, model: str, *, sessions: int) -> int:
         """Read the vectors of the `sessions` most recently active sessions into memory (as far as the
@@ -132,7 +137,7 @@ class Embeddings(Database):
             "SELECT key FROM sessions ORDER BY updated_at DESC LIMIT ?", (sessions,))]
         warmed = 0
         for key in reversed(keys):  # the most recent last: the cache drops the least recent first
-            _, signature = await self._signature(key, model)
+            _, signature, _ = await self._signature(key, model)
             warmed += await self._session_matrix(key, model, signature) is not None
         return warmed
 
@@ -144,11 +149,32 @@ class Embeddings(Database):
         Only messages above the session's context floor and below `before_id`; equal scores put the
         newer message first. `query` is a unit vector (as `Embedder.encode` gives).
         """
-        import numpy as np
-
         if limit <= 0:
             return []
-        floor, signature = await self._signature(session_key, model)
+        floor, signature, _ = await self._signature(session_key, model)
+        return await self._nearest(session_key, model, floor, signature, query, before_id, limit)
+
+    async def semantic_matches_of(
+        self, session_key: str, message_id: int, *, model: str, limit: int
+    ) -> list[tuple[int, float]] | None:
+        """`semantic_matches` for a stored message's own vector, before it; None when it has none
+        (yet). Its vector comes in the read that checks the session's cache."""
+        from bot.embedding import vectors_from_bytes
+
+        floor, signature, blob = await self._signature(session_key, model, message_id)
+        if blob is None:
+            return None
+        if limit <= 0:
+            return []
+        query: npt.NDArray[np.float32] = vectors_from_bytes([blob], len(blob))[0]
+        return await self._nearest(session_key, model, floor, signature, query, message_id, limit)
+
+    async def _nearest(
+        self, session_key: str, model: str, floor: int, signature: tuple[int, int, int],
+        query: npt.NDArray[np.float32], before_id: int, limit: int,
+    ) -> list[tuple[int, float]]:
+        import numpy as np
+
         matrix = await self._session_matrix(session_key, model, signature)
         if matrix is None:
             return []
@@ -170,16 +196,21 @@ class Embeddings(Database):
         order = np.lexsort((-ids, -scores))[:limit]
         return [(int(ids[i]), float(scores[i])) for i in order]
 
-    async def _signature(self, session_key: str, model: str) -> tuple[int, tuple[int, int, int]]:
-        """The session's context floor and (count, largest id, sum of ids) of its vectors of `model`."""
+    async def _signature(
+        self, session_key: str, model: str, message_id: int = 0
+    ) -> tuple[int, tuple[int, int, int], bytes | None]:
+        """The session's context floor, (count, largest id, sum of ids) of its vectors of `model`,
+        and the vector of `message_id` (of this session and model), in one read."""
         found = await self._conn.execute_fetchall(
             "SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0), "
-            "COALESCE(c.count, 0), COALESCE(c.largest, 0), COALESCE(c.total, 0) FROM (SELECT 1) "
+            "COALESCE(c.count, 0), COALESCE(c.largest, 0), COALESCE(c.total, 0), "
+            "(SELECT vector FROM embeddings WHERE message_id = ?3 AND model = ?2 "
+            "AND session_key = ?1) FROM (SELECT 1) "
             "LEFT JOIN embedding_counts c ON c.session_key = ?1 AND c.model = ?2",
-            (session_key, model),
+            (session_key, model, message_id),
         )
-        floor, count, largest, total = (int(value) for value in next(iter(found)))
-        return floor, (count, largest, total)
+        floor, count, largest, total, blob = next(iter(found))
+        return int(floor), (int(count), int(largest), int(total)), None if blob is None else bytes(blob)
 
     async def _session_matrix(
         self, session_key: str, model: str, signature: tuple[int, int, int]
@@ -190,6 +221,7 @@ class Embeddings(Database):
             return None
         if self._matrices is None:
             self._matrices = OrderedDict()
+            self._cached_bytes = 0
         key = (session_key, model)
         cached = self._matrices.get(key)
         if cached is not None and cached.signature == signature:
@@ -203,55 +235,69 @@ class Embeddings(Database):
                 matrix = _append(cached, *newer, signature=signature)
         if matrix is None:
             matrix = _build(*await self._vectors(session_key, model, after_id=0), signature=signature)
+        # What is there now (another build may have read it, or dropped it, while this one read).
+        previous = self._matrices.pop(key, None)
+        if previous is not None:
+            self._cached_bytes -= previous.nbytes
         self._matrices[key] = matrix
-        self._matrices.move_to_end(key)
-        total = sum(m.nbytes for m in self._matrices.values())
-        while total > CACHE_BYTES and len(self._matrices) > 1:
+        self._cached_bytes += matrix.nbytes
+        while self._cached_bytes > CACHE_BYTES and len(self._matrices) > 1:
             _, dropped = self._matrices.popitem(last=False)
-            total -= dropped.nbytes
+            self._cached_bytes -= dropped.nbytes
         return matrix
 
     def _forget(self, session_key: str, model: str) -> None:
         if self._matrices is not None:
-            self._matrices.pop((session_key, model), None)
+            dropped = self._matrices.pop((session_key, model), None)
+            if dropped is not None:
+                self._cached_bytes -= dropped.nbytes
 
-    async def _vectors(self, session_key: str, model: str, *, after_id: int) -> tuple[Any, list[bytes]]:
+    async def _vectors(self, session_key: str, model: str, *, after_id: int) -> tuple[Any, int, bytes]:
+        """The session's vectors of `model` after `after_id`: ids ascending, their size, and the
+        vectors one after another. One row, not one per vector (building a Python row per
+        vector was most of a cold read); a vector of another size than the first is left out
+        (written by something else, it would break the matrix)."""
         import numpy as np
 
-        rows = await self._conn.execute_fetchall(
-            "SELECT message_id, vector FROM embeddings WHERE session_key = ? AND model = ? "
-            "AND message_id > ? ORDER BY message_id",
+        found = await self._conn.execute_fetchall(
+            "SELECT group_concat(message_id), CAST(group_concat(vector, x'') AS BLOB), "
+            "MAX(length(vector)) FROM embeddings WHERE session_key = ?1 AND model = ?2 "
+            "AND message_id > ?3 AND length(vector) = (SELECT length(vector) FROM embeddings "
+            "WHERE session_key = ?1 AND model = ?2 AND message_id > ?3 ORDER BY message_id LIMIT 1)",
             (session_key, model, after_id),
         )
-        ids = np.fromiter((int(row[0]) for row in rows), dtype=np.int64)
-        return ids, [bytes(row[1]) for row in rows]
+        listed, data, dim = next(iter(found))
+        if listed is None:
+            return np.zeros(0, dtype=np.int64), 0, b""
+        ids = np.array(str(listed).split(","), dtype=np.int64)
+        data = bytes(data)
+        if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):  # the aggregate's order: keep pairs
+            order = np.argsort(ids, kind="stable")
+            rows = np.frombuffer(data, dtype=np.int8).reshape(len(ids), int(dim))
+            ids, data = ids[order], rows[order].tobytes()
+        return ids, int(dim), data
 
 
-def _build(ids: Any, blobs: list[bytes], *, signature: tuple[int, int, int]) -> _Matrix:
+def _build(ids: Any, dim: int, data: bytes, *, signature: tuple[int, int, int]) -> _Matrix:
     import numpy as np
 
-    dim = len(blobs[0]) if blobs else 0
-    # A row of another size (written by something else) would break the matrix: left out.
-    fits = [i for i, blob in enumerate(blobs) if len(blob) == dim]
-    rows = np.frombuffer(b"".join(blobs[i] for i in fits), dtype=np.int8).reshape(len(fits), dim)
+    rows = np.frombuffer(data, dtype=np.int8).reshape(len(ids), dim)
     # einsum, not linalg.norm(axis=1): the same sums (squares of int8 add up exactly in float32)
     # at a twentieth of the cost, which is most of reading a session's vectors for the first time.
     floats = rows.astype(np.float32)
     norms = np.sqrt(np.einsum("ij,ij->i", floats, floats))
     scales = (1.0 / np.maximum(norms, 1e-12)).astype(np.float32)
-    return _Matrix(ids[fits], rows, scales, signature)
+    return _Matrix(ids, rows, scales, signature)
 
 
 def _append(
-    cached: _Matrix, ids: Any, blobs: list[bytes], *, signature: tuple[int, int, int]
+    cached: _Matrix, ids: Any, dim: int, data: bytes, *, signature: tuple[int, int, int]
 ) -> _Matrix | None:
     import numpy as np
 
-    if not blobs:
+    if not len(ids) or dim != cached.rows.shape[1]:
         return None
-    extra = _build(ids, blobs, signature=signature)
-    if extra.rows.shape[1] != cached.rows.shape[1] or len(extra.ids) != len(ids):
-        return None
+    extra = _build(ids, dim, data, signature=signature)
     return _Matrix(
         np.concatenate([cached.ids, extra.ids]), np.concatenate([cached.rows, extra.rows]),
         np.concatenate([cached.scales, extra.scales]), signature,
