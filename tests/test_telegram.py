@@ -377,9 +377,11 @@ async def test_polling_recovers_from_network_errors(
     config = telegram_config()
     async with telegram_daemon(config):
         tg.drop_next("getUpdates", times=2)
-        await tg.wait_for(lambda: sum(c.failed for c in tg.calls_of("getUpdates")) == 2, timeout=10)
+        # Generous waits: the back-off is 0.5 + 1 s, but two helpers' suites on two cores once took
+        # longer than 10 s here.
+        await tg.wait_for(lambda: sum(c.failed for c in tg.calls_of("getUpdates")) == 2, timeout=20)
         tg.push_message(private_chat(ADA), ADA, "anyone?")
-        await tg.wait_for(lambda: tg.sent, timeout=10)
+        await tg.wait_for(lambda: tg.sent, timeout=20)
 
     assert texts_to(tg, 42) == ["re: anyone?"]
 
