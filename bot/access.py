@@ -14,6 +14,9 @@ def refused_dm_reply(user_id: str) -> str:
     return f"Sorry, I'm not set up to talk with you here. Your user id is {user_id}; ask the admin to add it."
 
 
+APPROVED_REPLY = "You're in: the admin approved your pairing request. Write to me again and I'll answer."
+
+
 def pairing_reply(code: str, user_id: str, valid_minutes: int) -> str:
     """The notice a stranger gets under `dm_policy = "pairing"`: the code to pass on, and their id."""
     return (

@@ -26,7 +26,7 @@ from bot.media_files import MediaFiles, files_dir
 from bot.messages import ChatRef, InboundMessage, StoredMessage
 from bot.notify import Notifier
 from bot.outbox import Outbox
-from bot.pairing import PairingGate
+from bot.pairing import PairingGate, welcome_approved
 from bot.providers import brains_by_model, build_brain, transcriber_of
 from bot.reload_plan import plan_reload
 from bot.reminder_schedule import ReminderSchedule
@@ -155,6 +155,7 @@ class Daemon:
             watchdog = asyncio.create_task(self._notifier.watchdog(), name="watchdog")
             self._spawn(sweep(store, router, self._current_inbox, outbox, self._by_provider))
             self._spawn(merge_recall_index(store))
+            self._spawn(welcome_approved(store, self._by_provider))
             announce = asyncio.create_task(self._announce_ready(), name="ready")
             self.started.set()
             log.info("started", channels=[c.provider for c in self.channels],
@@ -231,7 +232,7 @@ class Daemon:
     async def pair(self, provider: str, chat_id: str, user_id: str, user_name: str | None) -> bool:
         assert self._store is not None, "the daemon has not started"
         gate = PairingGate(self.config, self._store, self._by_provider)
-        verdict = await gate.check(provider, user_id, user_name)
+        verdict = await gate.check(provider, user_id, user_name, chat_id)
         if verdict.notice is not None:  # sent beside the intake, never holding it up
             self._spawn(gate.tell(ChatRef(provider, chat_id), verdict.notice), name=f"notice {chat_id}")
         return verdict.approved

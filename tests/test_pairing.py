@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bot.access import refused_dm_reply
+from bot.access import APPROVED_REPLY, refused_dm_reply
 from bot.cli import main as cli_main
 from bot.config import Config
 from bot.store import PairingError, Store
@@ -33,6 +33,12 @@ from tests.test_telegram import settled, telegram_daemon, texts_to
 MALLORY = user(666, "Mallory")
 CODE = re.compile(r"pairing code is ([A-Z0-9]{8})")
 
+
+
+@pytest.fixture(autouse=True)
+def quick_welcomes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon looks for approvals to announce every 50 ms instead of every 5 s."""
+    monkeypatch.setattr("bot.pairing.WELCOME_EVERY", 0.05)
 
 
 @pytest.fixture
@@ -77,8 +83,9 @@ async def test_a_stranger_pairs_by_code_and_is_answered_after_approval_and_after
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A stranger's first message gets one notice with a code and their id (a second message within
-    the hour gets none); the admin approves the code with the CLI while the daemon runs; the next
-    message is answered, and so is one after a restart. Nothing sent before approval is stored."""
+    the hour gets none); the admin approves the code with the CLI while the daemon runs, and the
+    daemon tells the user they are in (once, not again after a restart); the next message is
+    answered, and so is one after a restart. Nothing sent before approval is stored."""
     config = telegram_config(dm_policy="pairing")
     async with telegram_daemon(config) as daemon:
         tg.push_message(private_chat(MALLORY), MALLORY, "hello, may I?")
@@ -95,16 +102,18 @@ async def test_a_stranger_pairs_by_code_and_is_answered_after_approval_and_after
         assert f"telegram:666 (Mallory)  pending  code {code}" in listed
         assert await cli(config, "pairing", "approve", code.lower()) == 0
         assert "approved telegram:666 (Mallory)" in capsys.readouterr().out
+        # The running daemon tells them, once, without their writing first.
+        await tg.wait_for(lambda: texts_to(tg, 666) == [notice, APPROVED_REPLY])
 
         thanks = tg.push_message(private_chat(MALLORY), MALLORY, "thanks!")
         await settled(tg, daemon, thanks)
-        assert texts_to(tg, 666) == [notice, "re: thanks!"]
+        assert texts_to(tg, 666) == [notice, APPROVED_REPLY, "re: thanks!"]
 
     async with telegram_daemon(config) as daemon:
         later = tg.push_message(private_chat(MALLORY), MALLORY, "still me")
         await settled(tg, daemon, later)
 
-    assert texts_to(tg, 666) == [notice, "re: thanks!", "re: still me"]
+    assert texts_to(tg, 666) == [notice, APPROVED_REPLY, "re: thanks!", "re: still me"]
     async with Store.open(config.database_path()) as store:
         history = await store.history("agent:main:telegram:direct:666", 10)
     assert [m.text for m in history if m.role == "user"] == ["thanks!", "still me"]
@@ -131,7 +140,8 @@ async def test_a_denied_stranger_is_told_their_id_and_approval_by_id_lets_them_i
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """On Discord: a DM from a stranger gets the code; once denied, their next DM gets the refusal
-    naming their id (and no code); `approve --user discord:ID` lets them in at the next DM."""
+    naming their id (and no code); `approve --user discord:ID` lets them in, tells them so in that
+    DM, and their next DM is answered."""
     config = discord_config(dm_policy="pairing")
     stranger_id = str(STRANGER["id"])
     async with discord_daemon(config):
@@ -146,11 +156,13 @@ async def test_a_denied_stranger_is_told_their_id_and_approval_by_id_lets_them_i
         assert discord_texts(dc, DM_STRANGER)[1] == refused_dm_reply(stranger_id)
 
         assert await cli(config, "pairing", "approve", "--user", f"discord:{stranger_id}") == 0
-        dc.message_create(DM_STRANGER, STRANGER, "thank you")
         await dc.wait_for(lambda: len(discord_texts(dc, DM_STRANGER)) == 3)
+        assert discord_texts(dc, DM_STRANGER)[2] == APPROVED_REPLY  # told in the DM they wrote from
+        dc.message_create(DM_STRANGER, STRANGER, "thank you")
+        await dc.wait_for(lambda: len(discord_texts(dc, DM_STRANGER)) == 4)
         await settle()
 
-    assert discord_texts(dc, DM_STRANGER)[2] == "re: thank you"
+    assert discord_texts(dc, DM_STRANGER)[3] == "re: thank you"
     assert len(reply_requests(api)) == 1
     assert "denied discord:" in capsys.readouterr().out
 

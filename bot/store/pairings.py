@@ -69,7 +69,7 @@ class Pairings(Database):
 
     async def request_pairing(
         self, provider: str, user_id: str, user_name: str | None, *, now: float, ttl: float,
-        notice_interval: float,
+        notice_interval: float, chat_id: str | None = None,
     ) -> PairingState:
         """The user's standing, creating (or renewing, once expired) their pending code.
 
@@ -98,11 +98,12 @@ class Pairings(Database):
             code = await self._unused_code(now)
             await self._conn.execute(
                 "INSERT INTO pairings (provider, user_id, status, code, user_name, requested_at, "
-                "expires_at, notified_at) VALUES (?, ?, 'pending', ?, ?, ?, ?, ?) "
+                "expires_at, notified_at, chat_id) VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (provider, user_id) DO UPDATE SET status = 'pending', code = excluded.code, "
                 "user_name = excluded.user_name, requested_at = excluded.requested_at, "
-                "expires_at = excluded.expires_at, notified_at = excluded.notified_at, decided_at = NULL",
-                (provider, user_id, code, user_name, now, now + ttl, now),
+                "expires_at = excluded.expires_at, notified_at = excluded.notified_at, decided_at = NULL, "
+                "chat_id = COALESCE(excluded.chat_id, chat_id)",
+                (provider, user_id, code, user_name, now, now + ttl, now, chat_id),
             )
             return PairingState("pending", code, now + ttl, notify=True)
 
@@ -155,9 +156,24 @@ class Pairings(Database):
         # A decision ends the code's life; the next notice (a denied user's) is due at once.
         await self._conn.execute(
             "UPDATE pairings SET status = ?, code = NULL, expires_at = NULL, decided_at = ?, "
-            "notified_at = NULL WHERE provider = ? AND user_id = ?",
+            "notified_at = NULL, welcomed_at = NULL WHERE provider = ? AND user_id = ?",
             ("approved" if approve else "denied", now, provider, user_id),
         )
+
+    async def unwelcomed_approvals(self) -> list[tuple[str, str, str]]:
+        """(provider, user id, private chat id) of users approved since they asked and not yet told."""
+        rows = await self._conn.execute_fetchall(
+            "SELECT provider, user_id, chat_id FROM pairings "
+            "WHERE status = 'approved' AND welcomed_at IS NULL AND chat_id IS NOT NULL"
+        )
+        return [(str(row[0]), str(row[1]), str(row[2])) for row in rows]
+
+    async def mark_welcomed(self, provider: str, user_id: str, *, now: float) -> None:
+        async with self._transaction():
+            await self._conn.execute(
+                "UPDATE pairings SET welcomed_at = ? WHERE provider = ? AND user_id = ?",
+                (now, provider, user_id),
+            )
 
     async def _pairing(self, provider: str, user_id: str) -> Pairing:
         found = await self.pairings(provider=provider, user_id=user_id)
