@@ -86,11 +86,11 @@ def router_of(daemon: Daemon) -> Router:
 async def running(
     config: Config,
     channels: Sequence[Channel],
-    brain: AnthropicBrain,
+    brain: AnthropicBrain | None,
     **options: Any,
 ) -> AsyncIterator[Daemon]:
-    """Run a daemon as a task (`options` go to Daemon, e.g. a `clock`); on exit stop it, wait for
-    it, close the brain."""
+    """Run a daemon as a task (`options` go to Daemon, e.g. a `clock`; no brain: the daemon builds
+    its own from the config); on exit stop it, wait for it, close the brain."""
     daemon = Daemon(config, channels, brain=brain, **options)
     task = asyncio.create_task(daemon.run())
     try:
@@ -106,7 +106,8 @@ async def running(
         try:
             await asyncio.wait_for(task, timeout=10)
         finally:
-            await brain.aclose()
+            if brain is not None:
+                await brain.aclose()
 
 
 @asynccontextmanager

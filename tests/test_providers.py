@@ -4,10 +4,9 @@ it, a fallback chain, and old configs and bad ones."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from bot.errors import ConfigError
 from bot.providers import RoleBrain, build_brain
 from bot.store import Store
 from tests.fakes import FakeChannel
-from tests.harness import API_KEY, MODEL, STAMP, config_data, reply_requests, say
+from tests.harness import API_KEY, MODEL, STAMP, config_data, reply_requests, running, say
 from tests.standins.anthropic_api import AnthropicStandIn
 from tests.standins.anthropic_api import Error as AnthropicError
 from tests.standins.openai_api import OpenAIStandIn, Recorded, Reply, ToolCalls
@@ -51,21 +50,9 @@ def _local_sections(local: OpenAIStandIn, **roles: Any) -> dict[str, Any]:
             "roles": {"main": f"local:{MAIN}", "fast": f"local:{FAST}", **roles}}
 
 
-@asynccontextmanager
-async def assembled(config: Config, channel: FakeChannel) -> AsyncIterator[Daemon]:
+def assembled(config: Config, channel: FakeChannel) -> AbstractAsyncContextManager[Daemon]:
     """The daemon as `switchboard run` builds it: its brain from [providers] and [roles]."""
-    daemon = Daemon(config, [channel])
-    task = asyncio.create_task(daemon.run())
-    try:
-        started = asyncio.create_task(daemon.started.wait())
-        await asyncio.wait([started, task], timeout=10, return_when=asyncio.FIRST_COMPLETED)
-        started.cancel()
-        if task.done():
-            task.result()
-        yield daemon
-    finally:
-        daemon.request_stop()
-        await asyncio.wait_for(task, timeout=10)
+    return running(config, [channel], None)
 
 
 async def _reply_call(view: Store) -> dict[str, Any]:
