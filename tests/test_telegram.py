@@ -375,13 +375,13 @@ async def test_polling_recovers_from_network_errors(
 ) -> None:
     """Dropped getUpdates connections are retried with back-off and messages still arrive."""
     config = telegram_config()
+    # Armed before the start: armed after it, a long poll already waiting would take the faults
+    # only once it ends, seconds later (the race made this test time out under load).
+    tg.drop_next("getUpdates", times=2)
     async with telegram_daemon(config):
-        tg.drop_next("getUpdates", times=2)
-        # Generous waits: the back-off is 0.5 + 1 s, but two helpers' suites on two cores once took
-        # longer than 10 s here.
-        await tg.wait_for(lambda: sum(c.failed for c in tg.calls_of("getUpdates")) == 2, timeout=20)
+        await tg.wait_for(lambda: sum(c.failed for c in tg.calls_of("getUpdates")) == 2, timeout=10)
         tg.push_message(private_chat(ADA), ADA, "anyone?")
-        await tg.wait_for(lambda: tg.sent, timeout=20)
+        await tg.wait_for(lambda: tg.sent, timeout=10)
 
     assert texts_to(tg, 42) == ["re: anyone?"]
 
