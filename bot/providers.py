@@ -12,7 +12,7 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -29,8 +29,10 @@ from bot.brain import (
 from bot.config import AnthropicConfig, Config
 from bot.config.provider_sections import ROLE_NAMES, ProviderConfig, split_spec
 from bot.errors import ModelError
-from bot.openai_brain import OpenAIBrain
 from bot.voice import Transcribe
+
+if TYPE_CHECKING:  # the openai SDK loads only when a provider of that kind is used (0.35 s a start)
+    from bot.openai_brain import OpenAIBrain
 
 log = structlog.get_logger("switchboard.brain")
 
@@ -59,6 +61,8 @@ class RoleBrain:
         if name not in self._brains:
             settings = self._providers[name]
             if settings.kind == "openai":
+                from bot.openai_brain import OpenAIBrain
+
                 self._brains[name] = OpenAIBrain(name, settings, "")
             else:
                 self._brains[name] = AnthropicBrain(_as_anthropic(self._config, name, settings),
@@ -137,7 +141,7 @@ class RoleBrain:
         failure: Exception | None = None
         for provider, model in self.chain("transcribe"):
             brain = self.provider(provider)
-            if not isinstance(brain, OpenAIBrain):
+            if isinstance(brain, AnthropicBrain):
                 continue
             try:
                 return await brain.transcribe(data, name, mime, model)
