@@ -17,7 +17,7 @@ from typing import Any
 
 import structlog
 from telegram import BotCommand, Message, ReplyParameters, Update
-from telegram.constants import ChatAction, ChatType, ParseMode
+from telegram.constants import ChatAction, ChatType
 from telegram.error import (
     BadRequest,
     Forbidden,
@@ -36,7 +36,7 @@ from bot.config import TelegramConfig
 from bot.errors import DeliveryError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.preview import PreviewStream
-from channels.telegram_html import telegram_chunks, to_telegram_html
+from channels.telegram_html import html_or_plain, telegram_chunks
 from channels.telegram_intake import UpdatePoller
 from channels.telegram_media import carries_media, file_base_url, with_media
 from channels.telegram_normalise import PROVIDER, BotIdentity, Verdict, admit, to_inbound
@@ -282,14 +282,11 @@ class TelegramChannel:
         return PreviewStream(surface, name=f"preview {chat.chat_id}", on_posted=on_posted)
 
     async def _send_chunk(self, chat: ChatRef, chunk: str, reply: ReplyParameters | None) -> Message:
-        try:
-            return await self._send_retrying(chat, to_telegram_html(chunk), ParseMode.HTML, reply)
-        except BadRequest as exc:
-            if "parse entities" not in str(exc).lower():
-                raise
-            log.warning("Telegram rejected the formatting; sending plain text", chat_id=chat.chat_id,
-                        error=str(exc))
-            return await self._send_retrying(chat, chunk, None, reply)
+        async def call(text: str, mode: str | None) -> Message:
+            return await self._send_retrying(chat, text, mode, reply)
+
+        sent: Message = await html_or_plain(call, chunk)
+        return sent
 
     async def _send_retrying(
         self, chat: ChatRef, text: str, parse_mode: str | None, reply: ReplyParameters | None

@@ -12,12 +12,19 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
+import structlog
 from markdown_it import MarkdownIt
 from markdown_it.tree import SyntaxTreeNode
+from telegram.constants import ParseMode
+from telegram.error import BadRequest
 
 from bot.chunking import split_message
+
+log = structlog.get_logger("switchboard.telegram")
 
 _MD = MarkdownIt("commonmark").enable(["table", "strikethrough"])
 
@@ -205,3 +212,15 @@ def telegram_chunks(markdown: str, size: int = MESSAGE_LIMIT) -> list[str]:
 def _visible_units(rendered: str) -> int:
     visible = html.unescape(re.sub(r"<[^>]*>", "", rendered))
     return len(visible.encode("utf-16-le")) // 2
+
+
+async def html_or_plain(call: Callable[[str, str | None], Awaitable[Any]], chunk: str) -> Any:
+    """Send (or edit to) a Markdown chunk as Telegram HTML, or as plain text when Telegram cannot
+    parse what we rendered: `call(text, parse_mode)` does the request."""
+    try:
+        return await call(to_telegram_html(chunk), ParseMode.HTML)
+    except BadRequest as exc:
+        if "parse entities" not in str(exc).lower():
+            raise
+        log.warning("Telegram rejected the formatting; sending plain text", error=str(exc))
+        return await call(chunk, None)

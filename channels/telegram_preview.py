@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 from telegram import Bot, ReplyParameters
-from telegram.constants import ParseMode
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 
 from bot.messages import ChatRef
 from bot.preview import has_first_sentence
-from channels.telegram_html import to_telegram_html
+from channels.telegram_html import html_or_plain
 
 log = structlog.get_logger("switchboard.telegram")
 
@@ -130,16 +129,6 @@ class TelegramPreview:
 
         sent = await html_or_plain(call, chunk)
         return int(sent.message_id)
-
-
-async def html_or_plain(call: Callable[[str, str | None], Awaitable[Any]], chunk: str) -> Any:
-    """Send a Markdown chunk as Telegram HTML, or as plain text when Telegram cannot parse it."""
-    try:
-        return await call(to_telegram_html(chunk), ParseMode.HTML)
-    except BadRequest as exc:
-        if "parse entities" not in str(exc).lower():
-            raise
-        return await call(chunk, None)
 
 
 async def edit_into(bot: Bot, chat: ChatRef, message_id: int, chunk: str) -> bool:

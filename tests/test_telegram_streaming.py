@@ -25,15 +25,12 @@ from tests.standins.telegram_api import (
     group_chat,
     mention_entities,
     private_chat,
-    user,
 )
-from tests.test_telegram import telegram_daemon
+from tests.test_telegram import ADA, BOT, telegram_daemon
 
 MakeConfig = Callable[[dict[str, Any]], Config]
-ADA = user(42, "Ada", "ada")
 GROUP = group_chat(-100123, "Friends", supergroup=True)
 FORUM = group_chat(-100777, "Forum", forum=True)
-BOT = "switchboard_bot"
 DM_KEY = "agent:main:telegram:direct:42"
 GROUP_KEY = "agent:main:telegram:group:-100123"
 ANSWER = ("Tides follow the moon. The moon pulls the sea toward it, and the earth turning under "
