@@ -18,7 +18,7 @@ import structlog
 
 from bot.errors import DeliveryError, ModelError
 from bot.messages import ChatRef, OutboundMessage, StoredMessage
-from bot.schedules import delivery_chat, delivery_key, job_zone
+from bot.schedules import delivery_chat, job_zone
 from bot.session_key import SessionKey
 from bot.store import delivery_key as reply_delivery_key
 
@@ -158,7 +158,7 @@ class JobRunner:
                 return await self._finish(job, run, "failed", bound, error=error, attempts=attempts)
             if text.startswith(self._settings.quiet_marker):
                 return await self._finish(job, run, "quiet", bound, attempts=attempts)
-            key = delivery_key(job.deliver_to, self._config.agent.id)
+            key = self._config.job_key(job)
             await self._store.record_scheduled_output(run.id, str(key), text, job_id=job.id,
                                                       attempts=attempts)
             generated = await self._store.schedule_run_by_id(run.id)
@@ -172,7 +172,7 @@ class JobRunner:
 
         settings = self._settings
         zone = job_zone(job, self._config)
-        key = delivery_key(job.deliver_to, self._config.agent.id)
+        key = self._config.job_key(job)
         history = settings.history_runs if job.history_runs is None else job.history_runs
         previous = await self._store.job_outputs(job.id, history)
         error: str | None = None
@@ -212,7 +212,7 @@ class JobRunner:
         assert run.reply_message_id is not None
         message = await self._store.message_by_id(run.reply_message_id)
         assert message is not None
-        key = delivery_key(job.deliver_to, self._config.agent.id)
+        key = self._config.job_key(job)
         chat = delivery_chat(key, job.chat)
         channel = self._channels.get(key.provider)
         if channel is None:

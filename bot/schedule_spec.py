@@ -110,15 +110,18 @@ def delivery_key(text: str, agent_id: str) -> SessionKey:
         provider, sep, chat = text.partition(":")
         if not sep or not chat:
             raise SessionKeyError(f"{text!r} is neither a session key nor '<channel>:<chat id>'")
-        if provider == "telegram":
+        platform = provider.partition(".")[0]
+        if platform == "telegram":
             key = build(agent_id, provider, "group" if chat.startswith("-") else "direct", chat)
-        elif provider == "discord":
+        elif platform == "discord":
             key = build(agent_id, provider, "channel", chat)
         else:
             key = build(agent_id, provider, "direct", chat)
-    if key.provider not in SCHEDULE_CHANNELS:
-        raise SessionKeyError(f"unknown channel {key.provider!r}; expected one of {SCHEDULE_CHANNELS}")
-    if key.provider in NUMERIC_CHANNELS:
+    platform, _, account = key.provider.partition(".")
+    if platform not in SCHEDULE_CHANNELS or (account and platform not in NUMERIC_CHANNELS):
+        raise SessionKeyError(f"unknown channel {key.provider!r}; expected one of {SCHEDULE_CHANNELS} "
+                              "or an extra account such as 'telegram.work'")
+    if platform in NUMERIC_CHANNELS:
         for part in (key.peer, key.suffix_id):
             if part is not None and not _NUMBER.match(part):
                 raise SessionKeyError(f"a {key.provider} chat, user, topic or thread is a numeric id, "

@@ -18,7 +18,7 @@ import structlog
 from apscheduler.schedulers.asyncio import AsyncIOScheduler  # type: ignore[import-untyped]
 
 from bot.job_run import BrainFor, JobRunner, Sleep, failing
-from bot.schedules import MISSED_RECORDS, delivery_key, job_trigger, plan_runs
+from bot.schedules import MISSED_RECORDS, job_trigger, plan_runs
 from bot.store.reminders import reminder_id
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class Scheduler:
         # Jobs whose channel runs in this process; `switchboard chat` must not fail Telegram jobs.
         self.runnable = {
             job.id for job in config.schedules
-            if delivery_key(job.deliver_to, config.agent.id).provider in channels
+            if config.job_key(job).provider in channels
         }
         self._cursor: dict[str, datetime] = {}
         self.paused: set[str] = set()
@@ -162,7 +162,7 @@ class Scheduler:
         self._triggers = {job.id: job_trigger(job, config) for job in config.schedules}
         self.runnable = {
             job.id for job in config.schedules
-            if delivery_key(job.deliver_to, config.agent.id).provider in self._channels
+            if config.job_key(job).provider in self._channels
         }
         self._runner.reconfigure(config)
         now = self._now()

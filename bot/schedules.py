@@ -90,10 +90,11 @@ def plan_runs(trigger: BaseTrigger, after: datetime, now: datetime, grace: float
 
 def delivery_chat(key: SessionKey, chat: str | None = None) -> ChatRef:
     """Where a channel sends a session's messages; `chat` names it when the key cannot."""
-    if key.provider == "telegram":
+    platform = key.provider.partition(".")[0]
+    if platform == "telegram":
         thread = key.suffix_id if key.suffix_kind == "topic" else None
         return ChatRef(key.provider, chat or key.peer, None if thread == _TELEGRAM_GENERAL_TOPIC else thread)
-    if key.provider == "discord":
+    if platform == "discord":
         return ChatRef(key.provider, chat or key.suffix_id or key.peer)
     return ChatRef(key.provider, chat or key.peer)
 

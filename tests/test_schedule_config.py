@@ -56,7 +56,7 @@ def test_a_valid_entry_and_the_defaults() -> None:
          "unknown channel 'slack'"),
         ([entry(deliver_to="nowhere")], 'schedules[0] (id "daily").deliver_to', "session key"),
         ([entry(deliver_to="agent:other:telegram:direct:1")], 'schedules[0] (id "daily").deliver_to',
-         "this agent"),
+         "there is no agent 'other'"),
         ([entry(deliver_to="agent:main:discord:direct:9")], 'schedules[0] (id "daily").chat',
          "DM channel id"),
         ([entry(), entry()], 'schedules[1] (id "daily").id', "unique id"),

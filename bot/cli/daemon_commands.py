@@ -72,7 +72,7 @@ def _check_startable(config: Config, *, terminal: bool) -> None:
 
 
 def _platforms(config: Config) -> list[str]:
-    return [name for name in ("telegram", "discord") if getattr(config.channels, name).enabled]
+    return [name for name, section in config.chat_sections.items() if section.enabled]
 
 
 def chat(args: argparse.Namespace) -> int:
@@ -129,7 +129,12 @@ def check_config(args: argparse.Namespace) -> int:
     _check_startable(config, terminal=True)
     platforms = _platforms(config)
     channels = ", ".join((["console"] if config.channels.console.enabled else []) + platforms)
-    print(f"{path}: OK (agent {config.agent.id!r}, database {config.database_path()}, channels: {channels})")
+    agents = ", ".join(repr(agent) for agent in config.agent_ids())
+    print(f"{path}: OK (agent{'s' if config.agents else ''} {agents}, database {config.database_path()}, "
+          f"channels: {channels})")
+    if config.agents or config.bindings:
+        print("routing (first match wins, most specific first):")
+        print("\n".join(config.routing().table()))
     if config.model_dump() == Config().model_dump():
         print("note: the file sets nothing: every value is the built-in default")
     if not platforms:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -31,8 +31,15 @@ class ChatSettings(Section):
     history_limit: NonNegInt | None = None
 
 
+# The agent a channel's messages go to unless a [[bindings]] entry says otherwise (unset: [agent]).
+AgentRef = Annotated[str | None, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
+# An extra bot of a platform: `[channels.telegram.accounts.<name>]`, the channel "telegram.<name>".
+AccountName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")]
+
+
 class ChatChannelConfig(Section):
     enabled: bool = False
+    agent: AgentRef = None
     history_limit: NonNegInt | None = None
     dm_history_limit: NonNegInt | None = None
     dms: dict[IdKey, DmConfig] = Field(default_factory=dict)
@@ -67,6 +74,8 @@ class TelegramConfig(ChatChannelConfig):
     group_policy: Policy = "allowlist"
     groups: list[PlatformId] = Field(default_factory=list)
     group_settings: dict[IdKey, ChatSettings] = Field(default_factory=dict)
+    # More bots, each with its own token: the keys written in one override this section's.
+    accounts: dict[AccountName, TelegramConfig] = Field(default_factory=dict)
 
     def settings_for(self, key: SessionKey) -> list[ChatSettings]:
         found = self.group_settings.get(key.peer)
@@ -88,6 +97,7 @@ class DiscordConfig(ChatChannelConfig):
     guilds: dict[IdKey, DiscordGuildConfig] = Field(default_factory=dict)
     channel_settings: dict[IdKey, ChatSettings] = Field(default_factory=dict)
     allow_bots: bool = False
+    accounts: dict[AccountName, DiscordConfig] = Field(default_factory=dict)
 
     def settings_for(self, key: SessionKey) -> list[ChatSettings]:
         # A thread uses its own settings when configured, else its parent channel's.
@@ -101,9 +111,28 @@ class ConsoleConfig(Section):
     # The console session is a DM, so only the DM limit applies; a group `history_limit` here
     # would silently do nothing, so it is not a key.
     dm_history_limit: NonNegInt | None = None
+    agent: AgentRef = None
+
+
+def platform_of(channel: str) -> str:
+    """The platform of a channel name: "telegram" for "telegram" and for "telegram.work"."""
+    return channel.partition(".")[0]
 
 
 class ChannelsConfig(Section):
     console: ConsoleConfig = ConsoleConfig()
     telegram: TelegramConfig = TelegramConfig()
     discord: DiscordConfig = DiscordConfig()
+
+    def chat_sections(self) -> dict[str, TelegramConfig | DiscordConfig]:
+        """Every platform channel by name, enabled or not: "telegram", "discord", and each extra
+        account as "<platform>.<account>", its section the platform's with the account's keys over it
+        (an account is enabled unless it says otherwise)."""
+        found: dict[str, TelegramConfig | DiscordConfig] = {}
+        for platform, section in (("telegram", self.telegram), ("discord", self.discord)):
+            found[platform] = section.model_copy(update={"accounts": {}})
+            for name, account in section.accounts.items():
+                written = {key: getattr(account, key) for key in account.model_fields_set}
+                found[f"{platform}.{name}"] = section.model_copy(
+                    update={"enabled": True, **written, "accounts": {}})
+        return found

@@ -10,12 +10,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from bot.config.agent_check import check_agents
 from bot.config.fields import MAX_INT
 from bot.config.mcp_sections import duplicate_name
 from bot.config.provider_check import check_roles, with_provider_prices
 from bot.config.root import Config
 from bot.errors import ConfigError
-from bot.schedule_spec import delivery_key
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
@@ -55,15 +55,13 @@ def parse_config(data: dict[str, Any], source: str) -> Config:
             key = _key_path(("schedules", str(index), "id"), data)
             raise ConfigError(source, key, f"a unique id; another [[schedules]] entry is {job.id!r}")
         seen.add(job.id)
-        target = _key_path(("schedules", str(index), "deliver_to"), data)
-        key_of = delivery_key(job.deliver_to, config.agent.id)
-        if key_of.agent_id != config.agent.id:
-            raise ConfigError(source, target, f"a session key of this agent ('agent:{config.agent.id}:...')")
-        if key_of.provider == "discord" and key_of.is_direct and job.chat is None:
+        key_of = config.job_key(job)
+        if key_of.provider.startswith("discord") and key_of.is_direct and job.chat is None:
             raise ConfigError(
                 source, _key_path(("schedules", str(index), "chat"), data),
                 "the DM channel id: a Discord DM is sent to its channel, which the key does not name",
             )
+    check_agents(config, source, lambda loc: _key_path(loc, data))
     check_roles(config, source)
     config = with_provider_prices(config)
     if (duplicate := duplicate_name(config.mcp_servers)) is not None:

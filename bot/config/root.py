@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+from functools import cached_property
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import Field
 
+from bot.config.agent_sections import AgentEntry, AgentMessagesConfig, BindingConfig
 from bot.config.channel_sections import ChannelsConfig, ConsoleConfig, DiscordConfig, TelegramConfig
 from bot.config.fields import Section
 from bot.config.mcp_sections import McpServerConfig
@@ -18,6 +21,7 @@ from bot.config.provider_sections import (
     anthropic_provider,
     split_spec,
 )
+from bot.config.routing import Routing
 from bot.config.schedule_sections import RemindersConfig, ScheduleConfig, SchedulerConfig
 from bot.config.sections import (
     AgentConfig,
@@ -60,6 +64,10 @@ class Config(Section):
     # Model services by name, and which of them answers each role (`bot.config.provider_sections`).
     providers: dict[ProviderName, ProviderConfig] = Field(default_factory=dict)
     roles: RolesConfig = RolesConfig()
+    # More agents beside [agent] (the default one), which chats go to which, and how they may talk.
+    agents: list[AgentEntry] = Field(default_factory=list)
+    bindings: list[BindingConfig] = Field(default_factory=list)
+    agent_messages: AgentMessagesConfig = AgentMessagesConfig()
     # Where the file was read from; relative paths inside it are resolved against its folder.
     source: str = Field(default="<defaults>", exclude=True)
 
@@ -79,10 +87,56 @@ class Config(Section):
         return Path(self.source).resolve().parent / candidate
 
     def channel(self, provider: str) -> ConsoleConfig | TelegramConfig | DiscordConfig | None:
-        section = getattr(self.channels, provider, None)
-        if isinstance(section, ConsoleConfig | TelegramConfig | DiscordConfig):
-            return section
-        return None
+        """A channel's section by name ("console", "telegram", "telegram.work", ...), if it has one."""
+        if provider == "console":
+            return self.channels.console
+        return self.chat_sections.get(provider)
+
+    @cached_property
+    def chat_sections(self) -> dict[str, TelegramConfig | DiscordConfig]:
+        """Every Telegram and Discord channel (extra accounts too) by name; see ChannelsConfig."""
+        return self.channels.chat_sections()
+
+    def channel_agent(self, channel: str) -> str:
+        """The agent a channel's account talks as (before finer bindings): its `agent`, else [agent]."""
+        section = self.channel(channel)
+        return (section.agent if section is not None else None) or self.agent.id
+
+    def job_key(self, job: ScheduleConfig) -> SessionKey:
+        """The session a job's output belongs to (`<channel>:<chat>` means the channel's agent)."""
+        provider = job.deliver_to.partition(":")[0]
+        return delivery_key(job.deliver_to, self.channel_agent(provider))
+
+    def routing(self) -> Routing:
+        """Which agent each message goes to: `[[bindings]]`, then each channel's `agent`."""
+        channels = ["console", *self.chat_sections]
+        return Routing(self.bindings, {name: self.channel_agent(name) for name in channels}, self.agent.id)
+
+    def agent_ids(self) -> list[str]:
+        """Every agent's id, the default ([agent]) first."""
+        return [self.agent.id, *(entry.id for entry in self.agents)]
+
+    def for_agent(self, agent_id: str) -> Config:
+        """The config as one agent sees it: its identity, and its overrides over the sections."""
+        if agent_id == self.agent.id:
+            return self
+        entry = next((e for e in self.agents if e.id == agent_id), None)
+        if entry is None:
+            raise KeyError(agent_id)
+        base = self.agent
+        agent = AgentConfig(
+            id=entry.id, name=entry.name or entry.id, soul_file=entry.soul_file,
+            memory_file=entry.memory_file,
+            file_excerpt_chars=entry.file_excerpt_chars or base.file_excerpt_chars,
+            files_total_chars=entry.files_total_chars or base.files_total_chars,
+            timezone=entry.timezone or base.timezone,
+        )
+        return self.model_copy(update={
+            "agent": agent,
+            "conversation": _overlaid(self.conversation, entry.conversation),
+            "roles": _overlaid(self.roles, entry.roles),
+            "tools": _overlaid(self.tools, entry.tools),
+        })
 
     def chat_channel(self, provider: str) -> TelegramConfig | DiscordConfig | None:
         """The section of a platform channel (access lists, admins, reply age), if it has one."""
@@ -93,8 +147,7 @@ class Config(Section):
         """Names of the environment variables holding secrets, for redaction and `init`."""
         return [
             self.anthropic.api_key_env,
-            self.channels.telegram.token_env,
-            self.channels.discord.token_env,
+            *(section.token_env for section in self.chat_sections.values()),
             *(name for server in self.mcp_servers for name in server.env),
             *(p.api_key_env for p in self.providers.values() if p.api_key_env),
         ]
@@ -122,22 +175,36 @@ def check_startable(config: Config) -> None:
     """What starting needs beyond valid values, read from this process's environment: a token for
     each enabled Telegram/Discord channel, and an enabled channel for each enabled job to deliver to.
     A ConfigError naming the key otherwise (`run` and `check-config` both ask)."""
-    for name in ("telegram", "discord"):
-        section: TelegramConfig | DiscordConfig = getattr(config.channels, name)
+    for name, section in config.chat_sections.items():
         if section.enabled and not os.environ.get(section.token_env, "").strip():
             raise ConfigError(
-                config.source, f"channels.{name}.token_env",
+                config.source, f"{channel_key(name)}.token_env",
                 f"the environment variable {section.token_env} it names is not set; export the bot "
-                f"token there or set channels.{name}.enabled = false",
+                f"token there or set {channel_key(name)}.enabled = false",
             )
     for index, job in enumerate(config.schedules):
-        provider = delivery_key(job.deliver_to, config.agent.id).provider
-        if job.enabled and not getattr(config.channels, provider).enabled:
+        provider = config.job_key(job).provider
+        target = config.channel(provider)
+        if job.enabled and target is not None and not target.enabled:
             raise ConfigError(
                 config.source, f'schedules[{index}] (id "{job.id}").deliver_to',
-                f"a channel that is enabled; [channels.{provider}] is not (enable it, or set "
+                f"a channel that is enabled; [{channel_key(provider)}] is not (enable it, or set "
                 "enabled = false on this job)",
             )
+
+
+def channel_key(name: str) -> str:
+    """Where a channel's section is in the file: "channels.telegram.accounts.work" for "telegram.work"."""
+    platform, _, account = name.partition(".")
+    return f"channels.{platform}.accounts.{account}" if account else f"channels.{platform}"
+
+
+_S = TypeVar("_S", bound=Section)
+
+
+def _overlaid(base: _S, override: _S) -> _S:
+    """`base` with the keys written in `override` (an agent's sub-table) put over it."""
+    return base.model_copy(update={key: getattr(override, key) for key in override.model_fields_set})
 
 
 def resolve_history_limit(config: Config, key: SessionKey) -> int | None:
