@@ -39,6 +39,8 @@ class InboundMessage:
     command: str | None = None
     # Pictures and files (kept on disk by hash) or placeholders for what we cannot read.
     media: tuple[Media, ...] = ()
+    # The Discord guild a message was written in ([[bindings]] may route a guild to an agent).
+    guild_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
