@@ -13,6 +13,7 @@ from typing import Any
 
 import structlog
 
+from bot.agents import Agents
 from bot.brain import Brain
 from bot.channel import CatchUpPoint, Channel
 from bot.config import Config, MediaConfig, load_config
@@ -27,7 +28,7 @@ from bot.messages import ChatRef, InboundMessage, StoredMessage
 from bot.notify import Notifier
 from bot.outbox import Outbox
 from bot.pairing import PairingGate, welcome_approved
-from bot.providers import brains_by_model, build_brain, transcriber_of
+from bot.providers import brains_by_model, transcriber_of
 from bot.reload_plan import plan_reload
 from bot.reminder_schedule import ReminderSchedule
 from bot.resume import resume, sweep
@@ -39,8 +40,6 @@ from bot.tools.base import ToolSource
 from bot.tools.builtins import BuiltinTools
 from bot.tools.mcp import McpManager
 from bot.tools.reminders import ReminderTools
-from bot.tools.toolbox import ToolBox
-from bot.turn import TurnRunner
 from bot.upkeep import merge_recall_index
 from bot.voice import Transcribe
 
@@ -79,6 +78,7 @@ class Daemon:
         self.started = asyncio.Event()
         self.ready = asyncio.Event()
         self.router: Router | None = None
+        self.agents: Agents | None = None  # each agent's turn runner
         self.scheduler: Scheduler | None = None
         # Reminders set through the agent's tools: fired by `reminders` on `clock` (tests move it).
         self.reminders: ReminderSchedule | None = None
@@ -111,14 +111,6 @@ class Daemon:
             if embedder is not None:
                 self.embed_worker = await stack.enter_async_context(
                     EmbedWorker(store, embedder, batch_size=config.semantic.batch_size))
-            brain = self._brain
-            if brain is None:
-                brain, closing = build_brain(config)
-                stack.push_async_callback(closing.aclose)
-                if not config.uses_providers() and config.anthropic.api_key() is None:
-                    log.warning("no Anthropic API key: replies will be the fallback message",
-                                env=config.anthropic.api_key_env)
-            self._brain = brain
             # Servers start in the background; they stop as the stack unwinds, after the last turn.
             await stack.enter_async_context(self.mcp)
             # Known before they start: what the last run left undone is resumed for them.
@@ -130,12 +122,17 @@ class Daemon:
             # Where the model's tools come from: the built-ins, reminders, MCP servers' (as they run).
             self.tool_sources += [BuiltinTools(store, lambda: self.config, embedder), self.reminder_tools,
                                   self.mcp]
-            runner = TurnRunner(config, store, brain, self._by_provider, outbox, embedder=embedder,
-                                tools=ToolBox(config.tools, self.tool_sources))
+            agents = self.agents = Agents(store, self._by_provider, outbox, brain=self._brain, stack=stack,
+                                          embedder=embedder, tool_sources=self.tool_sources)
+            if self._brain is None and not config.uses_providers() and config.anthropic.api_key() is None:
+                log.warning("no Anthropic API key: replies will be the fallback message",
+                            env=config.anthropic.api_key_env)
+            brain = self._brain = agents.brain(config)
+            agents.configure(config)
             router = self.router = Router(
-                store, self._announcing(runner), max_concurrent=config.router.max_concurrent_turns
+                store, self._announcing(agents), max_concurrent=config.router.max_concurrent_turns
             )
-            inbox = self._inbox = Inbox(config, store, router, self._by_provider, runner.compactor)
+            inbox = self._inbox = Inbox(config, store, router, self._by_provider, agents.compactors)
             # Before any channel takes input: what the last run left undone goes first, in order.
             await resume(store, router, inbox, outbox, self._by_provider)
             brain_for = await stack.enter_async_context(brains_by_model(brain, config))
@@ -159,7 +156,7 @@ class Daemon:
             announce = asyncio.create_task(self._announce_ready(), name="ready")
             self.started.set()
             log.info("started", channels=[c.provider for c in self.channels],
-                     database=str(store.path), agent=config.agent.id)
+                     database=str(store.path), agents=config.agent_ids())
             waiter = asyncio.create_task(self.stop_requested.wait())
             if self._until_input_ends:
                 await asyncio.wait([waiter, *self._channels.tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -315,8 +312,8 @@ class Daemon:
 
     async def _reload(self) -> dict[str, Any]:
         old = self.config
-        store, router, brain = self._store, self.router, self._brain
-        assert store is not None and router is not None and brain is not None
+        store, router = self._store, self.router
+        assert store is not None and router is not None
         if old.source == "<defaults>":
             raise BotError("this daemon runs on built-in defaults; there is no config file to reload")
         plan = plan_reload(old, load_config(old.source), set(self._by_provider),
@@ -332,12 +329,11 @@ class Daemon:
         for name in plan.reconfigure:
             reconfigure = getattr(self._by_provider[name], "reconfigure", None)
             if reconfigure is not None:
-                reconfigure(getattr(config.channels, name))
+                reconfigure(config.channel(name))
         # Turns already running finish with the runner they started with; queued ones get the new.
-        runner = TurnRunner(config, store, brain, self._by_provider, self._outbox, embedder=self.embedder,
-                            tools=ToolBox(config.tools, self.tool_sources))
-        router.replace_handler(self._announcing(runner))
-        self._inbox = Inbox(config, store, router, self._by_provider, runner.compactor)
+        assert self.agents is not None
+        self.agents.configure(config)
+        self._inbox = Inbox(config, store, router, self._by_provider, self.agents.compactors)
         mcp = await self.mcp.reconfigure(config)
         if self.scheduler is not None:
             await self.scheduler.reconfigure(config)
@@ -366,6 +362,7 @@ class Daemon:
             "config": self.config.source,
             "database": str(self._store.path) if self._store is not None else None,
             "agent": self.config.agent.id,
+            "agents": Agents.status(self.config, sessions),
             "channels": channels,
             "queue": {
                 "pending": router.pending if router is not None else 0,

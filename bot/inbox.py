@@ -1,4 +1,7 @@
-"""The way in from every channel: parse is the channel's, this is store and enqueue.
+"""The way in from every channel: parse is the channel's, this is route, store and enqueue.
+
+Routing picks the agent ([[bindings]], then the channel's account): the session key the channel
+built is given that agent's id before anything is stored, so history is per agent from the start.
 
 Nothing here waits on a turn or a command: late messages are kept but not answered; /reset and
 /compact are recorded and wait in their session's queue (so they apply in order, and a restart
@@ -18,7 +21,7 @@ from bot.channel import Channel
 from bot.commands import QUEUED_COMMANDS, CommandHandler
 from bot.compaction import Compactor
 from bot.config import Config
-from bot.messages import InboundMessage, OutboundMessage
+from bot.messages import AGENT_PROVIDER, InboundMessage, OutboundMessage
 from bot.router import Router
 from bot.store import PendingCommand, Store
 
@@ -30,15 +33,19 @@ class Inbox:
 
     def __init__(
         self, config: Config, store: Store, router: Router, channels: Mapping[str, Channel],
-        compactor: Compactor,
+        compactors: Mapping[str, Compactor],
     ) -> None:
         self._config = config
         self._store = store
         self._router = router
         self._channels = channels
-        self._commands = CommandHandler(config, store, router, compactor)
+        self._routing = config.routing()
+        # Each agent answers commands as itself (its name, its models, its limits).
+        self._commands = {agent: CommandHandler(config.for_agent(agent), store, router, compactor)
+                          for agent, compactor in compactors.items()}
 
     async def submit(self, inbound: InboundMessage) -> None:
+        inbound = self.routed(inbound)
         late = self.is_late(inbound.chat.provider, inbound.sent_at)
         if inbound.command is not None:
             if late:
@@ -53,6 +60,18 @@ class Inbox:
                      provider_message_id=inbound.provider_message_id)
             inbound = dataclasses.replace(inbound, starts_turn=False)
         await self._router.submit(inbound)
+
+    def routed(self, inbound: InboundMessage) -> InboundMessage:
+        """The message in the session of the agent it goes to. A message between agents is
+        addressed already (`agent:<to>:agent:direct:<from>`); bindings do not move it."""
+        key = inbound.session_key
+        if key.provider == AGENT_PROVIDER:
+            return inbound
+        chats = (key.peer, key.suffix_id, inbound.chat.chat_id)
+        agent = self._routing.agent_for(inbound.chat.provider, chats, inbound.sender_id, inbound.guild_id)
+        if agent == key.agent_id:
+            return inbound
+        return dataclasses.replace(inbound, session_key=dataclasses.replace(key, agent_id=agent))
 
     def is_late(self, provider: str, sent_at: float | None) -> bool:
         """Whether a message sent at `sent_at` is past its channel's `max_reply_age`."""
@@ -90,7 +109,9 @@ class Inbox:
         self._router.enqueue_work(str(inbound.session_key), f"/{inbound.command}", run)
 
     async def _answer_command(self, inbound: InboundMessage, name: str) -> None:
-        text = await self._commands.run(name, inbound)
+        agent = inbound.session_key.agent_id
+        commands = self._commands.get(agent) or self._commands[self._config.agent.id]
+        text = await commands.run(name, inbound)
         log.info("command", session_key=str(inbound.session_key), command=name,
                  sender_id=inbound.sender_id)
         channel = self._channels.get(inbound.chat.provider)

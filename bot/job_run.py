@@ -133,8 +133,9 @@ class JobRunner:
 
         self._config = config
         self._settings = config.scheduler
-        # Read again when SOUL/MEMORY change on disk, as for chat turns.
-        self._prompt_files = PromptFiles(config)
+        # Each job is written by the agent of the session it delivers to, as that agent (its soul
+        # and memory files, read again when they change on disk, as for chat turns).
+        self._prompt_files = {agent: PromptFiles(config.for_agent(agent)) for agent in config.agent_ids()}
 
     async def run_job(
         self, job: ScheduleConfig, scheduled_for: float, trigger: str = "schedule"
@@ -171,8 +172,9 @@ class JobRunner:
         from bot.brain import ReplyRequest
 
         settings = self._settings
-        zone = job_zone(job, self._config)
         key = self._config.job_key(job)
+        zone = job_zone(job, self._config.for_agent(key.agent_id))
+        prompt_files = self._prompt_files[key.agent_id]
         history = settings.history_runs if job.history_runs is None else job.history_runs
         previous = await self._store.job_outputs(job.id, history)
         error: str | None = None
@@ -180,7 +182,7 @@ class JobRunner:
         for attempt in range(1, settings.retries + 2):
             attempts = attempt
             request = ReplyRequest(
-                system_stable=self._prompt_files.stable_prompt(),
+                system_stable=prompt_files.stable_prompt(),
                 system_turn=job_turn_prompt(job, key, zone, scheduled_for, self._clock()),
                 messages=job_messages(job, zone, previous),
                 deadline=time.monotonic() + settings.timeout,

@@ -9,6 +9,8 @@ from bot.media import Media
 from bot.session_key import SessionKey
 
 Role = Literal["user", "assistant"]
+# The provider of sessions between agents: `agent:<to>:agent:direct:<from>`.
+AGENT_PROVIDER = "agent"
 Origin = Literal["interactive", "scheduled"]
 
 

@@ -38,7 +38,7 @@ def job_zone(job: ScheduleConfig, config: Config) -> ZoneInfo:
 
 def job_trigger(job: ScheduleConfig, config: Config) -> BaseTrigger:
     """The job's trigger in its timezone; intervals are anchored to the epoch so restarts keep them."""
-    zone = job_zone(job, config)
+    zone = job_zone(job, config.for_agent(config.job_key(job).agent_id))  # the writing agent's zone
     seconds = job.interval_seconds()
     if seconds is not None:
         return IntervalTrigger(seconds=seconds, start_date=datetime(1970, 1, 1, tzinfo=UTC), timezone=zone)

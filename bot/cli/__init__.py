@@ -56,7 +56,7 @@ EXAMPLES = {
     "chat": ["switchboard chat", "echo 'hello' | switchboard chat"],
     "init": ["switchboard init", "switchboard init --config ~/.config/switchboard/config.toml"],
     "check-config": ["switchboard check-config", "switchboard check-config /etc/switchboard/config.toml"],
-    "sessions": ["switchboard sessions"],
+    "sessions": ["switchboard sessions", "switchboard sessions --agent work"],
     "history": ["switchboard history agent:main:console:direct:local --limit 5"],
     "context": ["switchboard context agent:main:telegram:direct:123456789",
                 "switchboard context agent:main:telegram:direct:123456789 --turn -2 --full",
@@ -123,7 +123,8 @@ def _parser() -> argparse.ArgumentParser:
     check = add("check-config", check_config,
                 "check a config file as `run` would (values, tokens, channels) without starting anything")
     check.add_argument("path", nargs="?", help="config file (default: --config)")
-    add("sessions", list_sessions, "list sessions with message counts and last activity")
+    sessions = add("sessions", list_sessions, "list sessions with message counts and last activity")
+    sessions.add_argument("--agent", metavar="ID", help="only this agent's sessions")
     history = add("history", show_history, "show a session's newest messages")
     history.add_argument("session_key", metavar="SESSION_KEY", help=SESSION_KEY_HELP)
     history.add_argument("--limit", type=_positive, default=20, help="messages to show (20)")

@@ -188,6 +188,12 @@ def show_status(args: argparse.Namespace) -> int:
     print(f"running: pid {reply['pid']}, up {format_duration(reply['uptime_s'])}, agent {reply['agent']}, "
           f"{'ready' if reply['ready'] else 'starting'}")
     print(f"config {reply['config']}  database {reply['database']}")
+    for agent in reply.get("agents", []):
+        count = agent["bindings"]
+        bindings = f", {count} binding{'s' if count != 1 else ''}" if count else ""
+        channels = ", ".join(agent["channels"]) or "none"
+        print(f"agent {agent['id']} ({agent['name']}): channels {channels}{bindings}; "
+              f"{agent['running']} running, {agent['waiting']} waiting")
     for channel in reply["channels"]:
         error = f"  (last error: {channel['error']})" if channel["error"] else ""
         restarts = channel.get("restarts", 0)

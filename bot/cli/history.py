@@ -21,9 +21,9 @@ def list_sessions(args: argparse.Namespace) -> int:
 
     async def show() -> None:
         async with open_store(config) as store:
-            sessions = await store.list_sessions()
+            sessions = await store.list_sessions(args.agent)
             if not sessions:
-                print("no sessions yet")
+                print(f"no sessions of agent {args.agent!r} yet" if args.agent else "no sessions yet")
             for s in sessions:
                 print(f"{s.key}  messages={s.message_count}  turns={s.user_turns}  "
                       f"last={utc_time(s.updated_at)}")

@@ -202,10 +202,13 @@ class Messages(Database):
 
     # -- reads for admins -------------------------------------------------------------------
 
-    async def list_sessions(self) -> list[SessionSummary]:
+    async def list_sessions(self, agent_id: str | None = None) -> list[SessionSummary]:
+        """Every session, newest activity first; only one agent's when `agent_id` is given."""
+        prefix = f"agent:{agent_id or ''}:"
         rows = await self._conn.execute_fetchall(
             "SELECT key, created_at, updated_at, message_count, user_turns FROM sessions "
-            "ORDER BY updated_at DESC"
+            "WHERE ? OR substr(key, 1, length(?)) = ? ORDER BY updated_at DESC",
+            (agent_id is None, prefix, prefix),
         )
         return [SessionSummary(*row) for row in rows]
 

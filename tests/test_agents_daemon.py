@@ -1,0 +1,118 @@
+"""Several agents in one daemon: each message goes to the agent its bindings name, in that agent's
+own session, answered as that agent (its soul file, its limits); reload adds or removes an agent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bot.config import load_config
+from bot.store import Store
+from tests.fakes import FakeChannel
+from tests.harness import (
+    config_data,
+    daemon_with,
+    last_user_line,
+    reply_requests,
+    request_text,
+    router_of,
+    say,
+)
+from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest
+
+
+def write_config(path: Path, api: AnthropicStandIn, *, agents: str, bindings: str) -> Path:
+    """A config with the stand-in's sections, and the [[agents]] and [[bindings]] given as TOML."""
+    data = config_data(api)
+    lines = [f'[database]\npath = "{path.parent / "switchboard.db"}"']
+    for section, values in data.items():
+        lines.append(f"[{section}]")
+        lines += [f"{key} = {value!r}".replace("'", '"').replace("True", "true").replace("False", "false")
+                  for key, value in values.items()]
+    lines.append('[agent]\nname = "Main"\nsoul_file = "main.md"')
+    path.write_text("\n".join(lines) + "\n" + agents + bindings, encoding="utf-8")
+    return path
+
+
+FAMILY_AND_WORK = (
+    '[[agents]]\nid = "family"\nname = "Hearth"\nsoul_file = "family.md"\n'
+    '[[agents]]\nid = "work"\nname = "Desk"\nsoul_file = "work.md"\n'
+    "[agents.conversation]\nhistory_limit = 1\n"
+)
+BINDINGS = (
+    '[[bindings]]\nagent = "family"\nchat = "-100"\n'
+    '[[bindings]]\nagent = "work"\nuser = "7"\n'
+)
+
+
+def souls(tmp_path: Path) -> None:
+    for name in ("main", "family", "work"):
+        (tmp_path / f"{name}.md").write_text(f"I am the {name} soul.", encoding="utf-8")
+
+
+async def test_each_message_goes_to_its_agents_session_and_prompt(
+    api: AnthropicStandIn, tmp_path: Path
+) -> None:
+    """The group bound to `family` is answered by family, user 7 by work anywhere, the rest by the
+    default agent; each in its own session, with its own soul, and no context crosses agents."""
+    souls(tmp_path)
+    config = load_config(write_config(tmp_path / "config.toml", api, agents=FAMILY_AND_WORK,
+                                      bindings=BINDINGS))
+    channel = FakeChannel()
+    async with daemon_with(config, channel) as daemon:
+        await say(daemon, channel, "secret plan in my DM", peer="42", sender="42")
+        await say(daemon, channel, "hello family group", kind="group", peer="-100", sender="42")
+        await say(daemon, channel, "ticket 17 is done", peer="7", sender="7")
+        await say(daemon, channel, "and 18 too", peer="7", sender="7")
+        await say(daemon, channel, "and 19", peer="7", sender="7")
+        status = await daemon.status()
+
+    def asking(text: str) -> RecordedRequest:
+        return next(r for r in reply_requests(api) if last_user_line(r).endswith(text))
+
+    dm, group, first, second = (asking(text) for text in (
+        "secret plan in my DM", "hello family group", "ticket 17 is done", "and 18 too"))
+    assert "I am the main soul." in dm.system_text and "Main" in dm.system_text
+    assert "I am the family soul." in group.system_text and "Hearth" in group.system_text
+    assert "I am the work soul." in second.system_text and "Desk" in second.system_text
+    # The same user in two agents' chats: the family agent never sees the DM with the default one.
+    assert "secret plan" not in request_text(group)
+    # work's own [agents.conversation] history_limit = 1: one earlier turn, not two.
+    assert "ticket 17" in request_text(second)
+    assert "ticket 17" not in request_text(asking("and 19")) and "18" in request_text(asking("and 19"))
+    assert "I am the main soul." not in first.system_text
+
+    async with Store.open(config.database_path()) as store:
+        keys = {s.key for s in await store.list_sessions()}
+        assert keys == {"agent:main:fake:direct:42", "agent:family:fake:group:-100",
+                        "agent:work:fake:direct:7"}
+        assert [s.key for s in await store.list_sessions("family")] == ["agent:family:fake:group:-100"]
+    agents = {agent["id"]: agent for agent in status["agents"]}
+    assert agents["family"]["name"] == "Hearth" and agents["family"]["bindings"] == 1
+    assert agents["main"]["channels"] == ["console", "discord", "telegram"]
+
+
+async def test_reload_adds_and_removes_an_agent_without_stopping_the_others(
+    api: AnthropicStandIn, tmp_path: Path
+) -> None:
+    souls(tmp_path)
+    path = write_config(tmp_path / "config.toml", api, agents="", bindings="")
+    channel = FakeChannel()
+    async with daemon_with(load_config(path), channel) as daemon:
+        await say(daemon, channel, "before", kind="group", peer="-100", sender="42")
+        write_config(path, api, agents=FAMILY_AND_WORK, bindings=BINDINGS)
+        outcome: dict[str, Any] = await daemon.reload()
+        assert outcome["reloaded"] is True, outcome
+        await say(daemon, channel, "after", kind="group", peer="-100", sender="42")
+        write_config(path, api, agents="", bindings="")
+        assert (await daemon.reload())["reloaded"] is True
+        await say(daemon, channel, "removed", kind="group", peer="-100", sender="42")
+        assert router_of(daemon).pending == 0
+        texts = [m.text for m in channel.sent]
+
+    assert texts == ["re: [Ada]: before", "re: [Ada]: after", "re: [Ada]: removed"]
+    systems = [r.system_text for r in reply_requests(api)]
+    assert ["family soul" in s for s in systems] == [False, True, False]
+    async with Store.open(load_config(path).database_path()) as store:
+        assert {s.key for s in await store.list_sessions()} == {
+            "agent:main:fake:group:-100", "agent:family:fake:group:-100"}
