@@ -82,6 +82,8 @@ def test_a_guild_binding_routes_every_channel_of_the_guild() -> None:
         ({"channels": {"telegram": {"enabled": True, "accounts": {"b": {}}}}},
          "channels.telegram.accounts.b.token_env", "a variable of its own"),
         ({"channels": {"discord": {"agent": "ghost"}}}, "channels.discord.agent", "no agent 'ghost'"),
+        ({"agents": [{"id": "work", "roles": {"main": "nowhere:model"}}]},
+         'agents[0] (id "work").roles.main', "a provider defined as"),
         ({"schedules": [{"id": "d", "cron": "0 8 * * *", "prompt": "p",
                          "deliver_to": "telegram.home:42"}]},
          'schedules[0] (id "d").deliver_to', "there is no 'telegram.home'"),

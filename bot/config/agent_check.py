@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from bot.config.provider_check import check_roles
 from bot.config.root import Config, channel_key
 from bot.errors import ConfigError
 
@@ -21,6 +22,9 @@ def check_agents(config: Config, source: str, key_of: KeyOf) -> None:
                               f"a unique agent id; {entry.id!r} is already [agent]'s or an earlier entry's")
         agents.add(entry.id)
     known = ", ".join(sorted(agents))
+    for index, entry in enumerate(config.agents):
+        if entry.roles.model_fields_set:
+            check_roles(config.for_agent(entry.id), source, key_of(("agents", str(index), "roles")))
     _check_accounts(config, source, agents, known)
     channels = ["console", *config.chat_sections]
     for index, binding in enumerate(config.bindings):

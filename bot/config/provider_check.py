@@ -12,9 +12,9 @@ if TYPE_CHECKING:
     from bot.config.root import Config
 
 
-def check_roles(config: Config, source: str) -> None:
+def check_roles(config: Config, source: str, where: str = "roles") -> None:
     """A ConfigError naming the role when it names an unknown provider, or transcription on a
-    provider that has no /audio/transcriptions (Anthropic)."""
+    provider that has no /audio/transcriptions (Anthropic); `where` is the roles' table in the file."""
     providers = config.all_providers()
     for role in ROLE_NAMES:
         value = getattr(config.roles, role)
@@ -22,9 +22,9 @@ def check_roles(config: Config, source: str) -> None:
             continue
         specs = value
         if not specs:
-            raise ConfigError(source, f"roles.{role}", "at least one PROVIDER:MODEL (or leave the key out)")
+            raise ConfigError(source, f"{where}.{role}", "at least one PROVIDER:MODEL (or leave the key out)")
         for index, spec in enumerate(specs):
-            key = f"roles.{role}" if len(specs) == 1 else f"roles.{role}[{index}]"
+            key = f"{where}.{role}" if len(specs) == 1 else f"{where}.{role}[{index}]"
             name = spec.partition(":")[0]
             if name not in providers:
                 raise ConfigError(source, key, f"a provider defined as [providers.<name>] or "
