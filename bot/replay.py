@@ -79,6 +79,7 @@ class ReplayResult:
 async def replay(config: Config, store: Store, brain: Brain, session: str, turn: int) -> ReplayResult:
     """Build turn `turn` of `session` again and pair it with what was recorded."""
     key = parse(session)
+    config = config.for_session(str(key))  # the agent's own limits and models built the turn
     records = await store.snapshots(str(key))
     record = pick_turn(records, str(key), turn, await store.snapshot_count(str(key)))
     snap = record.snapshot

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bot.brain import AnthropicBrain
 from bot.config import load_config
+from bot.replay import replay
 from bot.store import Store
 from tests.fakes import FakeChannel
 from tests.harness import (
@@ -87,6 +89,13 @@ async def test_each_message_goes_to_its_agents_session_and_prompt(
         assert keys == {"agent:main:fake:direct:42", "agent:family:fake:group:-100",
                         "agent:work:fake:direct:7"}
         assert [s.key for s in await store.list_sessions("family")] == ["agent:family:fake:group:-100"]
+        # Replay builds the turn again as work built it (its history limit of 1, not the default).
+        brain = AnthropicBrain(config.anthropic, None)
+        try:
+            result = await replay(config, store, brain, "agent:work:fake:direct:7", 3)
+        finally:
+            await brain.aclose()
+        assert result.matches and result.rebuilt.history_limit == 1
     agents = {agent["id"]: agent for agent in status["agents"]}
     assert agents["family"]["name"] == "Hearth" and agents["family"]["bindings"] == 1
     assert agents["main"]["channels"] == ["console", "discord", "telegram"]

@@ -117,9 +117,9 @@ def compact_session(args: argparse.Namespace) -> int:
     from bot.compaction import Compactor
     from bot.context_builder import ContextBuilder
 
-    config = load_config_file(args)
-    setup_logging(config, quiet=True)
     key = str(parse(args.session_key))
+    config = load_config_file(args).for_session(key)  # summarised as the session's agent would
+    setup_logging(config, quiet=True)
 
     async def run() -> int:
         brain = AnthropicBrain(config.anthropic, config.anthropic.api_key())

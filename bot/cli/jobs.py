@@ -35,7 +35,7 @@ def list_jobs(args: argparse.Namespace) -> int:
                 print(f"no [[schedules]] in {config.source}")
             for job in config.schedules:
                 when = f'cron "{job.cron}"' if job.cron else f"every {job.every}"
-                zone = job.timezone or config.agent.timezone
+                zone = job.timezone or config.for_agent(config.job_key(job).agent_id).agent.timezone
                 runs = await store.schedule_runs(job.id, 1) if store else []
                 paused = store is not None and await failing(store, job.id, config.scheduler.max_failures)
                 if not job.enabled:

@@ -116,6 +116,11 @@ class Config(Section):
         """Every agent's id, the default ([agent]) first."""
         return [self.agent.id, *(entry.id for entry in self.agents)]
 
+    def for_session(self, session_key: str) -> Config:
+        """The config as the agent a session belongs to sees it (this one for an agent it lacks)."""
+        agent = session_key.split(":", 2)[1] if session_key.startswith("agent:") else self.agent.id
+        return self.for_agent(agent) if agent in self.agent_ids() else self
+
     def for_agent(self, agent_id: str) -> Config:
         """The config as one agent sees it: its identity, and its overrides over the sections."""
         if agent_id == self.agent.id:
