@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from functools import cached_property
 from pathlib import Path
-from typing import TypeVar
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from pydantic import Field
 
@@ -91,6 +92,12 @@ class Config(Section):
         if provider == "console":
             return self.channels.console
         return self.chat_sections.get(provider)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Config:
+        """A copy, without the channels worked out for this one (the update may change them)."""
+        copied = super().model_copy(update=update, deep=deep)
+        copied.__dict__.pop("chat_sections", None)
+        return copied
 
     @cached_property
     def chat_sections(self) -> dict[str, TelegramConfig | DiscordConfig]:
