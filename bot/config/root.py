@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from pydantic import Field
