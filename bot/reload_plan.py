@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.config import Config
+from bot.config.channel_sections import platform_of
 
 PLATFORMS = ("telegram", "discord")
 
@@ -15,8 +16,9 @@ PLATFORMS = ("telegram", "discord")
 class ReloadPlan:
     """The config to put in force and what applying it takes.
 
-    `start` and `stop` name platform channels (a reconnect is in both: stop the old, start the
-    new); `reconfigure` those whose section changed but keep their connection.
+    `start` and `stop` name platform channels, one per bot ("telegram", "telegram.work", see
+    `Config.chat_sections`; a reconnect is in both: stop the old, start the new); `reconfigure`
+    those whose section (`Config.channel(name)`) changed but keep their connection.
     """
 
     config: Config
@@ -62,26 +64,35 @@ def changed_sections(old: Config, new: Config) -> list[str]:
 def plan_reload(old: Config, new: Config, running: Collection[str], *, platforms: bool = True) -> ReloadPlan:
     """What reloading from `old` to `new` does, given the platform channels `running` now.
 
-    An enabled channel that is not running starts; a disabled one that runs stops; a changed
-    token variable or base URL reconnects it; any other change to its section is applied in
+    Each bot is planned on its own: an enabled channel that is not running starts (an account
+    added to the file); one disabled or gone from the file that runs stops; a changed token
+    variable, base URL or agent reconnects it; any other change to its section is applied in
     place. With `platforms` false (`switchboard chat`) no platform channel is touched.
     """
     config, restart = reloadable(old, new)
     start: list[str] = []
     stop: list[str] = []
     reconfigure: list[str] = []
-    for name in PLATFORMS if platforms else ():
-        before, after = getattr(old.channels, name), getattr(config.channels, name)
+    # Running bots whose account is gone from the file are planned too (they stop).
+    gone = sorted(name for name in running
+                  if platform_of(name) in PLATFORMS and name not in config.chat_sections)
+    names = [*config.chat_sections, *gone]
+    for name in names if platforms else ():
+        before, after = old.chat_sections.get(name), config.chat_sections.get(name)
         runs = name in running
-        reconnect = (before.token_env != after.token_env
-                     or getattr(before, "base_url", None) != getattr(after, "base_url", None))
-        if after.enabled and (not runs or reconnect):
+        if after is None or not after.enabled:
+            if runs:
+                stop.append(name)
+            continue
+        # The agent is part of every session key the channel builds: a new one needs a new channel.
+        reconnect = before is None or any(
+            getattr(before, key, None) != getattr(after, key, None) for key in ("token_env", "base_url")
+        ) or old.channel_agent(name) != config.channel_agent(name)
+        if not runs or reconnect:
             start.append(name)
             if runs:
                 stop.append(name)
-        elif not after.enabled and runs:
-            stop.append(name)
-        elif runs and before != after:
+        elif before != after:
             reconfigure.append(name)
     return ReloadPlan(config, changed_sections(old, config), restart, start, stop, reconfigure)
 

@@ -1,6 +1,7 @@
 """Channel lifecycle: building the adapters, running each under supervision, stopping and retiring.
 
-Each channel runs in a task that starts it again, with capped backoff, after an unexpected error;
+Each channel (one per bot: "telegram", "telegram.work", "discord", …, named as in
+`Config.chat_sections`) runs in a task that starts it again, with capped backoff, after an unexpected error;
 a clean return (input ended, a rejected token) is final. The one `by_provider` dict is what the
 turn runner, inbox and scheduler read, so a channel started, restarted or retired is seen by all.
 """
@@ -15,9 +16,9 @@ from typing import Any
 import structlog
 
 from bot.channel import Channel, Intake
-from bot.config import Config
+from bot.config import Config, TelegramConfig
+from bot.config.root import channel_key
 from bot.errors import BotError, ConfigError
-from bot.reload_plan import PLATFORMS
 
 log = structlog.get_logger("switchboard.daemon")
 
@@ -27,7 +28,7 @@ MAX_RESTART_DELAY = 60.0
 
 
 def build_channels(config: Config, *, console: bool, platforms: bool = True) -> list[Channel]:
-    """The enabled channels; the only place the core reaches into `channels/`."""
+    """The enabled channels, one per bot; the only place the core reaches into `channels/`."""
     from channels.console import ConsoleChannel
 
     built: list[Channel] = []
@@ -39,33 +40,36 @@ def build_channels(config: Config, *, console: bool, platforms: bool = True) -> 
             )
         )
     if platforms:
-        built.extend(platform_channel(config, name) for name in PLATFORMS
-                     if getattr(config.channels, name).enabled)
+        built.extend(platform_channel(config, name) for name, section in config.chat_sections.items()
+                     if section.enabled)
     return built
 
 
 def platform_channel(config: Config, name: str) -> Channel:
-    """The Telegram or Discord channel of a config (its token read from the environment now)."""
-    if name == "telegram":
+    """The Telegram or Discord channel named `name` ("telegram", "telegram.work", "discord", ...),
+    its token read from the environment now; its messages' sessions start with its account's agent."""
+    section = config.chat_sections.get(name)
+    if section is None:
+        raise ConfigError(config.source, channel_key(name), "a channel of this config; there is none")
+    token = _token(config, name, section.token_env)
+    agent_id = config.channel_agent(name)
+    if isinstance(section, TelegramConfig):
         from channels.telegram import TelegramChannel
 
-        section = config.channels.telegram
-        return TelegramChannel(section, agent_id=config.agent.id,
-                               token=_token(config, "telegram", section.token_env))
+        return TelegramChannel(section, agent_id=agent_id, token=token, name=name)
     from channels.discord import DiscordChannel
 
-    discord_section = config.channels.discord
-    return DiscordChannel(discord_section, agent_id=config.agent.id,
-                          token=_token(config, "discord", discord_section.token_env))
+    return DiscordChannel(section, agent_id=agent_id, token=token, name=name)
 
 
 def _token(config: Config, name: str, env: str) -> str:
     token = os.environ.get(env, "").strip()
     if not token:
+        where = channel_key(name)
         raise ConfigError(
-            config.source, f"channels.{name}.token_env",
+            config.source, f"{where}.token_env",
             f"the environment variable {env} it names is not set; export the bot token there "
-            f"or set channels.{name}.enabled = false",
+            f"or set {where}.enabled = false",
         )
     return token
 
@@ -122,7 +126,8 @@ class ChannelSupervisor:
                 return
             delay = min(delay * 2, MAX_RESTART_DELAY)
             try:
-                channel = platform_channel(self._config(), provider) if provider in PLATFORMS else channel
+                config = self._config()
+                channel = platform_channel(config, provider) if provider in config.chat_sections else channel
             except BotError as exc:
                 log.error("channel not restarted", channel=provider, error=str(exc))
                 return

@@ -30,7 +30,7 @@ from bot.preview import PreviewStream
 from channels import discord_normalise
 from channels.discord_catch_up import CatchUp
 from channels.discord_media import with_media
-from channels.discord_normalise import PROVIDER, DiscordMessage, admit, read_message, to_inbound
+from channels.discord_normalise import PLATFORM, DiscordMessage, admit, read_message, to_inbound
 from channels.discord_preview import DiscordPreview, edit_into, nonce_of
 
 with warnings.catch_warnings():
@@ -87,9 +87,8 @@ class _Client(discord.Client):
 
 
 class DiscordChannel:
-    """Receives over the gateway and sends over REST; one instance per bot token."""
-
-    provider = PROVIDER
+    """Receives over the gateway and sends over REST; one instance per bot token, its `name`
+    ("discord", "discord.<account>") the provider of its session keys, chats and stored rows."""
 
     def __init__(
         self,
@@ -97,9 +96,11 @@ class DiscordChannel:
         *,
         agent_id: str,
         token: str,
+        name: str = PLATFORM,
         guild_ready_timeout: float = 2.0,
         retry_delay: float = 1.0,
     ) -> None:
+        self.provider = name
         self._config = config
         self._agent_id = agent_id
         self._token = token
@@ -114,7 +115,7 @@ class DiscordChannel:
         # with a catch-up queued at each new session ahead of that session's messages.
         self._intake: asyncio.Queue[discord.Message | str] = asyncio.Queue()
         self._stopped = asyncio.Event()
-        self._catch_up = CatchUp(self._stopped)
+        self._catch_up = CatchUp(self._stopped, name)
         self.ready = asyncio.Event()
 
     async def run(self, intake: Intake) -> None:
@@ -163,7 +164,7 @@ class DiscordChannel:
                     return not self._stopped.is_set()
             return False
         except discord.LoginFailure:
-            log.error("Discord rejected the bot token; the channel stays off",
+            log.error("Discord rejected the bot token; the channel stays off", channel=self.provider,
                       token_env=self._config.token_env)
         except discord.PrivilegedIntentsRequired:
             log.error("Discord refused the Message Content intent; enable it for the bot in the Developer "
@@ -214,7 +215,7 @@ class DiscordChannel:
 
     def _on_ready(self, client: discord.Client) -> None:
         assert client.user is not None
-        log.info("discord connected", bot=client.user.name, guilds=len(client.guilds))
+        log.info("discord connected", channel=self.provider, bot=client.user.name, guilds=len(client.guilds))
         self._catch_up.session_ready()
         self.ready.set()
 
@@ -253,11 +254,11 @@ class DiscordChannel:
         """Gate, normalise and submit one message, or send the notice a refused DM gets."""
         verdict = admit(msg, self._config, bot_id=bot_id)
         if verdict == "pair":  # a stranger under the pairing policy: the core decides, and tells them
-            paired = await core.pair(PROVIDER, str(msg.channel_id), str(msg.author_id), msg.author_name)
+            paired = await core.pair(self.provider, str(msg.channel_id), str(msg.author_id), msg.author_name)
             verdict = "accept" if paired else "ignore"
         if verdict == "refuse":
             log.info("message refused", channel_id=msg.channel_id, sender_id=msg.author_id)
-            if self._notices.first_time(PROVIDER, str(msg.author_id)):
+            if self._notices.first_time(self.provider, str(msg.author_id)):
                 await self._notify(msg, refused_dm_reply(str(msg.author_id)))
             return
         if verdict == "ignore":
@@ -265,7 +266,8 @@ class DiscordChannel:
                 log.debug("message ignored", channel_id=msg.channel_id, guild_id=msg.guild_id,
                           sender_id=msg.author_id)
             return
-        inbound = to_inbound(msg, agent_id=self._agent_id, bot_id=bot_id, config=self._config)
+        inbound = to_inbound(msg, agent_id=self._agent_id, bot_id=bot_id, config=self._config,
+                             provider=self.provider)
         if inbound is None:
             if msg.guild_id is None and not msg.author_is_bot:
                 await self._notify(msg, TEXT_ONLY_REPLY)
@@ -299,7 +301,7 @@ class DiscordChannel:
 
     async def _notify(self, msg: DiscordMessage, text: str) -> None:
         try:
-            await self.send(OutboundMessage(ChatRef(PROVIDER, str(msg.channel_id)), text))
+            await self.send(OutboundMessage(ChatRef(self.provider, str(msg.channel_id)), text))
         except DeliveryError as exc:
             log.warning("notice not delivered", channel_id=msg.channel_id, error=str(exc))
 

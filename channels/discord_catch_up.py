@@ -54,8 +54,9 @@ def catch_up_since(max_reply_age: int, now: float) -> float:
 class CatchUp:
     """A channel's catch-ups, one per new gateway session, run by its intake worker."""
 
-    def __init__(self, stopped: asyncio.Event) -> None:
+    def __init__(self, stopped: asyncio.Event, provider: str = "discord") -> None:
         self._stopped = stopped
+        self._provider = provider  # the channel's name: it catches up its own chats only
         self._ready = False
         self._news = asyncio.Event()  # a guild arrived, or the session is ready
         # Per channel, the newest message this process handed over: reading goes on from there, as
@@ -98,7 +99,7 @@ class CatchUp:
         self._handed.clear()
         self._pending.clear()
         await self._unless_stopped(self._guilds_arrived(client), READY_WAIT)
-        points = await intake.catch_up_points("discord", catch_up_since(max_reply_age, time.time()))
+        points = await intake.catch_up_points(self._provider, catch_up_since(max_reply_age, time.time()))
         self._pending = {int(point.chat_id) for point in points}
         members = Members()
         for point in points:

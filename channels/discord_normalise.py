@@ -5,7 +5,8 @@ Sessions: a DM is `…:discord:direct:<userId>`, a guild text channel `…:disco
 a thread `…:discord:channel:<parentId>:thread:<threadId>`. On Discord a thread is itself a
 channel, so a ChatRef's `chat_id` is the channel the message was posted in (the thread's own id,
 or the DM channel's id) and `thread_id` is always None: replies, typing and the store's
-provider-message-id lookups all key on that one id.
+provider-message-id lookups all key on that one id. "discord" there is the channel's name: an extra
+bot's ("discord.work") keys and chat references carry its own.
 
 Commands are plain messages, not application commands: `/help`, `/reset`, `/stop`, `/status`,
 `/whoami` and `/start` at the start of a message, or right after a leading mention of the bot
@@ -37,7 +38,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     import discord
 
-PROVIDER = "discord"
+PLATFORM = "discord"  # the default bot's channel name; extra accounts are "discord.<name>"
 
 # "pair": a stranger's DM under dm_policy = "pairing"; the core's store decides.
 Verdict = Literal["accept", "refuse", "ignore", "pair"]
@@ -126,12 +127,12 @@ def guild_allows(msg: DiscordMessage, config: DiscordConfig) -> bool:
     return True
 
 
-def session_key_of(msg: DiscordMessage, agent_id: str) -> SessionKey:
+def session_key_of(msg: DiscordMessage, agent_id: str, provider: str = PLATFORM) -> SessionKey:
     if msg.guild_id is None:
-        return build(agent_id, PROVIDER, "direct", msg.author_id)
+        return build(agent_id, provider, "direct", msg.author_id)
     if msg.parent_id is not None:
-        return build(agent_id, PROVIDER, "channel", msg.parent_id, thread=msg.channel_id)
-    return build(agent_id, PROVIDER, "channel", msg.channel_id)
+        return build(agent_id, provider, "channel", msg.parent_id, thread=msg.channel_id)
+    return build(agent_id, provider, "channel", msg.channel_id)
 
 
 def requires_mention(config: DiscordConfig, key: SessionKey, guild_id: int | None) -> bool:
@@ -161,12 +162,13 @@ def command_of(msg: DiscordMessage, *, bot_id: int) -> str | None:
 
 
 def to_inbound(
-    msg: DiscordMessage, *, agent_id: str, bot_id: int, config: DiscordConfig
+    msg: DiscordMessage, *, agent_id: str, bot_id: int, config: DiscordConfig, provider: str = PLATFORM
 ) -> InboundMessage | None:
-    """Normalise an admitted message; None when it has no text to read and no attachment."""
+    """Normalise an admitted message; None when it has no text to read and no attachment.
+    `provider` is the name of the channel (bot) it came through."""
     if not msg.text.strip() and not msg.attachments:
         return None
-    key = session_key_of(msg, agent_id)
+    key = session_key_of(msg, agent_id, provider)
     direct = msg.guild_id is None
     may_start = not msg.author_is_bot or config.allow_bots
     addressed = (
@@ -177,7 +179,7 @@ def to_inbound(
     )
     return InboundMessage(
         session_key=key,
-        chat=ChatRef(PROVIDER, str(msg.channel_id)),
+        chat=ChatRef(provider, str(msg.channel_id)),
         sender_id=str(msg.author_id),
         sender_name=msg.author_name,
         text=msg.text,
@@ -186,6 +188,7 @@ def to_inbound(
         starts_turn=addressed and may_start,
         sent_at=msg.created_at,
         command=command_of(msg, bot_id=bot_id) if may_start else None,
+        guild_id=str(msg.guild_id) if msg.guild_id is not None else None,
     )
 
 

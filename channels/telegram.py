@@ -39,7 +39,7 @@ from bot.preview import PreviewStream
 from channels.telegram_html import html_or_plain, telegram_chunks
 from channels.telegram_intake import UpdatePoller
 from channels.telegram_media import carries_media, file_base_url, with_media
-from channels.telegram_normalise import PROVIDER, BotIdentity, Verdict, admit, to_inbound
+from channels.telegram_normalise import PLATFORM, BotIdentity, Verdict, admit, to_inbound
 from channels.telegram_preview import TelegramPreview, edit_into
 from channels.telegram_request import AiohttpRequest, default_rate_limiter
 
@@ -51,9 +51,12 @@ TYPING_CAP = 120.0
 SEND_ATTEMPTS = 3
 
 class TelegramChannel:
-    """Long-polls the Bot API and sends replies; one instance per bot token."""
+    """Long-polls the Bot API and sends replies; one instance per bot token.
 
-    provider = PROVIDER
+    `name` is the channel's name, "telegram" or an extra account's "telegram.<account>": it is the
+    provider of every session key, chat and stored row of this bot, so two bots share nothing (each
+    has its own HTTP clients, offset, rate limiter, refusal notices and pairing requests).
+    """
 
     def __init__(
         self,
@@ -61,9 +64,11 @@ class TelegramChannel:
         *,
         agent_id: str,
         token: str,
+        name: str = PLATFORM,
         rate_limiter: BaseRateLimiter[int] | None = None,
         poll_timeout: float = 30.0,
     ) -> None:
+        self.provider = name
         self._config = config
         self._agent_id = agent_id
         self._updates_request = AiohttpRequest(connection_pool_size=1)
@@ -73,7 +78,7 @@ class TelegramChannel:
         self._intake: Intake | None = None
         self._poller = UpdatePoller(
             self._app.bot, self._updates_request, self._take, poll_timeout=poll_timeout,
-            allowed_updates=["message"], on_connected=self._connected,
+            allowed_updates=["message"], on_connected=self._connected, channel=name,
         )
         self._notices = RefusalNotices()
         self._notice_tasks: set[asyncio.Task[None]] = set()
@@ -105,19 +110,19 @@ class TelegramChannel:
                 return True
             except InvalidToken:
                 log.error("Telegram rejected the bot token; the channel stays off",
-                          token_env=self._config.token_env)
+                          channel=self.provider, token_env=self._config.token_env)
                 return False
             except TelegramError as exc:
                 await self._app.bot.shutdown()  # initialize() leaves its HTTP client open on failure
-                log.warning("Telegram unreachable; retrying", error=f"{type(exc).__name__}: {exc}",
-                            retry_in=delay)
+                log.warning("Telegram unreachable; retrying", channel=self.provider,
+                            error=f"{type(exc).__name__}: {exc}", retry_in=delay)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopped.wait(), delay)
             delay = min(delay * 2, 60.0)
         return False
 
     def _connected(self) -> None:
-        log.info("telegram connected", bot=self._bot.username if self._bot else None)
+        log.info("telegram connected", channel=self.provider, bot=self._bot.username if self._bot else None)
         self.ready.set()
 
     async def _register_commands(self) -> None:
@@ -185,7 +190,7 @@ class TelegramChannel:
     async def _quarantine(self, raw: Any, exc: Exception) -> None:
         assert self._intake is not None
         update_id = raw.get("update_id") if isinstance(raw, dict) else None
-        await self._intake.quarantine(PROVIDER, None if update_id is None else str(update_id),
+        await self._intake.quarantine(self.provider, None if update_id is None else str(update_id),
                                       json.dumps(raw, ensure_ascii=False), f"{type(exc).__name__}: {exc}")
 
     def _message(self, raw: Any) -> Message | None:
@@ -203,7 +208,7 @@ class TelegramChannel:
         sender_id = str(message.from_user.id) if message.from_user else "?"
         if verdict == "refuse":
             log.info("message refused", chat_id=message.chat.id, sender_id=sender_id)
-            if self._notices.first_time(PROVIDER, sender_id):
+            if self._notices.first_time(self.provider, sender_id):
                 self._notify(message.chat.id, refused_dm_reply(sender_id))
         elif verdict == "ignore":
             log.debug("message ignored", chat_id=message.chat.id, sender_id=sender_id)
@@ -214,7 +219,7 @@ class TelegramChannel:
         and the message is not stored."""
         assert self._intake is not None and message.from_user is not None
         sender = message.from_user
-        paired = await self._intake.pair(PROVIDER, str(message.chat.id), str(sender.id),
+        paired = await self._intake.pair(self.provider, str(message.chat.id), str(sender.id),
                                          sender.full_name or sender.username)
         return "accept" if paired else "ignore"
 
@@ -222,7 +227,7 @@ class TelegramChannel:
         """The message to submit, or None when there is none (notices are sent in the background)."""
         assert self._bot is not None
         inbound = to_inbound(message, agent_id=self._agent_id, bot=self._bot, config=self._config,
-                             media=carries_media(message))
+                             media=carries_media(message), provider=self.provider)
         if inbound is None and message.chat.type == ChatType.PRIVATE:
             self._notify(message.chat.id, TEXT_ONLY_REPLY)
         return inbound

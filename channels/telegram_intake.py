@@ -23,8 +23,6 @@ from telegram.request import BaseRequest, RequestData
 from telegram.request._requestparameter import RequestParameter
 from telegram.warnings import PTBDeprecationWarning
 
-log = structlog.get_logger("switchboard.telegram")
-
 # Takes one raw update; returns once it is committed (stored, deliberately skipped or
 # quarantined) and raises when it was not, so that it is fetched again.
 Take = Callable[[Any], Awaitable[None]]
@@ -65,7 +63,10 @@ class UpdatePoller:
         poll_timeout: float,
         allowed_updates: Sequence[str],
         on_connected: Callable[[], None],
+        channel: str = "telegram",
     ) -> None:
+        # Several bots may poll side by side: say which (a lazy logger, so later logging set-up applies).
+        self._log = structlog.get_logger("switchboard.telegram", channel=channel)
         self._bot = bot
         self._request = request  # the bot's getUpdates request object
         self._take = take
@@ -113,21 +114,21 @@ class UpdatePoller:
                 # The first request does not wait, so `connected` means Telegram answered.
                 batch = await self._fetch_unless_stopped(self._poll_timeout if connected else 0)
             except InvalidToken:
-                log.error("Telegram rejected the bot token; the channel stays off")
+                self._log.error("Telegram rejected the bot token; the channel stays off")
                 return False
             except RetryAfter as exc:
                 delay = _seconds(exc)
-                log.warning("Telegram asks to wait before polling again", retry_in=delay)
+                self._log.warning("Telegram asks to wait before polling again", retry_in=delay)
                 failing = True
             except Conflict as exc:
                 delay = backoff.next()
                 webhook_checked = "webhook" not in str(exc).lower()
-                log.warning("another getUpdates or a webhook uses this bot token; retrying",
+                self._log.warning("another getUpdates or a webhook uses this bot token; retrying",
                             error=f"Conflict: {exc}", retry_in=delay)
                 failing = True
             except Exception as exc:  # network errors, timeouts, an answer that is no update list
                 delay = backoff.next()
-                log.warning("telegram polling failed; retrying", error=f"{type(exc).__name__}: {exc}",
+                self._log.warning("telegram polling failed; retrying", error=f"{type(exc).__name__}: {exc}",
                             retry_in=delay)
                 failing = True
             else:
@@ -137,7 +138,7 @@ class UpdatePoller:
                     connected = True
                     self._on_connected()
                 elif failing:
-                    log.info("telegram polling recovered")
+                    self._log.info("telegram polling recovered")
                 failing = False
                 if await self._hand_over(batch):
                     backoff.reset()
@@ -154,7 +155,7 @@ class UpdatePoller:
             try:
                 await self._take(raw)
             except Exception as exc:
-                log.warning("telegram update not stored; fetching it again", update_id=update_id,
+                self._log.warning("telegram update not stored; fetching it again", update_id=update_id,
                             error=f"{type(exc).__name__}: {exc}")
                 return False
             if isinstance(update_id, int) and not isinstance(update_id, bool):
@@ -207,7 +208,7 @@ class UpdatePoller:
                 await self._get_updates(self._offset, 0, 1, allowed_updates=False,
                                         read_timeout=CONFIRM_TIMEOUT)
         except Exception as exc:
-            log.info("telegram offset not confirmed; those updates come again next start",
+            self._log.info("telegram offset not confirmed; those updates come again next start",
                      offset=self._offset, error=f"{type(exc).__name__}: {exc}")
 
 

@@ -4,7 +4,8 @@ over real `telegram.Message` objects, testable without the Bot API.
 Sessions: a private chat is `…:telegram:direct:<userId>`, a group `…:telegram:group:<chatId>`, a
 forum topic `…:telegram:group:<chatId>:topic:<threadId>` (a message without a thread id is in the
 General topic, 1). A reply to a topic's creation notice is no reply: inside a topic every message
-carries one.
+carries one. "telegram" in a key is the channel's name: an extra bot's ("telegram.work") keys and
+chat references carry its own, so the same user's chats with two bots are two sessions.
 
 A message starts a turn in a private chat, when it mentions the bot or replies to it, or where the
 chat's settings need no mention. Commands are `/word` at the start of the text; in a group a bare
@@ -27,7 +28,7 @@ from bot.config import TelegramConfig
 from bot.messages import ChatRef, InboundMessage
 from bot.session_key import build
 
-PROVIDER = "telegram"
+PLATFORM = "telegram"  # the default bot's channel name; extra accounts are "telegram.<name>"
 GENERAL_TOPIC = "1"  # a forum message without a thread id belongs to the General topic
 
 # "pair": a stranger in a private chat under dm_policy = "pairing"; the core's store decides.
@@ -66,9 +67,11 @@ def message_text(message: Message) -> tuple[str, dict[MessageEntity, str]]:
 
 
 def to_inbound(
-    message: Message, *, agent_id: str, bot: BotIdentity, config: TelegramConfig, media: bool = False
+    message: Message, *, agent_id: str, bot: BotIdentity, config: TelegramConfig, media: bool = False,
+    provider: str = PLATFORM,
 ) -> InboundMessage | None:
-    """Normalise an admitted message; None when it has no text to read and (`media`) no attachment."""
+    """Normalise an admitted message; None when it has no text to read and (`media`) no attachment.
+    `provider` is the name of the channel (bot) it came through."""
     sender = message.from_user
     text, entities = message_text(message)
     if sender is None or not (text.strip() or media):
@@ -77,12 +80,12 @@ def to_inbound(
     private = chat.type == ChatType.PRIVATE
     thread: str | None = None
     if private:
-        key = build(agent_id, PROVIDER, "direct", sender.id)
+        key = build(agent_id, provider, "direct", sender.id)
     elif chat.is_forum:
         thread = str(message.message_thread_id) if message.is_topic_message else None
-        key = build(agent_id, PROVIDER, "group", chat.id, topic=thread or GENERAL_TOPIC)
+        key = build(agent_id, provider, "group", chat.id, topic=thread or GENERAL_TOPIC)
     else:
-        key = build(agent_id, PROVIDER, "group", chat.id)
+        key = build(agent_id, provider, "group", chat.id)
 
     replied = message.reply_to_message
     # Inside a forum topic every message "replies" to the topic's creation notice; that is no reply.
@@ -95,7 +98,7 @@ def to_inbound(
     starts_turn = private or mentioned or reply_to_bot or not config.requires_mention(key)
     return InboundMessage(
         session_key=key,
-        chat=ChatRef(PROVIDER, str(chat.id), thread),
+        chat=ChatRef(provider, str(chat.id), thread),
         sender_id=str(sender.id),
         sender_name=sender.full_name or sender.username or str(sender.id),
         text=text,

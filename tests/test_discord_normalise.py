@@ -67,6 +67,22 @@ def test_a_thread_is_keyed_under_its_parent_and_answered_in_the_thread_itself() 
     assert str(normalise(guild()).session_key) == f"agent:main:discord:channel:{GENERAL}"
 
 
+def test_a_guild_message_names_its_guild_and_a_dm_none() -> None:
+    """Guild messages carry their guild's id (for guild bindings); DMs carry none."""
+    assert normalise(guild()).guild_id == str(GUILD)
+    assert normalise(guild(channel=THREAD, parent_id=GENERAL)).guild_id == str(GUILD)
+    assert normalise(dm()).guild_id is None
+
+
+def test_an_extra_bot_keys_its_sessions_and_chats_by_its_own_channel_name() -> None:
+    """Through the account "discord.work" the same chats are other sessions, answered by that bot."""
+    inbound = to_inbound(guild(), agent_id="work", bot_id=BOT, config=config(), provider="discord.work")
+    assert str(inbound.session_key) == f"agent:work:discord.work:channel:{GENERAL}"
+    assert (inbound.chat.provider, inbound.chat.chat_id) == ("discord.work", str(GENERAL))
+    direct = to_inbound(dm(), agent_id="work", bot_id=BOT, config=config(), provider="discord.work")
+    assert str(direct.session_key) == "agent:work:discord.work:direct:1"
+
+
 @pytest.mark.parametrize(
     ("msg", "starts"),
     [

@@ -76,3 +76,35 @@ def test_the_console_only_daemon_touches_no_platform_channel() -> None:
     """`switchboard chat` (platforms off) never starts or stops Telegram or Discord on reload."""
     plan = plan_reload(config(), config(channels=telegram()), set(), platforms=False)
     assert (plan.start, plan.stop, plan.reconfigure) == ([], [], [])
+
+
+def with_work(**account: Any) -> dict[str, Any]:
+    return telegram(accounts={"work": {"token_env": "WORK_TOKEN", **account}})
+
+
+def test_accounts_are_planned_each_on_its_own() -> None:
+    """An added account starts, a removed or disabled one stops, an edited one is reconfigured, and
+    one given another agent reconnects (the agent is in its session keys); the first bot is untouched."""
+    old = config(channels=telegram())
+    added = plan_reload(old, config(channels=with_work()), {"telegram"})
+    assert (added.start, added.stop, added.reconfigure) == (["telegram.work"], [], [])
+
+    running = {"telegram", "telegram.work"}
+    for new in (old, config(channels=with_work(enabled=False))):
+        removed = plan_reload(config(channels=with_work()), new, running)
+        assert (removed.start, removed.stop, removed.reconfigure) == ([], ["telegram.work"], [])
+
+    edited = plan_reload(config(channels=with_work()), config(channels=with_work(allow_from=[7])), running)
+    assert (edited.start, edited.stop, edited.reconfigure) == ([], [], ["telegram.work"])
+
+    agents = [{"id": "work"}]
+    moved = plan_reload(config(channels=with_work(), agents=agents),
+                        config(channels=with_work(agent="work"), agents=agents), running)
+    assert (moved.start, moved.stop, moved.reconfigure) == (["telegram.work"], ["telegram.work"], [])
+
+
+def test_channels_that_are_not_bots_are_never_stopped() -> None:
+    """The console (and any other non-platform channel running) is not planned by a reload."""
+    cfg = config(channels=telegram())
+    plan = plan_reload(cfg, cfg, {"console", "telegram", "fake"})
+    assert (plan.start, plan.stop, plan.reconfigure) == ([], [], [])

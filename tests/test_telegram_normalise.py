@@ -49,6 +49,14 @@ def test_private_chat_is_a_direct_session_that_always_starts_a_turn() -> None:
     assert (inbound.provider_message_id, inbound.sent_at, inbound.starts_turn) == ("5", 1_700_000_000.0, True)
 
 
+def test_an_extra_bot_keys_its_sessions_and_chats_by_its_own_channel_name() -> None:
+    """Through the account "telegram.work" the same user's chat is another session, answered there."""
+    inbound = to_inbound(tg(message(private_chat(ADA), ADA, "hi")), agent_id="work", bot=BOT,
+                         config=config(), provider="telegram.work")
+    assert str(inbound.session_key) == "agent:work:telegram.work:direct:42"
+    assert (inbound.chat.provider, inbound.chat.chat_id) == ("telegram.work", "42")
+
+
 @pytest.mark.parametrize(
     ("text", "entities", "reply_to", "starts"),
     [

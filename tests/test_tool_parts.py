@@ -180,6 +180,12 @@ async def test_a_streamed_preview_starts_over_after_a_tool_round_and_ends_with_t
     assert outcome.rounds == 1 and outcome.completion.input_tokens == 20
 
 
+def test_a_rule_may_name_a_user_of_an_extra_bot() -> None:
+    """`users` accepts "telegram.work:42", the user 42 as the account "telegram.work" sees them."""
+    rules = parse_config({"tools": {"rules": [{"users": ["telegram.work:42", "discord.team:7"]}]}}, "c.toml")
+    assert rules.tools.rules[0].users == ["telegram.work:42", "discord.team:7"]
+
+
 @pytest.mark.parametrize(("data", "key", "expected"), [
     ({"rules": [{"users": ["42"]}]}, "tools.rules[0].users[0]", "a user as PROVIDER:ID"),
     ({"allow": ["bad name"]}, "tools.allow[0]", "a tool name or glob"),

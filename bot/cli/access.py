@@ -14,8 +14,6 @@ from zoneinfo import ZoneInfo
 from bot.cli.base import load_config_file, on_database, open_store, utc_time
 from bot.errors import BotError
 
-PROVIDERS = ("telegram", "discord")
-
 
 def pairing_usage(args: argparse.Namespace) -> int:
     print("usage: switchboard pairing list | approve CODE | approve --user PROVIDER:ID | deny CODE | "
@@ -60,7 +58,7 @@ def _decide(args: argparse.Namespace, *, approve: bool) -> int:
     config = load_config_file(args)
     if (args.code is None) == (args.user is None):
         raise BotError("name a pairing code, or a user with --user PROVIDER:ID (not both)")
-    target = _user(args.user) if args.user is not None else None
+    target = _user(args.user, list(config.chat_sections)) if args.user is not None else None
 
     async def decide() -> None:
         async with open_store(config) as store:
@@ -83,11 +81,12 @@ def _decide(args: argparse.Namespace, *, approve: bool) -> int:
     return 0
 
 
-def _user(text: str) -> tuple[str, str]:
+def _user(text: str, channels: list[str]) -> tuple[str, str]:
+    """A user of one bot: pairing is per bot, so an extra account's users are "telegram.work:ID"."""
     provider, _, user_id = text.partition(":")
-    if provider not in PROVIDERS or not user_id.lstrip("-").isdigit():
+    if provider not in channels or not user_id.lstrip("-").isdigit():
         raise BotError(f"--user takes PROVIDER:ID, e.g. telegram:123456789 (provider one of "
-                       f"{', '.join(PROVIDERS)}), not {text!r}")
+                       f"{', '.join(channels)}), not {text!r}")
     return provider, user_id
 
 

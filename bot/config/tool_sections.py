@@ -10,7 +10,8 @@ from pydantic import AfterValidator, Field
 from bot.config.fields import PosFloat, Section
 
 _PATTERN = re.compile(r"^[A-Za-z0-9_*?\[\]!-]{1,64}$")
-_USER = re.compile(r"^[a-z]+:-?[A-Za-z0-9_.-]+$")
+# "telegram.work:42" is a user of an extra bot (channel "telegram.work").
+_USER = re.compile(r"^[a-z]+(\.[a-z0-9][a-z0-9_-]*)?:-?[A-Za-z0-9_.-]+$")
 
 
 def _tool_pattern(value: str) -> str:

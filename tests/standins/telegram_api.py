@@ -303,7 +303,11 @@ _Handler: TypeAlias = Callable[[JSON], Coroutine[Any, Any, Any]]
 
 
 class TelegramStandIn:
-    """`async with TelegramStandIn() as tg:` serves the Bot API at `tg.base_url` on 127.0.0.1."""
+    """`async with TelegramStandIn() as tg:` serves the Bot API at `tg.base_url` on 127.0.0.1.
+
+    Like api.telegram.org, one server answers every bot by the token in the URL: `tg.add_bot(...)`
+    gives another bot on the same server, with its own identity, updates, offset and sent messages.
+    """
 
     def __init__(self, *, token: str = "123456:TEST", bot_id: int = 1000,
                  bot_username: str = "switchboard_bot", bot_first_name: str = "Switchboard") -> None:
@@ -330,6 +334,7 @@ class TelegramStandIn:
         self._inflight: set[asyncio.Task[Any]] = set()
         self._runner: web.AppRunner | None = None
         self._port = 0
+        self._bots: dict[str, TelegramStandIn] = {token: self}  # by token; the server's own first
         # Files the bot may download: file_id -> (file_unique_id, file_path, bytes).
         self.files: dict[str, tuple[str, str, bytes]] = {}
         self.downloads: list[str] = []  # file paths fetched from /file/bot<token>/<path>
@@ -343,15 +348,29 @@ class TelegramStandIn:
             "getfile": self._get_file,
         }
 
+    def add_bot(self, *, token: str, bot_id: int, bot_username: str,
+                bot_first_name: str = "Switchboard") -> TelegramStandIn:
+        """Another bot served by this server (same `base_url`), sharing nothing with the others
+        but the server: script it and read what it sent through the object returned."""
+        if token in self._bots:
+            raise ValueError(f"a bot with token {token!r} is already served")
+        bot = TelegramStandIn(token=token, bot_id=bot_id, bot_username=bot_username,
+                              bot_first_name=bot_first_name)
+        bot._port = self._port
+        self._bots[token] = bot
+        return bot
+
     async def __aenter__(self) -> TelegramStandIn:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
-        app.router.add_get("/file/bot{token}/{path:.+}", self._download)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._download_for)
         # handler_cancellation: a long poll whose client went away must not linger until its timeout.
         self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", 0).start()
         self._port = int(self._runner.addresses[0][1])
+        for bot in self._bots.values():
+            bot._port = self._port
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -481,7 +500,8 @@ class TelegramStandIn:
         if task is not None:
             self._inflight.add(task)
         try:
-            return await self._serve(request)
+            # Each bot keeps its own state; an unknown token is answered by this one (401).
+            return await self._bots.get(request.match_info["token"], self)._serve(request)
         finally:
             if task is not None:
                 self._inflight.discard(task)
@@ -682,6 +702,9 @@ class TelegramStandIn:
         if len(data) > MAX_DOWNLOAD:
             raise _ApiError(400, "Bad Request: file is too big")
         return {"file_id": p["file_id"], "file_unique_id": unique, "file_size": len(data), "file_path": path}
+
+    async def _download_for(self, request: web.Request) -> web.StreamResponse:
+        return await self._bots.get(request.match_info["token"], self)._download(request)
 
     async def _download(self, request: web.Request) -> web.StreamResponse:
         """GET /file/bot<token>/<file_path>: the file's bytes, as api.telegram.org serves them."""
