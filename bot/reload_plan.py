@@ -84,10 +84,10 @@ def plan_reload(old: Config, new: Config, running: Collection[str], *, platforms
             if runs:
                 stop.append(name)
             continue
-        # The agent is part of every session key the channel builds: a new one needs a new channel.
+        # A new agent needs no new connection: the inbox routes by the config in force.
         reconnect = before is None or any(
             getattr(before, key, None) != getattr(after, key, None) for key in ("token_env", "base_url")
-        ) or old.channel_agent(name) != config.channel_agent(name)
+        )
         if not runs or reconnect:
             start.append(name)
             if runs:

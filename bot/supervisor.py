@@ -33,11 +33,9 @@ def build_channels(config: Config, *, console: bool, platforms: bool = True) -> 
 
     built: list[Channel] = []
     if console:
+        agent = config.for_agent(config.channel_agent("console")).agent  # who the console talks to
         built.append(
-            ConsoleChannel(
-                config.agent.id, agent_name=config.agent.name,
-                user_name=config.channels.console.user_name,
-            )
+            ConsoleChannel(agent.id, agent_name=agent.name, user_name=config.channels.console.user_name)
         )
     if platforms:
         built.extend(platform_channel(config, name) for name, section in config.chat_sections.items()

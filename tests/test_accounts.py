@@ -186,8 +186,6 @@ async def test_a_reload_starts_an_added_account_and_stops_only_a_removed_one(
     assert len(work.calls_of("getUpdates")) == polls  # the removed bot polls no more
 
 
-@pytest.mark.xfail(strict=True, reason="Daemon._reload reconfigures with getattr(config.channels, name); "
-                                       "an account needs config.channel(name)")
 async def test_a_reload_that_edits_an_account_applies_it_in_place(
     tg: TelegramStandIn, work: TelegramStandIn, api: AnthropicStandIn, tokens: None, tmp_path: Path,
 ) -> None:

@@ -3,24 +3,34 @@ own session, answered as that agent (its soul file, its limits); reload adds or 
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bot.brain import AnthropicBrain
-from bot.config import load_config
+from bot.config import load_config, parse_config
+from bot.daemon import build_channels
 from bot.replay import replay
 from bot.store import Store
+from channels.telegram import TelegramChannel
 from tests.fakes import FakeChannel
 from tests.harness import (
+    API_KEY,
     config_data,
     daemon_with,
     last_user_line,
     reply_requests,
     request_text,
     router_of,
+    running,
     say,
 )
 from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest
+from tests.standins.telegram_api import TelegramStandIn, group_chat, mention_entities, private_chat
+from tests.test_accounts import ADA
+from tests.test_telegram import texts_to
 
 
 def write_config(path: Path, api: AnthropicStandIn, *, agents: str, bindings: str) -> Path:
@@ -125,3 +135,60 @@ async def test_reload_adds_and_removes_an_agent_without_stopping_the_others(
     async with Store.open(load_config(path).database_path()) as store:
         assert {s.key for s in await store.list_sessions()} == {
             "agent:main:fake:group:-100", "agent:family:fake:group:-100"}
+
+
+async def test_two_agents_on_two_telegram_bots_and_a_group_bound_to_the_second(
+    tg: TelegramStandIn, api: AnthropicStandIn, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """Ada writes privately to both bots and in a group the default bot sits in, which a binding
+    gives to the work agent: each message lands in its agent's session and prompt files; the
+    group is answered by the bot that is in it, as the work agent; nothing crosses agents."""
+    souls(tmp_path)
+    work = tg.add_bot(token="654321:WORK", bot_id=2000, bot_username="work_bot", bot_first_name="Work")
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", tg.token)
+    monkeypatch.setenv("WORK_BOT_TOKEN", "654321:WORK")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)  # the daemon builds its own brains
+    group = group_chat(-100555, "Team", supergroup=True)
+    config = parse_config({
+        **config_data(api),
+        "database": {"path": str(tmp_path / "switchboard.db")},
+        "agent": {"name": "Main", "soul_file": "main.md"},
+        "agents": [{"id": "work", "name": "Desk", "soul_file": "work.md"}],
+        "channels": {"telegram": {
+            "enabled": True, "base_url": tg.base_url, "allow_from": [42], "groups": [-100555],
+            "accounts": {"work": {"token_env": "WORK_BOT_TOKEN", "agent": "work"}},
+        }},
+        "bindings": [{"agent": "work", "chat": -100555}],
+    }, str(tmp_path / "config.toml"))
+    channels = build_channels(config, console=False)
+    async with running(config, channels, None) as daemon:
+        for channel in channels:
+            assert isinstance(channel, TelegramChannel)
+            await asyncio.wait_for(channel.ready.wait(), 5)
+        for bot, text, chat, entities in (
+            (tg, "my plan for the main agent", private_chat(ADA), None),
+            (work, "the quarterly report is late", private_chat(ADA), None),
+            (tg, "@switchboard_bot what is due?", group, mention_entities("@switchboard_bot what is due?",
+                                                                         "switchboard_bot")),
+        ):
+            pushed = bot.push_message(chat, ADA, text, **({"entities": entities} if entities else {}))
+            await bot.wait_for(lambda b=bot, p=pushed: b.confirmed_offset > p["update_id"])
+            await router_of(daemon).idle()
+
+    assert len(texts_to(tg, 42)) == 1 and len(texts_to(work, 42)) == 1
+    assert len(texts_to(tg, -100555)) == 1  # the group's bot answered, as the work agent
+    assert len(texts_to(work, -100555)) == 0
+
+    def asking(text: str) -> RecordedRequest:
+        return next(r for r in reply_requests(api) if text in last_user_line(r))
+
+    assert "I am the main soul." in asking("my plan").system_text
+    assert "I am the work soul." in asking("quarterly report").system_text
+    in_group = asking("what is due?")
+    assert "I am the work soul." in in_group.system_text and "Desk" in in_group.system_text
+    # The group is work's session, not the DM with work: the report is not in its context...
+    assert "quarterly" not in request_text(in_group) and "my plan" not in request_text(in_group)
+    async with Store.open(config.database_path()) as store:
+        assert {s.key for s in await store.list_sessions()} == {
+            "agent:main:telegram:direct:42", "agent:work:telegram.work:direct:42",
+            "agent:work:telegram:group:-100555"}

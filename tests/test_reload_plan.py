@@ -83,8 +83,8 @@ def with_work(**account: Any) -> dict[str, Any]:
 
 
 def test_accounts_are_planned_each_on_its_own() -> None:
-    """An added account starts, a removed or disabled one stops, an edited one is reconfigured, and
-    one given another agent reconnects (the agent is in its session keys); the first bot is untouched."""
+    """An added account starts, a removed or disabled one stops, an edited one is reconfigured (one
+    given another agent too: the inbox routes by the config in force); the first bot is untouched."""
     old = config(channels=telegram())
     added = plan_reload(old, config(channels=with_work()), {"telegram"})
     assert (added.start, added.stop, added.reconfigure) == (["telegram.work"], [], [])
@@ -100,7 +100,7 @@ def test_accounts_are_planned_each_on_its_own() -> None:
     agents = [{"id": "work"}]
     moved = plan_reload(config(channels=with_work(), agents=agents),
                         config(channels=with_work(agent="work"), agents=agents), running)
-    assert (moved.start, moved.stop, moved.reconfigure) == (["telegram.work"], ["telegram.work"], [])
+    assert (moved.start, moved.stop, moved.reconfigure) == ([], [], ["telegram.work"])
 
 
 def test_channels_that_are_not_bots_are_never_stopped() -> None:

@@ -85,7 +85,8 @@ def chat(args: argparse.Namespace) -> int:
               else parse_config({}, "<defaults>"))
     setup_logging(config, quiet=True, console=sys.stdin.isatty())
     channels = build_channels(config, console=True, platforms=False)
-    print(f"Chatting with {config.agent.name} as {config.channels.console.user_name}; Ctrl-D to leave.",
+    agent = config.for_agent(config.channel_agent("console")).agent
+    print(f"Chatting with {agent.name} as {config.channels.console.user_name}; Ctrl-D to leave.",
           file=sys.stderr)
     asyncio.run(serve(Daemon(config, channels, until_input_ends=True)))
     return 0
