@@ -23,7 +23,7 @@ from bot.embedding import Embedder, load_embedder
 from bot.errors import BotError
 from bot.inbox import Inbox
 from bot.media_files import MediaFiles, files_dir
-from bot.messages import ChatRef, InboundMessage, StoredMessage
+from bot.messages import AGENT_PROVIDER, ChatRef, InboundMessage, StoredMessage
 from bot.notify import Notifier
 from bot.outbox import Outbox
 from bot.pairing import PairingGate, welcome_approved
@@ -35,6 +35,7 @@ from bot.router import Router, TurnHandler
 from bot.scheduler import Scheduler
 from bot.store import Store
 from bot.supervisor import ChannelSupervisor, build_channels, platform_channel
+from bot.tools.agent_messages import AgentMessageTools
 from bot.tools.base import ToolSource
 from bot.tools.builtins import BuiltinTools
 from bot.tools.mcp import McpManager
@@ -112,6 +113,7 @@ class Daemon(DaemonHealth):
                     EmbedWorker(store, embedder, batch_size=config.semantic.batch_size))
             # Servers start in the background; they stop as the stack unwinds, after the last turn.
             await stack.enter_async_context(self.mcp)
+            self._agent_channel(config)
             # Known before they start: what the last run left undone is resumed for them.
             self._by_provider.update({c.provider: c for c in self.channels})
             outbox = self._outbox = Outbox(store, self._by_provider)
@@ -120,7 +122,7 @@ class Daemon(DaemonHealth):
             self.reminder_tools = ReminderTools(store, lambda: self.config.reminders, reminders)
             # Where the model's tools come from: the built-ins, reminders, MCP servers' (as they run).
             self.tool_sources += [BuiltinTools(store, lambda: self.config, embedder), self.reminder_tools,
-                                  self.mcp]
+                                  self.mcp, AgentMessageTools(store, lambda: self.config, self._by_provider)]
             agents = self.agents = Agents(store, self._by_provider, outbox, brain=self._brain, stack=stack,
                                           embedder=embedder, tool_sources=self.tool_sources)
             if self._brain is None and not config.uses_providers() and config.anthropic.api_key() is None:
@@ -250,6 +252,16 @@ class Daemon(DaemonHealth):
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    def _agent_channel(self, config: Config) -> list[Channel]:
+        """The channel agents write to each other through, added once a config has two agents (it
+        stays when a reload leaves one: replies between agents may still be on their way)."""
+        if len(config.agent_ids()) < 2 or any(c.provider == AGENT_PROVIDER for c in self.channels):
+            return []
+        from channels.agent import AgentChannel
+
+        self.channels.append(AgentChannel(lambda: self.config))
+        return self.channels[-1:]
+
     # -- reload --------------------------------------------------------------------------------
 
     def request_reload(self) -> None:
@@ -296,7 +308,7 @@ class Daemon(DaemonHealth):
         self.config = config
         for name in plan.stop:
             await self._channels.retire(self._by_provider[name])
-        for channel in starts:
+        for channel in [*starts, *self._agent_channel(config)]:
             self._channels.start(channel)
         for name in plan.reconfigure:
             reconfigure = getattr(self._by_provider[name], "reconfigure", None)
