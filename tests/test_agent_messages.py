@@ -9,11 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bot.config import Config
+from bot.config import Config, load_config
 from bot.store import Store
 from tests.fakes import FakeChannel
 from tests.harness import MODEL, config_data, daemon_with, last_user_line, reply_requests, router_of, say
 from tests.standins.anthropic_api import AnthropicStandIn, Text, ToolUse
+from tests.test_agents_daemon import FAMILY_AND_WORK, souls, write_config
 from tests.test_tool_loop import results, tool_names
 
 MakeConfig = Callable[[dict[str, Any]], Config]
@@ -120,3 +121,26 @@ async def test_writing_to_an_agent_too_often_or_to_no_agent_is_a_tool_error(
     assert unknown["is_error"] and "there is no agent 'nobody'" in str(unknown["content"])
     assert [m.text for m in await view.history(WORK_SIDE, 10)] == ["first", "work: first"]
     assert [m.text for m in channel.sent] == ["done 1", "done 2", "done 3"]
+
+
+async def test_a_reload_that_adds_a_second_agent_lets_them_write_to_each_other(
+    api: AnthropicStandIn, tmp_path: Path
+) -> None:
+    """A daemon started with one agent offers no message_agent; after a reload adds `work`, main's
+    model may write to it and work answers in its session with main."""
+    souls(tmp_path)
+    path = write_config(tmp_path / "config.toml", api, agents="", bindings="")
+    channel = FakeChannel()
+    async with daemon_with(load_config(path), channel) as daemon:
+        await say(daemon, channel, "alone")
+        write_config(path, api, agents=FAMILY_AND_WORK, bindings="")
+        assert (await daemon.reload())["reloaded"] is True
+        api.script(ask_work("anything open?"), Text("Nothing."), Text("Work says nothing."), model=MODEL)
+        await say(daemon, channel, "ask work")
+        states = {c["provider"]: c["state"] for c in (await daemon.status())["channels"]}
+
+    alone, asked, answered, _ = reply_requests(api)
+    assert "message_agent" not in tool_names(alone) and "message_agent" in tool_names(asked)
+    assert "I am the work soul." in answered.system_text
+    assert states == {"fake": "connected", "agent": "connected"}
+    assert [m.text for m in channel.sent][-1] == "Work says nothing."
