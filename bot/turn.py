@@ -99,7 +99,8 @@ class TurnRunner:
                     loop = await self._tools.loop(inbound, request)
                     call = ReplyRequest(
                         system_stable=self._prompt_files.stable_prompt(),
-                        system_turn=turn_system_prompt(self._config, key, time.time())
+                        system_turn=turn_system_prompt(
+                            self._config, key, time.time(), inbound.sender_name)
                         + await self._tools.notes(inbound),
                         messages=conversation_turns(context, request, group=not key.is_direct,
                                                     zone=ZoneInfo(self._config.agent.timezone),
