@@ -33,6 +33,7 @@ from bot.reminder_schedule import ReminderSchedule
 from bot.resume import resume, sweep
 from bot.router import Router, TurnHandler
 from bot.scheduler import Scheduler
+from bot.session_lease import SessionLeases
 from bot.store import Store
 from bot.supervisor import ChannelSupervisor, build_channels, platform_channel
 from bot.tools.agent_messages import AgentMessageTools
@@ -130,8 +131,11 @@ class Daemon(DaemonHealth):
                             env=config.anthropic.api_key_env)
             brain = self._brain = agents.brain(config)
             agents.configure(config)
+            # Several daemons on one store: each session's work runs under its lease.
+            leases = SessionLeases(store) if store.shared else None
             router = self.router = Router(
-                store, self._announcing(agents), max_concurrent=config.router.max_concurrent_turns
+                store, self._announcing(agents), max_concurrent=config.router.max_concurrent_turns,
+                leases=leases,
             )
             inbox = self._inbox = Inbox(config, store, router, self._by_provider, agents.compactors)
             # Before any channel takes input: what the last run left undone goes first, in order.
@@ -154,6 +158,8 @@ class Daemon(DaemonHealth):
             self._spawn(sweep(store, router, self._current_inbox, outbox, self._by_provider))
             self._spawn(merge_recall_index(store))
             self._spawn(welcome_approved(store, self._by_provider))
+            if leases is not None:
+                self._spawn(leases.beat(), name="heartbeat")
             announce = asyncio.create_task(self._announce_ready(), name="ready")
             self.started.set()
             log.info("started", channels=[c.provider for c in self.channels],

@@ -4,6 +4,7 @@ manager shows, and READY=1 once every channel has connected."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from typing import Any
@@ -17,6 +18,7 @@ from bot.log import last_error
 from bot.notify import Notifier
 from bot.router import Router
 from bot.scheduler import Scheduler
+from bot.session_lease import HEARTBEAT
 from bot.store import Store
 from bot.supervisor import ChannelSupervisor
 from bot.tools.mcp import McpManager
@@ -92,4 +94,12 @@ class DaemonHealth:
             "quarantined": await self._store.quarantine_count() if self._store is not None else 0,
             "last_error": last_error(),
             "last_reload": self.reloads[-1] if self.reloads else None,
+            "instances": await self._instances(),
         }
+
+    async def _instances(self) -> list[dict[str, Any]]:
+        """The daemons sharing this store that beat lately ([] when the store is this one's alone)."""
+        store = self._store
+        if store is None or not store.shared:
+            return []
+        return [dataclasses.asdict(i) for i in await store.instances(time.time() - 3 * HEARTBEAT)]
