@@ -17,7 +17,7 @@ import structlog
 
 from bot.channel import Channel, Intake
 from bot.config import Config, TelegramConfig
-from bot.config.root import channel_key
+from bot.config.root import channel_key, webhook_secret
 from bot.errors import BotError, ConfigError
 
 log = structlog.get_logger("switchboard.daemon")
@@ -54,7 +54,8 @@ def platform_channel(config: Config, name: str) -> Channel:
     if isinstance(section, TelegramConfig):
         from channels.telegram import TelegramChannel
 
-        return TelegramChannel(section, agent_id=agent_id, token=token, name=name)
+        secret = webhook_secret(config, name) if section.mode == "webhook" else None
+        return TelegramChannel(section, agent_id=agent_id, token=token, name=name, webhook_secret=secret)
     from channels.discord import DiscordChannel
 
     return DiscordChannel(section, agent_id=agent_id, token=token, name=name)
