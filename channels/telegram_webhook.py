@@ -63,6 +63,15 @@ class WebhookServer:
         self._running = False
         self._done = asyncio.Event()
 
+    @property
+    def in_hand(self) -> int:
+        """Requests received and not answered yet (their updates being committed)."""
+        return self._inflight
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
     async def run(self) -> bool:
         """Listen, set the webhook (retrying while Telegram is unreachable) and serve until stop();
         False when Telegram rejected the token (the channel is then off)."""

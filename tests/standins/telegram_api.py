@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import re
@@ -490,11 +491,12 @@ class TelegramStandIn:
         await self.wait_for(lambda: self.webhook_sender.sending(update))
         return await self.webhook_sender.outcome(update)
 
-    async def post_to_webhook(self, update: JSON, *, secret: str, tries: int = 1) -> int | None:
-        """POST an update to the registered webhook URL with another secret token (a forged request,
-        or a stale secret); the last status. Telegram itself never does this."""
+    async def post_to_webhook(self, update: JSON, *, secret: str | None, tries: int = 1) -> int | None:
+        """POST an update to the registered webhook URL with another secret token, or none (a forged
+        request, or a stale secret); the last status. Telegram itself never does this."""
         assert self.webhook is not None, "no webhook is set"
-        return await self.webhook_sender.post(self.webhook, update, secret=secret, tries=tries)
+        forged = dataclasses.replace(self.webhook, secret_token=secret)
+        return await self.webhook_sender.post(forged, update, tries=tries)
 
     def _deliver_soon(self, update: JSON) -> None:
         webhook = self.webhook

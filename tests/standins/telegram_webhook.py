@@ -74,6 +74,8 @@ class WebhookSender:
         self.first_delay = first_delay
         self.timeout = timeout
         self.attempts: list[WebhookAttempt] = []
+        # Called the moment an answer (or its absence) is known, before anything else runs.
+        self.on_answer: Callable[[WebhookAttempt], None] | None = None
         self._session: aiohttp.ClientSession | None = None
         self._tasks: dict[Any, asyncio.Task[int | None]] = {}
 
@@ -93,6 +95,8 @@ class WebhookSender:
                     break
             status = await self._post_once(webhook.url, update, headers)
             self.attempts.append(WebhookAttempt(update.get("update_id"), webhook.url, token, status))
+            if self.on_answer is not None:
+                self.on_answer(self.attempts[-1])
             if status is not None and 200 <= status < 300:
                 break
         return status
