@@ -18,8 +18,9 @@ import pytest
 
 from bot.brain import AnthropicBrain
 from bot.cli import _logging
-from bot.config import Config, load_config
+from bot.config import Config, check_startable, load_config
 from bot.daemon import Daemon, build_channels
+from bot.errors import ConfigError
 from bot.store import Store
 from channels.telegram import TelegramChannel
 from channels.telegram_webhook import WebhookServer
@@ -276,3 +277,61 @@ async def test_the_webhook_secret_never_reaches_the_logs(
                for line in lines)
     assert tg.calls_of("setWebhook")[0].params["secret_token"] == SECRET
     assert SECRET not in logs and SECRET[:-1] not in logs
+
+
+WEBHOOK = ('[channels.telegram]\nenabled = true\nmode = "webhook"\nwebhook_secret_env = "HOOK_SECRET"\n'
+           'webhook_url = "https://bot.example.com/telegram"\n')
+
+
+@pytest.mark.parametrize(
+    ("content", "key", "expected"),
+    [
+        ('[channels.telegram]\nenabled = true\nmode = "webhook"\nwebhook_secret_env = "S"\n',
+         "channels.telegram.webhook_url", "public https:// URL"),
+        ('[channels.telegram]\nenabled = true\nmode = "webhook"\nwebhook_url = "https://x.example/t"\n',
+         "channels.telegram.webhook_secret_env", "holding the webhook secret"),
+        ('[channels.telegram]\nmode = "hook"\n', "channels.telegram.mode", "'polling' or 'webhook'"),
+        ('[channels.telegram]\nwebhook_listen = "8443"\n', "channels.telegram.webhook_listen", "HOST:PORT"),
+        ('[channels.telegram]\nwebhook_listen = "0.0.0.0:70000"\n', "channels.telegram.webhook_listen",
+         "HOST:PORT"),
+        ('[channels.telegram]\nwebhook_url = "bot.example.com"\n', "channels.telegram.webhook_url",
+         "https:// URL"),
+        (WEBHOOK + '[channels.telegram.accounts.work]\ntoken_env = "WORK"\n'
+         'webhook_url = "https://bot.example.com/work"\n',
+         "channels.telegram.accounts.work.webhook_listen", "channels.telegram uses '0.0.0.0:8443' too"),
+        (WEBHOOK + '[channels.telegram.accounts.work]\ntoken_env = "WORK"\nwebhook_listen = "0.0.0.0:8444"\n',
+         "channels.telegram.accounts.work.webhook_url", "channels.telegram uses"),
+    ],
+)
+def test_a_webhook_config_missing_or_sharing_what_it_needs_is_refused_naming_the_key(
+    tmp_path: Path, content: str, key: str, expected: str
+) -> None:
+    """Webhook mode without its URL or secret variable, a malformed address, or two bots on one
+    address or URL: refused when the file is read, naming the key."""
+    path = tmp_path / "config.toml"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert caught.value.key == key
+    assert expected in caught.value.expected
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, "HOOK_SECRET is not set"),
+                                                 ("has spaces in it", "has other characters")])
+def test_a_webhook_secret_unset_or_unusable_stops_the_start_naming_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str | None, expected: str
+) -> None:
+    """The secret is read from its variable at start; unset, or not what Telegram accepts, the
+    daemon does not start and says which key, never the value; the variable is scrubbed from logs."""
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123456:TEST")
+    if value is not None:
+        monkeypatch.setenv("HOOK_SECRET", value)
+    path = tmp_path / "config.toml"
+    path.write_text(WEBHOOK, encoding="utf-8")
+    config = load_config(path)
+    assert "HOOK_SECRET" in config.secret_env_names()
+    with pytest.raises(ConfigError) as caught:
+        check_startable(config)
+    assert caught.value.key == "channels.telegram.webhook_secret_env"
+    assert expected in caught.value.expected
+    assert value is None or value not in str(caught.value)

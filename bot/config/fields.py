@@ -56,7 +56,8 @@ def split_listen(value: str) -> tuple[str, int]:
     host, colon, port = value.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not colon or not host or not port.isdigit() or not 1 <= int(port) <= 65535 or " " in host:
-        raise ValueError("HOST:PORT with a port from 1 to 65535, such as '0.0.0.0:8443' or '[::]:8443'")
+        raise ValueError("a HOST:PORT address with a port from 1 to 65535, such as '0.0.0.0:8443' "
+                         "or '[::]:8443'")
     return host, int(port)
 
 
