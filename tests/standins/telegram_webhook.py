@@ -3,7 +3,9 @@
 Telegram POSTs each update as JSON to the registered URL, with the secret token (if one was set)
 in X-Telegram-Bot-Api-Secret-Token, and counts it delivered only on a 2xx answer; anything else
 (an error status, a refused or dropped connection, no answer in time) is retried later with
-growing pauses, and the update stays pending meanwhile. This sender does the same, with short
+growing pauses, and the update stays pending meanwhile. One chat's updates are posted one at a
+time, the next only once the last was answered; different chats' in parallel (as grammY's
+deployment guide describes Telegram's behaviour). This sender does the same, with short
 pauses and a few tries so that tests end; an update it gave up on stays pending, as on Telegram.
 """
 
@@ -78,6 +80,7 @@ class WebhookSender:
         self.on_answer: Callable[[WebhookAttempt], None] | None = None
         self._session: aiohttp.ClientSession | None = None
         self._tasks: dict[Any, asyncio.Task[int | None]] = {}
+        self._last_of_chat: dict[Any, asyncio.Task[int | None]] = {}
 
     async def post(self, webhook: Webhook, update: JSON, *, secret: str | None = None,
                    tries: int | None = None, still_wanted: Callable[[], bool] = lambda: True) -> int | None:
@@ -103,18 +106,24 @@ class WebhookSender:
 
     def post_soon(self, webhook: Webhook, update: JSON, still_wanted: Callable[[], bool],
                   on_delivered: Callable[[JSON], None]) -> None:
-        """Deliver in the background (one task per update, as Telegram's parallel connections)."""
+        """Deliver in the background: after the same chat's previous update, beside other chats'."""
         key = update.get("update_id")
         if key in self._tasks and not self._tasks[key].done():
             return
+        chat = _chat_of(update)
+        before = self._last_of_chat.get(chat) if chat is not None else None
 
         async def deliver() -> int | None:
+            if before is not None:
+                await asyncio.gather(before, return_exceptions=True)
             status = await self.post(webhook, update, still_wanted=still_wanted)
             if status is not None and 200 <= status < 300:
                 on_delivered(update)
             return status
 
         self._tasks[key] = asyncio.create_task(deliver(), name=f"webhook delivery {key}")
+        if chat is not None:
+            self._last_of_chat[chat] = self._tasks[key]
 
     def sending(self, update: JSON) -> bool:
         """Whether a background delivery of `update` was started (it may have ended)."""
@@ -142,3 +151,11 @@ class WebhookSender:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _chat_of(update: JSON) -> Any:
+    """The chat id an update belongs to, if it carries one (a message, an edit, a channel post)."""
+    for value in update.values():
+        if isinstance(value, dict) and isinstance(value.get("chat"), dict):
+            return value["chat"].get("id")
+    return None
