@@ -281,6 +281,34 @@ async def test_the_webhook_secret_never_reaches_the_logs(
     assert SECRET not in logs and SECRET[:-1] not in logs
 
 
+async def test_each_bot_serves_its_own_webhook_and_answers_what_was_sent_to_it(
+    tg: TelegramStandIn, api: AnthropicStandIn, make_config: MakeConfig, secrets: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two bots in webhook mode, each on its own port and URL: each registers its own webhook and
+    answers only the updates Telegram posts for it."""
+    work = tg.add_bot(token="654321:WORK", bot_id=2000, bot_username="work_bot")
+    monkeypatch.setenv("WORK_BOT_TOKEN", work.token)
+    main_port, work_port = free_port(), free_port()
+    section = telegram_section(tg, main_port)
+    section["accounts"] = {"work": {"token_env": "WORK_BOT_TOKEN", "webhook_listen": f"127.0.0.1:{work_port}",
+                                    "webhook_url": f"http://127.0.0.1:{work_port}/telegram/work"}}
+    config = make_config(config_data(api, channels={"telegram": section}))
+    channels = build_channels(config, console=False)
+    async with running(config, channels, AnthropicBrain(config.anthropic, API_KEY)) as daemon:
+        for channel in channels:
+            assert isinstance(channel, TelegramChannel)
+            await asyncio.wait_for(channel.ready.wait(), 5)
+        for bot, text in ((tg, "to main"), (work, "to work")):
+            assert await bot.delivered(bot.push_message(private_chat(ADA), ADA, text)) == 200
+        await tg.wait_for(lambda: tg.sent and work.sent)
+        await router_of(daemon).idle()
+
+    assert (texts_to(tg, 42), texts_to(work, 42)) == (["re: to main"], ["re: to work"])
+    assert [w.url.rsplit(":", 1)[1] for w in (tg.webhook, work.webhook) if w is not None] == [
+        f"{main_port}/telegram", f"{work_port}/telegram/work"]
+
+
 WEBHOOK = ('[channels.telegram]\nenabled = true\nmode = "webhook"\nwebhook_secret_env = "HOOK_SECRET"\n'
            'webhook_url = "https://bot.example.com/telegram"\n')
 
