@@ -49,7 +49,7 @@ def test_switching_to_or_from_a_webhook_or_moving_it_reconnects() -> None:
     """Polling <-> webhook, and a webhook's new address, URL or secret variable, restart the channel."""
     hook = {"mode": "webhook", "webhook_url": "https://bot.example.com/t", "webhook_secret_env": "HOOK"}
     polling, webhook = config(channels=telegram()), config(channels=telegram(**hook))
-    moved = [config(channels=telegram(**hook, **change)) for change in (
+    moved = [config(channels=telegram(**(hook | change))) for change in (
         {"webhook_listen": "127.0.0.1:8080"}, {"webhook_url": "https://bot.example.com/u"},
         {"webhook_secret_env": "OTHER_HOOK"})]
     for old, new in [(polling, webhook), (webhook, polling)] + [(webhook, m) for m in moved]:
