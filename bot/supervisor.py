@@ -165,9 +165,11 @@ class ChannelSupervisor:
 
     @staticmethod
     async def _close_later(task: asyncio.Task[None], grace: float) -> None:
-        await asyncio.wait([task], timeout=grace)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        try:
+            await asyncio.wait([task], timeout=grace)
+        finally:  # also when the daemon stops within the grace: the channel must close its clients
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     def _track(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)

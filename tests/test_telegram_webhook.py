@@ -242,6 +242,8 @@ async def test_switching_from_webhook_to_polling_deletes_the_webhook_and_polls(
         assert tg.webhook is None and len(tg.calls_of("deleteWebhook")) == 1
         status = await daemon.status()
         assert [(c["provider"], c["state"]) for c in status["channels"]] == [("telegram", "connected")]
+    # The retired webhook channel was closed with the daemon, though its grace had not run out.
+    assert [t for t in asyncio.all_tasks() if t.get_name() == "telegram"] == []
 
     # Webhook again, then stopped: what Telegram posts meanwhile finds no server and stays pending.
     async with webhook_daemon(write("webhook")):
