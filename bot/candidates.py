@@ -107,28 +107,41 @@ def fuse(
     excluded = set(exclude)
     found: dict[int, dict[int, StoredMessage]] = {}
     hits: dict[int, dict[Source, Hit]] = {}
+    fused: dict[int, float] = {}
     for name in SOURCES:
         rank = 0
+        weight = WEIGHTS[name]
         for turn, score in sources.get(name, ()):
-            kept = [message for message in turn if message.id not in excluded]
+            kept = {message.id: message for message in turn if message.id not in excluded}
             if not kept:
                 continue
             rank += 1
             key = turn[0].id
-            found.setdefault(key, {}).update((message.id, message) for message in kept)
-            hits.setdefault(key, {}).setdefault(name, Hit(rank, score))
-    fused = {key: sum(WEIGHTS[name] / (RRF_K + hit.rank) for name, hit in by_source.items())
-             for key, by_source in hits.items()}
+            known = found.get(key)
+            if known is None:
+                found[key] = kept
+                hits[key] = {name: Hit(rank, score)}
+                fused[key] = 0 + weight / (RRF_K + rank)  # as sum() adds: from 0, in SOURCES order
+                continue
+            known.update(kept)
+            by_source = hits[key]
+            if name not in by_source:
+                by_source[name] = Hit(rank, score)
+                fused[key] += weight / (RRF_K + rank)
     order = sorted(fused, key=lambda key: (-fused[key], -key))[:limit]
     return [
         Candidate(
-            messages=tuple(sorted(found[key].values(), key=lambda message: message.id)),
-            hits=dict(hits[key]),
+            messages=tuple(sorted(found[key].values(), key=_message_id)),
+            hits=hits[key],
             score=fused[key],
             rank=position,
         )
         for position, key in enumerate(order, start=1)
     ]
+
+
+def _message_id(message: StoredMessage) -> int:
+    return message.id
 
 
 def chronological(candidates: Iterable[Candidate]) -> list[StoredMessage]:

@@ -14,6 +14,7 @@ from bot.config import Config, parse_config
 from bot.embed_worker import EmbedWorker, embed_backlog
 from bot.embedding import Embedder, embedding_text, load_embedder, unavailable_reason, vector_bytes
 from bot.messages import ChatRef, InboundMessage, StoredMessage
+from bot.semantic_recall import SemanticRecall
 from bot.session_key import build
 from bot.store import Store
 from tests.fakes import FakeChannel
@@ -102,6 +103,25 @@ async def test_a_fact_said_in_other_words_is_nearer_than_distractors_sharing_wor
     found = await ranked(store, embedder, request)
     assert found[0] == fact.text
     assert len(found) == 6
+
+
+async def test_a_request_the_worker_has_not_reached_is_embedded_by_its_turn(
+    store: Store, embedder: Embedder
+) -> None:
+    """The turn embeds its own request when the worker is behind, and finds the session's earlier
+    words by meaning all the same, in a store that has read none of the session's vectors yet; the
+    request's vector is kept (the worker and replay reuse it) and the next search still sees it."""
+    fact = await say_in(store, "I looked into adoption agencies last week")
+    parking = await say_in(store, "finding a parking spot has been hard")
+    assert await embed_all(store, embedder) == 2
+    request = await say_in(store, "Has Caroline been finding out how to adopt a kid?", name="Melanie")
+    recall = SemanticRecall(store, embedder)
+    found = await recall.matches(str(SESSION), request, limit=5)
+    assert [message_id for message_id, _ in found] == [fact.id, parking.id]  # never the request
+    assert await store.embedding_of(request.id, embedder.model_id) is not None
+    later = await say_in(store, "Who adopts a kid these days?", name="Melanie")
+    assert await embed_all(store, embedder) == 1
+    assert await ranked(store, embedder, later) == [request.text, fact.text, parking.text]
 
 
 async def test_matches_stay_in_their_session_above_the_floor_and_below_before_id(

@@ -9,6 +9,7 @@ process) reloads the session. numpy is imported only when vectors are read or se
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -161,7 +162,17 @@ class Embeddings(Database):
         (yet). Its vector comes in the read that checks the session's cache."""
         from bot.embedding import vectors_from_bytes
 
-        floor, signature, blob = await self._signature(session_key, model, message_id)
+        if self._matrices is not None and (session_key, model) in self._matrices:
+            floor, signature, blob = await self._signature(session_key, model, message_id)
+        else:
+            # Nothing of the session in memory: its vectors are read in the same trip (queued
+            # behind the check, so SQLite runs both back to back), and kept even when the request
+            # has no vector yet: the search after it is embedded then reads only that one.
+            (floor, signature, blob), read = await asyncio.gather(
+                self._signature(session_key, model, message_id),
+                self._vectors(session_key, model, after_id=0),
+            )
+            await self._session_matrix(session_key, model, signature, read=read)
         if blob is None:
             return None
         if limit <= 0:
@@ -213,9 +224,12 @@ class Embeddings(Database):
         return int(floor), (int(count), int(largest), int(total)), None if blob is None else bytes(blob)
 
     async def _session_matrix(
-        self, session_key: str, model: str, signature: tuple[int, int, int]
+        self, session_key: str, model: str, signature: tuple[int, int, int],
+        *, read: tuple[Any, int, bytes] | None = None,
     ) -> _Matrix | None:
-        """The session's vectors, from memory when the table still matches, else (partly) read again."""
+        """The session's vectors, from memory when the table still matches, else (partly) read
+        again; `read`: every vector of the session as `_vectors` read it just after `signature`,
+        used when it holds exactly the counted vectors."""
         if signature[0] == 0:
             self._forget(session_key, model)
             return None
@@ -228,7 +242,9 @@ class Embeddings(Database):
             self._matrices.move_to_end(key)
             return cached
         matrix: _Matrix | None = None
-        if cached is not None and signature[0] > cached.signature[0] and signature[1] > cached.signature[1]:
+        if read is not None and len(read[0]) == signature[0] and int(read[0].sum()) == signature[2]:
+            matrix = _build(*read, signature=signature)
+        elif cached is not None and signature[0] > cached.signature[0] and signature[1] > cached.signature[1]:
             newer = await self._vectors(session_key, model, after_id=cached.signature[1])
             if (cached.signature[0] + len(newer[0]) == signature[0]
                     and cached.signature[2] + int(newer[0].sum()) == signature[2]):
@@ -269,7 +285,7 @@ class Embeddings(Database):
         listed, data, dim = next(iter(found))
         if listed is None:
             return np.zeros(0, dtype=np.int64), 0, b""
-        ids = np.array(str(listed).split(","), dtype=np.int64)
+        ids = np.fromstring(str(listed), dtype=np.int64, sep=",")  # 5x np.array(split)
         data = bytes(data)
         if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):  # the aggregate's order: keep pairs
             order = np.argsort(ids, kind="stable")

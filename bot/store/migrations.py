@@ -408,6 +408,13 @@ MIGRATIONS: list[str] = [
     CREATE INDEX pairings_unwelcomed ON pairings(provider)
         WHERE status = 'approved' AND welcomed_at IS NULL AND chat_id IS NOT NULL;
     """,
+    # 14: each session's interactive user messages, where every turn starts.
+    # Recall finds the turn of each match (the user message at or before it, the next one after)
+    # with one seek here, instead of walking messages_session_origin and reading each row's role.
+    """
+    CREATE INDEX messages_turn_starts ON messages(session_key, id)
+        WHERE origin = 'interactive' AND role = 'user';
+    """,
     # 15: several daemons on one store: a lease per session (which instance runs its work now,
     # until when) and a heartbeat per instance (`switchboard status` lists those alive).
     """

@@ -28,14 +28,19 @@ _WEIGHT = "recall_weight"  # bot.lexical.term_weight, registered on the connecti
 _FLOOR = "(SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0))"
 
 
-# Each asked id's turn start (the user message it is or answers, above the floor), once per turn;
-# then every message from a start up to the next user message: small range reads on
+# Each asked id's turn start (the user message it is or answers, above the floor), once per turn,
+# and the next user message: one seek each in messages_turn_starts (named: the planner would
+# rather walk messages_session_origin, reading each row for its role). Materialized, so the start's
+# subquery runs once per id (inlined, the IS NOT NULL below ran it a second time). Then every
+# message from a start up to the next user message: small range reads on
 # messages(session_key, origin, id). ?1 is the session key, ?2 `before_id`; `asked(id)` comes first.
 _TURNS = (
-    "starts(id) AS (SELECT DISTINCT (SELECT u.id FROM messages u WHERE u.session_key = ?1 "
+    "starts(id) AS MATERIALIZED (SELECT DISTINCT (SELECT u.id FROM messages u "
+    "INDEXED BY messages_turn_starts WHERE u.session_key = ?1 "
     f"AND u.origin = 'interactive' AND u.id <= asked.id AND u.id > {_FLOOR} "
     "AND u.role = 'user' ORDER BY u.id DESC LIMIT 1) FROM asked), "
     "turns(start, stop) AS MATERIALIZED (SELECT s.id, COALESCE((SELECT n.id FROM messages n "
+    "INDEXED BY messages_turn_starts "
     "WHERE n.session_key = ?1 AND n.origin = 'interactive' AND n.id > s.id AND n.id < ?2 "
     "AND n.role = 'user' ORDER BY n.id LIMIT 1), ?2) FROM starts s WHERE s.id IS NOT NULL)"
 )
