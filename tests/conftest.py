@@ -14,6 +14,7 @@ from bot.config import Config, parse_config
 from bot.store import Store
 from tests.fakes import FakeChannel
 from tests.harness import echo
+from tests.postgres import PostgresServer
 from tests.standins.anthropic_api import AnthropicStandIn
 from tests.standins.discord_api import DiscordStandIn
 from tests.standins.telegram_api import TelegramStandIn
@@ -74,12 +75,16 @@ async def api() -> AsyncIterator[AnthropicStandIn]:
 
 
 @pytest.fixture
-def make_config(tmp_path: Path) -> Iterator[Any]:
-    """Build a Config from a dict of sections, with the database in tmp_path."""
+def make_config(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Build a Config from a dict of sections, with the database in tmp_path; in a test that also
+    uses `store`, the database that store is on (the SQLite file, or its PostgreSQL database)."""
+    backend = request.getfixturevalue("store_backend") if "store_backend" in request.fixturenames else "sqlite"
+    database = ({"path": str(tmp_path / "switchboard.db")} if backend == "sqlite"
+                else {"url": request.getfixturevalue("pg_url")})
 
     def make(data: dict[str, Any] | None = None) -> Config:
         data = dict(data or {})
-        data.setdefault("database", {"path": str(tmp_path / "switchboard.db")})
+        data.setdefault("database", database)
         return parse_config(data, str(tmp_path / "config.toml"))
 
     yield make
@@ -103,10 +108,47 @@ def channel() -> FakeChannel:
     return FakeChannel()
 
 
+BACKENDS = ("sqlite", "postgres")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test using `store` runs on each backend (SQLite alone when marked sqlite_only)."""
+    if "store_backend" in metafunc.fixturenames:
+        only = metafunc.definition.get_closest_marker("sqlite_only") is not None
+        metafunc.parametrize("store_backend", ("sqlite",) if only else BACKENDS)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    """This test session's own PostgreSQL server (one per xdist worker), started on first use."""
+    server = PostgresServer()
+    try:
+        server.start()
+    except RuntimeError as exc:
+        server.stop()
+        pytest.fail(str(exc), pytrace=False)
+    yield server
+    server.stop()
+
+
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    async with Store.open(tmp_path / "switchboard.db") as opened:
-        yield opened
+def pg_url(pg_server: PostgresServer) -> str:
+    """The url of a new, empty database on the test server."""
+    return pg_server.create_database()
+
+
+@pytest.fixture
+async def store(store_backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """A fresh store on SQLite (a file in tmp_path) or on PostgreSQL (a new database)."""
+    if store_backend == "sqlite":
+        async with Store.open(tmp_path / "switchboard.db") as opened:
+            yield opened
+        return
+    from bot.store.postgres import PostgresStore
+
+    url = request.getfixturevalue("pg_url")
+    async with PostgresStore.connect(url, state_path=tmp_path / "switchboard.db", label=url) as pg:
+        yield pg
 
 
 # -- the platform stand-ins most channel tests share (a module may define its own instead) ---------

@@ -67,14 +67,14 @@ class Compactions(Database):
             latest = next(iter(found))[0]
             if latest is not None and (replaces is None or latest > replaces):
                 return None
-            cursor = await self._conn.execute(
+            inserted = await self._conn.execute_fetchall(
                 "INSERT INTO compactions (session_key, summary, last_summarised_id, "
                 "first_kept_message_id, tokens_before, tokens_after, model, created_at, notified) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (session_key, summary, last_summarised_id, first_kept_message_id, tokens_before,
                  tokens_after, model, time.time(), int(notified)),
             )
-        return await self.compaction_by_id(cursor.lastrowid or 0)
+        return await self.compaction_by_id(int(next(iter(inserted))[0]))
 
     async def take_compaction_notice(self, session_key: str) -> CompactionRecord | None:
         """The compaction in use, if the chat was not told about it yet; every one is marked told.

@@ -62,7 +62,16 @@ class Database:
         finally:
             await conn.close()
 
+    @property
+    def label(self) -> str:
+        """The database as messages name it: the file (a PostgreSQL store names its server)."""
+        return str(self.path)
+
     async def _migrate(self) -> None:
+        """Bring the schema up to date; the concerns add their own part of opening after it."""
+        await self._apply_migrations()
+
+    async def _apply_migrations(self) -> None:
         await self._conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations "
             "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
@@ -72,7 +81,7 @@ class Database:
         current = (row[0] if row else None) or 0
         if current > len(MIGRATIONS):
             raise StoreError(
-                f"database {self.path} is at schema {current}, newer than this Switchboard "
+                f"database {self.label} is at schema {current}, newer than this Switchboard "
                 f"({len(MIGRATIONS)}); upgrade Switchboard"
             )
         for version, sql in enumerate(MIGRATIONS[current:], start=current + 1):

@@ -102,7 +102,7 @@ class Pairings(Database):
                 "ON CONFLICT (provider, user_id) DO UPDATE SET status = 'pending', code = excluded.code, "
                 "user_name = excluded.user_name, requested_at = excluded.requested_at, "
                 "expires_at = excluded.expires_at, notified_at = excluded.notified_at, decided_at = NULL, "
-                "chat_id = COALESCE(excluded.chat_id, chat_id)",
+                "chat_id = COALESCE(excluded.chat_id, pairings.chat_id)",
                 (provider, user_id, code, user_name, now, now + ttl, now, chat_id),
             )
             return PairingState("pending", code, now + ttl, notify=True)

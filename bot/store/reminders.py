@@ -76,14 +76,14 @@ class Reminders(Database):
             if next(iter(found))[0] >= max_pending:
                 plural = "" if max_pending == 1 else "s"
                 raise ReminderLimitError(f"you already have {max_pending} pending reminder{plural}")
-            cursor = await self._conn.execute(
+            inserted = await self._conn.execute_fetchall(
                 "INSERT INTO reminders (session_key, provider, chat_id, thread_id, user_id, user_name, "
                 "text, at, repeat, timezone, status, created_at, request_message_id) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?) RETURNING id",
                 (session_key, chat.provider, chat.chat_id, chat.thread_id, user_id, user_name, text,
                  at, repeat, timezone, time.time(), request_message_id),
             )
-        added = await self.reminder_by_id(cursor.lastrowid or 0)
+        added = await self.reminder_by_id(int(next(iter(inserted))[0]))
         assert added is not None
         return added
 
