@@ -78,7 +78,8 @@ async def api() -> AsyncIterator[AnthropicStandIn]:
 def make_config(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
     """Build a Config from a dict of sections, with the database in tmp_path; in a test that also
     uses `store`, the database that store is on (the SQLite file, or its PostgreSQL database)."""
-    backend = request.getfixturevalue("store_backend") if "store_backend" in request.fixturenames else "sqlite"
+    uses_store = "store_backend" in request.fixturenames
+    backend = request.getfixturevalue("store_backend") if uses_store else "sqlite"
     database = ({"path": str(tmp_path / "switchboard.db")} if backend == "sqlite"
                 else {"url": request.getfixturevalue("pg_url")})
 
@@ -134,7 +135,7 @@ def pg_server() -> Iterator[PostgresServer]:
 @pytest.fixture
 def pg_url(pg_server: PostgresServer) -> str:
     """The url of a new, empty database on the test server."""
-    return pg_server.create_database()
+    return pg_server.fresh_database()
 
 
 @pytest.fixture

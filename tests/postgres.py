@@ -8,11 +8,14 @@ a database. The server binaries are Debian's `postgresql` package (`.ci/run` ins
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 INSTALL_HINT = (
     "PostgreSQL's server binaries (initdb, pg_ctl) are not on PATH: install Debian's `postgresql` "
@@ -47,6 +50,7 @@ class PostgresServer:
         self.port = 5432
         self._as_postgres = os.geteuid() == 0  # initdb and the server refuse to run as root
         self._count = 0
+        self._reusable: str | None = None
 
     def _run(self, *argv: str) -> None:
         command = ["runuser", "-u", "postgres", "--", *argv] if self._as_postgres else list(argv)
@@ -73,14 +77,26 @@ class PostgresServer:
         return f"postgresql://{USER}@/{database}?host={self.sockets}&port={self.port}"
 
     def _template(self) -> None:
-        """A template database with the extensions a test database may need, copied per test."""
+        """A template database the store has migrated once: each test's database is a copy of it
+        (a copy takes a fraction of the time the migrations take)."""
         import psycopg
+
+        from bot.store.postgres import PostgresStore
 
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {TEMPLATE} TEMPLATE template0")
 
+        async def migrate() -> None:
+            async with PostgresStore.connect(self.url(TEMPLATE), state_path=self.root / "unused.db",
+                                             label=TEMPLATE):
+                pass
+
+        # Its own thread and loop: the first test to ask may be running in an event loop already.
+        with ThreadPoolExecutor(1) as thread:
+            thread.submit(asyncio.run, migrate()).result()
+
     def create_database(self) -> str:
-        """A new empty database; returns its url."""
+        """A new database, migrated; returns its url."""
         import psycopg
 
         self._count += 1
@@ -88,6 +104,22 @@ class PostgresServer:
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
         return self.url(name)
+
+    def fresh_database(self) -> str:
+        """A migrated database with no rows and every id counting from 1 again, as a new one
+        would be: the previous test's database emptied (about 20 ms, where a copy of the
+        template takes 10 times that), or a new copy when emptying it is not enough."""
+        import psycopg
+
+        if self._reusable is not None:
+            try:
+                with psycopg.connect(self._reusable, autocommit=True) as conn:
+                    if _empty(conn):
+                        return self._reusable
+            except psycopg.Error:
+                pass
+        self._reusable = self.create_database()
+        return self._reusable
 
     def stop(self) -> None:
         try:
@@ -97,3 +129,37 @@ class PostgresServer:
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
 
+
+
+def _empty(conn: Any) -> bool:
+    """Delete every row but the schema history, restart the identities; False when the schema is
+    not the template's (a test changed it) or another session still holds a lock."""
+    from bot.store.pg_migrations import PG_MIGRATIONS
+
+    with conn.transaction():
+        conn.execute("SET LOCAL lock_timeout = '1s'")
+        conn.execute("SET LOCAL session_replication_role = replica")  # no foreign keys, no triggers
+        versions = conn.execute("SELECT COUNT(*), MAX(version) FROM schema_migrations").fetchone()
+        if versions != (len(PG_MIGRATIONS), len(PG_MIGRATIONS)):
+            return False
+        tables = [row[0] for row in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+            "AND tablename <> 'schema_migrations'")]
+        if sorted(tables) != sorted(_TEMPLATE_TABLES.setdefault("tables", sorted(tables))):
+            return False
+        for table in tables:
+            conn.execute(f'DELETE FROM "{table}"')
+        for (sequence,) in conn.execute(
+                "SELECT sequencename FROM pg_sequences WHERE schemaname = 'public'").fetchall():
+            conn.execute("SELECT setval(%s, 1, false)", (sequence,))
+    return True
+
+
+_TEMPLATE_TABLES: dict[str, list[str]] = {}
+
+
+def database_toml(store: Any) -> str:
+    """The `[database]` key naming the database `store` is on, for a config file a test writes."""
+    from bot.store.postgres import PostgresStore
+
+    return f'url = "{store.label}"' if isinstance(store, PostgresStore) else f'path = "{store.path}"'

@@ -66,7 +66,8 @@ async def test_foreign_keys_are_enforced(store: Store) -> None:
     """A snapshot pointing at a message or session that does not exist is refused by the database."""
     import psycopg
 
-    with pytest.raises((sqlite3.IntegrityError, psycopg.errors.ForeignKeyViolation), match="(?i)foreign key"):
+    refused = (sqlite3.IntegrityError, psycopg.errors.ForeignKeyViolation)
+    with pytest.raises(refused, match=r"(?i)foreign key"):
         await store.record_snapshot("agent:main:telegram:direct:404", 12345, None, {}, "h")
     # The failed write left nothing behind and the store is still usable.
     stored = await store.append_inbound(inbound("still works"))

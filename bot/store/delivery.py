@@ -184,7 +184,8 @@ class Delivery(Database):
     async def quarantined(self, provider: str | None = None) -> list[tuple[str, str | None, str, str]]:
         """(provider, ref, raw, error) of every quarantined update, oldest first."""
         rows = await self._conn.execute_fetchall(
-            "SELECT provider, ref, raw, error FROM quarantine WHERE ?1 IS NULL OR provider = ?1 ORDER BY id",
+            "SELECT provider, ref, raw, error FROM quarantine "
+            "WHERE CAST(?1 AS TEXT) IS NULL OR provider = ?1 ORDER BY id",
             (provider,),
         )
         return [(row[0], row[1], row[2], row[3]) for row in rows]

@@ -100,8 +100,9 @@ class Reminders(Database):
         """Pending reminders, oldest first; narrowed to a session and an owner when given."""
         rows = await self._conn.execute_fetchall(
             f"SELECT {_COLUMNS} FROM reminders WHERE status = 'pending' "
-            "AND (?1 IS NULL OR session_key = ?1) AND (?2 IS NULL OR provider = ?2) "
-            "AND (?3 IS NULL OR user_id = ?3) ORDER BY id",
+            "AND (CAST(?1 AS TEXT) IS NULL OR session_key = ?1) "
+            "AND (CAST(?2 AS TEXT) IS NULL OR provider = ?2) "
+            "AND (CAST(?3 AS TEXT) IS NULL OR user_id = ?3) ORDER BY id",
             (session_key, provider, user_id),
         )
         return [_row_to_reminder(row) for row in rows]
