@@ -98,8 +98,16 @@ def db(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def view(db: Path) -> AsyncIterator[Store]:
-    """A second connection on the test daemon's database (opened first, so it runs the migrations)."""
+async def view(db: Path, request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """A second connection on the test daemon's database (opened first, so it runs the migrations);
+    in a test that asks for `store_backend`, on the database `make_config` names for it."""
+    if "store_backend" in request.fixturenames and request.getfixturevalue("store_backend") == "postgres":
+        from bot.store.postgres import PostgresStore
+
+        url = request.getfixturevalue("pg_url")
+        async with PostgresStore.connect(url, state_path=db, label=url) as pg:
+            yield pg
+        return
     async with Store.open(db) as opened:
         yield opened
 

@@ -71,17 +71,19 @@ class PostgresStore(PgRecall, Store):
         kwargs: dict[str, Any] = {"autocommit": True}
         if password is not None:
             kwargs["password"] = password
+        try:
+            # One connection first: a refusal is told at once, with the server's reason (a pool
+            # would retry in the background until its timeout and then say only that).
+            first = await psycopg.AsyncConnection.connect(url, connect_timeout=10, **kwargs)
+            await first.close()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot open database {label}: {' '.join(str(exc).split())}") from exc
         pool = AsyncConnectionPool(url, kwargs=kwargs, min_size=1, max_size=max_connections,
                                    open=False, name="switchboard")
         try:
             await pool.open(wait=True, timeout=15)
-        except Exception as exc:  # PoolTimeout carries no reason: ask once more for the real one
+        except Exception as exc:
             await pool.close()
-            try:
-                conn = await psycopg.AsyncConnection.connect(url, connect_timeout=10, **kwargs)
-                await conn.close()
-            except psycopg.Error as reason:
-                raise StoreError(f"cannot open database {label}: {str(reason).strip()}") from reason
             raise StoreError(f"cannot open database {label}: {exc}") from exc
         try:
             store = cls(PgConnection(pool), state_path, label)
