@@ -51,6 +51,7 @@ class PostgresServer:
         self._as_postgres = os.geteuid() == 0  # initdb and the server refuse to run as root
         self._count = 0
         self._reusable: str | None = None
+        self._tables: list[str] = []  # the template's, schema_migrations aside
 
     def _run(self, *argv: str) -> None:
         command = ["runuser", "-u", "postgres", "--", *argv] if self._as_postgres else list(argv)
@@ -94,6 +95,8 @@ class PostgresServer:
         # Its own thread and loop: the first test to ask may be running in an event loop already.
         with ThreadPoolExecutor(1) as thread:
             thread.submit(asyncio.run, migrate()).result()
+        with psycopg.connect(self.url(TEMPLATE)) as conn:
+            self._tables = _tables(conn)
 
     def create_database(self) -> str:
         """A new database, migrated; returns its url."""
@@ -114,7 +117,7 @@ class PostgresServer:
         if self._reusable is not None:
             try:
                 with psycopg.connect(self._reusable, autocommit=True) as conn:
-                    if _empty(conn):
+                    if _empty(conn, self._tables):
                         return self._reusable
             except psycopg.Error:
                 pass
@@ -130,8 +133,12 @@ class PostgresServer:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
+def _tables(conn: Any) -> list[str]:
+    return sorted(row[0] for row in conn.execute(
+        "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'schema_migrations'"))
 
-def _empty(conn: Any) -> bool:
+
+def _empty(conn: Any, tables: list[str]) -> bool:
     """Delete every row but the schema history, restart the identities; False when the schema is
     not the template's (a test changed it) or another session still holds a lock."""
     from bot.store.pg_migrations import PG_MIGRATIONS
@@ -142,10 +149,7 @@ def _empty(conn: Any) -> bool:
         versions = conn.execute("SELECT COUNT(*), MAX(version) FROM schema_migrations").fetchone()
         if versions != (len(PG_MIGRATIONS), len(PG_MIGRATIONS)):
             return False
-        tables = [row[0] for row in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
-            "AND tablename <> 'schema_migrations'")]
-        if sorted(tables) != sorted(_TEMPLATE_TABLES.setdefault("tables", sorted(tables))):
+        if _tables(conn) != tables:
             return False
         for table in tables:
             conn.execute(f'DELETE FROM "{table}"')
@@ -154,8 +158,6 @@ def _empty(conn: Any) -> bool:
             conn.execute("SELECT setval(%s, 1, false)", (sequence,))
     return True
 
-
-_TEMPLATE_TABLES: dict[str, list[str]] = {}
 
 
 def database_toml(store: Any) -> str:
