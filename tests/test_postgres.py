@@ -17,7 +17,7 @@ from bot.errors import ConfigError, StoreError
 from bot.log import Redactor
 from bot.messages import ChatRef, InboundMessage
 from bot.session_key import build
-from bot.store import Store
+from bot.store import ReminderLimitError, Store
 from bot.store.migrations import MIGRATIONS
 from bot.store.pg_migrations import PG_MIGRATIONS
 from bot.store.postgres import PostgresStore
@@ -99,6 +99,29 @@ async def test_two_writers_share_one_run_record_and_record_a_command_once(
             assert sum(result is not None for result in recorded) == 1
         assert len(await first.pending_commands()) == 10
         assert len(await first.schedule_runs("daily", 100)) == 10
+
+
+async def test_limits_counted_before_a_write_hold_for_writers_at_once(pg_url: str, tmp_path: Path) -> None:
+    """A user's reminder and note limits hold when two daemons add at the same moment: the
+    count and the write of one finish before the other counts (as under SQLite's write lock)."""
+    async with opened(pg_url, tmp_path) as first, opened(pg_url, tmp_path) as second:
+
+        async def remind(store: Store, n: int) -> bool:
+            try:
+                await store.add_reminder(
+                    session_key=str(DM), chat=ChatRef("telegram", "42"), user_id="42", user_name="Ada",
+                    text=f"r{n}", at=2e9, repeat=None, timezone="UTC", request_message_id=None,
+                    max_pending=3)
+            except ReminderLimitError:
+                return False
+            return True
+
+        added = await asyncio.gather(*(remind(store, n) for n in range(4) for store in (first, second)))
+        assert sum(added) == 3 and len(await first.pending_reminders(user_id="42")) == 3
+        notes = await asyncio.gather(*(
+            store.add_note("telegram", "42", f"n{n}", session_key=None, max_notes=2)
+            for n in range(3) for store in (first, second)))
+        assert sum(note is not None for note in notes) == 2
 
 
 async def test_a_reply_and_its_cleared_request_are_one_transaction(pg_url: str, tmp_path: Path) -> None:

@@ -59,6 +59,7 @@ class Compactions(Database):
         context floor (before a /reset) are out of use and do not count.
         """
         async with self._transaction():
+            await self._serialize("compaction", session_key)
             found = await self._conn.execute_fetchall(
                 "SELECT MAX(id) FROM compactions WHERE session_key = ? AND last_summarised_id > "
                 "(SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?), 0))",
@@ -88,6 +89,7 @@ class Compactions(Database):
         if not list(pending):
             return None
         async with self._transaction():
+            await self._serialize("compaction", session_key)
             found = await self._conn.execute_fetchall(
                 _LATEST_COMPACTION,
                 (session_key, session_key),

@@ -109,6 +109,12 @@ class Database:
                 raise
             await self._conn.execute("COMMIT")
 
+    async def _serialize(self, *key: str) -> None:
+        """Inside a transaction that reads before it decides what to write (a limit counted, the
+        latest record checked): wait for any other such transaction on the same key. Nothing to
+        do here: SQLite's write lock already lets one transaction write at a time."""
+        return None
+
     async def _count(self, sql: str) -> int:
         found = await self._conn.execute_fetchall(sql)
         row = next(iter(found), None)

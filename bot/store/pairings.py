@@ -79,6 +79,7 @@ class Pairings(Database):
         if await self.pairing_status(provider, user_id) == "approved":  # the common case: no write
             return PairingState("approved")
         async with self._transaction():
+            await self._serialize("pairing", provider, user_id)
             rows = await self._conn.execute_fetchall(
                 "SELECT status, code, expires_at, notified_at FROM pairings "
                 "WHERE provider = ? AND user_id = ?", (provider, user_id),

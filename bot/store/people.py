@@ -25,6 +25,7 @@ class People(Database):
     ) -> UserNote | None:
         """Keep a note; None when the user already has `max_notes` (nothing is dropped silently)."""
         async with self._transaction():
+            await self._serialize("notes", provider, user_id)
             found = await self._conn.execute_fetchall(
                 "SELECT COUNT(*) FROM user_notes WHERE provider = ? AND user_id = ?", (provider, user_id)
             )

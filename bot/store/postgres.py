@@ -122,6 +122,11 @@ class PostgresStore(PgRecall, Store):
         async with self._pg.transaction():
             yield
 
+    async def _serialize(self, *key: str) -> None:
+        """A transaction-scoped advisory lock on the key: concurrent transactions (other tasks,
+        other daemons) that read before they write take turns, as under SQLite's write lock."""
+        await self._conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", ("\x1f".join(key),))
+
     async def check_integrity(self) -> None:
         """The server keeps its own pages sound: a round trip proves it answers."""
         await self._count("SELECT 1")

@@ -69,6 +69,7 @@ class Reminders(Database):
         """Store a pending reminder; ReminderLimitError when its owner already has `max_pending`
         (counted in the same transaction, so two turns at once cannot both pass)."""
         async with self._transaction():
+            await self._serialize("reminders", chat.provider, user_id)
             found = await self._conn.execute_fetchall(
                 "SELECT COUNT(*) FROM reminders WHERE provider = ? AND user_id = ? AND status = 'pending'",
                 (chat.provider, user_id),
