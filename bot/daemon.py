@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
 import time
@@ -18,13 +17,13 @@ from bot.brain import Brain
 from bot.channel import CatchUpPoint, Channel
 from bot.config import Config, MediaConfig, load_config
 from bot.control import serving, socket_path
+from bot.daemon_health import DaemonHealth
 from bot.embed_worker import EmbedWorker
 from bot.embedding import Embedder, load_embedder
 from bot.errors import BotError
 from bot.inbox import Inbox
-from bot.log import last_error
 from bot.media_files import MediaFiles, files_dir
-from bot.messages import ChatRef, InboundMessage, StoredMessage
+from bot.messages import AGENT_PROVIDER, ChatRef, InboundMessage, StoredMessage
 from bot.notify import Notifier
 from bot.outbox import Outbox
 from bot.pairing import PairingGate, welcome_approved
@@ -34,8 +33,10 @@ from bot.reminder_schedule import ReminderSchedule
 from bot.resume import resume, sweep
 from bot.router import Router, TurnHandler
 from bot.scheduler import Scheduler
+from bot.session_lease import SessionLeases
 from bot.store import Store
 from bot.supervisor import ChannelSupervisor, build_channels, platform_channel
+from bot.tools.agent_messages import AgentMessageTools
 from bot.tools.base import ToolSource
 from bot.tools.builtins import BuiltinTools
 from bot.tools.mcp import McpManager
@@ -52,7 +53,7 @@ READY_TIMEOUT = 30.0
 __all__ = ["Daemon", "build_channels", "console_attached", "serve"]
 
 
-class Daemon:
+class Daemon(DaemonHealth):
     """Runs channels and the router until stopped; `until_input_ends` suits `switchboard chat`."""
 
     def __init__(
@@ -113,6 +114,7 @@ class Daemon:
                     EmbedWorker(store, embedder, batch_size=config.semantic.batch_size))
             # Servers start in the background; they stop as the stack unwinds, after the last turn.
             await stack.enter_async_context(self.mcp)
+            self._agent_channel(config)
             # Known before they start: what the last run left undone is resumed for them.
             self._by_provider.update({c.provider: c for c in self.channels})
             outbox = self._outbox = Outbox(store, self._by_provider)
@@ -121,7 +123,7 @@ class Daemon:
             self.reminder_tools = ReminderTools(store, lambda: self.config.reminders, reminders)
             # Where the model's tools come from: the built-ins, reminders, MCP servers' (as they run).
             self.tool_sources += [BuiltinTools(store, lambda: self.config, embedder), self.reminder_tools,
-                                  self.mcp]
+                                  self.mcp, AgentMessageTools(store, lambda: self.config, self._by_provider)]
             agents = self.agents = Agents(store, self._by_provider, outbox, brain=self._brain, stack=stack,
                                           embedder=embedder, tool_sources=self.tool_sources)
             if self._brain is None and not config.uses_providers() and config.anthropic.api_key() is None:
@@ -129,8 +131,11 @@ class Daemon:
                             env=config.anthropic.api_key_env)
             brain = self._brain = agents.brain(config)
             agents.configure(config)
+            # Several daemons on one store: each session's work runs under its lease.
+            leases = SessionLeases(store) if store.shared else None
             router = self.router = Router(
-                store, self._announcing(agents), max_concurrent=config.router.max_concurrent_turns
+                store, self._announcing(agents), max_concurrent=config.router.max_concurrent_turns,
+                leases=leases,
             )
             inbox = self._inbox = Inbox(config, store, router, self._by_provider, agents.compactors)
             # Before any channel takes input: what the last run left undone goes first, in order.
@@ -153,6 +158,8 @@ class Daemon:
             self._spawn(sweep(store, router, self._current_inbox, outbox, self._by_provider))
             self._spawn(merge_recall_index(store))
             self._spawn(welcome_approved(store, self._by_provider))
+            if leases is not None:
+                self._spawn(leases.beat(), name="heartbeat")
             announce = asyncio.create_task(self._announce_ready(), name="ready")
             self.started.set()
             log.info("started", channels=[c.provider for c in self.channels],
@@ -253,32 +260,15 @@ class Daemon:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def channel_state(self, channel: Channel) -> str:
-        """starting, connected, restarting, stopping, stopped or error (for `switchboard status`)."""
-        return self._channels.state(channel)
+    def _agent_channel(self, config: Config) -> list[Channel]:
+        """The channel agents write to each other through, added once a config has two agents (it
+        stays when a reload leaves one: replies between agents may still be on their way)."""
+        if len(config.agent_ids()) < 2 or any(c.provider == AGENT_PROVIDER for c in self.channels):
+            return []
+        from channels.agent import AgentChannel
 
-    async def _announce_ready(self) -> None:
-        """READY=1 once every channel is connected, or after the timeout naming those still late."""
-        waits = {
-            channel.provider: asyncio.ensure_future(ready.wait())
-            for channel in self._by_provider.values()
-            if isinstance(ready := getattr(channel, "ready", None), asyncio.Event)
-        }
-        if waits:
-            _, late = await asyncio.wait(waits.values(), timeout=self._ready_timeout)
-            for waiter in late:
-                waiter.cancel()
-            late_names = sorted(name for name, waiter in waits.items() if waiter in late)
-            if late_names:
-                log.warning("channels not connected yet; reporting ready anyway", channels=late_names,
-                            waited_s=self._ready_timeout)
-        self.ready.set()
-        self._notifier.ready(self.status_line())
-
-    def status_line(self) -> str:
-        states = ", ".join(f"{c.provider} {self.channel_state(c)}" for c in self._by_provider.values())
-        pending = self.router.pending if self.router is not None else 0
-        return f"{states or 'no channels'}; {pending} queued"
+        self.channels.append(AgentChannel(lambda: self.config))
+        return self.channels[-1:]
 
     # -- reload --------------------------------------------------------------------------------
 
@@ -326,7 +316,7 @@ class Daemon:
         self.config = config
         for name in plan.stop:
             await self._channels.retire(self._by_provider[name])
-        for channel in starts:
+        for channel in [*starts, *self._agent_channel(config)]:
             self._channels.start(channel)
         for name in plan.reconfigure:
             reconfigure = getattr(self._by_provider[name], "reconfigure", None)
@@ -348,35 +338,6 @@ class Daemon:
         if plan.restart_required:
             log.warning("some changes take effect only after a restart", keys=plan.restart_required)
         return {"reloaded": True, "changed": plan.changed, "restart_required": plan.restart_required}
-
-    # -- health --------------------------------------------------------------------------------
-
-    async def status(self) -> dict[str, Any]:
-        """What `switchboard status` shows: channels, queues, schedules, the last error."""
-        router = self.router
-        channels = self._channels.status()
-        sessions = router.sessions() if router is not None else {}
-        return {
-            "pid": os.getpid(),
-            "started_at": self._started_at,
-            "uptime_s": round(time.time() - self._started_at, 1),
-            "ready": self.ready.is_set(),
-            "config": self.config.source,
-            "database": str(self._store.path) if self._store is not None else None,
-            "agent": self.config.agent.id,
-            "agents": Agents.status(self.config, sessions),
-            "channels": channels,
-            "queue": {
-                "pending": router.pending if router is not None else 0,
-                "sessions": {key: {"running": running, "waiting": waiting}
-                             for key, (running, waiting) in sessions.items()},
-            },
-            "schedules": await self.scheduler.job_states() if self.scheduler is not None else [],
-            "mcp_servers": self.mcp.status(),
-            "quarantined": await self._store.quarantine_count() if self._store is not None else 0,
-            "last_error": last_error(),
-            "last_reload": self.reloads[-1] if self.reloads else None,
-        }
 
     def request_stop(self) -> None:
         self.stop_requested.set()

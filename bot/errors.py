@@ -55,3 +55,12 @@ class DeliveryError(BotError):
         self.sent_ids = list(sent_ids or [])
         self.permanent = permanent
         super().__init__(message)
+
+
+class AgentMessageRefused(BotError):
+    """A message between agents was not passed on; `reason` is short ("hop limit"), the text says
+    why and what to do (the model reads it as a tool error)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)

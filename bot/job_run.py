@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 import structlog
 
 from bot.errors import DeliveryError, ModelError
-from bot.messages import ChatRef, OutboundMessage, StoredMessage
+from bot.messages import AGENT_PROVIDER, ChatRef, OutboundMessage, StoredMessage
 from bot.schedules import delivery_chat, job_zone
 from bot.session_key import SessionKey
 from bot.store import delivery_key as reply_delivery_key
@@ -46,9 +46,11 @@ def job_turn_prompt(job: ScheduleConfig, key: SessionKey, zone: ZoneInfo, schedu
         local = datetime.fromtimestamp(at, zone).strftime("%A %Y-%m-%d %H:%M %Z")
         return f"{local} ({datetime.fromtimestamp(at, UTC).strftime('%Y-%m-%d %H:%M UTC')})"
 
+    where = f"{'one-to-one chat' if key.is_direct else key.kind} on {key.provider}"
+    if key.provider == AGENT_PROVIDER:
+        where = f"conversation with the agent {key.peer}, who may answer you"
     return "\n".join([
-        f'This is scheduled job "{job.id}"; your answer is sent as a message to a '
-        f"{'one-to-one chat' if key.is_direct else key.kind} on {key.provider}, as it is.",
+        f'This is scheduled job "{job.id}"; your answer is sent as a message to a {where}, as it is.',
         f"It was scheduled for {both(scheduled_for)}.",
         f"Current time: {both(now)}.",
     ])

@@ -7,6 +7,7 @@ from typing import Literal
 
 from bot.media import Media
 from bot.session_key import SessionKey
+from bot.session_key import parse as parse_session_key
 
 Role = Literal["user", "assistant"]
 # The provider of sessions between agents: `agent:<to>:agent:direct:<from>`.
@@ -82,3 +83,13 @@ class StoredMessage:
     # Why a request was never answered: "late" (too old when the daemon could), "stopped" (/stop).
     unanswered: str | None = None
     media: tuple[Media, ...] = ()
+
+
+def inbound_of(message: StoredMessage, chat: ChatRef) -> InboundMessage:
+    """A stored request as its channel handed it in (a restart, or another instance, runs it)."""
+    return InboundMessage(
+        session_key=parse_session_key(message.session_key), chat=chat,
+        sender_id=message.sender_id or "", sender_name=message.sender_name or "", text=message.text,
+        provider_message_id=message.provider_message_id, reply_to_id=message.reply_to_id,
+        sent_at=message.created_at, media=message.media,
+    )

@@ -17,7 +17,7 @@ import structlog
 from bot.channel import Channel
 from bot.errors import DeliveryError
 from bot.messages import OutboundMessage
-from bot.store import Store
+from bot.store import PendingDelivery, Store
 
 log = structlog.get_logger("switchboard.outbox")
 
@@ -34,6 +34,15 @@ class Outbox:
         self._channels = channels
         # Replies being sent or queued to be sent now: a sweep for undelivered ones skips them.
         self._busy: set[int] = set()
+
+    @property
+    def shared(self) -> bool:
+        """Whether other daemons send from the same outbox (a store they share)."""
+        return self._store.shared
+
+    async def pending(self, message_id: int) -> PendingDelivery | None:
+        """The reply as the outbox holds it now; None once it has left."""
+        return next(iter(await self._store.pending_deliveries(message_id)), None)
 
     def is_busy(self, message_id: int) -> bool:
         return message_id in self._busy

@@ -137,14 +137,19 @@ def stable_system_prompt(config: Config) -> str:
     return PromptFiles(config).stable_prompt()
 
 
-def turn_system_prompt(config: Config, key: SessionKey, now: float) -> str:
-    """The per-turn part: where the conversation happens and what time it is."""
+def turn_system_prompt(
+    config: Config, key: SessionKey, now: float, speaker: str | None = None
+) -> str:
+    """The per-turn part: where the conversation happens, with whom (in a one-to-one chat: a person
+    or, in the same words, another agent), and what time it is."""
     zone = ZoneInfo(config.agent.timezone)
     local = datetime.fromtimestamp(now, zone).strftime("%A %Y-%m-%d %H:%M %Z")
     utc = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d %H:%M UTC")
     where = f"{_KIND_WORDS[key.kind]} on {key.provider}"
     if key.suffix_kind:
         where += f" (inside a {key.suffix_kind})"
+    if key.kind == "direct" and speaker and speaker != "you":  # the console's default name says nothing
+        where += f" with {speaker}"
     lines = [f"This conversation is {where}.", f"Current time: {local} ({utc})."]
     if key.kind != "direct":
         lines.append("Several people may speak; each user line starts with the speaker's name.")

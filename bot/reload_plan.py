@@ -10,6 +10,8 @@ from bot.config import Config
 from bot.config.channel_sections import platform_of
 
 PLATFORMS = ("telegram", "discord")
+# A channel's keys read once, when it connects: changing one starts it again (polling <-> webhook too).
+CONNECTION_KEYS = ("token_env", "base_url", "mode", "webhook_listen", "webhook_url", "webhook_secret_env")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +68,9 @@ def plan_reload(old: Config, new: Config, running: Collection[str], *, platforms
 
     Each bot is planned on its own: an enabled channel that is not running starts (an account
     added to the file); one disabled or gone from the file that runs stops; a changed token
-    variable, base URL or agent reconnects it; any other change to its section is applied in
-    place. With `platforms` false (`switchboard chat`) no platform channel is touched.
+    variable, base URL or webhook setting (`CONNECTION_KEYS`) reconnects it; any other change to its
+    section, its agent included, is applied in place. With `platforms` false (`switchboard chat`)
+    no platform channel is touched.
     """
     config, restart = reloadable(old, new)
     start: list[str] = []
@@ -86,7 +89,7 @@ def plan_reload(old: Config, new: Config, running: Collection[str], *, platforms
             continue
         # A new agent needs no new connection: the inbox routes by the config in force.
         reconnect = before is None or any(
-            getattr(before, key, None) != getattr(after, key, None) for key in ("token_env", "base_url")
+            getattr(before, key, None) != getattr(after, key, None) for key in CONNECTION_KEYS
         )
         if not runs or reconnect:
             start.append(name)

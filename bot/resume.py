@@ -19,7 +19,7 @@ import structlog
 
 from bot.channel import Channel
 from bot.inbox import Inbox
-from bot.messages import ChatRef, InboundMessage, StoredMessage
+from bot.messages import inbound_of
 from bot.outbox import Outbox
 from bot.router import Router, RouterClosedError, Work
 from bot.session_key import parse as parse_session_key
@@ -77,7 +77,7 @@ async def resume(
             inbox.queue_command(item)
             commands += 1
         elif item.chat is not None:
-            router.enqueue_turn(item.message, _inbound(item.message, item.chat))
+            router.enqueue_turn(item.message, inbound_of(item.message, item.chat))
             requests += 1
     report = ResumeReport(replies, requests, commands, late)
     if report:
@@ -136,22 +136,18 @@ async def sweep(
             log.info("sending undelivered replies again", replies=queued)
 
 
-def _inbound(message: StoredMessage, chat: ChatRef) -> InboundMessage:
-    """The request as its channel handed it in, rebuilt from the store."""
-    return InboundMessage(
-        session_key=parse_session_key(message.session_key), chat=chat,
-        sender_id=message.sender_id or "", sender_name=message.sender_name or "", text=message.text,
-        provider_message_id=message.provider_message_id, reply_to_id=message.reply_to_id,
-        sent_at=message.created_at,
-    )
-
-
 def _resend(outbox: Outbox, channel: Channel, delivery: PendingDelivery) -> Work:
     async def run() -> None:
         ready = getattr(channel, "ready", None)
         if isinstance(ready, asyncio.Event) and not ready.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(ready.wait(), CONNECT_WAIT)
-        await outbox.deliver(delivery.message_id, delivery.outbound)
+        outbound = delivery.outbound
+        if outbox.shared:  # another instance may have sent it (or part of it) meanwhile
+            current = await outbox.pending(delivery.message_id)
+            if current is None:
+                return
+            outbound = current.outbound
+        await outbox.deliver(delivery.message_id, outbound)
 
     return run

@@ -8,15 +8,18 @@ Different sessions run in parallel; turns also share a global limit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from bot.messages import InboundMessage, StoredMessage
+from bot.messages import InboundMessage, StoredMessage, inbound_of
+from bot.session_lease import SessionLeases
 from bot.store import Store
 
 log = structlog.get_logger("switchboard.router")
@@ -47,8 +50,13 @@ _Item = _Turn | _Job
 class Router:
     """Per-session FIFO queues; different sessions run in parallel, turns up to a global limit."""
 
-    def __init__(self, store: Store, handle_turn: TurnHandler, *, max_concurrent: int) -> None:
+    def __init__(
+        self, store: Store, handle_turn: TurnHandler, *, max_concurrent: int,
+        leases: SessionLeases | None = None,
+    ) -> None:
         self._store = store
+        # With a store shared by several daemons: each item runs under its session's lease.
+        self._leases = leases
         self._handle_turn = handle_turn
         self._slots = asyncio.Semaphore(max_concurrent)
         self._queues: dict[str, deque[_Item]] = {}
@@ -180,10 +188,11 @@ class Router:
         try:
             while queue:
                 item = queue[0]
-                if isinstance(item, _Turn):
-                    await self._run_turn(key, item)
-                else:
-                    await self._guarded(item.label, item.work, session_key=key)
+                async with self._leased(key):
+                    if isinstance(item, _Turn):
+                        await self._run_turn(key, item)
+                    else:
+                        await self._guarded(item.label, item.work, session_key=key)
                 queue.popleft()
         finally:
             # After /stop a new worker may already own this key: only clean up our own entries.
@@ -199,9 +208,26 @@ class Router:
             try:
                 # Bound for the turn's log line: the wait for the session and a free slot.
                 with structlog.contextvars.bound_contextvars(queue_ms=round(waited, 1)):
-                    await self._handle_turn(item.request, item.inbound)
+                    if self._leases is None or await self._first_in_line(key, item.request):
+                        await self._handle_turn(item.request, item.inbound)
             except Exception:
                 log.exception("turn failed", session_key=key, request_id=item.request.id)
+
+    def _leased(self, key: str) -> AbstractAsyncContextManager[None]:
+        return self._leases.hold(key) if self._leases is not None else contextlib.nullcontext()
+
+    async def _first_in_line(self, key: str, request: StoredMessage) -> bool:
+        """Under the lease: answer the session's older requests other instances stored first, then
+        say whether `request` still waits (a reply here or elsewhere may have answered it)."""
+        for earlier in await self._store.awaiting_requests(key, before=request.id):
+            if earlier.chat is not None:
+                log.info("older request of the session answered first", session_key=key,
+                         request_id=earlier.message.id)
+                await self._handle_turn(earlier.message, inbound_of(earlier.message, earlier.chat))
+        if await self._store.still_awaiting(request.id):
+            return True
+        log.info("request already answered; skipped", session_key=key, request_id=request.id)
+        return False
 
     @staticmethod
     async def _guarded(label: str, work: Work, **fields: str) -> None:

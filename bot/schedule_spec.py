@@ -9,9 +9,11 @@ from datetime import UTC, datetime, tzinfo
 from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
 
 from bot.errors import SessionKeyError
+from bot.messages import AGENT_PROVIDER
 from bot.session_key import SessionKey, build, parse
 
-SCHEDULE_CHANNELS = ("console", "telegram", "discord")
+# "agent": a job may deliver to another agent (`agent:<writer>:agent:direct:<reader>`).
+SCHEDULE_CHANNELS = ("console", "telegram", "discord", AGENT_PROVIDER)
 # Telegram and Discord address chats, users, topics and threads by number.
 NUMERIC_CHANNELS = ("telegram", "discord")
 
@@ -117,6 +119,9 @@ def delivery_key(text: str, agent_id: str) -> SessionKey:
             key = build(agent_id, provider, "channel", chat)
         else:
             key = build(agent_id, provider, "direct", chat)
+    if key.provider == AGENT_PROVIDER and (not key.is_direct or key.suffix_kind or key.peer == key.agent_id):
+        raise SessionKeyError(f"{text!r}: a job delivered to an agent names its writer and its reader, "
+                              "two different agents: 'agent:<writer>:agent:direct:<reader>'")
     platform, _, account = key.provider.partition(".")
     if platform not in SCHEDULE_CHANNELS or (account and platform not in NUMERIC_CHANNELS):
         raise SessionKeyError(f"unknown channel {key.provider!r}; expected one of {SCHEDULE_CHANNELS} "

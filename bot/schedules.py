@@ -14,7 +14,8 @@ from zoneinfo import ZoneInfo
 from apscheduler.triggers.base import BaseTrigger  # type: ignore[import-untyped]
 from apscheduler.triggers.interval import IntervalTrigger  # type: ignore[import-untyped]
 
-from bot.messages import ChatRef
+from bot.agent_chat import agent_chat
+from bot.messages import AGENT_PROVIDER, ChatRef
 from bot.schedule_spec import crontab_trigger as crontab_trigger
 from bot.schedule_spec import delivery_key as delivery_key
 from bot.session_key import SessionKey
@@ -91,6 +92,8 @@ def plan_runs(trigger: BaseTrigger, after: datetime, now: datetime, grace: float
 def delivery_chat(key: SessionKey, chat: str | None = None) -> ChatRef:
     """Where a channel sends a session's messages; `chat` names it when the key cannot."""
     platform = key.provider.partition(".")[0]
+    if platform == AGENT_PROVIDER:
+        return agent_chat(key.agent_id, key.peer)
     if platform == "telegram":
         thread = key.suffix_id if key.suffix_kind == "topic" else None
         return ChatRef(key.provider, chat or key.peer, None if thread == _TELEGRAM_GENERAL_TOPIC else thread)

@@ -17,7 +17,7 @@ import structlog
 
 from bot.channel import Channel, Intake
 from bot.config import Config, TelegramConfig
-from bot.config.root import channel_key
+from bot.config.root import channel_key, webhook_secret
 from bot.errors import BotError, ConfigError
 
 log = structlog.get_logger("switchboard.daemon")
@@ -54,7 +54,8 @@ def platform_channel(config: Config, name: str) -> Channel:
     if isinstance(section, TelegramConfig):
         from channels.telegram import TelegramChannel
 
-        return TelegramChannel(section, agent_id=agent_id, token=token, name=name)
+        secret = webhook_secret(config, name) if section.mode == "webhook" else None
+        return TelegramChannel(section, agent_id=agent_id, token=token, name=name, webhook_secret=secret)
     from channels.discord import DiscordChannel
 
     return DiscordChannel(section, agent_id=agent_id, token=token, name=name)
@@ -164,9 +165,11 @@ class ChannelSupervisor:
 
     @staticmethod
     async def _close_later(task: asyncio.Task[None], grace: float) -> None:
-        await asyncio.wait([task], timeout=grace)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        try:
+            await asyncio.wait([task], timeout=grace)
+        finally:  # also when the daemon stops within the grace: the channel must close its clients
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     def _track(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)

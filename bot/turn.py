@@ -24,7 +24,7 @@ from bot.embedding import Embedder
 from bot.errors import DeliveryError, MissingApiKeyError, ModelError
 from bot.media import MAX_INLINE_BYTES
 from bot.media_files import MediaFiles, files_dir
-from bot.messages import InboundMessage, OutboundMessage, StoredMessage
+from bot.messages import AGENT_PROVIDER, InboundMessage, OutboundMessage, StoredMessage
 from bot.outbox import Outbox
 from bot.preview import open_preview, typing_until
 from bot.prompt import PromptFiles, conversation_turns, media_hashes, turn_system_prompt
@@ -68,7 +68,10 @@ class TurnRunner:
         key = inbound.session_key
         bound = log.bind(session_key=str(key))
         channel = self._channels.get(inbound.chat.provider)
-        reply_to = inbound.provider_message_id if not key.is_direct else None
+        # Groups quote the message answered; between agents the reply says which message it
+        # answers, so the agent channel knows its hop and who waits for it.
+        quotes = not key.is_direct or key.provider == AGENT_PROVIDER
+        reply_to = inbound.provider_message_id if quotes else None
         # The reply shown while it is written, where the channel can (None: sent when complete).
         preview = await open_preview(channel, inbound.chat, reply_to, self._store, request.id)
         # "typing…" from the start (triage is model work the user waits for too) to the first text.
@@ -96,7 +99,8 @@ class TurnRunner:
                     loop = await self._tools.loop(inbound, request)
                     call = ReplyRequest(
                         system_stable=self._prompt_files.stable_prompt(),
-                        system_turn=turn_system_prompt(self._config, key, time.time())
+                        system_turn=turn_system_prompt(
+                            self._config, key, time.time(), inbound.sender_name)
                         + await self._tools.notes(inbound),
                         messages=conversation_turns(context, request, group=not key.is_direct,
                                                     zone=ZoneInfo(self._config.agent.timezone),
@@ -126,6 +130,10 @@ class TurnRunner:
         facts = self._reply_facts(call, completion, error, fallback=fallback, model_ms=model_ms)
         facts["model"] = completion.model if completion else model
         facts["provider"] = completion.provider if completion else None
+        # Which message this answers, as its channel named it (a message between agents carries its
+        # hop there: "h2-…").
+        facts["request"] = {"provider_message_id": request.provider_message_id,
+                            "reply_to_id": request.reply_to_id, "sender_id": request.sender_id}
         outcome = loop.outcome if loop is not None else None
         if outcome is not None:
             facts["tools"] = outcome.snapshot()

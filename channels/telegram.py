@@ -1,8 +1,10 @@
 """Telegram: python-telegram-bot driven by hand inside the daemon's event loop.
 
 python-telegram-bot provides the bot (requests, rate limiter, types); updates are fetched by
-`channels.telegram_intake`, which confirms each only once it is committed; normalising and gating
-each message is `channels.telegram_normalise`. Edits are ignored: only new messages are fetched
+`channels.telegram_intake`, which confirms each only once it is committed, or (mode = "webhook")
+received by `channels.telegram_webhook`, which answers Telegram only once it is committed; both
+hand each raw update to the same `_take`. Normalising and gating each message is
+`channels.telegram_normalise`. Edits are ignored: only new messages are asked for
 (`allowed_updates=["message"]`), so what the model saw is what was stored.
 """
 
@@ -42,6 +44,7 @@ from channels.telegram_media import carries_media, file_base_url, with_media
 from channels.telegram_normalise import PLATFORM, BotIdentity, Verdict, admit, to_inbound
 from channels.telegram_preview import TelegramPreview, edit_into
 from channels.telegram_request import AiohttpRequest, default_rate_limiter
+from channels.telegram_webhook import WebhookServer
 
 log = structlog.get_logger("switchboard.telegram")
 
@@ -49,9 +52,11 @@ log = structlog.get_logger("switchboard.telegram")
 TYPING_REFRESH = 4.0
 TYPING_CAP = 120.0
 SEND_ATTEMPTS = 3
+# The updates asked for, polled or by webhook alike.
+ALLOWED_UPDATES = ("message",)
 
 class TelegramChannel:
-    """Long-polls the Bot API and sends replies; one instance per bot token.
+    """Long-polls the Bot API (or serves its webhook) and sends replies; one instance per bot token.
 
     `name` is the channel's name, "telegram" or an extra account's "telegram.<account>": it is the
     provider of every session key, chat and stored row of this bot, so two bots share nothing (each
@@ -67,6 +72,7 @@ class TelegramChannel:
         name: str = PLATFORM,
         rate_limiter: BaseRateLimiter[int] | None = None,
         poll_timeout: float = 30.0,
+        webhook_secret: str | None = None,
     ) -> None:
         self.provider = name
         self._config = config
@@ -76,10 +82,7 @@ class TelegramChannel:
                                        self._updates_request)
         self._bot: BotIdentity | None = None
         self._intake: Intake | None = None
-        self._poller = UpdatePoller(
-            self._app.bot, self._updates_request, self._take, poll_timeout=poll_timeout,
-            allowed_updates=["message"], on_connected=self._connected, channel=name,
-        )
+        self._updates = self._update_source(poll_timeout, webhook_secret)
         self._notices = RefusalNotices()
         self._notice_tasks: set[asyncio.Task[None]] = set()
         self._no_drafts: set[str] = set()  # private chats where Telegram refused a draft
@@ -94,7 +97,7 @@ class TelegramChannel:
             me = self._app.bot
             self._bot = BotIdentity(me.id, me.username)
             await self._register_commands()
-            if not await self._poller.run():  # returns at once when stop() came first
+            if not await self._updates.run():  # returns at once when stop() came first
                 return
             # Until cancelled: after stop() the bot still sends the replies of turns in flight.
             await asyncio.get_running_loop().create_future()
@@ -121,8 +124,22 @@ class TelegramChannel:
             delay = min(delay * 2, 60.0)
         return False
 
+    def _update_source(self, poll_timeout: float, secret: str | None) -> UpdatePoller | WebhookServer:
+        """Where updates come from: getUpdates, or Telegram's POSTs to our webhook server."""
+        config = self._config
+        if config.mode == "webhook":
+            if config.webhook_url is None or secret is None:
+                raise ValueError("webhook mode needs webhook_url and the webhook secret")
+            return WebhookServer(self._app.bot, self._take, listen=config.webhook_listen,
+                                 url=config.webhook_url, secret=secret, allowed_updates=ALLOWED_UPDATES,
+                                 on_connected=self._connected, channel=self.provider)
+        return UpdatePoller(self._app.bot, self._updates_request, self._take, poll_timeout=poll_timeout,
+                            allowed_updates=ALLOWED_UPDATES, on_connected=self._connected,
+                            channel=self.provider)
+
     def _connected(self) -> None:
-        log.info("telegram connected", channel=self.provider, bot=self._bot.username if self._bot else None)
+        log.info("telegram connected", channel=self.provider, mode=self._config.mode,
+                 bot=self._bot.username if self._bot else None)
         self.ready.set()
 
     async def _register_commands(self) -> None:
@@ -149,9 +166,10 @@ class TelegramChannel:
         self._config = config
 
     async def stop(self) -> None:
-        """Stop fetching; returns once every update fetched is committed and the offset confirmed."""
+        """Stop taking updates; returns once every update fetched (or received) is committed and
+        confirmed to Telegram (the offset, or the webhook's answers)."""
         self._stopped.set()
-        await self._poller.stop()
+        await self._updates.stop()
 
     # -- receiving ----------------------------------------------------------------------
 

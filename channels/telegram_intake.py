@@ -117,7 +117,7 @@ class UpdatePoller:
                 self._log.error("Telegram rejected the bot token; the channel stays off")
                 return False
             except RetryAfter as exc:
-                delay = _seconds(exc)
+                delay = retry_after_seconds(exc)
                 self._log.warning("Telegram asks to wait before polling again", retry_in=delay)
                 failing = True
             except Conflict as exc:
@@ -212,7 +212,7 @@ class UpdatePoller:
                      offset=self._offset, error=f"{type(exc).__name__}: {exc}")
 
 
-def _seconds(exc: RetryAfter) -> float:
+def retry_after_seconds(exc: RetryAfter) -> float:
     """retry_after in seconds, whether PTB gives an int or (with PTB_TIMEDELTA) a timedelta."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PTBDeprecationWarning)

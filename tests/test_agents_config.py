@@ -87,6 +87,12 @@ def test_a_guild_binding_routes_every_channel_of_the_guild() -> None:
         ({"schedules": [{"id": "d", "cron": "0 8 * * *", "prompt": "p",
                          "deliver_to": "telegram.home:42"}]},
          'schedules[0] (id "d").deliver_to', "there is no 'telegram.home'"),
+        ({"schedules": [{"id": "d", "cron": "0 8 * * *", "prompt": "p",
+                         "deliver_to": "agent:main:agent:direct:nobody"}]},
+         'schedules[0] (id "d").deliver_to', "there is no agent 'nobody'"),
+        ({"schedules": [{"id": "d", "cron": "0 8 * * *", "prompt": "p",
+                         "deliver_to": "agent:work:agent:direct:work"}]},
+         'schedules[0] (id "d").deliver_to', "two different agents"),
     ],
 )
 def test_a_bad_agent_or_binding_names_its_key(change: dict[str, Any], key: str, expected: str) -> None:

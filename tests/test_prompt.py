@@ -332,6 +332,18 @@ def test_turn_prompt_for_direct_chat(make_config: Any) -> None:
     assert "2024-03-01 12:00 UTC" in prompt
 
 
+def test_turn_prompt_names_who_the_agent_talks_with_one_to_one(make_config: Any) -> None:
+    """In a one-to-one chat the agent is told who writes: a person, or another agent, in the same
+    words (a group's lines carry their speakers' names instead)."""
+    config = make_config()
+    person = turn_system_prompt(config, build("main", "telegram", "direct", 42), T0, "Ada")
+    agent = turn_system_prompt(config, build("work", "agent", "direct", "main"), T0, "Main")
+    group = turn_system_prompt(config, build("main", "telegram", "group", -100), T0, "Ada")
+    assert "one-to-one chat on telegram with Ada." in person
+    assert "one-to-one chat on agent with Main." in agent
+    assert "Ada" not in group
+
+
 def test_turn_prompt_for_channel_and_topic(make_config: Any) -> None:
     """Channels and forum topics are named as such."""
     config = make_config()

@@ -45,6 +45,18 @@ def test_a_new_token_variable_or_base_url_reconnects() -> None:
         assert (plan.start, plan.stop, plan.reconfigure) == (["telegram"], ["telegram"], [])
 
 
+def test_switching_to_or_from_a_webhook_or_moving_it_reconnects() -> None:
+    """Polling <-> webhook, and a webhook's new address, URL or secret variable, restart the channel."""
+    hook = {"mode": "webhook", "webhook_url": "https://bot.example.com/t", "webhook_secret_env": "HOOK"}
+    polling, webhook = config(channels=telegram()), config(channels=telegram(**hook))
+    moved = [config(channels=telegram(**(hook | change))) for change in (
+        {"webhook_listen": "127.0.0.1:8080"}, {"webhook_url": "https://bot.example.com/u"},
+        {"webhook_secret_env": "OTHER_HOOK"})]
+    for old, new in [(polling, webhook), (webhook, polling)] + [(webhook, m) for m in moved]:
+        plan = plan_reload(old, new, {"telegram"})
+        assert (plan.start, plan.stop, plan.reconfigure) == (["telegram"], ["telegram"], [])
+
+
 def test_an_enabled_channel_that_is_not_running_is_started() -> None:
     """An enabled channel missing from the running ones (it failed for good) starts again."""
     cfg = config(channels=telegram())

@@ -414,3 +414,56 @@ async def test_get_file_then_the_file_url_serves_the_bytes_and_refuses_as_telegr
         huge = tg.add_file(b"\0" * (20 * 1024 * 1024 + 1))
         with pytest.raises(BadRequest, match=r"(?i)file is too big"):
             await bot.get_file(huge["file_id"])
+
+
+@asynccontextmanager
+async def receiver(statuses: list[int]) -> AsyncIterator[tuple[str, list[tuple[int, str | None]]]]:
+    """A webhook endpoint on 127.0.0.1 answering `statuses` in turn (then 200); yields its URL and
+    what it received: (update_id, secret header) per request."""
+    from aiohttp import web
+
+    received: list[tuple[int, str | None]] = []
+
+    async def take(request: web.Request) -> web.Response:
+        update = await request.json()
+        received.append((update["update_id"], request.headers.get("X-Telegram-Bot-Api-Secret-Token")))
+        return web.Response(status=statuses.pop(0) if statuses else 200)
+
+    app = web.Application()
+    app.router.add_post("/hook", take)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/hook", received
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_webhook_gets_updates_as_telegram_posts_them_and_polling_gets_a_conflict(
+    tg: TelegramStandIn, bot: telegram.Bot
+) -> None:
+    """While a webhook is set getUpdates is a 409; pending and new updates are posted with the secret,
+    a non-2xx answer is retried, a chat's next update waits for its last, and deleteWebhook brings
+    polling back with what was never taken."""
+    waiting = tg.push_message(ANN_CHAT, ANN, "waited for a poll")
+    with pytest.raises(BadRequest, match=r"(?i)https url must be provided"):
+        await bot.set_webhook("http://bot.example.com/hook")
+    async with receiver([500, 502]) as (url, received):
+        assert await bot.set_webhook(url, secret_token="s3cret", allowed_updates=["message"])
+        info = await bot.get_webhook_info()
+        assert (info.url, info.allowed_updates) == (url, ("message",))
+        with pytest.raises(telegram.error.Conflict, match="webhook is active"):
+            await bot.get_updates()
+        following = tg.push_message(ANN_CHAT, ANN, "sent next")
+        assert await tg.delivered(waiting) == 200
+        assert await tg.delivered(following) == 200
+        assert (await bot.get_webhook_info()).pending_update_count == 0
+    ids = (waiting["update_id"], following["update_id"])
+    assert received == [(ids[0], "s3cret")] * 3 + [(ids[1], "s3cret")]
+    assert [a.status for a in tg.webhook_attempts] == [500, 502, 200, 200]
+
+    unanswered = tg.push_message(ANN_CHAT, ANN, "nobody listens")
+    assert await tg.delivered(unanswered) is None  # the server is gone: kept, as on Telegram
+    assert await bot.delete_webhook()
+    assert [u.update_id for u in await bot.get_updates()] == [unanswered["update_id"]]

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import os
 import sys
+import time
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -189,6 +190,9 @@ def show_status(args: argparse.Namespace) -> int:
     print(f"running: pid {reply['pid']}, up {format_duration(reply['uptime_s'])}, agent {reply['agent']}, "
           f"{'ready' if reply['ready'] else 'starting'}")
     print(f"config {reply['config']}  database {reply['database']}")
+    for instance in reply.get("instances", []):  # several daemons on one shared store
+        print(f"instance {instance['id']}: up since {utc_time(instance['started_at'])}, "
+              f"seen {format_duration(max(0.0, time.time() - instance['seen_at']))} ago")
     for agent in reply.get("agents", []):
         count = agent["bindings"]
         bindings = f", {count} binding{'s' if count != 1 else ''}" if count else ""

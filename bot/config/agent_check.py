@@ -8,6 +8,7 @@ from collections.abc import Callable
 from bot.config.provider_check import check_roles
 from bot.config.root import Config, channel_key
 from bot.errors import ConfigError
+from bot.messages import AGENT_PROVIDER
 
 # Turns a location (("bindings", "2", "agent")) into the key shown in the error.
 KeyOf = Callable[[tuple[str, ...]], str]
@@ -49,7 +50,10 @@ def check_agents(config: Config, source: str, key_of: KeyOf) -> None:
             raise ConfigError(source, key_of(("schedules", str(index), "deliver_to")),
                               f"a session key of one of the agents ({known}); there is no agent "
                               f"{key.agent_id!r}")
-        if key.provider != "console" and key.provider not in config.chat_sections:
+        if key.provider == AGENT_PROVIDER and key.peer not in agents:
+            raise ConfigError(source, key_of(("schedules", str(index), "deliver_to")),
+                              f"an agent to deliver to ({known}); there is no agent {key.peer!r}")
+        if key.provider not in ("console", AGENT_PROVIDER) and key.provider not in config.chat_sections:
             raise ConfigError(source, key_of(("schedules", str(index), "deliver_to")),
                               f"a channel of this config; there is no {key.provider!r}")
 

@@ -11,6 +11,7 @@ from bot.config.fields import (
     EnvName,
     HttpUrl,
     IdKey,
+    ListenAddress,
     NonNegInt,
     PlatformId,
     Policy,
@@ -74,6 +75,12 @@ class TelegramConfig(ChatChannelConfig):
     group_policy: Policy = "allowlist"
     groups: list[PlatformId] = Field(default_factory=list)
     group_settings: dict[IdKey, ChatSettings] = Field(default_factory=dict)
+    # How updates arrive: "polling" (getUpdates) or "webhook" (Telegram POSTs each to webhook_url,
+    # served at webhook_listen; the secret Telegram sends back comes from webhook_secret_env).
+    mode: Literal["polling", "webhook"] = "polling"
+    webhook_listen: ListenAddress = "0.0.0.0:8443"
+    webhook_url: HttpUrl | None = None
+    webhook_secret_env: EnvName | None = None
     # More bots, each with its own token: the keys written in one override this section's.
     accounts: dict[AccountName, TelegramConfig] = Field(default_factory=dict)
 

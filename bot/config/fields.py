@@ -75,6 +75,25 @@ def _postgres_url(value: str) -> str:
 
 
 PostgresUrl = Annotated[str, AfterValidator(_postgres_url)]
+
+
+def split_listen(value: str) -> tuple[str, int]:
+    """The host and port of a listen address: "0.0.0.0:8443", "[::]:8443" or "localhost:8080"."""
+    host, colon, port = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not colon or not host or not port.isdigit() or not 1 <= int(port) <= 65535 or " " in host:
+        raise ValueError("a HOST:PORT address with a port from 1 to 65535, such as '0.0.0.0:8443' "
+                         "or '[::]:8443'")
+    return host, int(port)
+
+
+def _listen_address(value: str) -> str:
+    split_listen(value)
+    return value
+
+
+# Where a server of ours listens (the Telegram webhook): checked when the file is read, not at bind.
+ListenAddress = Annotated[str, AfterValidator(_listen_address)]
 # The longest reply any Claude model writes is 128k tokens; more is a typo, not a wish.
 MAX_REPLY_TOKENS = 128_000
 # SQLite and the platforms' APIs hold 64-bit integers; a bigger one in the file is a typo.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
@@ -160,6 +161,8 @@ class Config(Section):
         return [
             self.anthropic.api_key_env,
             *(section.token_env for section in self.chat_sections.values()),
+            *(section.webhook_secret_env for section in self.chat_sections.values()
+              if isinstance(section, TelegramConfig) and section.webhook_secret_env),
             *(name for server in self.mcp_servers for name in server.env),
             *(p.api_key_env for p in self.providers.values() if p.api_key_env),
             *((self.database.password_env or "PGPASSWORD",) if self.database.url else ()),
@@ -186,7 +189,8 @@ class Config(Section):
 
 def check_startable(config: Config) -> None:
     """What starting needs beyond valid values, read from this process's environment: a token for
-    each enabled Telegram/Discord channel, and an enabled channel for each enabled job to deliver to.
+    each enabled Telegram/Discord channel, a webhook secret for each Telegram one in webhook mode,
+    and an enabled channel for each enabled job to deliver to.
     A ConfigError naming the key otherwise (`run` and `check-config` both ask)."""
     for name, section in config.chat_sections.items():
         if section.enabled and not os.environ.get(section.token_env, "").strip():
@@ -195,6 +199,8 @@ def check_startable(config: Config) -> None:
                 f"the environment variable {section.token_env} it names is not set; export the bot "
                 f"token there or set {channel_key(name)}.enabled = false",
             )
+        if section.enabled and isinstance(section, TelegramConfig) and section.mode == "webhook":
+            webhook_secret(config, name)
     for index, job in enumerate(config.schedules):
         provider = config.job_key(job).provider
         target = config.channel(provider)
@@ -204,6 +210,29 @@ def check_startable(config: Config) -> None:
                 f"a channel that is enabled; [{channel_key(provider)}] is not (enable it, or set "
                 "enabled = false on this job)",
             )
+
+
+# What Telegram accepts as a webhook's secret_token (setWebhook refuses anything else).
+_WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
+
+
+def webhook_secret(config: Config, name: str) -> str:
+    """The secret a webhook channel's requests must carry, read from the variable its section names;
+    a ConfigError naming `webhook_secret_env` when it is unset or not what Telegram accepts."""
+    section = config.chat_sections[name]
+    env = section.webhook_secret_env if isinstance(section, TelegramConfig) else None
+    where = f"{channel_key(name)}.webhook_secret_env"
+    value = os.environ.get(env, "").strip() if env else ""
+    if not env or not value:
+        raise ConfigError(
+            config.source, where,
+            f"a variable holding the webhook secret; {env or 'it'} is not set (export 1-256 letters, "
+            "digits, '_' or '-' there, or set mode = \"polling\")",
+        )
+    if not _WEBHOOK_SECRET.fullmatch(value):
+        raise ConfigError(config.source, where, f"1-256 letters, digits, '_' or '-' in {env}, as "
+                          "Telegram requires of a secret token; the value there has other characters")
+    return value
 
 
 def channel_key(name: str) -> str:

@@ -11,6 +11,7 @@ from bot.store.compactions import Compactions
 from bot.store.delivery import Delivery
 from bot.store.embeddings import Embeddings
 from bot.store.history_search import HistorySearch
+from bot.store.leases import Instance, Leases
 from bot.store.maintenance import Maintenance
 from bot.store.messages import Messages
 from bot.store.pairings import Pairing, PairingError, Pairings, PairingState
@@ -38,7 +39,7 @@ from bot.store.usage import Usage, UsageRecord
 
 class Store(
     Messages, Recall, Embeddings, Delivery, Snapshots, Compactions, ScheduleRuns, Maintenance,
-    Pairings, Usage, ToolCalls, People, HistorySearch, Reminders,
+    Pairings, Usage, ToolCalls, People, HistorySearch, Reminders, Leases,
 ):
     """Conversation history in one SQLite file (WAL, foreign keys on, mode 0600).
 
@@ -50,6 +51,7 @@ class Store(
 __all__ = [
     "RECALL_COMMON",
     "CompactionRecord",
+    "Instance",
     "Pairing",
     "PairingError",
     "PairingState",

@@ -23,6 +23,9 @@ from bot.store.migrations import MIGRATIONS
 class Database:
     """One aiosqlite connection to one SQLite file (WAL, foreign keys on, mode 0600)."""
 
+    # Whether several daemons may share this store (then each session's work runs under a lease).
+    shared = False
+
     def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
         self._conn = conn
         self.path = path

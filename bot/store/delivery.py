@@ -24,11 +24,16 @@ class Delivery(Database):
 
     # -- requests waiting for a reply -----------------------------------------------------------
 
-    async def awaiting_requests(self) -> list[PendingRequest]:
-        """Every stored request still waiting for a reply, oldest first, with its chat."""
+    async def awaiting_requests(
+        self, session_key: str | None = None, *, before: int | None = None
+    ) -> list[PendingRequest]:
+        """Every stored request still waiting for a reply, oldest first, with its chat; only one
+        session's, and only those older than message `before`, when given."""
         rows = await self._conn.execute_fetchall(
             f"SELECT {MESSAGE_COLUMNS}, chat_id, thread_id, (SELECT p.chat_id FROM provider_messages p "
-            "WHERE p.message_id = messages.id LIMIT 1) FROM messages WHERE awaiting_reply = 1 ORDER BY id"
+            "WHERE p.message_id = messages.id LIMIT 1) FROM messages WHERE awaiting_reply = 1 "
+            "AND (CAST(? AS TEXT) IS NULL OR session_key = ?) AND id < ? ORDER BY id",
+            (session_key, session_key, before if before is not None else 2**62),
         )
         pending = []
         for row in rows:
@@ -110,12 +115,15 @@ class Delivery(Database):
         async with self._transaction():
             await self._conn.execute("DELETE FROM outbox WHERE message_id = ?", (message_id,))
 
-    async def pending_deliveries(self) -> list[PendingDelivery]:
-        """Replies in the outbox, oldest first, each to be sent from its first undelivered chunk."""
+    async def pending_deliveries(self, message_id: int | None = None) -> list[PendingDelivery]:
+        """Replies in the outbox, oldest first, each to be sent from its first undelivered chunk
+        (only reply `message_id`, if it is still there, when given)."""
         rows = await self._conn.execute_fetchall(
             "SELECT o.message_id, m.session_key, o.created_at, o.provider, o.chat_id, o.thread_id, "
             "o.reply_to_id, o.text, o.chunks_sent, o.preview_id FROM outbox o "
-            "JOIN messages m ON m.id = o.message_id ORDER BY o.message_id"
+            "JOIN messages m ON m.id = o.message_id WHERE CAST(? AS BIGINT) IS NULL OR o.message_id = ? "
+            "ORDER BY o.message_id",
+            (message_id, message_id),
         )
         return [
             PendingDelivery(row[0], row[1], row[2], OutboundMessage(

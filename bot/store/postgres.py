@@ -44,6 +44,8 @@ class PostgresStore(PgRecall, Store):
         "AND message_id > ?3 ORDER BY message_id LIMIT 1)"
     )
     _PRUNE_IDS = "CREATE TEMP TABLE IF NOT EXISTS prune_ids (id BIGINT PRIMARY KEY)"
+    # Several daemons may share it: each session's work then runs under a lease (`bot.session_lease`).
+    shared = True
 
     def __init__(self, conn: PgConnection, path: Path, label: str) -> None:
         # PgConnection offers the part of aiosqlite's connection the mixins call.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import re
@@ -15,12 +16,16 @@ from typing import Any, TypeAlias
 
 from aiohttp import web
 
+from tests.standins.telegram_webhook import Webhook, WebhookAttempt, WebhookSender, webhook_refusal
+
 __all__ = [
     "Call",
     "Draft",
     "EntityParseError",
     "SentMessage",
     "TelegramStandIn",
+    "Webhook",
+    "WebhookAttempt",
     "command_entities",
     "group_chat",
     "mention_entities",
@@ -307,6 +312,9 @@ class TelegramStandIn:
 
     Like api.telegram.org, one server answers every bot by the token in the URL: `tg.add_bot(...)`
     gives another bot on the same server, with its own identity, updates, offset and sent messages.
+
+    While a webhook is set (setWebhook), getUpdates answers 409 and every pending or pushed update
+    is POSTed to it as Telegram does (`tests.standins.telegram_webhook`), until deleteWebhook.
     """
 
     def __init__(self, *, token: str = "123456:TEST", bot_id: int = 1000,
@@ -339,13 +347,16 @@ class TelegramStandIn:
         self.files: dict[str, tuple[str, str, bytes]] = {}
         self.downloads: list[str] = []  # file paths fetched from /file/bot<token>/<path>
         self._file_ids = itertools.count(1)
+        self.webhook: Webhook | None = None
+        self.webhook_sender = WebhookSender()
         self._methods: dict[str, _Handler] = {
             "getme": self._get_me, "deletewebhook": self._delete_webhook, "getupdates": self._get_updates,
             "sendmessage": self._send_message, "editmessagetext": self._edit_message_text,
             "sendmessagedraft": self._send_message_draft,
             "sendchataction": self._send_chat_action, "setmycommands": self._set_my_commands,
             "getmycommands": self._get_my_commands, "close": self._true, "logout": self._true,
-            "getfile": self._get_file,
+            "getfile": self._get_file, "setwebhook": self._set_webhook,
+            "getwebhookinfo": self._get_webhook_info,
         }
 
     def add_bot(self, *, token: str, bot_id: int, bot_username: str,
@@ -378,6 +389,8 @@ class TelegramStandIn:
 
     async def close(self) -> None:
         """Cancel in-flight requests (long polls) and stop the server; safe to call twice."""
+        for bot in self._bots.values():
+            await bot.webhook_sender.close()
         inflight = list(self._inflight)
         for task in inflight:
             task.cancel()
@@ -461,7 +474,41 @@ class TelegramStandIn:
             self._pending.sort(key=lambda u: u["update_id"])
         self._pushed.set()
         self._pushed = asyncio.Event()  # waiters hold the old, now set, event
+        if self.webhook is not None and update in self._pending:
+            self._deliver_soon(update)
         return update
+
+    # -- the webhook side
+
+    @property
+    def webhook_attempts(self) -> list[WebhookAttempt]:
+        """Every POST of an update to a webhook so far, with the answer's status."""
+        return self.webhook_sender.attempts
+
+    async def delivered(self, update: JSON) -> int | None:
+        """Wait until the webhook delivery of a pushed update has ended: its last status (2xx: taken;
+        anything else after every try: still pending, as on Telegram)."""
+        await self.wait_for(lambda: self.webhook_sender.sending(update))
+        return await self.webhook_sender.outcome(update)
+
+    async def post_to_webhook(self, update: JSON, *, secret: str | None, tries: int = 1) -> int | None:
+        """POST an update to the registered webhook URL with another secret token, or none (a forged
+        request, or a stale secret); the last status. Telegram itself never does this."""
+        assert self.webhook is not None, "no webhook is set"
+        forged = dataclasses.replace(self.webhook, secret_token=secret)
+        return await self.webhook_sender.post(forged, update, tries=tries)
+
+    def _deliver_soon(self, update: JSON) -> None:
+        webhook = self.webhook
+        assert webhook is not None
+        kinds = update.keys() - {"update_id"}
+        if webhook.allowed_updates is not None and kinds and not kinds & webhook.allowed_updates:
+            return  # Telegram never sends an update kind the webhook did not ask for
+        self.webhook_sender.post_soon(webhook, update, still_wanted=lambda: self.webhook == webhook,
+                                      on_delivered=self._taken)
+
+    def _taken(self, update: JSON) -> None:
+        self._pending = [u for u in self._pending if u["update_id"] != update["update_id"]]
 
     def add_file(self, data: bytes, folder: str = "documents", extension: str = "") -> JSON:
         """Keep bytes the bot can fetch (getFile, then the file URL); the fields every file object has."""
@@ -559,11 +606,40 @@ class TelegramStandIn:
                                 "has_main_web_app": False}
 
     async def _delete_webhook(self, p: JSON) -> bool:
+        self.webhook = None
         if p.get("drop_pending_updates"):
             self._pending.clear()
         return True
 
+    async def _set_webhook(self, p: JSON) -> bool:
+        url = str(p.get("url") or "")
+        if not url:  # an empty URL removes the webhook, as deleteWebhook does
+            return await self._delete_webhook(p)
+        refusal = webhook_refusal(url, p.get("secret_token"))
+        if refusal is not None:
+            raise _ApiError(400, refusal)
+        if p.get("drop_pending_updates"):
+            self._pending.clear()
+        if "allowed_updates" in p:
+            self._allowed = set(p["allowed_updates"] or ()) or None
+        allowed = frozenset(self._allowed) if self._allowed is not None else None
+        self.webhook = Webhook(url, p.get("secret_token"), allowed, int(p.get("max_connections") or 40))
+        for update in list(self._pending):  # what waited for a poll now comes by webhook
+            self._deliver_soon(update)
+        return True
+
+    async def _get_webhook_info(self, p: JSON) -> JSON:
+        info: JSON = {"url": "", "has_custom_certificate": False, "pending_update_count": len(self._pending)}
+        if self.webhook is not None:
+            info |= {"url": self.webhook.url, "max_connections": self.webhook.max_connections}
+            if self.webhook.allowed_updates is not None:
+                info["allowed_updates"] = sorted(self.webhook.allowed_updates)
+        return info
+
     async def _get_updates(self, p: JSON) -> list[JSON]:
+        if self.webhook is not None:
+            raise _ApiError(409, "Conflict: can't use getUpdates method while webhook is active; "
+                                 "use deleteWebhook to delete the webhook first")
         offset = int(p.get("offset") or 0)
         if offset > 0:
             self.confirmed_offset = max(self.confirmed_offset, offset)

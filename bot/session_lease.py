@@ -1,0 +1,92 @@
+"""One conversation, one order, across daemons sharing a store: a session's work runs under its lease.
+
+Any instance may receive any update (a load balancer spreads webhooks). Each queues what it stored
+as one daemon does; before running an item it takes the session's lease (a row in the store, see
+`bot.store.leases`), so one instance at a time works on a session. Holding it, a turn first runs
+the session's older requests still waiting (received by another instance), oldest first, then its
+own if no reply answered it meanwhile: each request is answered once, in arrival order. A daemon
+killed with a lease held loses it after `ttl` seconds, and the others take its sessions over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+
+import structlog
+
+from bot.store import Instance, Store
+
+log = structlog.get_logger("switchboard.lease")
+
+# A lease lasts this long unless renewed; it is renewed every third of it while its work runs.
+LEASE_TTL = 15.0
+# Waiting for a lease another instance holds: polled, the wait doubling up to the cap.
+POLL_FIRST = 0.02
+POLL_CAP = 0.5
+# Instances beat this often; `status` shows those seen within three beats.
+HEARTBEAT = 5.0
+
+
+def instance_name() -> str:
+    """This daemon among those sharing the store: host, process id and a random tag (a restart is
+    a new instance, so an old lease of a killed process is never mistaken for its own)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+
+
+class SessionLeases:
+    """Holds session leases for one instance."""
+
+    def __init__(self, store: Store, owner: str | None = None, *, ttl: float = LEASE_TTL) -> None:
+        self._store = store
+        self.owner = owner or instance_name()
+        self._ttl = ttl
+        self.started_at = time.time()
+
+    @asynccontextmanager
+    async def hold(self, session_key: str) -> AsyncIterator[None]:
+        """Wait until this instance holds the session's lease; keep it renewed until the block ends."""
+        delay = POLL_FIRST
+        while not await self._store.take_lease(session_key, self.owner, self._ttl):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, POLL_CAP)
+        renewing = asyncio.create_task(self._renew(session_key), name=f"lease {session_key}")
+        try:
+            yield
+        finally:
+            renewing.cancel()
+            with suppress(asyncio.CancelledError):
+                await renewing
+            try:
+                await asyncio.shield(self._store.drop_lease(session_key, self.owner))
+            except Exception as exc:  # it expires on its own
+                log.warning("lease not dropped", session_key=session_key, error=_described(exc))
+
+    async def _renew(self, session_key: str) -> None:
+        while True:
+            await asyncio.sleep(self._ttl / 3)
+            try:
+                if not await self._store.take_lease(session_key, self.owner, self._ttl):
+                    log.error("session lease lost while its work ran", session_key=session_key)
+            except Exception as exc:  # a store hiccup: the next renewal tries again
+                log.warning("lease not renewed", session_key=session_key, error=_described(exc))
+
+    async def beat(self) -> None:
+        """Tell the store this instance is alive, every HEARTBEAT seconds, until cancelled."""
+        host, pid, _ = self.owner.split(":")
+        while True:
+            try:
+                now = time.time()
+                await self._store.heartbeat(Instance(self.owner, host, int(pid), self.started_at, now))
+            except Exception as exc:
+                log.warning("heartbeat not recorded", error=_described(exc))
+            await asyncio.sleep(HEARTBEAT)
+
+
+def _described(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"

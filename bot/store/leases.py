@@ -1,0 +1,72 @@
+"""Several daemons on one store: which instance runs a session's work now (a lease), and which
+instances are alive (a heartbeat each).
+
+A lease is a row that names its owner until a time: taken when free or expired, renewed while the
+work runs, dropped after it. A daemon killed with its lease held loses it when the time passes,
+and another takes the session over. The statements are plain SQL both SQLite and PostgreSQL run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from bot.store.connection import Database
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """A daemon sharing the store, as its last heartbeat left it."""
+
+    id: str
+    host: str
+    pid: int
+    started_at: float
+    seen_at: float
+
+
+class Leases(Database):
+    async def take_lease(self, session_key: str, owner: str, ttl: float) -> bool:
+        """Whether `owner` holds the session's lease now (taken, or already its own, until now + ttl)."""
+        now = time.time()
+        async with self._transaction():
+            rows = await self._conn.execute_fetchall(
+                "INSERT INTO session_leases (session_key, owner, expires_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (session_key) DO UPDATE SET owner = excluded.owner, "
+                "expires_at = excluded.expires_at "
+                "WHERE session_leases.owner = excluded.owner OR session_leases.expires_at < ? "
+                "RETURNING owner",
+                (session_key, owner, now + ttl, now),
+            )
+        return bool(list(rows))
+
+    async def drop_lease(self, session_key: str, owner: str) -> None:
+        async with self._transaction():
+            await self._conn.execute(
+                "DELETE FROM session_leases WHERE session_key = ? AND owner = ?", (session_key, owner)
+            )
+
+    async def still_awaiting(self, message_id: int) -> bool:
+        """Whether a request still waits for its reply (another instance may have answered it)."""
+        rows = await self._conn.execute_fetchall(
+            "SELECT 1 FROM messages WHERE id = ? AND awaiting_reply = 1", (message_id,)
+        )
+        return bool(list(rows))
+
+    async def heartbeat(self, instance: Instance) -> None:
+        """Record that `instance` is alive now (its row is created on the first beat)."""
+        async with self._transaction():
+            await self._conn.execute(
+                "INSERT INTO instances (id, host, pid, started_at, seen_at) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at",
+                (instance.id, instance.host, instance.pid, instance.started_at, instance.seen_at),
+            )
+
+    async def instances(self, seen_since: float) -> list[Instance]:
+        """The instances that beat since `seen_since`, oldest start first."""
+        rows = await self._conn.execute_fetchall(
+            "SELECT id, host, pid, started_at, seen_at FROM instances WHERE seen_at >= ? "
+            "ORDER BY started_at, id",
+            (seen_since,),
+        )
+        return [Instance(str(r[0]), str(r[1]), int(r[2]), float(r[3]), float(r[4])) for r in rows]

@@ -1,0 +1,101 @@
+"""The message_agent tool: an agent writes to another agent of the daemon and reads its answer.
+
+The message reaches the other agent as an inbound message of its session with the writer
+(`agent:<to>:agent:direct:<from>`), answered by its own turn runner like any message; the tool
+waits for that answer and returns it. An answer that comes after the tool stopped waiting goes to
+the writer's session with the other agent instead, as a message it answers there. Offered only
+when the config has more than one agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from bot.agent_chat import hop_of
+from bot.channel import Channel
+from bot.config import Config
+from bot.errors import AgentMessageRefused
+from bot.messages import AGENT_PROVIDER
+from bot.store import Store
+from bot.tools.base import FunctionTool, Tool, ToolContext, ToolResult
+
+MAX_TEXT = 8000  # characters: a question or a briefing, not a document
+
+
+@runtime_checkable
+class AgentPost(Protocol):
+    """What the agent channel offers the tool (channels/agent.py)."""
+
+    async def ask(self, sender: str, to: str, text: str, hop: int) -> str:
+        """Pass a message and wait for the answer; AgentMessageRefused when it may not pass."""
+        ...
+
+
+class AgentMessageTools:
+    """A ToolSource of `message_agent`, described with the agents of the config in force."""
+
+    def __init__(self, store: Store, config: Callable[[], Config], channels: Mapping[str, Channel]) -> None:
+        self._store = store
+        self._config = config
+        self._channels = channels
+        self._built: tuple[Config, Sequence[Tool]] | None = None
+
+    def tools(self) -> Sequence[Tool]:
+        config = self._config()
+        # Built once per config (a reload builds it again): the same bytes every turn keep the
+        # prompt cache warm.
+        if self._built is None or self._built[0] is not config:
+            agents = [f"{agent} ({config.for_agent(agent).agent.name})" for agent in config.agent_ids()]
+            self._built = (config, (self._tool(agents),) if len(agents) > 1 else ())
+        return self._built[1]
+
+    def _tool(self, agents: list[str]) -> Tool:
+        return FunctionTool(
+            name="message_agent",
+            description=(
+                "Write to another agent of this assistant and get its answer (it answers as itself, "
+                f"from its own conversation with you). The agents: {', '.join(agents)}. If its answer "
+                "takes too long, it comes later as a message in your conversation with that agent."
+            ),
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "agent": {"type": "string", "description": "The id of the agent to write to."},
+                    "text": {"type": "string", "description": "What to tell or ask it, complete in "
+                             "itself: it does not see this conversation."},
+                },
+                "required": ["agent", "text"],
+                "additionalProperties": False,
+            },
+            handler=self._message,
+            # Writing: it makes another agent act and speak (model calls, and an answer that may be
+            # passed on again), so in shared chats only admins may have it by default.
+            writes=True,
+        )
+
+    async def _message(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+        to, text = str(arguments.get("agent", "")).strip(), str(arguments.get("text", "")).strip()
+        if not text:
+            return ToolResult.error("`text` is required: what to tell or ask the agent")
+        if len(text) > MAX_TEXT:
+            return ToolResult.error(f"`text` is {len(text)} characters; keep it under {MAX_TEXT}")
+        key = context.session_key
+        me = key.agent_id
+        if to == me:
+            return ToolResult.error("that is you; write to another agent")
+        hop = 1
+        if key.provider == AGENT_PROVIDER:
+            if to == key.peer:
+                return ToolResult.error(f"you are answering {to} now: your reply goes to {to}; put "
+                                        "what you want to tell it in your answer")
+            request = await self._store.message_by_id(context.request_id)
+            hop = hop_of(request.provider_message_id if request is not None else None) + 1
+        channel = self._channels.get(AGENT_PROVIDER)
+        if not isinstance(channel, AgentPost):
+            return ToolResult.error("messages between agents are not running in this daemon")
+        try:
+            answer = await channel.ask(me, to, text, hop)
+        except AgentMessageRefused as exc:
+            return ToolResult.error(str(exc))
+        return ToolResult(content=answer, summary=f"{to} answered: {answer}")

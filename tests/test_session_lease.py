@@ -1,0 +1,106 @@
+"""Two daemons on one store: each session's requests are answered once and in arrival order, whichever
+instance received them, and a lease a killed instance held is taken over when it expires."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bot.messages import ChatRef, InboundMessage, StoredMessage
+from bot.router import Router, TurnHandler
+from bot.session_key import build
+from bot.session_lease import SessionLeases
+from bot.store import Instance, Store
+
+
+@pytest.fixture
+async def two_stores(
+    tmp_path: Path, store_backend: str, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[Store, Store]]:
+    """Two connections to one database (a file, as two daemons on one host would have, or one
+    PostgreSQL database, as daemons on several hosts would)."""
+    if store_backend == "postgres":
+        from bot.store.postgres import PostgresStore
+
+        url = request.getfixturevalue("pg_url")
+        async with PostgresStore.connect(url, state_path=tmp_path / "a.db", label=url) as first, \
+                PostgresStore.connect(url, state_path=tmp_path / "b.db", label=url) as second:
+            yield first, second
+        return
+    async with Store.open(tmp_path / "shared.db") as first, Store.open(tmp_path / "shared.db") as second:
+        yield first, second
+
+
+def answering(store: Store, name: str, answered: list[tuple[str, str, int]]) -> TurnHandler:
+    """A turn handler that takes a moment and stores its reply, as the turn runner does."""
+
+    async def handle(request: StoredMessage, inbound: InboundMessage) -> None:
+        await asyncio.sleep(random.uniform(0, 0.01))
+        answered.append((name, request.session_key, request.id))
+        await store.append_reply(request.session_key, f"re: {request.text}", request_id=request.id)
+
+    return handle
+
+
+def message(peer: str, n: int) -> InboundMessage:
+    return InboundMessage(session_key=build("main", "telegram", "direct", peer),
+                          chat=ChatRef("telegram", peer), sender_id=peer, sender_name="Ada",
+                          text=f"{peer}-{n}", provider_message_id=f"{n}")
+
+
+async def test_requests_spread_over_two_instances_are_answered_once_in_order(
+    two_stores: tuple[Store, Store],
+) -> None:
+    random.seed(7)
+    answered: list[tuple[str, str, int]] = []
+    routers = [
+        Router(store, answering(store, name, answered), max_concurrent=4,
+               leases=SessionLeases(store, f"host:{pid}:x", ttl=2.0))
+        for name, store, pid in (("a", two_stores[0], 1), ("b", two_stores[1], 2))
+    ]
+    peers = [str(p) for p in range(1, 6)]
+    for n in range(12):  # round robin: each instance gets every other message of each chat
+        for peer in peers:
+            await routers[(n + int(peer)) % 2].submit(message(peer, n))
+        await asyncio.sleep(0.003)
+    for router in routers:
+        await router.idle()
+
+    ids = [request_id for _, _, request_id in answered]
+    assert len(ids) == len(set(ids)) == 12 * len(peers)  # every request once, none twice
+    for peer in peers:
+        key = str(build("main", "telegram", "direct", peer))
+        mine = [request_id for _, session, request_id in answered if session == key]
+        assert mine == sorted(mine)  # in arrival order
+    assert {name for name, _, _ in answered} == {"a", "b"}  # both instances worked
+    for router in routers:
+        await router.close(1.0)
+
+
+async def test_a_lease_left_by_a_killed_instance_is_taken_over_when_it_expires(
+    two_stores: tuple[Store, Store],
+) -> None:
+    store, other = two_stores
+    key = str(build("main", "telegram", "direct", "9"))
+    assert await other.take_lease(key, "dead:1:x", 0.3)  # taken, never dropped: its daemon died
+    answered: list[tuple[str, str, int]] = []
+    router = Router(store, answering(store, "a", answered), max_concurrent=2,
+                    leases=SessionLeases(store, "host:2:y", ttl=2.0))
+    await router.submit(message("9", 1))
+    await asyncio.sleep(0.1)
+    assert answered == []  # the dead instance's lease still holds
+    await asyncio.wait_for(router.idle(), 5)
+    assert [name for name, _, _ in answered] == ["a"]
+    await router.close(1.0)
+
+
+async def test_instances_are_listed_by_their_heartbeats(two_stores: tuple[Store, Store]) -> None:
+    store, _ = two_stores
+    await store.heartbeat(Instance("h:1:a", "h", 1, 100.0, 200.0))
+    await store.heartbeat(Instance("h:2:b", "h", 2, 150.0, 300.0))
+    await store.heartbeat(Instance("h:1:a", "h", 1, 100.0, 400.0))
+    assert [(i.id, i.seen_at) for i in await store.instances(250.0)] == [("h:1:a", 400.0), ("h:2:b", 300.0)]
