@@ -192,7 +192,9 @@ class Daemon(DaemonHealth):
         log.info("stopped")
 
     async def _open_store(self, stack: AsyncExitStack, config: Config) -> Store:
-        store = await stack.enter_async_context(Store.open(config.database_path()))
+        from bot.store.opening import open_store
+
+        store = await stack.enter_async_context(open_store(config))
         await store.check_integrity()
         return store
 

@@ -20,6 +20,9 @@ _SECRET_PATTERNS = [
     re.compile(r"\b\d{6,12}:[A-Za-z0-9_\-]{30,}\b"),  # Telegram bot token
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-]{8,}"),
     re.compile(r"/bot\d{6,12}:[A-Za-z0-9_\-]+"),  # token inside a Bot API URL
+    re.compile(r"(?i)(?<=postgres://)[^@/\s:]*:[^@/\s]+(?=@)"),  # user:password in a database URL
+    re.compile(r"(?i)(?<=postgresql://)[^@/\s:]*:[^@/\s]+(?=@)"),
+    re.compile(r"(?i)(?<=password=)[^&\s]+"),  # password= in a conninfo string or URL query
 ]
 # httpx logs every request at INFO; the turn line already says what matters.
 _QUIET_LIBRARIES = ("httpx", "httpx2", "httpcore", "aiosqlite")

@@ -14,6 +14,7 @@ from bot.config import Config, parse_config
 from bot.store import Store
 from tests.fakes import FakeChannel
 from tests.harness import echo
+from tests.postgres import PostgresServer
 from tests.standins.anthropic_api import AnthropicStandIn
 from tests.standins.discord_api import DiscordStandIn
 from tests.standins.telegram_api import TelegramStandIn
@@ -74,12 +75,17 @@ async def api() -> AsyncIterator[AnthropicStandIn]:
 
 
 @pytest.fixture
-def make_config(tmp_path: Path) -> Iterator[Any]:
-    """Build a Config from a dict of sections, with the database in tmp_path."""
+def make_config(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Build a Config from a dict of sections, with the database in tmp_path; in a test that also
+    uses `store`, the database that store is on (the SQLite file, or its PostgreSQL database)."""
+    uses_store = "store_backend" in request.fixturenames
+    backend = request.getfixturevalue("store_backend") if uses_store else "sqlite"
+    database = ({"path": str(tmp_path / "switchboard.db")} if backend == "sqlite"
+                else {"url": request.getfixturevalue("pg_url")})
 
     def make(data: dict[str, Any] | None = None) -> Config:
         data = dict(data or {})
-        data.setdefault("database", {"path": str(tmp_path / "switchboard.db")})
+        data.setdefault("database", database)
         return parse_config(data, str(tmp_path / "config.toml"))
 
     yield make
@@ -92,8 +98,16 @@ def db(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def view(db: Path) -> AsyncIterator[Store]:
-    """A second connection on the test daemon's database (opened first, so it runs the migrations)."""
+async def view(db: Path, request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """A second connection on the test daemon's database (opened first, so it runs the migrations);
+    in a test that asks for `store_backend`, on the database `make_config` names for it."""
+    if "store_backend" in request.fixturenames and request.getfixturevalue("store_backend") == "postgres":
+        from bot.store.postgres import PostgresStore
+
+        url = request.getfixturevalue("pg_url")
+        async with PostgresStore.connect(url, state_path=db, label=url) as pg:
+            yield pg
+        return
     async with Store.open(db) as opened:
         yield opened
 
@@ -103,10 +117,47 @@ def channel() -> FakeChannel:
     return FakeChannel()
 
 
+BACKENDS = ("sqlite", "postgres")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test using `store` runs on each backend (SQLite alone when marked sqlite_only)."""
+    if "store_backend" in metafunc.fixturenames:
+        only = metafunc.definition.get_closest_marker("sqlite_only") is not None
+        metafunc.parametrize("store_backend", ("sqlite",) if only else BACKENDS)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    """This test session's own PostgreSQL server (one per xdist worker), started on first use."""
+    server = PostgresServer()
+    try:
+        server.start()
+    except RuntimeError as exc:
+        server.stop()
+        pytest.fail(str(exc), pytrace=False)
+    yield server
+    server.stop()
+
+
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    async with Store.open(tmp_path / "switchboard.db") as opened:
-        yield opened
+def pg_url(pg_server: PostgresServer) -> str:
+    """The url of a new, empty database on the test server."""
+    return pg_server.fresh_database()
+
+
+@pytest.fixture
+async def store(store_backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """A fresh store on SQLite (a file in tmp_path) or on PostgreSQL (a new database)."""
+    if store_backend == "sqlite":
+        async with Store.open(tmp_path / "switchboard.db") as opened:
+            yield opened
+        return
+    from bot.store.postgres import PostgresStore
+
+    url = request.getfixturevalue("pg_url")
+    async with PostgresStore.connect(url, state_path=tmp_path / "switchboard.db", label=url) as pg:
+        yield pg
 
 
 # -- the platform stand-ins most channel tests share (a module may define its own instead) ---------

@@ -42,6 +42,7 @@ from tests.harness import (
     switchboard_cli,
     wait_until,
 )
+from tests.postgres import database_toml
 from tests.standins.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Response, Text
 
 MakeConfig = Callable[[dict[str, Any]], Config]
@@ -507,7 +508,7 @@ async def test_compact_cli_summarises_a_session_and_says_when_there_is_nothing(
     await seed(store, 1, 5)
     config = tmp_path / "config.toml"
     config.write_text(
-        f'[database]\npath = "{tmp_path / "switchboard.db"}"\n'
+        f'[database]\n{database_toml(store)}\n'
         f'[anthropic]\nbase_url = "{api.base_url}"\nmodel = "{MODEL}"\nfast_model = "{FAST}"\n'
         "timeout = 5.0\n[compaction]\nkeep_recent = 4\n",
         encoding="utf-8",

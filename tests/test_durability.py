@@ -65,7 +65,7 @@ def replies(channel: FakeChannel, peer: str = "42") -> list[str]:
 
 
 async def test_requests_left_waiting_are_answered_on_start_in_order_before_new_input(
-    api: AnthropicStandIn, make_config: MakeConfig, view: Store
+    api: AnthropicStandIn, make_config: MakeConfig, view: Store, store_backend: str
 ) -> None:
     """Requests stored by a run that died before answering are answered at the next start, in
     their order and before anything that arrives after the start; none is left waiting."""
@@ -106,7 +106,7 @@ async def test_requests_older_than_max_reply_age_are_marked_late_and_not_answere
 
 
 async def test_a_reply_left_in_the_outbox_is_delivered_on_start_missing_chunks_only(
-    api: AnthropicStandIn, make_config: MakeConfig, view: Store
+    api: AnthropicStandIn, make_config: MakeConfig, view: Store, store_backend: str
 ) -> None:
     """A stored reply whose first chunk reached the chat before the crash is completed at the next
     start with the chunks still missing, without asking the model again; every chunk's platform
@@ -253,7 +253,7 @@ async def test_reset_waits_behind_the_turn_being_written_and_status_does_not(
 
 
 async def test_a_command_received_but_not_run_runs_after_a_restart(
-    api: AnthropicStandIn, make_config: MakeConfig, view: Store
+    api: AnthropicStandIn, make_config: MakeConfig, view: Store, store_backend: str
 ) -> None:
     """A /reset recorded by a run that died before running it runs at the next start, once."""
     channel = FakeChannel()

@@ -56,7 +56,7 @@ def reasons(snapshot: dict[str, Any]) -> dict[int, str]:
 
 
 async def test_a_dm_turn_is_answered_stored_and_snapshotted(
-    api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig
+    api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig, store_backend: str
 ) -> None:
     """A direct message gets the model's reply in the chat, both are stored, one snapshot is kept."""
     config = make_config(config_data(api))
@@ -243,7 +243,7 @@ async def test_scheduled_output_stays_out_unless_just_sent_or_replied_to(
 
 
 async def test_the_same_platform_message_is_stored_and_answered_once(
-    api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig
+    api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig, store_backend: str
 ) -> None:
     """A platform message delivered twice (same provider id) is stored once and answered once."""
     config = make_config(config_data(api))

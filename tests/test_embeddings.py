@@ -65,6 +65,12 @@ async def ranked(store: Store, embedder: Embedder, request: StoredMessage, key: 
     return texts
 
 
+async def stored_vectors(store: Store) -> dict[int, str]:
+    """message id -> model of every stored vector, read through the store's own connection."""
+    rows = await store._conn.execute_fetchall("SELECT message_id, model FROM embeddings")
+    return {int(row[0]): str(row[1]) for row in rows}
+
+
 def vectors_in(db: Path) -> dict[int, str]:
     with sqlite3.connect(db) as conn:
         return {int(row[0]): str(row[1]) for row in conn.execute("SELECT message_id, model FROM embeddings")}
@@ -149,7 +155,7 @@ async def test_matches_stay_in_their_session_above_the_floor_and_below_before_id
     assert [message_id for message_id, _ in only] == [later.id]
 
 
-async def test_search_sees_new_and_deleted_vectors(store: Store, embedder: Embedder, tmp_path: Path) -> None:
+async def test_search_sees_new_and_deleted_vectors(store: Store, embedder: Embedder) -> None:
     """The in-memory copy of a session's vectors follows the table: a new vector is found at once,
     and a message deleted by another connection (its vector goes with it) is never returned."""
     kept = await say_in(store, "my sister lives in Lisbon")
@@ -166,8 +172,7 @@ async def test_search_sees_new_and_deleted_vectors(store: Store, embedder: Embed
     added = await say_in(store, "my parents live in Faro")
     await embed_all(store, embedder)
     assert await ids() == {kept.id, gone.id, added.id}
-    with sqlite3.connect(tmp_path / "switchboard.db") as conn:
-        conn.execute("DELETE FROM messages WHERE id = ?", (gone.id,))
+    await store._conn.execute("DELETE FROM messages WHERE id = ?", (gone.id,))
     assert await ids() == {kept.id, added.id}
 
 
@@ -200,21 +205,20 @@ async def test_a_vector_of_another_size_is_left_out_and_the_rest_found(
 
 
 async def test_fallback_replies_and_scheduled_output_are_never_embedded(
-    store: Store, embedder: Embedder, tmp_path: Path
+    store: Store, embedder: Embedder
 ) -> None:
     """Only interactive messages that are not the fallback apology get a vector."""
     request = await say_in(store, "are you there?")
     apology = await store.append_reply(str(SESSION), "I couldn't reach the model, try again in a moment.",
                                        request_id=request.id)
-    with sqlite3.connect(tmp_path / "switchboard.db") as conn:
-        conn.execute("UPDATE messages SET fallback = 1 WHERE id = ?", (apology.id,))
+    await store._conn.execute("UPDATE messages SET fallback = 1 WHERE id = ?", (apology.id,))
     report = await store.append_reply(str(SESSION), "Your morning report", origin="scheduled", job_id="m")
     answered = await store.append_reply(str(SESSION), "Yes, I'm here.", request_id=request.id)
     assert [m.id for m in await store.pending_embeddings(embedder.model_id)] == [request.id, answered.id]
     await embed_all(store, embedder)
-    assert set(vectors_in(tmp_path / "switchboard.db")) == {request.id, answered.id}
-    assert apology.id not in vectors_in(tmp_path / "switchboard.db") and report.id not in vectors_in(
-        tmp_path / "switchboard.db")
+    vectors = await stored_vectors(store)
+    assert set(vectors) == {request.id, answered.id}
+    assert apology.id not in vectors and report.id not in vectors
     assert await store.pending_embeddings(embedder.model_id) == []
 
 
@@ -312,7 +316,7 @@ async def test_semantic_on_without_the_model_stops_run_and_db_embed_in_one_line(
     assert "cannot embed" in err and "make semantic" in err
 
 
-async def test_a_vector_is_written_once_per_model(store: Store, embedder: Embedder, tmp_path: Path) -> None:
+async def test_a_vector_is_written_once_per_model(store: Store, embedder: Embedder) -> None:
     """A second vector of the same model for a message is ignored (the first is what was searched);
     one of another model replaces it, and a deleted message gets none."""
     message = await say_in(store, "hello there")
@@ -320,40 +324,37 @@ async def test_a_vector_is_written_once_per_model(store: Store, embedder: Embedd
     other = vector_bytes(embedder.encode(["something else"])[0])
     assert await store.save_embeddings(embedder.model_id, [(message.id, str(SESSION), first)]) == 1
     assert await store.save_embeddings(embedder.model_id, [(message.id, str(SESSION), other)]) == 0
-    with sqlite3.connect(tmp_path / "switchboard.db") as conn:
-        assert conn.execute("SELECT vector FROM embeddings").fetchone()[0] == first
+    assert [bytes(row[0]) for row in await store._conn.execute_fetchall("SELECT vector FROM embeddings")] \
+        == [first]
     assert await store.save_embeddings("model-b", [(message.id, str(SESSION), other)]) == 1
-    assert vectors_in(tmp_path / "switchboard.db") == {message.id: "model-b"}
+    assert await stored_vectors(store) == {message.id: "model-b"}
     assert await store.save_embeddings("model-b", [(message.id + 1, str(SESSION), other)]) == 0
     assert await store.clear_embeddings() == 1
 
 
-def counts_and_aggregate(db: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+async def counts_and_aggregate(store: Store) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """embedding_counts' rows with a count, and the same counted from the vectors themselves."""
-    with sqlite3.connect(db) as conn:
-        kept = conn.execute("SELECT session_key, model, count, total FROM embedding_counts "
-                            "WHERE count > 0 ORDER BY 1, 2").fetchall()
-        counted = conn.execute("SELECT session_key, model, COUNT(*), SUM(message_id) FROM embeddings "
-                               "GROUP BY 1, 2 ORDER BY 1, 2").fetchall()
-    return kept, counted
+    kept = await store._conn.execute_fetchall("SELECT session_key, model, count, total FROM embedding_counts "
+                                              "WHERE count > 0 ORDER BY 1, 2")
+    counted = await store._conn.execute_fetchall("SELECT session_key, model, COUNT(*), SUM(message_id) "
+                                                 "FROM embeddings GROUP BY 1, 2 ORDER BY 1, 2")
+    return [tuple(row) for row in kept], [tuple(row) for row in counted]
 
 
-async def test_the_vector_counts_follow_every_write(store: Store, embedder: Embedder, tmp_path: Path) -> None:
+async def test_the_vector_counts_follow_every_write(store: Store, embedder: Embedder) -> None:
     """The per-session counts a search checks its cached vectors against stay those of the table
     through new vectors, a vector replaced by another model's, deleted messages and a rebuild."""
-    db = tmp_path / "switchboard.db"
     other = build("main", "fake", "direct", "someone-else")
     said = [await say_in(store, f"note {n}") for n in range(3)]
     elsewhere = await say_in(store, "another chat", key=other)
     await embed_all(store, embedder)
-    kept, counted = counts_and_aggregate(db)
+    kept, counted = await counts_and_aggregate(store)
     assert kept == counted and [row[2] for row in kept] == [1, 3]
     vector = vector_bytes(embedder.encode(["x"])[0])
     assert await store.save_embeddings("model-b", [(said[0].id, str(SESSION), vector)]) == 1
-    with sqlite3.connect(db) as conn:
-        conn.execute("DELETE FROM messages WHERE id IN (?, ?)", (said[1].id, elsewhere.id))
-    kept, counted = counts_and_aggregate(db)
+    await store._conn.execute("DELETE FROM messages WHERE id IN (?, ?)", (said[1].id, elsewhere.id))
+    kept, counted = await counts_and_aggregate(store)
     assert kept == counted == sorted([(str(SESSION), "model-b", 1, said[0].id),
                                       (str(SESSION), embedder.model_id, 1, said[2].id)])
     await store.clear_embeddings()
-    assert counts_and_aggregate(db) == ([], [])
+    assert await counts_and_aggregate(store) == ([], [])

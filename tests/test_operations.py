@@ -416,43 +416,44 @@ async def test_status_shows_queued_work_per_session(api: AnthropicStandIn, confi
 
 async def _fill(path: Path, *, sessions: int = 2, turns: int = 10, age_days: float = 30) -> list[str]:
     """Sessions with `turns` answered DM turns each, all `age_days` old, with snapshots and platform ids."""
-    keys = []
     async with Store.open(path) as store:
-        for s in range(sessions):
-            key = build("main", "telegram", "direct", 100 + s)
-            keys.append(str(key))
-            chat = ChatRef("telegram", str(100 + s))
-            for t in range(turns):
-                stored = await store.append_inbound(InboundMessage(
-                    session_key=key, chat=chat, sender_id=str(100 + s), sender_name="Ada",
-                    text=f"q{t}", provider_message_id=f"{s}-{t}",
-                ))
-                assert stored is not None
-                reply = await store.append_reply(str(key), f"a{t}", request_id=stored.id)
-                await store.mark_delivered(reply.id, chat, [f"r{s}-{t}"])
-                await store.record_snapshot(str(key), stored.id, reply.id, {"t": t}, "h")
-    with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE messages SET created_at = ?", (time.time() - age_days * 86400,))
+        return await _fill_store(store, sessions=sessions, turns=turns, age_days=age_days)
+
+
+async def _fill_store(store: Store, *, sessions: int = 2, turns: int = 10, age_days: float = 30) -> list[str]:
+    keys = []
+    for s in range(sessions):
+        key = build("main", "telegram", "direct", 100 + s)
+        keys.append(str(key))
+        chat = ChatRef("telegram", str(100 + s))
+        for t in range(turns):
+            stored = await store.append_inbound(InboundMessage(
+                session_key=key, chat=chat, sender_id=str(100 + s), sender_name="Ada",
+                text=f"q{t}", provider_message_id=f"{s}-{t}",
+            ))
+            assert stored is not None
+            reply = await store.append_reply(str(key), f"a{t}", request_id=stored.id)
+            await store.mark_delivered(reply.id, chat, [f"r{s}-{t}"])
+            await store.record_snapshot(str(key), stored.id, reply.id, {"t": t}, "h")
+    await store._conn.execute("UPDATE messages SET created_at = ?", (time.time() - age_days * 86400,))
     return keys
 
 
-async def test_prune_keeps_what_the_limits_need_and_every_foreign_key_valid(tmp_path: Path) -> None:
+async def test_prune_keeps_what_the_limits_need_and_every_foreign_key_valid(store: Store) -> None:
     """Old messages go, except each session's newest lookback messages and history-limit turns;
     their snapshots and platform ids go with them; a dry run deletes nothing."""
-    path = tmp_path / "switchboard.db"
-    first, second = await _fill(path)
-    async with Store.open(path) as store:
-        before = await store.history(first, 100)
-        dry = await store.prune_interactive(time.time() - 86400, keep_recent=5, keep_turns={}, dry_run=True)
-        assert await store.message_count() == 40
-        report = await store.prune_interactive(time.time() - 86400, keep_recent=5, keep_turns={second: 4})
-        assert await store.foreign_key_problems() == 0
-        kept_first = await store.history(first, 100)
-        kept_second = await store.history(second, 100)
-        summary = await store.session(first)
-        snapshots = await store.snapshots(first)
-        gone = await store.message_by_provider_id(ChatRef("telegram", "100"), "0-0")
-        kept = await store.message_by_provider_id(ChatRef("telegram", "100"), "0-9")
+    first, second = await _fill_store(store)
+    before = await store.history(first, 100)
+    dry = await store.prune_interactive(time.time() - 86400, keep_recent=5, keep_turns={}, dry_run=True)
+    assert await store.message_count() == 40
+    report = await store.prune_interactive(time.time() - 86400, keep_recent=5, keep_turns={second: 4})
+    assert await store.foreign_key_problems() == 0
+    kept_first = await store.history(first, 100)
+    kept_second = await store.history(second, 100)
+    summary = await store.session(first)
+    snapshots = await store.snapshots(first)
+    gone = await store.message_by_provider_id(ChatRef("telegram", "100"), "0-0")
+    kept = await store.message_by_provider_id(ChatRef("telegram", "100"), "0-9")
     assert dry.dry_run and dry.messages_by_session == {first: 15, second: 15}
     assert report.messages_by_session == {first: 15, second: 12}
     assert kept_first == before[-5:]
@@ -463,21 +464,17 @@ async def test_prune_keeps_what_the_limits_need_and_every_foreign_key_valid(tmp_
     assert gone is None and kept is not None
 
 
-async def test_prune_spares_recent_messages_waiting_requests_and_scheduled_output(tmp_path: Path) -> None:
+async def test_prune_spares_recent_messages_waiting_requests_and_scheduled_output(store: Store) -> None:
     """Messages newer than the cutoff, requests still awaiting a reply and scheduled outputs stay."""
-    path = tmp_path / "switchboard.db"
-    (key,) = await _fill(path, sessions=1, turns=4, age_days=1)
-    async with Store.open(path) as store:
-        await store.append_reply(key, "briefing", origin="scheduled", job_id="brief")
-        waiting = await store.append_inbound(InboundMessage(
-            session_key=build("main", "telegram", "direct", 100), chat=ChatRef("telegram", "100"),
-            sender_id="100", sender_name="Ada", text="unanswered", provider_message_id="w"))
-    with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE messages SET created_at = ?", (time.time() - 30 * 86400,))
-    async with Store.open(path) as store:
-        young = await store.prune_interactive(time.time() - 60 * 86400, keep_recent=0, keep_turns={})
-        report = await store.prune_interactive(time.time() - 86400, keep_recent=0, keep_turns={})
-        left = await store.history(key, 100)
+    (key,) = await _fill_store(store, sessions=1, turns=4, age_days=1)
+    await store.append_reply(key, "briefing", origin="scheduled", job_id="brief")
+    waiting = await store.append_inbound(InboundMessage(
+        session_key=build("main", "telegram", "direct", 100), chat=ChatRef("telegram", "100"),
+        sender_id="100", sender_name="Ada", text="unanswered", provider_message_id="w"))
+    await store._conn.execute("UPDATE messages SET created_at = ?", (time.time() - 30 * 86400,))
+    young = await store.prune_interactive(time.time() - 60 * 86400, keep_recent=0, keep_turns={})
+    report = await store.prune_interactive(time.time() - 86400, keep_recent=0, keep_turns={})
+    left = await store.history(key, 100)
     assert young.messages == 0
     assert report.messages == 8
     assert waiting is not None and [m.text for m in left] == ["briefing", "unanswered"]

@@ -62,7 +62,9 @@ async def cli(config: Config, *args: str, toml: str = "") -> int:
     path = Path(config.source)
 
     def call() -> int:
-        path.write_text(f'[database]\npath = "{config.database_path()}"\n{toml}', encoding="utf-8")
+        where = (f'url = "{config.database.url}"' if config.database.url
+                 else f'path = "{config.database_path()}"')
+        path.write_text(f'[database]\n{where}\n{toml}', encoding="utf-8")
         try:
             cli_main([*args, "--config", str(path)])
         except SystemExit as exc:

@@ -120,14 +120,13 @@ async def test_matches_stay_in_their_session_and_above_the_reset_floor(store: St
     assert await ids(store, theirs, "pelican") == [other.id]
 
 
-async def test_fallback_replies_are_never_recalled(store: Store, tmp_path: Path) -> None:
+async def test_fallback_replies_are_never_recalled(store: Store) -> None:
     """A reply marked as the fallback apology is never a match, whatever words it shares."""
     channel = FakeChannel()
     key = str(channel.key())
     question = await user(store, channel, "is the aquarium heater broken?")
     apology = await store.append_reply(key, "Sorry, aquarium heater trouble", request_id=question.id)
-    with sqlite3.connect(tmp_path / "switchboard.db") as raw:
-        raw.execute("UPDATE messages SET fallback = 1 WHERE id = ?", (apology.id,))
+    await store._conn.execute("UPDATE messages SET fallback = 1 WHERE id = ?", (apology.id,))
     assert await ids(store, key, "aquarium heater") == [question.id]
 
 
@@ -153,19 +152,20 @@ async def test_rarer_and_more_words_rank_first_and_nothing_else_moves_scores(sto
     assert (await store.lexical_turns(key, request.text, before_id=request.id, limit=3))[0] == first
 
 
-async def test_a_word_in_too_many_messages_is_left_out(store: Store, tmp_path: Path) -> None:
+async def test_a_word_in_too_many_messages_is_left_out(store: Store) -> None:
     """A word found in more than RECALL_COMMON of the searched messages recalls nothing by itself, while
     the request's rarer words still find their message."""
     channel = FakeChannel()
     key = str(channel.key())
     texts = [f"dinner plans {n}" for n in range(RECALL_COMMON + 1)]
-    with sqlite3.connect(tmp_path / "switchboard.db") as raw:  # bulk insert, terms written as the store does
-        raw.execute("INSERT INTO sessions (key, created_at, updated_at) VALUES (?, 0, 0)", (key,))
-        for text in texts:
-            cursor = raw.execute("INSERT INTO messages (session_key, role, origin, text, created_at, "
-                                 "token_estimate) VALUES (?, 'user', 'interactive', ?, 0, 4)", (key, text))
-            raw.execute("INSERT INTO recall_terms (message_id, terms) VALUES (?, ?)",
-                        (cursor.lastrowid, index_terms(key, text)))
+    raw = store._conn  # bulk insert, terms written as the store does
+    await raw.execute("INSERT INTO sessions (key, created_at, updated_at) VALUES (?, 0, 0)", (key,))
+    for text in texts:
+        inserted = await raw.execute_fetchall(
+            "INSERT INTO messages (session_key, role, origin, text, created_at, token_estimate) "
+            "VALUES (?, 'user', 'interactive', ?, 0, 4) RETURNING id", (key, text))
+        await raw.execute("INSERT INTO recall_terms (message_id, terms) VALUES (?, ?)",
+                          (next(iter(inserted))[0], index_terms(key, text)))
     rare = await user(store, channel, "dinner at the lighthouse")
     request = await user(store, channel, "dinner")
     assert await ids(store, key, "dinner", before_id=request.id) == []
@@ -206,7 +206,7 @@ def test_search_never_raises_for_any_text(tmp_path: Path, text: str) -> None:
 # -- the index follows the log ----------------------------------------------------------------------
 
 
-async def test_a_deleted_message_leaves_no_postings(store: Store, tmp_path: Path) -> None:
+async def test_a_deleted_message_leaves_no_postings(store: Store, store_backend: str) -> None:
     """Pruned or deleted by hand, a message is no longer found and the index stays consistent."""
     channel = FakeChannel()
     key = str(channel.key())
@@ -218,10 +218,10 @@ async def test_a_deleted_message_leaves_no_postings(store: Store, tmp_path: Path
     report = await store.prune_interactive(time.time() + 1, keep_recent=6, keep_turns={})
     assert report.messages == 2
     assert await ids(store, key, "aquarium") == []
-    with sqlite3.connect(tmp_path / "switchboard.db") as raw:
-        raw.execute("DELETE FROM messages WHERE text = 'later message 5'")
-        assert raw.execute("SELECT COUNT(*) FROM recall_terms").fetchone() == (5,)
-        raw.execute("INSERT INTO recall_fts (recall_fts, rank) VALUES ('integrity-check', 1)")
+    await store._conn.execute("DELETE FROM messages WHERE text = 'later message 5'")
+    assert list(await store._conn.execute_fetchall("SELECT COUNT(*) FROM recall_terms")) == [(5,)]
+    if store_backend == "sqlite":
+        await store._conn.execute("INSERT INTO recall_fts (recall_fts, rank) VALUES ('integrity-check', 1)")
     assert len(await ids(store, key, "later")) == 5
 
 
@@ -307,7 +307,7 @@ async def test_each_search_and_turn_read_is_one_statement(store: Store) -> None:
 # -- turns -------------------------------------------------------------------------------------------------
 
 
-async def test_turns_of_gives_each_id_its_whole_turn(store: Store, tmp_path: Path) -> None:
+async def test_turns_of_gives_each_id_its_whole_turn(store: Store) -> None:
     """Each id comes with the user message it is or answers and that message's replies, oldest first:
     never at or past before_id, never a fallback reply, at most max_len messages, nothing for a reply
     whose user message is below the context floor."""
@@ -319,8 +319,7 @@ async def test_turns_of_gives_each_id_its_whole_turn(store: Store, tmp_path: Pat
     second = await store.append_reply(key, "or the cactus")
     await store.append_reply(key, "weekly watering", origin="scheduled", job_id="plants")
     nxt = await user(store, channel, "thanks")
-    with sqlite3.connect(tmp_path / "switchboard.db") as raw:
-        raw.execute("UPDATE messages SET fallback = 1 WHERE id = ?", (apology.id,))
+    await store._conn.execute("UPDATE messages SET fallback = 1 WHERE id = ?", (apology.id,))
     whole = [question.id, first.id, second.id]
 
     turns = await store.turns_of(key, [question.id, second.id, first.id, nxt.id], before_id=FAR)
@@ -422,6 +421,7 @@ async def test_recall_never_crosses_sessions(
     ]
 
 
+@pytest.mark.sqlite_only
 async def test_merging_the_index_brings_its_segments_down_and_finds_the_same(store: Store) -> None:
     """Each stored message adds a small index segment; the daemon's merge steps bring them down
     to one (searches look a term up in every segment) and change no search result."""

@@ -18,8 +18,19 @@ from bot.store import Instance, Store
 
 
 @pytest.fixture
-async def two_stores(tmp_path: Path) -> AsyncIterator[tuple[Store, Store]]:
-    """Two connections to one database file, as two daemons on one host would have."""
+async def two_stores(
+    tmp_path: Path, store_backend: str, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[Store, Store]]:
+    """Two connections to one database (a file, as two daemons on one host would have, or one
+    PostgreSQL database, as daemons on several hosts would)."""
+    if store_backend == "postgres":
+        from bot.store.postgres import PostgresStore
+
+        url = request.getfixturevalue("pg_url")
+        async with PostgresStore.connect(url, state_path=tmp_path / "a.db", label=url) as first, \
+                PostgresStore.connect(url, state_path=tmp_path / "b.db", label=url) as second:
+            yield first, second
+        return
     async with Store.open(tmp_path / "shared.db") as first, Store.open(tmp_path / "shared.db") as second:
         yield first, second
 

@@ -60,12 +60,13 @@ def env_value(name: str) -> str | None:
 
 
 def open_store(config: Config) -> AbstractAsyncContextManager[Store]:
-    from bot.store import Store
+    """The configured store; an SQLite file must exist already (a command never creates one)."""
+    from bot.store.opening import open_store as opening
 
     path = config.database_path()
-    if not path.exists():
+    if config.database.url is None and not path.exists():
         raise BotError(f"no database at {path} (nothing has been stored yet)")
-    return Store.open(path)
+    return opening(config)
 
 
 def on_database(config: Config, work: Any) -> Any:

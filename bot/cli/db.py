@@ -30,6 +30,9 @@ def backup(args: argparse.Namespace) -> int:
     from bot.store import Store
 
     config = load_config_file(args)
+    if config.database.url is not None:
+        raise BotError("`db backup` copies the SQLite file; this config uses PostgreSQL ([database] url): "
+                       "back it up with pg_dump (or the server's own backups)")
     target = Path(args.path)
     if target.exists() and not args.force:
         raise BotError(f"{target} already exists; choose a new file or pass --force to replace it")

@@ -21,14 +21,15 @@ if TYPE_CHECKING:
 def list_jobs(args: argparse.Namespace) -> int:
     from bot.scheduler import failing
     from bot.schedules import job_trigger
-    from bot.store import Store
+    from bot.store.opening import open_store
 
     config = load_config_file(args)
     path = config.database_path()
 
     async def show() -> None:
         async with AsyncExitStack() as stack:
-            store = await stack.enter_async_context(Store.open(path)) if path.exists() else None
+            exists = config.database.url is not None or path.exists()
+            store = await stack.enter_async_context(open_store(config)) if exists else None
             now = datetime.now(UTC)
             reminders = await store.pending_reminders() if store else []
             if not config.schedules:
@@ -82,7 +83,7 @@ def _reminder_line(reminder: Reminder, runs: list[ScheduleRun], now: float) -> s
 
 def run_job(args: argparse.Namespace) -> int:
     from bot.control import NotRunningError, request
-    from bot.store import Store
+    from bot.store.opening import open_store
 
     config = load_config_file(args)
     ids = [job.id for job in config.schedules]
@@ -104,7 +105,7 @@ def run_job(args: argparse.Namespace) -> int:
         raise BotError(f"job {args.job_id!r} cannot run now: its channel is not running in the daemon")
 
     async def ask() -> int:
-        async with Store.open(config.database_path()) as store:
+        async with open_store(config) as store:
             waiting = [run for run in await store.pending_runs("requested") if run.job_id == args.job_id]
             if waiting:  # asked twice before the daemon took it up: still one run
                 run = waiting[0]

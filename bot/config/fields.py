@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
 NonNegInt = Annotated[int, Field(ge=0)]
 PosInt = Annotated[int, Field(ge=1)]
@@ -49,6 +50,31 @@ def _http_url(value: str) -> str:
 
 
 HttpUrl = Annotated[str, AfterValidator(_http_url)]
+
+
+SECRET_IN_FILE = "secret_in_file"  # a validation error whose input must never be shown
+
+
+def _postgres_url(value: str) -> str:
+    expected = "a postgresql:// URL such as 'postgresql://switchboard@db.example.com:5432/switchboard'"
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises on a port that is not a number in range
+    except ValueError as exc:
+        raise ValueError(expected) from exc
+    if parts.scheme not in ("postgresql", "postgres") or any(ch.isspace() for ch in value):
+        raise ValueError(expected)
+    if parts.password is not None or "password=" in parts.query.lower():
+        # Its own error type: the config error then never shows the value (nor the password).
+        raise PydanticCustomError(
+            SECRET_IN_FILE,
+            "a URL without a password (secrets never go in the file): set PGPASSWORD, name "
+            "another variable in [database] password_env, or use ~/.pgpass",
+        )
+    return value
+
+
+PostgresUrl = Annotated[str, AfterValidator(_postgres_url)]
 
 
 def split_listen(value: str) -> tuple[str, int]:

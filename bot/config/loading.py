@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from bot.config.agent_check import check_agents
-from bot.config.fields import MAX_INT
+from bot.config.fields import MAX_INT, SECRET_IN_FILE
 from bot.config.mcp_sections import duplicate_name
 from bot.config.provider_check import check_roles, with_provider_prices
 from bot.config.root import Config
@@ -100,7 +100,7 @@ def _to_config_error(exc: ValidationError, source: str, data: dict[str, Any] | N
     given = error.get("input")
     if error["type"] == "missing":
         return ConfigError(source, key, "required key is missing")
-    shown = f" (got {given!r})" if not isinstance(given, dict) else ""
+    shown = f" (got {given!r})" if not isinstance(given, dict) and error["type"] != SECRET_IN_FILE else ""
     return ConfigError(source, key, f"expected {_lower_first(message)}{shown}")
 
 

@@ -165,6 +165,7 @@ class Config(Section):
               if isinstance(section, TelegramConfig) and section.webhook_secret_env),
             *(name for server in self.mcp_servers for name in server.env),
             *(p.api_key_env for p in self.providers.values() if p.api_key_env),
+            *((self.database.password_env or "PGPASSWORD",) if self.database.url else ()),
         ]
 
     def all_providers(self) -> dict[str, ProviderConfig]:

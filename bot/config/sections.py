@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from bot.config.fields import (
     MAX_REPLY_TOKENS,
@@ -14,6 +14,7 @@ from bot.config.fields import (
     NonNegInt,
     PosFloat,
     PosInt,
+    PostgresUrl,
     Section,
     known_timezone,
 )
@@ -36,7 +37,24 @@ class AgentConfig(Section):
 
 
 class DatabaseConfig(Section):
+    """Where the store lives: an SQLite file (`path`, the default) or a PostgreSQL server (`url`)."""
+
     path: str | None = None
+    url: PostgresUrl | None = None
+    # The environment variable holding the PostgreSQL password (else libpq's PGPASSWORD, ~/.pgpass).
+    password_env: EnvName | None = None
+
+    @model_validator(mode="after")
+    def _one_database(self) -> DatabaseConfig:
+        if self.path is not None and self.url is not None:
+            raise ValueError("either path (an SQLite file) or url (a PostgreSQL server), not both")
+        if self.password_env is not None and self.url is None:
+            raise ValueError("password_env is the PostgreSQL password's variable: set url too")
+        return self
+
+    def password(self) -> str | None:
+        """The password from the variable `password_env` names; None: libpq finds its own."""
+        return os.environ.get(self.password_env) or None if self.password_env else None
 
 
 class AnthropicConfig(Section):

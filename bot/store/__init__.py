@@ -1,7 +1,8 @@
 """The store: conversation history and the daemon's durable work behind one interface, all SQL inside.
 
 `Store` is one SQLite connection (`connection`) with the methods of every concern mixed in, each
-concern a module of its own; the values it hands out are in `records`.
+concern a module of its own; the values it hands out are in `records`. `postgres.PostgresStore` is
+the same store on PostgreSQL, and `opening.open_store(config)` opens whichever the config names.
 """
 
 from __future__ import annotations

@@ -59,6 +59,7 @@ class Compactions(Database):
         context floor (before a /reset) are out of use and do not count.
         """
         async with self._transaction():
+            await self._serialize("compaction", session_key)
             found = await self._conn.execute_fetchall(
                 "SELECT MAX(id) FROM compactions WHERE session_key = ? AND last_summarised_id > "
                 "(SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?), 0))",
@@ -67,14 +68,14 @@ class Compactions(Database):
             latest = next(iter(found))[0]
             if latest is not None and (replaces is None or latest > replaces):
                 return None
-            cursor = await self._conn.execute(
+            inserted = await self._conn.execute_fetchall(
                 "INSERT INTO compactions (session_key, summary, last_summarised_id, "
                 "first_kept_message_id, tokens_before, tokens_after, model, created_at, notified) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (session_key, summary, last_summarised_id, first_kept_message_id, tokens_before,
                  tokens_after, model, time.time(), int(notified)),
             )
-        return await self.compaction_by_id(cursor.lastrowid or 0)
+        return await self.compaction_by_id(int(next(iter(inserted))[0]))
 
     async def take_compaction_notice(self, session_key: str) -> CompactionRecord | None:
         """The compaction in use, if the chat was not told about it yet; every one is marked told.
@@ -88,6 +89,7 @@ class Compactions(Database):
         if not list(pending):
             return None
         async with self._transaction():
+            await self._serialize("compaction", session_key)
             found = await self._conn.execute_fetchall(
                 _LATEST_COMPACTION,
                 (session_key, session_key),

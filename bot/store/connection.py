@@ -65,7 +65,16 @@ class Database:
         finally:
             await conn.close()
 
+    @property
+    def label(self) -> str:
+        """The database as messages name it: the file (a PostgreSQL store names its server)."""
+        return str(self.path)
+
     async def _migrate(self) -> None:
+        """Bring the schema up to date; the concerns add their own part of opening after it."""
+        await self._apply_migrations()
+
+    async def _apply_migrations(self) -> None:
         await self._conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations "
             "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
@@ -75,7 +84,7 @@ class Database:
         current = (row[0] if row else None) or 0
         if current > len(MIGRATIONS):
             raise StoreError(
-                f"database {self.path} is at schema {current}, newer than this Switchboard "
+                f"database {self.label} is at schema {current}, newer than this Switchboard "
                 f"({len(MIGRATIONS)}); upgrade Switchboard"
             )
         for version, sql in enumerate(MIGRATIONS[current:], start=current + 1):
@@ -102,6 +111,12 @@ class Database:
                 await self._conn.execute("ROLLBACK")
                 raise
             await self._conn.execute("COMMIT")
+
+    async def _serialize(self, *key: str) -> None:
+        """Inside a transaction that reads before it decides what to write (a limit counted, the
+        latest record checked): wait for any other such transaction on the same key. Nothing to
+        do here: SQLite's write lock already lets one transaction write at a time."""
+        return None
 
     async def _count(self, sql: str) -> int:
         found = await self._conn.execute_fetchall(sql)

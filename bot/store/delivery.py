@@ -142,22 +142,20 @@ class Delivery(Database):
         kept only so a redelivery is recognised); None for a redelivery."""
         chat = inbound.chat
         async with self._transaction():
-            cursor = await self._conn.execute(
-                "INSERT OR IGNORE INTO chat_commands (session_key, provider, chat_id, thread_id, "
+            found = await self._conn.execute_fetchall(
+                "INSERT INTO chat_commands (session_key, provider, chat_id, thread_id, "
                 "sender_id, sender_name, provider_message_id, command, text, sent_at, received_at, "
                 "after_message_id, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                "(SELECT COALESCE(MAX(id), 0) FROM messages), ?)",
+                "(SELECT COALESCE(MAX(id), 0) FROM messages), ?) ON CONFLICT DO NOTHING "
+                "RETURNING id, after_message_id, received_at",
                 (str(inbound.session_key), chat.provider, chat.chat_id, chat.thread_id, inbound.sender_id,
                  inbound.sender_name, inbound.provider_message_id, command, inbound.text,
                  inbound.sent_at, time.time(), status),
             )
-            if not cursor.rowcount:
-                return None
-            found = await self._conn.execute_fetchall(
-                "SELECT after_message_id, received_at FROM chat_commands WHERE id = ?", (cursor.lastrowid,)
-            )
-        row = next(iter(found))
-        return PendingCommand(int(cursor.lastrowid or 0), int(row[0]), float(row[1]), inbound)
+        row = next(iter(found), None)
+        if row is None:  # a redelivery
+            return None
+        return PendingCommand(int(row[0]), int(row[1]), float(row[2]), inbound)
 
     async def finish_command(self, command_id: int, status: Literal["done", "late"] = "done") -> None:
         async with self._transaction():
@@ -194,7 +192,8 @@ class Delivery(Database):
     async def quarantined(self, provider: str | None = None) -> list[tuple[str, str | None, str, str]]:
         """(provider, ref, raw, error) of every quarantined update, oldest first."""
         rows = await self._conn.execute_fetchall(
-            "SELECT provider, ref, raw, error FROM quarantine WHERE ?1 IS NULL OR provider = ?1 ORDER BY id",
+            "SELECT provider, ref, raw, error FROM quarantine "
+            "WHERE CAST(?1 AS TEXT) IS NULL OR provider = ?1 ORDER BY id",
             (provider,),
         )
         return [(row[0], row[1], row[2], row[3]) for row in rows]
@@ -210,7 +209,7 @@ class Delivery(Database):
         during a shutdown) would move the point past that message. Commands count, as received.
         """
         rows = await self._conn.execute_fetchall(
-            "SELECT chat_id, MAX(CAST(provider_message_id AS INTEGER)) FROM ("
+            "SELECT chat_id, MAX(CAST(provider_message_id AS BIGINT)) FROM ("
             "SELECT p.chat_id, p.provider_message_id FROM sessions s "
             "JOIN messages m ON m.session_key = s.key JOIN provider_messages p ON p.message_id = m.id "
             "WHERE s.updated_at >= ?2 AND p.provider = ?1 AND m.created_at >= ?2 AND m.role = 'user' "

@@ -51,6 +51,14 @@ class _Matrix:
 class Embeddings(Database):
     """The `embeddings` table: pending work for the embed worker, vectors, and search within a session."""
 
+    # One row: the ids comma-separated, the vectors one after another, their size (?1 session,
+    # ?2 model, ?3 after id). The aggregates are the dialect's own (PostgreSQL's is in its store).
+    _VECTORS = (
+        "SELECT group_concat(message_id), CAST(group_concat(vector, x'') AS BLOB), "
+        "MAX(length(vector)) FROM embeddings WHERE session_key = ?1 AND model = ?2 "
+        "AND message_id > ?3 AND length(vector) = (SELECT length(vector) FROM embeddings "
+        "WHERE session_key = ?1 AND model = ?2 AND message_id > ?3 ORDER BY message_id LIMIT 1)"
+    )
     _matrices: OrderedDict[tuple[str, str], _Matrix] | None = None
     _cached_bytes = 0  # of the matrices in `_matrices`, kept as they come and go
 
@@ -216,7 +224,7 @@ class Embeddings(Database):
             "SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0), "
             "COALESCE(c.count, 0), COALESCE(c.largest, 0), COALESCE(c.total, 0), "
             "(SELECT vector FROM embeddings WHERE message_id = ?3 AND model = ?2 "
-            "AND session_key = ?1) FROM (SELECT 1) "
+            "AND session_key = ?1) FROM (SELECT 1) AS one "
             "LEFT JOIN embedding_counts c ON c.session_key = ?1 AND c.model = ?2",
             (session_key, model, message_id),
         )
@@ -275,13 +283,7 @@ class Embeddings(Database):
         (written by something else, it would break the matrix)."""
         import numpy as np
 
-        found = await self._conn.execute_fetchall(
-            "SELECT group_concat(message_id), CAST(group_concat(vector, x'') AS BLOB), "
-            "MAX(length(vector)) FROM embeddings WHERE session_key = ?1 AND model = ?2 "
-            "AND message_id > ?3 AND length(vector) = (SELECT length(vector) FROM embeddings "
-            "WHERE session_key = ?1 AND model = ?2 AND message_id > ?3 ORDER BY message_id LIMIT 1)",
-            (session_key, model, after_id),
-        )
+        found = await self._conn.execute_fetchall(self._VECTORS, (session_key, model, after_id))
         listed, data, dim = next(iter(found))
         if listed is None:
             return np.zeros(0, dtype=np.int64), 0, b""

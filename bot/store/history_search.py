@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from bot.lexical import search_terms, term_weight
+from bot.lexical import SearchTerm, search_terms, term_weight
 from bot.messages import StoredMessage
 from bot.store.connection import Database
 from bot.store.messages import MESSAGE_COLUMNS, rows_to_messages
@@ -40,19 +40,23 @@ class HistorySearch(Database):
                 continue
             found = await self._conn.execute_fetchall(
                 "SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE session_key = ? "
-                f"AND origin = 'interactive' LIMIT {SEARCHED_CAP})", (session,),
+                f"AND origin = 'interactive' LIMIT {SEARCHED_CAP}) AS searchable", (session,),
             )
             searched = int(next(iter(found))[0])
             for term in terms:
-                hits = list(await self._conn.execute_fetchall(
-                    "SELECT rowid FROM recall_fts WHERE recall_fts MATCH ? ORDER BY rowid DESC LIMIT ?",
-                    (term.match(), TERM_HITS),
-                ))
+                hits = await self._term_hits(term)
                 weight = term_weight(len(hits), max(searched, len(hits)))
                 for (message_id,) in hits:
                     scores[int(message_id)] += weight
         ranked = sorted(scores.items(), key=lambda item: (-item[1], -item[0]))
         return ranked[: max(limit, 0)]
+
+    async def _term_hits(self, term: SearchTerm) -> list[tuple[int]]:
+        """The newest TERM_HITS messages (ids) whose postings hold the term."""
+        return [(int(row[0]),) for row in await self._conn.execute_fetchall(
+            "SELECT rowid FROM recall_fts WHERE recall_fts MATCH ? ORDER BY rowid DESC LIMIT ?",
+            (term.match(), TERM_HITS),
+        )]
 
     async def owned_messages(
         self, message_ids: Sequence[int], sessions: Sequence[str], user_id: str, *,

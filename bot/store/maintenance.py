@@ -13,6 +13,9 @@ _NO_ID_ABOVE = 2**63 - 1  # SQLite's largest rowid: "no floor"
 class Maintenance(Database):
     """Housekeeping over the whole file, for the admin commands and their checks."""
 
+    # The ids a prune deletes, in a table of the connection's own.
+    _PRUNE_IDS = "CREATE TEMP TABLE IF NOT EXISTS prune_ids (id INTEGER PRIMARY KEY)"
+
     async def prune_interactive(
         self, before: float, *, keep_recent: int, keep_turns: dict[str, int], dry_run: bool = False
     ) -> PruneReport:
@@ -24,8 +27,8 @@ class Maintenance(Database):
         than the platform ids and context snapshots, which go with their message).
         """
         async with self._transaction():
-            await self._conn.execute("CREATE TEMP TABLE IF NOT EXISTS prune_ids (id INTEGER PRIMARY KEY)")
-            await self._conn.execute("DELETE FROM temp.prune_ids")
+            await self._conn.execute(self._PRUNE_IDS)
+            await self._conn.execute("DELETE FROM prune_ids")
             guards = "".join(
                 f" AND id NOT IN (SELECT {column} FROM {table} WHERE {column} IS NOT NULL)"
                 for table, column in await self._references_to_messages()
@@ -37,36 +40,36 @@ class Maintenance(Database):
                 if turns > 0:
                     floor = min(floor, await self._nth_newest_id(key, turns, users_only=True))
                 await self._conn.execute(
-                    "INSERT INTO temp.prune_ids SELECT id FROM messages WHERE session_key = ? "
+                    "INSERT INTO prune_ids SELECT id FROM messages WHERE session_key = ? "
                     "AND origin = 'interactive' AND created_at < ? AND id < ? AND awaiting_reply = 0"
                     + guards,
                     (key, before, floor),
                 )
             per_session = {
                 str(row[0]): int(row[1]) for row in await self._conn.execute_fetchall(
-                    "SELECT session_key, COUNT(*) FROM messages WHERE id IN (SELECT id FROM temp.prune_ids) "
+                    "SELECT session_key, COUNT(*) FROM messages WHERE id IN (SELECT id FROM prune_ids) "
                     "GROUP BY session_key ORDER BY session_key"
                 )
             }
             snapshot_filter = (
-                "FROM context_snapshots WHERE request_message_id IN (SELECT id FROM temp.prune_ids) "
-                "OR reply_message_id IN (SELECT id FROM temp.prune_ids)"
+                "FROM context_snapshots WHERE request_message_id IN (SELECT id FROM prune_ids) "
+                "OR reply_message_id IN (SELECT id FROM prune_ids)"
             )
             snapshots = await self._count(f"SELECT COUNT(*) {snapshot_filter}")
             if not dry_run:
                 await self._conn.execute(f"DELETE {snapshot_filter}")
                 await self._conn.execute(
-                    "DELETE FROM provider_messages WHERE message_id IN (SELECT id FROM temp.prune_ids)")
+                    "DELETE FROM provider_messages WHERE message_id IN (SELECT id FROM prune_ids)")
                 for key in per_session:
                     await self._conn.execute(
                         "UPDATE sessions SET message_count = message_count - (SELECT COUNT(*) "
-                        "FROM messages WHERE session_key = ?1 AND id IN (SELECT id FROM temp.prune_ids)), "
+                        "FROM messages WHERE session_key = ?1 AND id IN (SELECT id FROM prune_ids)), "
                         "user_turns = user_turns - (SELECT COUNT(*) FROM messages WHERE session_key = ?1 "
-                        "AND role = 'user' AND id IN (SELECT id FROM temp.prune_ids)) WHERE key = ?1",
+                        "AND role = 'user' AND id IN (SELECT id FROM prune_ids)) WHERE key = ?1",
                         (key,),
                     )
-                await self._conn.execute("DELETE FROM messages WHERE id IN (SELECT id FROM temp.prune_ids)")
-            await self._conn.execute("DELETE FROM temp.prune_ids")
+                await self._conn.execute("DELETE FROM messages WHERE id IN (SELECT id FROM prune_ids)")
+            await self._conn.execute("DELETE FROM prune_ids")
         return PruneReport(per_session, snapshots, dry_run)
 
     async def _nth_newest_id(self, session_key: str, n: int, *, users_only: bool) -> int:

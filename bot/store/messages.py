@@ -32,6 +32,12 @@ class Messages(Database):
 
     async def append_inbound(self, msg: InboundMessage) -> StoredMessage | None:
         """Store a platform message; None when the same platform message was stored before."""
+        try:
+            return await self._append_inbound(msg)
+        except _AlreadyStored:
+            return None
+
+    async def _append_inbound(self, msg: InboundMessage) -> StoredMessage | None:
         async with self._transaction():
             if msg.provider_message_id is not None:
                 seen = await self._conn.execute_fetchall(
@@ -56,8 +62,11 @@ class Messages(Database):
                 chat=msg.chat,
                 media=msg.media,
             )
-            if msg.provider_message_id is not None:
-                await link_platform_id(self._conn, msg.chat, msg.provider_message_id, stored.id)
+            if msg.provider_message_id is not None and not await link_platform_id(
+                self._conn, msg.chat, msg.provider_message_id, stored.id
+            ):
+                # Stored meanwhile by another writer of the same database: this copy is undone.
+                raise _AlreadyStored
             return stored
 
     async def append_reply(
@@ -186,7 +195,7 @@ class Messages(Database):
     ) -> list[StoredMessage]:
         """Every interactive message with after_id < id < before_id above the context floor."""
         return await self.recent_messages(
-            session_key, before_id=before_id, after_id=after_id, limit=-1
+            session_key, before_id=before_id, after_id=after_id, limit=_NO_LIMIT
         )
 
     async def history_tokens(self, session_key: str, *, after_id: int) -> tuple[int, int]:
@@ -220,7 +229,7 @@ class Messages(Database):
         )
         row = next(iter(found), None)
         if row is None:
-            raise SessionNotFoundError(f"no session {session_key!r} in {self.path}")
+            raise SessionNotFoundError(f"no session {session_key!r} in {self.label}")
         return SessionSummary(*row)
 
     async def history(self, session_key: str, limit: int) -> list[StoredMessage]:
@@ -263,15 +272,15 @@ async def insert_message(
     await conn.execute(
         "INSERT INTO sessions (key, created_at, updated_at, message_count, user_turns) "
         "VALUES (?, ?, ?, 1, ?) ON CONFLICT(key) DO UPDATE SET updated_at = excluded.updated_at, "
-        "message_count = message_count + 1, user_turns = user_turns + excluded.user_turns",
+        "message_count = sessions.message_count + 1, user_turns = sessions.user_turns + excluded.user_turns",
         (session_key, now, now, is_turn),
     )
     tokens = estimate_tokens(text)
-    cursor = await conn.execute(
+    inserted = await conn.execute_fetchall(
         "INSERT INTO messages (session_key, role, origin, sender_id, sender_name, text, "
         "provider_message_id, reply_to_id, actions, job_id, created_at, token_estimate, "
         "awaiting_reply, chat_id, thread_id, fallback, media) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         (
             session_key, role, origin, sender_id, sender_name, text, provider_message_id,
             reply_to_id, json.dumps(list(actions)) if actions else None, job_id,
@@ -280,8 +289,7 @@ async def insert_message(
             encode(media),
         ),
     )
-    message_id = cursor.lastrowid
-    assert message_id is not None
+    message_id = int(next(iter(inserted))[0])
     # Imported here: the recall module reads rows through this one.
     from bot.store.recall import index_message
 
@@ -297,13 +305,15 @@ async def insert_message(
 
 async def link_platform_id(
     conn: aiosqlite.Connection, chat: ChatRef, provider_message_id: str, message_id: int
-) -> None:
-    """Record that a stored message is `provider_message_id` in `chat` (inside a transaction)."""
-    await conn.execute(
-        "INSERT OR IGNORE INTO provider_messages "
-        "(provider, chat_id, provider_message_id, message_id) VALUES (?, ?, ?, ?)",
+) -> bool:
+    """Record that a stored message is `provider_message_id` in `chat` (inside a transaction);
+    False when that platform id already belongs to a stored message."""
+    linked = await conn.execute_fetchall(
+        "INSERT INTO provider_messages (provider, chat_id, provider_message_id, message_id) "
+        "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING message_id",
         (chat.provider, chat.chat_id, provider_message_id, message_id),
     )
+    return bool(list(linked))
 
 
 def qualified_columns(alias: str) -> str:
@@ -338,5 +348,10 @@ def _row_to_message(row: Any) -> StoredMessage:
     )
 
 
+class _AlreadyStored(Exception):
+    """Another writer stored the same platform message first (only where writers run at once)."""
+
+
+_NO_LIMIT = 2**62  # "every row", as LIMIT reads it in SQLite and PostgreSQL alike
 _ROLES = frozenset(("user", "assistant"))
 _ORIGINS = frozenset(("interactive", "scheduled"))

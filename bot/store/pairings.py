@@ -79,6 +79,7 @@ class Pairings(Database):
         if await self.pairing_status(provider, user_id) == "approved":  # the common case: no write
             return PairingState("approved")
         async with self._transaction():
+            await self._serialize("pairing", provider, user_id)
             rows = await self._conn.execute_fetchall(
                 "SELECT status, code, expires_at, notified_at FROM pairings "
                 "WHERE provider = ? AND user_id = ?", (provider, user_id),
@@ -102,7 +103,7 @@ class Pairings(Database):
                 "ON CONFLICT (provider, user_id) DO UPDATE SET status = 'pending', code = excluded.code, "
                 "user_name = excluded.user_name, requested_at = excluded.requested_at, "
                 "expires_at = excluded.expires_at, notified_at = excluded.notified_at, decided_at = NULL, "
-                "chat_id = COALESCE(excluded.chat_id, chat_id)",
+                "chat_id = COALESCE(excluded.chat_id, pairings.chat_id)",
                 (provider, user_id, code, user_name, now, now + ttl, now, chat_id),
             )
             return PairingState("pending", code, now + ttl, notify=True)

@@ -25,18 +25,18 @@ class People(Database):
     ) -> UserNote | None:
         """Keep a note; None when the user already has `max_notes` (nothing is dropped silently)."""
         async with self._transaction():
+            await self._serialize("notes", provider, user_id)
             found = await self._conn.execute_fetchall(
                 "SELECT COUNT(*) FROM user_notes WHERE provider = ? AND user_id = ?", (provider, user_id)
             )
             if int(next(iter(found))[0]) >= max_notes:
                 return None
             now = time.time()
-            cursor = await self._conn.execute(
+            inserted = await self._conn.execute_fetchall(
                 "INSERT INTO user_notes (provider, user_id, note, session_key, created_at) "
-                "VALUES (?, ?, ?, ?, ?)", (provider, user_id, note, session_key, now),
+                "VALUES (?, ?, ?, ?, ?) RETURNING id", (provider, user_id, note, session_key, now),
             )
-            assert cursor.lastrowid is not None
-            return UserNote(cursor.lastrowid, provider, user_id, note, now)
+            return UserNote(int(next(iter(inserted))[0]), provider, user_id, note, now)
 
     async def forget_note(self, provider: str, user_id: str, note_id: int) -> bool:
         """Delete one of the user's own notes; False when they have no note with that id."""

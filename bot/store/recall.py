@@ -165,6 +165,12 @@ class Recall(Database):
                 "INSERT INTO recall_fts (recall_fts, rank) VALUES ('merge', ?)", (-MERGE_PAGES,)
             )
 
+    async def _optimize_recall_index(self) -> None:
+        """The backlog's fill left many small segments, and every search term is looked up in
+        each of them: merge them into one."""
+        async with self._transaction():
+            await self._conn.execute("INSERT INTO recall_fts (recall_fts) VALUES ('optimize')")
+
     async def turns_of(
         self, session_key: str, message_ids: Sequence[int], *, before_id: int, max_len: int = 6
     ) -> dict[int, list[StoredMessage]]:
@@ -207,9 +213,9 @@ class Recall(Database):
                     await self._conn.execute("DELETE FROM index_backlog WHERE name = 'lexical'")
                     break
                 terms = [(row[0], index_terms(row[1], row[2])) for row in reversed(rows)]
-                # OR IGNORE, never OR REPLACE: a replaced row would skip the delete trigger.
+                # Nothing on conflict, never a replace: a replaced row would skip the delete trigger.
                 await self._conn.executemany(
-                    "INSERT OR IGNORE INTO recall_terms (message_id, terms) VALUES (?, ?)",
+                    "INSERT INTO recall_terms (message_id, terms) VALUES (?, ?) ON CONFLICT DO NOTHING",
                     [term for term in terms if term[1]],
                 )
                 upto = int(rows[-1][0]) - 1
@@ -217,9 +223,7 @@ class Recall(Database):
                     "UPDATE index_backlog SET upto = ? WHERE name = 'lexical'", (upto,)
                 )
                 written += len(rows)
-        # The fill left many small segments, and every search term is looked up in each of them.
-        async with self._transaction():
-            await self._conn.execute("INSERT INTO recall_fts (recall_fts) VALUES ('optimize')")
+        await self._optimize_recall_index()
         log.info("recall index: older messages indexed", messages=written,
                  seconds=round(time.perf_counter() - started, 1))
 

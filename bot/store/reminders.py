@@ -69,6 +69,7 @@ class Reminders(Database):
         """Store a pending reminder; ReminderLimitError when its owner already has `max_pending`
         (counted in the same transaction, so two turns at once cannot both pass)."""
         async with self._transaction():
+            await self._serialize("reminders", chat.provider, user_id)
             found = await self._conn.execute_fetchall(
                 "SELECT COUNT(*) FROM reminders WHERE provider = ? AND user_id = ? AND status = 'pending'",
                 (chat.provider, user_id),
@@ -76,14 +77,14 @@ class Reminders(Database):
             if next(iter(found))[0] >= max_pending:
                 plural = "" if max_pending == 1 else "s"
                 raise ReminderLimitError(f"you already have {max_pending} pending reminder{plural}")
-            cursor = await self._conn.execute(
+            inserted = await self._conn.execute_fetchall(
                 "INSERT INTO reminders (session_key, provider, chat_id, thread_id, user_id, user_name, "
                 "text, at, repeat, timezone, status, created_at, request_message_id) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?) RETURNING id",
                 (session_key, chat.provider, chat.chat_id, chat.thread_id, user_id, user_name, text,
                  at, repeat, timezone, time.time(), request_message_id),
             )
-        added = await self.reminder_by_id(cursor.lastrowid or 0)
+        added = await self.reminder_by_id(int(next(iter(inserted))[0]))
         assert added is not None
         return added
 
@@ -100,8 +101,9 @@ class Reminders(Database):
         """Pending reminders, oldest first; narrowed to a session and an owner when given."""
         rows = await self._conn.execute_fetchall(
             f"SELECT {_COLUMNS} FROM reminders WHERE status = 'pending' "
-            "AND (?1 IS NULL OR session_key = ?1) AND (?2 IS NULL OR provider = ?2) "
-            "AND (?3 IS NULL OR user_id = ?3) ORDER BY id",
+            "AND (CAST(?1 AS TEXT) IS NULL OR session_key = ?1) "
+            "AND (CAST(?2 AS TEXT) IS NULL OR provider = ?2) "
+            "AND (CAST(?3 AS TEXT) IS NULL OR user_id = ?3) ORDER BY id",
             (session_key, provider, user_id),
         )
         return [_row_to_reminder(row) for row in rows]

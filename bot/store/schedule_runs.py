@@ -31,39 +31,33 @@ class ScheduleRuns(Database):
         """
         now = time.time()
         async with self._transaction():
+            # Insert-or-nothing, then a conditional update: each is one atomic step, so writers
+            # at once (instances sharing a PostgreSQL store) cannot both create the record.
+            claimed = list(await self._conn.execute_fetchall(
+                "INSERT INTO schedule_runs (job_id, scheduled_for, trigger, status, started_at) "
+                "VALUES (?, ?, ?, 'running', ?) ON CONFLICT (job_id, scheduled_for) DO NOTHING "
+                "RETURNING id",
+                (job_id, scheduled_for, trigger, now),
+            )) or list(await self._conn.execute_fetchall(
+                "UPDATE schedule_runs SET status = 'running', started_at = ? WHERE job_id = ? "
+                "AND scheduled_for = ? AND status IN ('requested', 'running') RETURNING id",
+                (now, job_id, scheduled_for),
+            ))
             found = await self._conn.execute_fetchall(
                 f"SELECT {_RUN_COLUMNS} FROM schedule_runs WHERE job_id = ? AND scheduled_for = ?",
                 (job_id, scheduled_for),
             )
-            row = next(iter(found), None)
-            if row is None:
-                await self._conn.execute(
-                    "INSERT INTO schedule_runs (job_id, scheduled_for, trigger, status, started_at) "
-                    "VALUES (?, ?, ?, 'running', ?)",
-                    (job_id, scheduled_for, trigger, now),
-                )
-            elif row[4] in ("requested", "running"):
-                await self._conn.execute(
-                    "UPDATE schedule_runs SET status = 'running', started_at = ? WHERE id = ?",
-                    (now, row[0]),
-                )
-            else:
-                return _row_to_run(row), False
-            claimed = await self._conn.execute_fetchall(
-                f"SELECT {_RUN_COLUMNS} FROM schedule_runs WHERE job_id = ? AND scheduled_for = ?",
-                (job_id, scheduled_for),
-            )
-        return _row_to_run(next(iter(claimed))), True
+        return _row_to_run(next(iter(found))), bool(claimed)
 
     async def request_run(self, job_id: str, at: float) -> ScheduleRun:
         """Ask the running daemon to run a job now (`switchboard jobs run ID`)."""
         async with self._transaction():
-            cursor = await self._conn.execute(
+            inserted = await self._conn.execute_fetchall(
                 "INSERT INTO schedule_runs (job_id, scheduled_for, trigger, status) "
-                "VALUES (?, ?, 'manual', 'requested')",
+                "VALUES (?, ?, 'manual', 'requested') RETURNING id",
                 (job_id, at),
             )
-        run = await self.schedule_run_by_id(cursor.lastrowid or 0)
+        run = await self.schedule_run_by_id(int(next(iter(inserted))[0]))
         assert run is not None
         return run
 
@@ -107,8 +101,8 @@ class ScheduleRuns(Database):
         now = time.time()
         async with self._transaction():
             await self._conn.executemany(
-                "INSERT OR IGNORE INTO schedule_runs (job_id, scheduled_for, trigger, status, "
-                "finished_at, error) VALUES (?, ?, 'schedule', 'missed', ?, ?)",
+                "INSERT INTO schedule_runs (job_id, scheduled_for, trigger, status, "
+                "finished_at, error) VALUES (?, ?, 'schedule', 'missed', ?, ?) ON CONFLICT DO NOTHING",
                 [(job_id, at, now, reason) for at in times],
             )
 

@@ -47,14 +47,14 @@ class ToolCalls(Database):
         ids: list[int] = []
         async with self._transaction():
             for position, (use_id, name, arguments) in enumerate(calls):
-                cursor = await self._conn.execute(
+                inserted = await self._conn.execute_fetchall(
                     "INSERT INTO tool_calls (session_key, request_id, round, position, tool_use_id, "
-                    "name, arguments, round_text, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "name, arguments, round_text, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "RETURNING id",
                     (session_key, request_id, round_number, position, use_id, name,
                      json.dumps(arguments, sort_keys=True), text if position == 0 else None, now),
                 )
-                assert cursor.lastrowid is not None
-                ids.append(cursor.lastrowid)
+                ids.append(int(next(iter(inserted))[0]))
         return ids
 
     async def finish_tool_call(

@@ -1,0 +1,26 @@
+"""Opening the configured store: the SQLite file, or PostgreSQL when `[database] url` is set."""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING
+
+from bot.store import Store
+
+if TYPE_CHECKING:
+    from bot.config import Config
+
+
+def open_store(config: Config) -> AbstractAsyncContextManager[Store]:
+    """The store `config` names, opened (and migrated) on entry and closed on exit.
+
+    PostgreSQL's driver is imported only here, when a url is configured. The daemon's local state
+    (kept files, control socket, console log) stays in the folder the SQLite file would be in.
+    """
+    url = config.database.url
+    if url is None:
+        return Store.open(config.database_path())
+    from bot.store.postgres import PostgresStore
+
+    return PostgresStore.connect(url, state_path=config.database_path(), label=url,
+                                 password=config.database.password())

@@ -1,0 +1,154 @@
+"""The store on PostgreSQL: the same `Store`, its statements run through a psycopg pool
+(`PgConnection`), with PostgreSQL's own schema history, recall, vectors read and maintenance.
+
+psycopg 3 and psycopg_pool are imported only when a store is opened here, so an SQLite daemon
+never loads them. Several daemons may share the database: migrations run under an advisory lock,
+writes are transactions of their own connection, and the unique keys (platform message ids, run
+records, chat commands) decide who stored something first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self, cast
+
+from bot.errors import StoreError
+from bot.store import Store
+from bot.store.pg_connection import PgConnection
+from bot.store.pg_migrations import PG_MIGRATIONS
+from bot.store.pg_recall import PgRecall
+
+if TYPE_CHECKING:
+    import aiosqlite
+
+# Any number, the same in every Switchboard: held while one instance migrates, so others wait.
+_MIGRATION_LOCK = 0x5357_4D49
+
+
+class PostgresStore(PgRecall, Store):
+    """`Store` on a PostgreSQL database. Open it with `PostgresStore.connect(url, ...)`.
+
+    `path` is the local state file a SQLite store would have used: the daemon keeps its media
+    files and control socket beside it (its folder), as it does beside a database file.
+    """
+
+    # Every vector of a session after an id, in id order, in one row (see `Embeddings._vectors`).
+    _VECTORS = (
+        "SELECT string_agg(message_id::text, ',' ORDER BY message_id), "
+        "string_agg(vector, ''::bytea ORDER BY message_id), MAX(length(vector)) FROM embeddings "
+        "WHERE session_key = ?1 AND model = ?2 AND message_id > ?3 AND length(vector) = ("
+        "SELECT length(vector) FROM embeddings WHERE session_key = ?1 AND model = ?2 "
+        "AND message_id > ?3 ORDER BY message_id LIMIT 1)"
+    )
+    _PRUNE_IDS = "CREATE TEMP TABLE IF NOT EXISTS prune_ids (id BIGINT PRIMARY KEY)"
+    # Several daemons may share it: each session's work then runs under a lease (`bot.session_lease`).
+    shared = True
+
+    def __init__(self, conn: PgConnection, path: Path, label: str) -> None:
+        # PgConnection offers the part of aiosqlite's connection the mixins call.
+        super().__init__(cast("aiosqlite.Connection", conn), path)
+        self._pg = conn
+        self._label = label
+
+    @property
+    def label(self) -> str:
+        return self._label
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(
+        cls, url: str, *, state_path: Path, label: str, password: str | None = None,
+        max_connections: int = 10,
+    ) -> AsyncIterator[Self]:
+        """Open a pool on `url` (libpq's PG* variables and ~/.pgpass apply), migrate, close on exit.
+
+        StoreError when the server cannot be reached or refuses us, or has a newer schema.
+        """
+        import psycopg
+        from psycopg_pool import AsyncConnectionPool
+
+        kwargs: dict[str, Any] = {"autocommit": True}
+        if password is not None:
+            kwargs["password"] = password
+        try:
+            # One connection first: a refusal is told at once, with the server's reason (a pool
+            # would retry in the background until its timeout and then say only that).
+            first = await psycopg.AsyncConnection.connect(url, connect_timeout=10, **kwargs)
+            await first.close()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot open database {label}: {' '.join(str(exc).split())}") from exc
+        pool = AsyncConnectionPool(url, kwargs=kwargs, min_size=1, max_size=max_connections,
+                                   open=False, name="switchboard")
+        try:
+            await pool.open(wait=True, timeout=15)
+        except Exception as exc:
+            await pool.close()
+            raise StoreError(f"cannot open database {label}: {exc}") from exc
+        try:
+            store = cls(PgConnection(pool), state_path, label)
+            try:
+                await store._migrate()
+            except psycopg.Error as exc:
+                raise StoreError(f"cannot prepare database {label}: {str(exc).strip()}") from exc
+            yield store
+        finally:
+            await pool.close()
+
+    async def _apply_migrations(self) -> None:
+        """PG_MIGRATIONS, each whole, all in one transaction under the advisory lock."""
+        async with self._transaction():
+            await self._conn.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
+            await self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations "
+                "(version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
+            )
+            current = await self.schema_version()
+            if current > len(PG_MIGRATIONS):
+                raise StoreError(
+                    f"database {self.label} is at schema {current}, newer than this Switchboard "
+                    f"({len(PG_MIGRATIONS)}); upgrade Switchboard"
+                )
+            for version, sql in enumerate(PG_MIGRATIONS[current:], start=current + 1):
+                await self._pg.execute_script(sql)
+                await self._conn.execute(
+                    "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
+                    (version, time.time()),
+                )
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[None]:
+        # No write lock: each transaction has a connection of its own, PostgreSQL orders them.
+        async with self._pg.transaction():
+            yield
+
+    async def _serialize(self, *key: str) -> None:
+        """A transaction-scoped advisory lock on the key: concurrent transactions (other tasks,
+        other daemons) that read before they write take turns, as under SQLite's write lock."""
+        await self._conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", ("\x1f".join(key),))
+
+    async def check_integrity(self) -> None:
+        """The server keeps its own pages sound: a round trip proves it answers."""
+        await self._count("SELECT 1")
+
+    async def backup_to(self, target: Path) -> None:
+        raise StoreError(
+            f"`db backup` copies an SQLite file; back up PostgreSQL with its own tools "
+            f"(pg_dump {self.label})"
+        )
+
+    async def foreign_key_problems(self) -> int:
+        """Always 0: PostgreSQL enforces every foreign key as rows are written."""
+        return 0
+
+    async def _references_to_messages(self) -> list[tuple[str, str]]:
+        rows = await self._conn.execute_fetchall(
+            "SELECT c.conrelid::regclass::text, a.attname FROM pg_constraint c "
+            "JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey) "
+            "WHERE c.contype = 'f' AND c.confrelid = 'messages'::regclass "
+            "AND c.conrelid::regclass::text NOT IN ('messages', 'provider_messages', 'context_snapshots') "
+            "ORDER BY 1, 2"
+        )
+        return [(f'"{table}"', f'"{column}"') for table, column in rows]
