@@ -163,7 +163,7 @@ class Daemon(DaemonHealth):
             announce = asyncio.create_task(self._announce_ready(), name="ready")
             self.started.set()
             log.info("started", channels=[c.provider for c in self.channels],
-                     database=str(store.path), agents=config.agent_ids())
+                     database=store.label, agents=config.agent_ids())
             waiter = asyncio.create_task(self.stop_requested.wait())
             if self._until_input_ends:
                 await asyncio.wait([waiter, *self._channels.tasks], return_when=asyncio.FIRST_COMPLETED)

@@ -80,7 +80,7 @@ class DaemonHealth:
             "uptime_s": round(time.time() - self._started_at, 1),
             "ready": self.ready.is_set(),
             "config": self.config.source,
-            "database": str(self._store.path) if self._store is not None else None,
+            "database": self._store.label if self._store is not None else None,
             "agent": self.config.agent.id,
             "agents": Agents.status(self.config, sessions),
             "channels": channels,
