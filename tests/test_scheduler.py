@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import re
 from collections.abc import AsyncIterator, Callable
@@ -710,3 +711,30 @@ async def test_a_briefing_that_was_not_delivered_stays_out_of_the_scheduled_bloc
     assert (failed.status, delivered.status) == ("failed", "delivered")
     offered = await store.scheduled_between(TARGET, after_id=0, before_id=10**9, limit=5)
     assert [m.id for m in offered] == [delivered.reply_message_id]
+
+
+async def test_two_daemons_on_a_shared_store_run_a_job_time_once(
+    api: AnthropicStandIn, make_config: MakeConfig, pg_url: str, tmp_path: Path
+) -> None:
+    """Two instances on one PostgreSQL fire the same job time at once: one generates and delivers,
+    the other sees a run another instance is at work on and leaves it (neither re-claims it)."""
+    from bot.store.postgres import PostgresStore
+
+    api.default = lambda request: Text("briefing text", delay=0.3)
+    config = make(api, make_config)
+    channels = [FakeChannel("telegram"), FakeChannel("telegram")]
+    async with PostgresStore.connect(pg_url, state_path=tmp_path / "a.db", label="pg") as first, \
+            PostgresStore.connect(pg_url, state_path=tmp_path / "b.db", label="pg") as second:
+        made = [scheduler_for(config, store, channel, Clock(NINE + 5))
+                for store, channel in zip((first, second), channels, strict=True)]
+        runs = await asyncio.gather(*(scheduler.run_job(scheduler.jobs["daily"], NINE)
+                                      for scheduler, _ in made))
+        # Once generated, a second look (a late trigger) still leaves it to its instance.
+        again = await made[1][0].run_job(made[1][0].jobs["daily"], NINE)
+        for _, brain in made:
+            await brain.aclose()
+        records = await first.schedule_runs("daily", 10)
+    assert api.count == 1
+    assert sum(len(channel.sent) for channel in channels) == 1
+    assert [r.status for r in records] == ["delivered"] and len({r.id for r in runs}) == 1
+    assert again.status == "delivered"

@@ -22,12 +22,15 @@ class ScheduleRuns(Database):
     """Writes and reads of the `schedule_runs` table, and the outputs runs delivered."""
 
     async def claim_run(
-        self, job_id: str, scheduled_for: float, trigger: RunTrigger = "schedule"
+        self, job_id: str, scheduled_for: float, trigger: RunTrigger = "schedule", *,
+        busy_for: float = 0.0,
     ) -> tuple[ScheduleRun, bool]:
         """The run record of one job time, and whether this call may (re)start generating it.
 
         A new time, a requested run or one left `running` by a crash is claimed (status
-        `running`); any other record is returned as it is for the caller to honour.
+        `running`); any other record is returned as it is for the caller to honour. With
+        `busy_for` (daemons sharing the store), a run started less than that many seconds ago is
+        another instance's, still at work, and is not claimed again.
         """
         now = time.time()
         async with self._transaction():
@@ -40,8 +43,9 @@ class ScheduleRuns(Database):
                 (job_id, scheduled_for, trigger, now),
             )) or list(await self._conn.execute_fetchall(
                 "UPDATE schedule_runs SET status = 'running', started_at = ? WHERE job_id = ? "
-                "AND scheduled_for = ? AND status IN ('requested', 'running') RETURNING id",
-                (now, job_id, scheduled_for),
+                "AND scheduled_for = ? AND (status = 'requested' OR (status = 'running' "
+                "AND COALESCE(started_at, 0) <= ?)) RETURNING id",
+                (now, job_id, scheduled_for, now - busy_for),
             ))
             found = await self._conn.execute_fetchall(
                 f"SELECT {_RUN_COLUMNS} FROM schedule_runs WHERE job_id = ? AND scheduled_for = ?",
