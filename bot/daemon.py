@@ -35,6 +35,7 @@ from bot.router import Router, TurnHandler
 from bot.scheduler import Scheduler
 from bot.session_lease import SessionLeases
 from bot.store import Store
+from bot.store.leases import LIVE_WINDOW
 from bot.supervisor import ChannelSupervisor, build_channels, platform_channel
 from bot.tools.agent_messages import AgentMessageTools
 from bot.tools.base import ToolSource
@@ -133,6 +134,9 @@ class Daemon(DaemonHealth):
             agents.configure(config)
             # Several daemons on one store: each session's work runs under its lease.
             leases = SessionLeases(store) if store.shared else None
+            if leases is not None:
+                store.instance = leases.owner  # runs it claims are known as this instance's
+                await leases.beat_once()
             router = self.router = Router(
                 store, self._announcing(agents), max_concurrent=config.router.max_concurrent_turns,
                 leases=leases,
@@ -160,6 +164,7 @@ class Daemon(DaemonHealth):
             self._spawn(welcome_approved(store, self._by_provider))
             if leases is not None:
                 self._spawn(leases.beat(), name="heartbeat")
+                self._spawn(self._take_over_runs(), name="take over runs")
             announce = asyncio.create_task(self._announce_ready(), name="ready")
             self.started.set()
             log.info("started", channels=[c.provider for c in self.channels],
@@ -216,6 +221,18 @@ class Daemon(DaemonHealth):
                 self._message_stored()
 
         return handle
+
+    async def _take_over_runs(self) -> None:
+        """On a shared store: now and then, finish the job and reminder runs an instance that
+        stopped beating left claimed (each start does this for its own last run)."""
+        while True:
+            await asyncio.sleep(LIVE_WINDOW)
+            for resumable in (self.scheduler, self.reminders):
+                if resumable is not None:
+                    try:
+                        await resumable.resume_interrupted()
+                    except Exception:
+                        log.exception("taking over interrupted runs failed")
 
     def _message_stored(self) -> None:
         if self.embed_worker is not None:

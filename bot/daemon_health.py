@@ -18,8 +18,8 @@ from bot.log import last_error
 from bot.notify import Notifier
 from bot.router import Router
 from bot.scheduler import Scheduler
-from bot.session_lease import HEARTBEAT
 from bot.store import Store
+from bot.store.leases import LIVE_WINDOW
 from bot.supervisor import ChannelSupervisor
 from bot.tools.mcp import McpManager
 
@@ -102,4 +102,4 @@ class DaemonHealth:
         store = self._store
         if store is None or not store.shared:
             return []
-        return [dataclasses.asdict(i) for i in await store.instances(time.time() - 3 * HEARTBEAT)]
+        return [dataclasses.asdict(i) for i in await store.instances(time.time() - LIVE_WINDOW)]

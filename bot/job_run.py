@@ -144,15 +144,15 @@ class JobRunner:
     ) -> ScheduleRun:
         """Run one scheduled time of a job: generate once, store, then deliver at most once."""
         async with self._locks.setdefault(job.id, asyncio.Lock()):
-            busy_for = self._busy_for()
+            me, live = await self._store.claimants()
             run, claimed = await self._store.claim_run(
-                job.id, scheduled_for, "manual" if trigger == "manual" else "schedule", busy_for=busy_for
+                job.id, scheduled_for, "manual" if trigger == "manual" else "schedule", owner=me, live=live
             )
             bound = log.bind(job_id=job.id, run_id=run.id,
                              scheduled_for=datetime.fromtimestamp(scheduled_for, UTC).isoformat())
             if not claimed:
-                recent = run.started_at is not None and run.started_at > time.time() - busy_for
-                if run.status == "generated" and not recent:  # stored before a crash: send it
+                # Stored before a crash: send it, never regenerate (unless its live claimer does).
+                if run.status == "generated" and not self._store.at_work_elsewhere(run, me, live):
                     return await self._deliver(job, run, bound)
                 bound.info("scheduled run already handled", status=run.status)
                 return run
@@ -247,14 +247,6 @@ class JobRunner:
             if status in ("delivered", "quiet"):
                 self._outcome(job.id, True)
         return finished
-
-    def _busy_for(self) -> float:
-        """With a store other daemons share: how long a run another instance started may still be
-        at work (every attempt, the waits between them, a minute to deliver); 0 with one daemon."""
-        if not self._store.shared:
-            return 0.0
-        settings = self._settings
-        return (settings.retries + 1) * settings.timeout + settings.retries * settings.retry_delay + 60
 
     def _stale(self, scheduled_for: float) -> bool:
         cap = self._settings.stale_after

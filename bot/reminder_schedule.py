@@ -99,7 +99,7 @@ class ReminderSchedule:
     async def start(self) -> None:
         """Finish runs a crash cut short, catch up on missed times, then schedule every pending one."""
         self._aps = AsyncIOScheduler(timezone=UTC)
-        self._spawn(self._resume_interrupted())
+        self._spawn(self.resume_interrupted())
         pending = await self._store.pending_reminders()
         for reminder in pending:
             await self.add(reminder)
@@ -205,10 +205,13 @@ class ReminderSchedule:
                                             f"coalesced into the run for {plan.due.isoformat()}")
         return await self._run(reminder, plan.due.timestamp()) if plan.due is not None else None
 
-    async def _resume_interrupted(self) -> None:
+    async def resume_interrupted(self) -> None:
         """After a restart: send what was stored but not sent; redo what was claimed but not stored."""
         runs = [*await self._store.pending_runs("generated"), *await self._store.pending_runs("running")]
+        me, live = await self._store.claimants()  # a run another live instance claimed is its own
         for run in runs:
+            if self._store.at_work_elsewhere(run, me, live):
+                continue
             number = reminder_id(run.job_id)
             reminder = await self._store.reminder_by_id(number) if number is not None else None
             if reminder is None or reminder.chat.provider not in self._channels:
@@ -223,7 +226,8 @@ class ReminderSchedule:
     async def _run(self, reminder: Reminder, scheduled_for: float) -> ScheduleRun:
         """Claim one time of a reminder, store its text, deliver it at most once, record the outcome."""
         async with self._locks.setdefault(reminder.id, asyncio.Lock()):
-            run, claimed = await self._store.claim_run(reminder.job_id, scheduled_for)
+            me, live = await self._store.claimants()
+            run, claimed = await self._store.claim_run(reminder.job_id, scheduled_for, owner=me, live=live)
             bound = log.bind(reminder_id=reminder.id, run_id=run.id, session_key=reminder.session_key,
                              scheduled_for=datetime.fromtimestamp(scheduled_for, UTC).isoformat())
             if claimed:
@@ -234,7 +238,8 @@ class ReminderSchedule:
                 generated = await self._store.schedule_run_by_id(run.id)
                 assert generated is not None
                 run = await self._deliver(reminder, generated, bound)
-            elif run.status == "generated":  # stored before a crash: send it, never store it again
+            elif run.status == "generated" and not self._store.at_work_elsewhere(run, me, live):
+                # stored before a crash: send it, never store it again
                 run = await self._deliver(reminder, run, bound)
             else:
                 bound.info("reminder time already handled", status=run.status)

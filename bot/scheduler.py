@@ -84,7 +84,7 @@ class Scheduler:
                 self.paused.add(job.id)
                 log.error("job stays paused: its last runs all failed", job_id=job.id,
                           max_failures=self._settings.max_failures)
-        self._spawn(self._resume_interrupted())
+        self._spawn(self.resume_interrupted())
         aps = self._aps = AsyncIOScheduler(timezone=UTC)
         for job in enabled:
             # Our records decide what a wake-up means, so APScheduler must never drop one itself.
@@ -246,10 +246,13 @@ class Scheduler:
             )
         return await self.run_job(job, plan.due.timestamp())
 
-    async def _resume_interrupted(self) -> None:
+    async def resume_interrupted(self) -> None:
         """After a restart: deliver what was generated but not sent; redo or fail what was cut off."""
         now = self._clock()
+        me, live = await self._store.claimants()  # a run another live instance claimed is its own
         for run in await self._store.pending_runs("generated"):
+            if self._store.at_work_elsewhere(run, me, live):
+                continue
             job = self.jobs.get(run.job_id)
             if (job is not None and job.id not in self.runnable) or reminder_id(run.job_id) is not None:
                 continue  # reminders' runs are resumed by `bot.reminder_schedule`
@@ -258,6 +261,8 @@ class Scheduler:
             else:
                 await self.run_job(job, run.scheduled_for, run.trigger)
         for run in await self._store.pending_runs("running"):
+            if self._store.at_work_elsewhere(run, me, live):
+                continue
             job = self.jobs.get(run.job_id)
             if (job is not None and job.id not in self.runnable) or reminder_id(run.job_id) is not None:
                 continue

@@ -21,6 +21,7 @@ from contextlib import asynccontextmanager, suppress
 import structlog
 
 from bot.store import Instance, Store
+from bot.store.leases import HEARTBEAT
 
 log = structlog.get_logger("switchboard.lease")
 
@@ -29,8 +30,6 @@ LEASE_TTL = 15.0
 # Waiting for a lease another instance holds: polled, the wait doubling up to the cap.
 POLL_FIRST = 0.02
 POLL_CAP = 0.5
-# Instances beat this often; `status` shows those seen within three beats.
-HEARTBEAT = 5.0
 
 
 def instance_name() -> str:
@@ -76,16 +75,19 @@ class SessionLeases:
             except Exception as exc:  # a store hiccup: the next renewal tries again
                 log.warning("lease not renewed", session_key=session_key, error=_described(exc))
 
+    async def beat_once(self) -> None:
+        """Tell the store this instance is alive now."""
+        host, pid, _ = self.owner.split(":")
+        await self._store.heartbeat(Instance(self.owner, host, int(pid), self.started_at, time.time()))
+
     async def beat(self) -> None:
         """Tell the store this instance is alive, every HEARTBEAT seconds, until cancelled."""
-        host, pid, _ = self.owner.split(":")
         while True:
+            await asyncio.sleep(HEARTBEAT)
             try:
-                now = time.time()
-                await self._store.heartbeat(Instance(self.owner, host, int(pid), self.started_at, now))
+                await self.beat_once()
             except Exception as exc:
                 log.warning("heartbeat not recorded", error=_described(exc))
-            await asyncio.sleep(HEARTBEAT)
 
 
 def _described(exc: Exception) -> str:

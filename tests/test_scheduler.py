@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,7 +20,7 @@ from bot.errors import DeliveryError
 from bot.messages import ChatRef, OutboundMessage
 from bot.scheduler import Scheduler
 from bot.schedules import crontab_trigger, delivery_chat, delivery_key, plan_runs
-from bot.store import Store
+from bot.store import Instance, Store
 from tests.fakes import FakeChannel
 from tests.harness import (
     API_KEY,
@@ -725,6 +726,9 @@ async def test_two_daemons_on_a_shared_store_run_a_job_time_once(
     channels = [FakeChannel("telegram"), FakeChannel("telegram")]
     async with PostgresStore.connect(pg_url, state_path=tmp_path / "a.db", label="pg") as first, \
             PostgresStore.connect(pg_url, state_path=tmp_path / "b.db", label="pg") as second:
+        for name, store in (("h:1:a", first), ("h:2:b", second)):  # two live instances
+            store.instance = name
+            await store.heartbeat(Instance(name, "h", 1, time.time(), time.time()))
         made = [scheduler_for(config, store, channel, Clock(NINE + 5))
                 for store, channel in zip((first, second), channels, strict=True)]
         runs = await asyncio.gather(*(scheduler.run_job(scheduler.jobs["daily"], NINE)
@@ -738,3 +742,27 @@ async def test_two_daemons_on_a_shared_store_run_a_job_time_once(
     assert sum(len(channel.sent) for channel in channels) == 1
     assert [r.status for r in records] == ["delivered"] and len({r.id for r in runs}) == 1
     assert again.status == "delivered"
+
+
+async def test_a_run_claimed_by_an_instance_that_stopped_beating_is_taken_over_once(
+    api: AnthropicStandIn, make_config: MakeConfig, pg_url: str, tmp_path: Path
+) -> None:
+    """An instance claimed a job time and died (its heartbeat is old): a live one finishes it, once."""
+    from bot.store.postgres import PostgresStore
+
+    config = make(api, make_config)
+    channel = FakeChannel("telegram")
+    async with PostgresStore.connect(pg_url, state_path=tmp_path / "a.db", label="pg") as store:
+        await store.heartbeat(Instance("h:1:dead", "h", 1, 0.0, time.time() - 60))
+        _, claimed = await store.claim_run("daily", NINE, owner="h:1:dead")
+        assert claimed
+        store.instance = "h:2:live"
+        await store.heartbeat(Instance("h:2:live", "h", 2, time.time(), time.time()))
+        scheduler, brain = scheduler_for(config, store, channel, Clock(NINE + 5))
+        await scheduler.resume_interrupted()
+        await scheduler.resume_interrupted()  # a second sweep finds it done
+        await brain.aclose()
+        records = await store.schedule_runs("daily", 10)
+    assert api.count == 1 and [m.text for m in channel.sent] == ["briefing text"]
+    assert [(r.status, r.owner) for r in records] == [("delivered", "h:2:live")]
+

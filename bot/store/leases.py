@@ -12,6 +12,11 @@ import time
 from dataclasses import dataclass
 
 from bot.store.connection import Database
+from bot.store.records import ScheduleRun
+
+# Instances beat this often; one that has not beaten for three beats is taken for stopped.
+HEARTBEAT = 5.0
+LIVE_WINDOW = 3 * HEARTBEAT
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +31,22 @@ class Instance:
 
 
 class Leases(Database):
+    # This daemon's name among those sharing the store (set by the daemon when the store is shared).
+    instance: str | None = None
+
+    async def claimants(self) -> tuple[str | None, frozenset[str]]:
+        """This instance and the instances alive now, for claiming runs; (None, none) when the store
+        is this daemon's alone (runs are then claimed as before)."""
+        if not self.shared or self.instance is None:
+            return None, frozenset()
+        alive = await self.instances(time.time() - LIVE_WINDOW)
+        return self.instance, frozenset(i.id for i in alive) | {self.instance}
+
+    @staticmethod
+    def at_work_elsewhere(run: ScheduleRun, me: str | None, live: frozenset[str]) -> bool:
+        """Whether another live instance claimed `run` (it is that instance's to finish)."""
+        return run.owner is not None and run.owner != me and run.owner in live
+
     async def take_lease(self, session_key: str, owner: str, ttl: float) -> bool:
         """Whether `owner` holds the session's lease now (taken, or already its own, until now + ttl)."""
         now = time.time()

@@ -101,6 +101,7 @@ class ScheduleRun:
     reply_message_id: int | None
     delivered_ids: tuple[str, ...]
     error: str | None
+    owner: str | None = None  # the instance that claimed it (daemons sharing a store)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from bot.messages import StoredMessage
@@ -14,7 +14,7 @@ from bot.store.records import RunStatus, RunTrigger, ScheduleRun
 
 _RUN_COLUMNS = (
     "id, job_id, scheduled_for, trigger, status, started_at, finished_at, attempts, "
-    "reply_message_id, delivered_ids, error"
+    "reply_message_id, delivered_ids, error, owner"
 )
 
 
@@ -23,29 +23,31 @@ class ScheduleRuns(Database):
 
     async def claim_run(
         self, job_id: str, scheduled_for: float, trigger: RunTrigger = "schedule", *,
-        busy_for: float = 0.0,
+        owner: str | None = None, live: Collection[str] = (),
     ) -> tuple[ScheduleRun, bool]:
         """The run record of one job time, and whether this call may (re)start generating it.
 
         A new time, a requested run or one left `running` by a crash is claimed (status
-        `running`); any other record is returned as it is for the caller to honour. With
-        `busy_for` (daemons sharing the store), a run started less than that many seconds ago is
-        another instance's, still at work, and is not claimed again.
+        `running`, by `owner`); any other record is returned as it is for the caller to honour.
+        On a store daemons share, a run `running` under an owner among `live` (the instances
+        beating now, this one included) is still at work there and is not claimed again.
         """
         now = time.time()
+        others = [name for name in live if name != owner] or [""]
+        marks = ", ".join("?" for _ in others)
         async with self._transaction():
             # Insert-or-nothing, then a conditional update: each is one atomic step, so writers
             # at once (instances sharing a PostgreSQL store) cannot both create the record.
             claimed = list(await self._conn.execute_fetchall(
-                "INSERT INTO schedule_runs (job_id, scheduled_for, trigger, status, started_at) "
-                "VALUES (?, ?, ?, 'running', ?) ON CONFLICT (job_id, scheduled_for) DO NOTHING "
+                "INSERT INTO schedule_runs (job_id, scheduled_for, trigger, status, started_at, owner) "
+                "VALUES (?, ?, ?, 'running', ?, ?) ON CONFLICT (job_id, scheduled_for) DO NOTHING "
                 "RETURNING id",
-                (job_id, scheduled_for, trigger, now),
+                (job_id, scheduled_for, trigger, now, owner),
             )) or list(await self._conn.execute_fetchall(
-                "UPDATE schedule_runs SET status = 'running', started_at = ? WHERE job_id = ? "
+                "UPDATE schedule_runs SET status = 'running', started_at = ?, owner = ? WHERE job_id = ? "
                 "AND scheduled_for = ? AND (status = 'requested' OR (status = 'running' "
-                "AND COALESCE(started_at, 0) <= ?)) RETURNING id",
-                (now, job_id, scheduled_for, now - busy_for),
+                f"AND (owner IS NULL OR owner NOT IN ({marks})))) RETURNING id",
+                (now, owner, job_id, scheduled_for, *others),
             ))
             found = await self._conn.execute_fetchall(
                 f"SELECT {_RUN_COLUMNS} FROM schedule_runs WHERE job_id = ? AND scheduled_for = ?",
@@ -160,5 +162,5 @@ def _row_to_run(row: Any) -> ScheduleRun:
     return ScheduleRun(
         id=row[0], job_id=row[1], scheduled_for=row[2], trigger=row[3], status=row[4],
         started_at=row[5], finished_at=row[6], attempts=row[7], reply_message_id=row[8],
-        delivered_ids=tuple(json.loads(row[9])) if row[9] else (), error=row[10],
+        delivered_ids=tuple(json.loads(row[9])) if row[9] else (), error=row[10], owner=row[11],
     )
