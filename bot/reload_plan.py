@@ -11,7 +11,8 @@ from bot.config.channel_sections import platform_of
 
 PLATFORMS = ("telegram", "discord")
 # A channel's keys read once, when it connects: changing one starts it again (polling <-> webhook too).
-CONNECTION_KEYS = ("token_env", "base_url", "mode", "webhook_listen", "webhook_url", "webhook_secret_env")
+CONNECTION_KEYS = ("token_env", "base_url", "mode", "webhook_listen", "webhook_url", "webhook_secret_env",
+                   "shard_count", "shard_ids")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +69,7 @@ def plan_reload(old: Config, new: Config, running: Collection[str], *, platforms
 
     Each bot is planned on its own: an enabled channel that is not running starts (an account
     added to the file); one disabled or gone from the file that runs stops; a changed token
-    variable, base URL or webhook setting (`CONNECTION_KEYS`) reconnects it; any other change to its
+    variable, base URL, webhook or shard setting (`CONNECTION_KEYS`) reconnects it; any other change to its
     section, its agent included, is applied in place. With `platforms` false (`switchboard chat`)
     no platform channel is touched.
     """

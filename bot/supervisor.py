@@ -192,9 +192,14 @@ class ChannelSupervisor:
         return "connected"
 
     def status(self) -> list[dict[str, Any]]:
-        """Each running channel's state, last unexpected error and restarts."""
-        return [
-            {"provider": c.provider, "state": self.state(c), "error": self._errors.get(c.provider),
-             "restarts": self._restarts.get(c.provider, 0)}
-            for c in self.by_provider.values()
-        ]
+        """Each running channel's state, last unexpected error and restarts; for a Discord bot split
+        over daemons, also the gateway shards this one runs ({"ids": [...], "count": N})."""
+        found = []
+        for c in self.by_provider.values():
+            entry = {"provider": c.provider, "state": self.state(c), "error": self._errors.get(c.provider),
+                     "restarts": self._restarts.get(c.provider, 0)}
+            shards = getattr(c, "shards", None)
+            if shards is not None:
+                entry["shards"] = shards.describe()
+            found.append(entry)
+        return found

@@ -1,5 +1,6 @@
 """Discord: a discord.py Client run by hand inside the daemon's event loop; normalising and gating
-what arrives is `channels.discord_normalise`, taking in its attachments `channels.discord_media`.
+what arrives is `channels.discord_normalise`, taking in its attachments `channels.discord_media`;
+the client, unsharded or this daemon's shards of the bot, is `channels.discord_client`.
 
 Nothing lost: on every new gateway session (start-up, or a reconnect Discord would not RESUME) the
 chats active lately are caught up from channel history (see `channels.discord_catch_up`) before any
@@ -29,6 +30,7 @@ from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.preview import PreviewStream
 from channels import discord_normalise
 from channels.discord_catch_up import CatchUp
+from channels.discord_client import Shards, make_client
 from channels.discord_media import with_media
 from channels.discord_normalise import PLATFORM, DiscordMessage, admit, read_message, to_inbound
 from channels.discord_preview import DiscordPreview, edit_into, nonce_of
@@ -61,31 +63,6 @@ _NETWORK_ERRORS = (OSError, aiohttp.ClientError, TimeoutError)
 CATCH_UP: Final = "catch-up"
 
 
-class _Client(discord.Client):
-    """A discord.Client that hands its events to the channel that owns it."""
-
-    def __init__(self, owner: DiscordChannel, **options: Any) -> None:
-        super().__init__(**options)
-        self._owner = owner
-
-    async def on_connect(self) -> None:
-        # Dispatched while parsing READY (never for RESUMED), so it is queued before any message
-        # of the new session.
-        self._owner._on_connect()
-
-    async def on_guild_available(self, guild: discord.Guild) -> None:
-        self._owner._on_guild_available()
-
-    async def on_ready(self) -> None:
-        self._owner._on_ready(self)
-
-    async def on_resumed(self) -> None:
-        log.info("discord gateway resumed")
-
-    async def on_message(self, message: discord.Message) -> None:
-        self._owner._on_message(message)
-
-
 class DiscordChannel:
     """Receives over the gateway and sends over REST; one instance per bot token, its `name`
     ("discord", "discord.<account>") the provider of its session keys, chats and stored rows."""
@@ -106,7 +83,7 @@ class DiscordChannel:
         self._token = token
         self._guild_ready_timeout = guild_ready_timeout
         self._retry_delay = retry_delay
-        self._client: _Client | None = None
+        self._client: discord.Client | None = None
         self._worker: asyncio.Task[None] | None = None
         self._typing: set[asyncio.Task[None]] = set()
         self._core: Intake | None = None
@@ -115,7 +92,9 @@ class DiscordChannel:
         # with a catch-up queued at each new session ahead of that session's messages.
         self._intake: asyncio.Queue[discord.Message | str] = asyncio.Queue()
         self._stopped = asyncio.Event()
-        self._catch_up = CatchUp(self._stopped, name)
+        # The gateway shards this daemon runs (None: unsharded); read once, like the token.
+        self.shards = Shards.of(config)
+        self._catch_up = CatchUp(self._stopped, name, self.shards)
         self.ready = asyncio.Event()
 
     async def run(self, intake: Intake) -> None:
@@ -143,8 +122,8 @@ class DiscordChannel:
 
     async def _session(self) -> bool:
         """Log in and stay connected until closed; True when worth retrying (Discord unreachable)."""
-        client = self._client = _Client(
-            self,
+        client = self._client = make_client(
+            self, self.shards,
             intents=discord_normalise.default_intents(),
             guild_ready_timeout=self._guild_ready_timeout,
             allowed_mentions=NO_PINGS,
@@ -204,22 +183,26 @@ class DiscordChannel:
 
     # -- receiving ----------------------------------------------------------------------
 
-    def _on_connect(self) -> None:
+    def gateway_connected(self) -> None:
         # A new session: what was sent since the last one is in channel history only.
         self._catch_up.new_session()
         if not self._stopped.is_set():
             self._intake.put_nowait(CATCH_UP)
 
-    def _on_guild_available(self) -> None:
+    def guild_available(self) -> None:
         self._catch_up.guild_arrived()
 
-    def _on_ready(self, client: discord.Client) -> None:
+    def shard_ready(self) -> None:
+        self._catch_up.session_ready()
+
+    def gateway_ready(self, client: discord.Client) -> None:
         assert client.user is not None
-        log.info("discord connected", channel=self.provider, bot=client.user.name, guilds=len(client.guilds))
+        log.info("discord connected", channel=self.provider, bot=client.user.name, guilds=len(client.guilds),
+                 shards=self.shards.describe() if self.shards is not None else None)
         self._catch_up.session_ready()
         self.ready.set()
 
-    def _on_message(self, message: discord.Message) -> None:
+    def message_received(self, message: discord.Message) -> None:
         if not self._stopped.is_set():
             self._intake.put_nowait(message)
 

@@ -8,6 +8,10 @@ and pass them to the same handler as live messages, in order.
 
 REST messages lack the gateway's `member` field: their authors are plain users, without roles or
 server nicknames, so guild authors are looked up once per catch-up (`GET /guilds/…/members/…`).
+
+When daemons split the bot's shards, the store they share lists every daemon's chats: each reads
+only those its own shards carry (a guild channel of its guilds, DMs with shard 0), or the same
+missed message would reach several daemons.
 """
 
 from __future__ import annotations
@@ -16,12 +20,13 @@ import asyncio
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import aiohttp
 import structlog
 
 from bot.channel import Intake
+from channels.discord_client import Shards
 
 with warnings.catch_warnings():
     # discord.py imports the stdlib audioop (deprecated since 3.11) for voice, which we never use.
@@ -54,9 +59,13 @@ def catch_up_since(max_reply_age: int, now: float) -> float:
 class CatchUp:
     """A channel's catch-ups, one per new gateway session, run by its intake worker."""
 
-    def __init__(self, stopped: asyncio.Event, provider: str = "discord") -> None:
+    def __init__(
+        self, stopped: asyncio.Event, provider: str = "discord", shards: Shards | None = None
+    ) -> None:
         self._stopped = stopped
         self._provider = provider  # the channel's name: it catches up its own chats only
+        self._shards = shards  # None: unsharded, every chat of the provider is this daemon's
+        self._foreign: set[int] = set()  # chats another daemon's shards carry (a guild keeps its shard)
         self._ready = False
         self._news = asyncio.Event()  # a guild arrived, or the session is ready
         # Per channel, the newest message this process handed over: reading goes on from there, as
@@ -108,7 +117,7 @@ class CatchUp:
                 return
             after = self._seen.get(chat_id, int(point.after_id))
             try:
-                messages = await self._unless_stopped(read_missed(client, chat_id, after, members),
+                messages = await self._unless_stopped(self._read(client, chat_id, after, members),
                                                       HISTORY_TIMEOUT)
             except (discord.NotFound, discord.Forbidden) as exc:
                 log.info("catch-up skipped: channel gone or not readable", channel_id=chat_id,
@@ -134,6 +143,32 @@ class CatchUp:
                 self._handed.add(message.id)
                 await handle(message)
             self._pending.discard(chat_id)
+
+    async def _read(
+        self, client: discord.Client, chat_id: int, after_id: int, members: Members
+    ) -> list[discord.Message]:
+        """What a chat missed; nothing for a chat of another daemon's shards (it catches that up)."""
+        if self._shards is not None and not await self._carried(client, chat_id, self._shards):
+            return []
+        return await read_missed(client, chat_id, after_id, members)
+
+    async def _carried(self, client: discord.Client, chat_id: int, shards: Shards) -> bool:
+        if chat_id in self._foreign:
+            return False
+        channel = client.get_channel(chat_id)
+        if channel is not None:  # a channel of a guild of ours, or a DM seen since the start
+            guild = getattr(channel, "guild", None)
+            guild_id = guild.id if guild is not None else None
+        else:
+            # The raw channel: fetch_channel would cache another shard's guild as unavailable, and
+            # the next catch-up would wait for it to arrive.
+            data: dict[str, Any] = dict(await client.http.get_channel(chat_id))
+            guild_id = int(data["guild_id"]) if data.get("guild_id") else None
+        if shards.carry(guild_id):
+            return True
+        self._foreign.add(chat_id)
+        log.debug("catch-up leaves the chat to another daemon's shard", channel_id=chat_id, guild_id=guild_id)
+        return False
 
     async def _guilds_arrived(self, client: discord.Client) -> None:
         # READY lists the guilds as unavailable and each GUILD_CREATE fills one in; on_ready only

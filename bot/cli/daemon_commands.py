@@ -203,7 +203,9 @@ def show_status(args: argparse.Namespace) -> int:
         error = f"  (last error: {channel['error']})" if channel["error"] else ""
         restarts = channel.get("restarts", 0)
         restarted = f", restarted {restarts} time{'s' if restarts != 1 else ''}" if restarts else ""
-        print(f"channel {channel['provider']}: {channel['state']}{restarted}{error}")
+        shards = channel.get("shards")  # a Discord bot split over several daemons
+        runs = (f", shards {', '.join(map(str, shards['ids']))} of {shards['count']}" if shards else "")
+        print(f"channel {channel['provider']}: {channel['state']}{runs}{restarted}{error}")
     queue = reply["queue"]
     print(f"queue: {queue['pending']} message(s) in {len(queue['sessions'])} session(s)")
     for key, state in sorted(queue["sessions"].items()):

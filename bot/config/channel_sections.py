@@ -104,6 +104,11 @@ class DiscordConfig(ChatChannelConfig):
     guilds: dict[IdKey, DiscordGuildConfig] = Field(default_factory=dict)
     channel_settings: dict[IdKey, ChatSettings] = Field(default_factory=dict)
     allow_bots: bool = False
+    # Several daemons splitting one bot's gateway: Discord gives a guild's events to shard
+    # (guild_id >> 22) % shard_count and DMs to shard 0. Unset: one unsharded connection.
+    shard_count: PosInt | None = None
+    # The shards this daemon runs (unset with shard_count: all of them).
+    shard_ids: list[NonNegInt] | None = None
     accounts: dict[AccountName, DiscordConfig] = Field(default_factory=dict)
 
     def settings_for(self, key: SessionKey) -> list[ChatSettings]:

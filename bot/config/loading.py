@@ -15,6 +15,7 @@ from bot.config.fields import MAX_INT, SECRET_IN_FILE
 from bot.config.mcp_sections import duplicate_name
 from bot.config.provider_check import check_roles, with_provider_prices
 from bot.config.root import Config
+from bot.config.shard_check import check_shards
 from bot.config.webhook_check import check_webhooks
 from bot.errors import ConfigError
 
@@ -64,6 +65,7 @@ def parse_config(data: dict[str, Any], source: str) -> Config:
             )
     check_agents(config, source, lambda loc: _key_path(loc, data))
     check_webhooks(config, source)
+    check_shards(config, source)
     check_roles(config, source)
     config = with_provider_prices(config)
     if (duplicate := duplicate_name(config.mcp_servers)) is not None:

@@ -162,8 +162,48 @@ class _Connection:
         self.outbox.put_nowait((code, reason))
 
 
+@dataclass
+class _Session:
+    """One gateway session: the events of one shard (shard 0 of 1 when unsharded), logged so that a
+    RESUME replays what its socket missed."""
+
+    id: str
+    shard: tuple[int, int]  # (shard id, shard count)
+    intents: int
+    live: _Connection | None
+    resumable: bool = True
+    seq: int = 0
+    log: list[Json] = field(default_factory=list)
+
+    def carries(self, guild_id: int | None) -> bool:
+        """Discord's rule: a guild's events go to shard (guild_id >> 22) % count, DMs to shard 0."""
+        shard_id, count = self.shard
+        return shard_id == (0 if guild_id is None else (guild_id >> 22) % count)
+
+    def dispatch(self, event: str, data: Json) -> None:
+        """Log an event of the session; deliver it now if its socket is live, else on RESUME."""
+        self.seq += 1
+        payload = {"op": 0, "t": event, "s": self.seq, "d": data}
+        self.log.append(payload)
+        if self.live is not None:
+            self.live.send(payload)
+
+
+def _valid_shard(shard: Any) -> tuple[int, int] | None:
+    """IDENTIFY's `shard` as (id, count) when Discord would accept it."""
+    if not (isinstance(shard, list) and len(shard) == 2 and all(type(n) is int for n in shard)):
+        return None
+    shard_id, count = shard
+    return (shard_id, count) if 0 <= shard_id < count else None
+
+
 class DiscordStandIn:
-    """`async with DiscordStandIn() as dc:` serves the gateway and REST API on 127.0.0.1:<free port>."""
+    """`async with DiscordStandIn() as dc:` serves the gateway and REST API on 127.0.0.1:<free port>.
+
+    Gateway sessions are per shard: an IDENTIFY with `"shard": [id, count]` gets READY and
+    GUILD_CREATE for the guilds of that shard only, and later events go to the session of the shard
+    that carries them (DMs to shard 0), as on Discord. An invalid shard is closed with 4010.
+    """
 
     def __init__(
         self,
@@ -176,9 +216,10 @@ class DiscordStandIn:
         presences_intent: bool = False,
         heartbeat_interval_ms: int = 41_250,
         nonce_window: float = NONCE_WINDOW,
+        recommended_shards: int = 1,
     ) -> None:
         self.token, self.bot_id, self.heartbeat_interval_ms = token, bot_id, heartbeat_interval_ms
-        self.nonce_window = nonce_window
+        self.nonce_window, self.recommended_shards = nonce_window, recommended_shards
         self.bot_user: Json = {**user(bot_id, bot_name, bot=True), "verified": True, "flags": 0}
         self.allowed_privileged = (
             (MESSAGE_CONTENT if message_content_intent else 0)
@@ -198,7 +239,7 @@ class DiscordStandIn:
         self.cdn: dict[str, bytes] = {}  # attachment path -> bytes
         self.cdn_requests: list[str] = []
         self.cdn_failures = 0  # the next this many CDN downloads answer 500
-        self.connected = asyncio.Event()  # set on READY and RESUMED, cleared when the socket drops
+        self.connected = asyncio.Event()  # set on READY and RESUMED, cleared when no socket is live
         self._faults: list[_Fault] = []
         self._losses: list[_Loss] = []
         # (author id, nonce) -> (message id, time.monotonic()) of creates with enforce_nonce.
@@ -211,13 +252,8 @@ class DiscordStandIn:
         self._messages: dict[int, Json] = {}
         self._last_id = 0
         self._joined_at = datetime.now(UTC).isoformat()
-        # Gateway session: events are logged with their sequence number so RESUME can replay them.
-        self._session_id: str | None = None
-        self._resumable = False
-        self._intents = 0
-        self._seq = 0
-        self._log: list[Json] = []
-        self._live: _Connection | None = None
+        # The gateway session of each shard, (id, count); an unsharded bot's is (0, 1).
+        self._sessions: dict[tuple[int, int], _Session] = {}
         self._runner: web.AppRunner | None = None
         self._port = 0
 
@@ -322,8 +358,7 @@ class DiscordStandIn:
         for channel in texts + thread_list:
             self._channels[int(channel["id"])] = channel
             self._guild_of[int(channel["id"])] = guild_id
-        if self._session_id is not None:
-            self._dispatch("GUILD_CREATE", self._guild_create(guild))
+        self._publish("GUILD_CREATE", guild_id, lambda session: self._guild_create(guild, session))
 
     def fail_next(
         self,
@@ -367,7 +402,8 @@ class DiscordStandIn:
 
         The message joins the channel's history. With a live socket the event is delivered now; with a
         session but no socket it waits for a RESUME of that session (a new IDENTIFY never gets it, as
-        on Discord); with no session at all (the bot never connected) no event is ever sent.
+        on Discord); with no session at all (the bot never connected) no event is ever sent. Only the
+        session of the shard that carries the guild (a DM: shard 0) gets it.
         The guild comes from the channel when not given; a channel of no guild is a DM with `author`.
         A reply (`reference_id`) mentions the replied-to author when `reply_ping`, as Discord clients do.
         """
@@ -392,20 +428,27 @@ class DiscordStandIn:
                 msg["member"]["roles"] = [str(r) for r in member_roles]
         msg["mentions"] = mentioned
         msg.update(mention_everyone=mention_everyone, mention_roles=[str(r) for r in mention_roles])
-        if self._session_id is None:
-            return self._visible(msg)
-        return self._dispatch("MESSAGE_CREATE", self._visible(msg))
+        sent = self._publish("MESSAGE_CREATE", guild_id, lambda session: self._visible(msg, session))
+        return sent[0] if sent else self._visible(msg, None)
 
-    async def disconnect(self, code: int = 4000, *, resumable: bool = True) -> None:
-        """Close the live gateway socket; with resumable=False a later RESUME gets INVALID_SESSION."""
-        conn = self._live
-        if conn is None:
-            raise RuntimeError("no live gateway connection to drop")
-        self._live = None
-        self.connected.clear()
-        self._resumable = resumable
+    async def disconnect(self, code: int = 4000, *, resumable: bool = True, shard: int | None = None) -> None:
+        """Close a live gateway socket (of `shard`, needed when several are live); with
+        resumable=False a later RESUME gets INVALID_SESSION."""
+        live = [s for s in self._sessions.values() if s.live is not None and shard in (None, s.shard[0])]
+        if len(live) != 1:
+            raise RuntimeError(f"{len(live)} live gateway connections match; name one shard")
+        session = live[0]
+        conn = session.live
+        assert conn is not None
+        session.live, session.resumable = None, resumable
+        self._note_connected()
         conn.close(code, "stand-in disconnect")
         await asyncio.wait_for(conn.done.wait(), 5)
+
+    @property
+    def live_shards(self) -> list[tuple[int, int]]:
+        """(shard id, shard count) of every session with a live socket, in order."""
+        return sorted(key for key, session in self._sessions.items() if session.live is not None)
 
     async def wait_for(self, predicate: Callable[[], T], timeout: float = 5) -> T:
         """Poll `predicate` until it returns something truthy, and return that."""
@@ -494,10 +537,10 @@ class DiscordStandIn:
             return web.Response(status=404 if data is None else 500, text="Not Found" if data is None else "")
         return web.Response(body=data, content_type="application/octet-stream")
 
-    def _visible(self, msg: Json) -> Json:
+    def _visible(self, msg: Json, session: _Session | None) -> Json:
         """A MESSAGE_CREATE payload, blanked unless the session asked for the MESSAGE_CONTENT intent
-        (with no session yet, as the app's own setting would allow)."""
-        intents = self._intents if self._session_id is not None else self.allowed_privileged
+        (with no session, as the app's own setting would allow)."""
+        intents = session.intents if session is not None else self.allowed_privileged
         return self._blanked(msg, granted=bool(intents & MESSAGE_CONTENT))
 
     def _rest_view(self, msg: Json) -> Json:
@@ -523,9 +566,9 @@ class DiscordStandIn:
             out.update(content="", embeds=[], attachments=[], components=[])
         return out
 
-    def _guild_create(self, g: _Guild) -> Json:
+    def _guild_create(self, g: _Guild, session: _Session) -> Json:
         # Without GUILD_MEMBERS Discord lists only the bot itself; member_count stays the real one.
-        shown = g.members if self._intents & GUILD_MEMBERS else {self.bot_id: g.members[self.bot_id]}
+        shown = g.members if session.intents & GUILD_MEMBERS else {self.bot_id: g.members[self.bot_id]}
         members = [{**self._member(g.id, uid, roles), "user": u} for uid, (u, roles) in shown.items()]
         owner = next((uid for uid in g.members if uid != self.bot_id), self.bot_id)
         return {
@@ -544,14 +587,22 @@ class DiscordStandIn:
 
     # ----- gateway ---------------------------------------------------------------------------
 
-    def _dispatch(self, event: str, data: Json) -> Json:
-        """Log an event of the session; deliver it now if a socket is live, else on RESUME."""
-        self._seq += 1
-        payload = {"op": 0, "t": event, "s": self._seq, "d": data}
-        self._log.append(payload)
-        if self._live is not None:
-            self._live.send(payload)
-        return data
+    def _publish(self, event: str, guild_id: int | None, data: Callable[[_Session], Json]) -> list[Json]:
+        """Dispatch an event of a guild (None: of a DM) to each session whose shard carries it; the
+        payloads sent, each shaped for its session."""
+        sent = []
+        for session in self._sessions.values():
+            if session.carries(guild_id):
+                payload = data(session)
+                session.dispatch(event, payload)
+                sent.append(payload)
+        return sent
+
+    def _note_connected(self) -> None:
+        if any(session.live is not None for session in self._sessions.values()):
+            self.connected.set()
+        else:
+            self.connected.clear()
 
     async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(max_msg_size=0)
@@ -566,9 +617,10 @@ class DiscordStandIn:
                 if frame.type is WSMsgType.TEXT:
                     self._receive(conn, json.loads(frame.data))
         finally:
-            if self._live is conn:
-                self._live = None
-                self.connected.clear()
+            for session in self._sessions.values():
+                if session.live is conn:
+                    session.live = None
+            self._note_connected()
             if not conn.closing:
                 writer.cancel()
             await asyncio.wait([writer])
@@ -605,19 +657,25 @@ class DiscordStandIn:
         if intents & (GUILD_MEMBERS | GUILD_PRESENCES | MESSAGE_CONTENT) & ~self.allowed_privileged:
             conn.close(4014, "Disallowed intent(s).")
             return
-        # A new session: whatever the old one had not delivered is lost, as on Discord.
-        self._session_id, self._resumable, self._intents = uuid.uuid4().hex, True, intents
-        self._seq, self._log = 0, []
-        self._live = conn
-        unavailable = [{"id": str(gid), "unavailable": True} for gid in self._guilds]
-        self._dispatch("READY", {
-            "v": 10, "user": self.bot_user, "guilds": unavailable, "session_id": self._session_id,
+        shard = _valid_shard(data.get("shard", [0, 1]))
+        if shard is None:
+            conn.close(4010, "Invalid shard.")
+            return
+        # A new session of the shard: whatever the old one had not delivered is lost, as on Discord.
+        session = self._sessions[shard] = _Session(uuid.uuid4().hex, shard, intents, conn)
+        guilds = [guild for guild in self._guilds.values() if session.carries(guild.id)]
+        ready: Json = {
+            "v": 10, "user": self.bot_user, "session_id": session.id,
+            "guilds": [{"id": str(guild.id), "unavailable": True} for guild in guilds],
             "resume_gateway_url": f"ws://127.0.0.1:{self._port}/resume", "session_type": "normal",
             "private_channels": [], "relationships": [], "user_settings": {},
             "application": {"id": str(self.bot_id), "flags": self._application_flags()},
-        })
-        for guild in self._guilds.values():
-            self._dispatch("GUILD_CREATE", self._guild_create(guild))
+        }
+        if "shard" in data:
+            ready["shard"] = list(shard)
+        session.dispatch("READY", ready)
+        for guild in guilds:
+            session.dispatch("GUILD_CREATE", self._guild_create(guild, session))
         self.connected.set()
 
     def _resume(self, conn: _Connection, data: Json) -> None:
@@ -625,15 +683,16 @@ class DiscordStandIn:
         if data.get("token") != self.token:
             conn.close(4004, "Authentication failed.")
             return
-        if not self._resumable or data.get("session_id") != self._session_id:
+        session = next((s for s in self._sessions.values() if s.id == data.get("session_id")), None)
+        if session is None or not session.resumable:
             conn.send({"op": 9, "d": False})  # INVALID_SESSION, not resumable: the client re-IDENTIFYs
             return
         seq = int(data.get("seq") or 0)
-        for payload in self._log:
+        for payload in session.log:
             if payload["s"] > seq:
                 conn.send(payload)
-        self._live = conn
-        self._dispatch("RESUMED", {})
+        session.live = conn
+        session.dispatch("RESUMED", {})
         self.connected.set()
 
     def _application_flags(self) -> int:
@@ -742,8 +801,14 @@ class DiscordStandIn:
         })
 
     async def _get_gateway(self, request: web.Request) -> web.Response:
+        """GET /gateway (no token needed): only the URL. GET /gateway/bot adds the shard count Discord
+        recommends and the identify budget (discord.py's AutoShardedClient asks for it when it is
+        given no shard_count)."""
+        if not request.path.endswith("/bot"):
+            return _json({"url": self.gateway_url})
         limit = {"total": 1000, "remaining": 999, "reset_after": 14_400_000, "max_concurrency": 1}
-        return _json({"url": self.gateway_url, "shards": 1, "session_start_limit": limit})
+        shards = self.recommended_shards
+        return _json({"url": self.gateway_url, "shards": shards, "session_start_limit": limit})
 
     async def _create_dm(self, request: web.Request) -> web.Response:
         recipient_id = int((request[BODY] or {}).get("recipient_id", 0))
@@ -827,8 +892,9 @@ class DiscordStandIn:
         if nonce is not None and body.get("enforce_nonce"):
             self._nonces[key] = (int(msg["id"]), now)
         with_nonce = {"nonce": nonce} if nonce is not None else {}
-        if self._session_id is not None:  # Discord echoes the bot's own messages on the gateway
-            self._dispatch("MESSAGE_CREATE", {**self._visible(msg), **with_nonce})
+        # Discord echoes the bot's own messages on the gateway (to the shard carrying the chat).
+        self._publish("MESSAGE_CREATE", self._guild_of.get(channel_id),
+                      lambda session: {**self._visible(msg, session), **with_nonce})
         return _json({**self._rest_view(msg), **with_nonce})
 
     async def _edit_message(self, request: web.Request) -> web.Response:
