@@ -79,12 +79,14 @@ async def fill_every_table(store: Store) -> None:
                                   first_kept_message_id=history[4].id, tokens_before=900, tokens_after=120,
                                   model="summariser", replaces=None)
     run, _ = await store.claim_run("morning", 1_700_000_000.0)
-    output = await store.record_scheduled_output(run.id, str(DM), "good morning", job_id="morning", attempts=1)
+    output = await store.record_scheduled_output(run.id, str(DM), "good morning", job_id="morning",
+                                                 attempts=1)
     await store.finish_run(run.id, "delivered", delivered_ids=["s1"])
     await store.record_missed("morning", [1_699_900_000.0], "daemon was down")
     assert output.id
-    await store.append_command(InboundMessage(session_key=DM, chat=CHAT, sender_id="42", sender_name="Ada",
-                                              text="/reset", provider_message_id="c1", command="reset"), "reset")
+    command = InboundMessage(session_key=DM, chat=CHAT, sender_id="42", sender_name="Ada", text="/reset",
+                             provider_message_id="c1", command="reset")
+    await store.append_command(command, "reset")
     await store.quarantine("telegram", "991", '{"update_id": 991}', "missing field")
     now = time.time()
     await store.request_pairing("telegram", "77", "Stranger", now=now, ttl=3600, notice_interval=3600,
@@ -156,7 +158,8 @@ async def test_the_copy_answers_recall_vector_search_and_a_context_build_as_the_
             assert built.recalled, "the scenario should recall something"
             found = await store.lexical_turns(str(DM), request.text, before_id=request.id, limit=5)
             assert found == await source.lexical_turns(str(DM), request.text, before_id=request.id, limit=5)
-            query = await source.embedding_of(request.id - 1, MODEL)
+            first = (await source.history(str(DM), 100))[0]
+            query = await source.embedding_of(first.id, MODEL)
             assert query is not None
             near = await store.semantic_matches(str(DM), query, model=MODEL, before_id=request.id, limit=4)
             assert near == await source.semantic_matches(str(DM), query, model=MODEL, before_id=request.id,
@@ -166,7 +169,9 @@ async def test_the_copy_answers_recall_vector_search_and_a_context_build_as_the_
         assert replayed.matches and replayed.rebuilt.input_hash == built.input_hash
 
 
-async def test_the_command_moves_a_bot_to_postgresql_and_backs_it_up_again(tmp_path: Path, pg_url: str) -> None:
+async def test_the_command_moves_a_bot_to_postgresql_and_backs_it_up_again(
+    tmp_path: Path, pg_url: str
+) -> None:
     """`db copy --to URL` from an SQLite config prints every table's counts and exits 0; the copy
     answers `switchboard history` the same; from the PostgreSQL config `--to FILE` writes a backup
     that answers the same again."""

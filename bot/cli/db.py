@@ -157,6 +157,7 @@ def copy(args: argparse.Namespace) -> int:
     from bot.store.copying import copy_store
 
     config = load_config_file(args)
+    setup_logging(config, quiet=True)  # warnings only, on stderr: the command prints its own lines
     target, partial = _copy_target(config, args.to)
     live = sys.stderr.isatty()
 

@@ -71,7 +71,8 @@ async def copy_store(
     tables = await _matching_tables(source, target)
     held = {table: count for table in tables if (count := await target.table_count(table))}
     if held:
-        shown = ", ".join(f"{table} {count}" for table, count in sorted(held.items())[:4])
+        first = sorted(held.items(), key=lambda item: (item[0] != "messages", item[0]))[:4]
+        shown = ", ".join(f"{count} {table}" for table, count in first)
         raise TargetNotEmpty(f"{target.label} already holds data ({shown}{', …' if len(held) > 4 else ''}); "
                              "copy only into a new, empty database")
     order = copy_order(tables, await target.table_references())
