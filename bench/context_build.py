@@ -2,11 +2,13 @@
 
 Usage: .venv/bin/python bench/context_build.py [--sizes 10000,100000,1000000] [--sessions 1000]
        [--samples 2000] [--repeat 3] [--pin-cpu N] [--keep DIR] [--recall N] [--recall-only]
-       [--backfill]
+       [--backfill] [--semantic] [--postgres [URL]]
 
 Each database is created with the real Store (so the schema and migrations are the real ones),
 then filled with plain sqlite3 executemany in big transactions, recall's index terms written with
-`bot.lexical.index_terms` as the store writes them. Prints figures; asserts nothing.
+`bot.lexical.index_terms` as the store writes them. With --postgres the same builds run on
+PostgreSQL too, the generated database loaded into it with `switchboard db copy`'s code (COPY; a
+server of its own is started when no URL is given). Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ import statistics
 import sys
 import tempfile
 import time
-from contextlib import closing
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, closing
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import postgres_load  # noqa: E402
 from bench.instant_brain import InstantBrain  # noqa: E402
 from bot.budget import estimate_tokens  # noqa: E402
 from bot.config import Config, parse_config  # noqa: E402
@@ -40,6 +45,8 @@ from bot.messages import ChatRef, StoredMessage  # noqa: E402
 from bot.semantic_recall import SemanticRecall  # noqa: E402
 from bot.session_key import SessionKey, build  # noqa: E402
 from bot.store import Store  # noqa: E402
+
+Opener = Callable[[], AbstractAsyncContextManager[Store]]
 
 MEDIAN_TARGET_MS = 2.0
 P99_TARGET_MS = 5.0
@@ -382,11 +389,11 @@ def fill_vectors(path: Path, *, seed: int = 5, chunk: int = 100_000) -> float:
 
 async def measure(
     generated: Generated, config: Config, label: str, samples: int, *, seed: int = 11,
-    warmup: int = 50, semantic: bool = False,
+    warmup: int = 50, semantic: bool = False, opener: Opener | None = None,
 ) -> Result:
     rng = random.Random(seed)
     brain = InstantBrain()
-    async with Store.open(generated.path) as store:
+    async with (opener or (lambda: Store.open(generated.path)))() as store:
         recall = SemanticRecall(store, RandomVectors()) if semantic else None  # type: ignore[arg-type]
         builder = ContextBuilder(config, store, brain, semantic=recall)
         pairs = [rng.choice(generated.sessions) for _ in range(samples + warmup)]
@@ -417,11 +424,12 @@ class RecallResult:
 
 
 async def measure_recall(
-    generated: Generated, samples: int, limit: int, *, seed: int = 11, warmup: int = 50
+    generated: Generated, samples: int, limit: int, *, seed: int = 11, warmup: int = 50,
+    opener: Opener | None = None,
 ) -> RecallResult:
     """The recall read alone, as the builder makes it: `lexical_turns` (matches and their turns)."""
     rng = random.Random(seed)
-    async with Store.open(generated.path) as store:
+    async with (opener or (lambda: Store.open(generated.path)))() as store:
         timings: list[float] = []
         matches = messages = 0
         for index in range(samples + warmup):
@@ -457,10 +465,11 @@ async def open_timed(path: Path) -> float:
 
 async def measure_runs(
     generated: Generated, config: Config, label: str, samples: int, repeat: int, *,
-    semantic: bool = False,
+    semantic: bool = False, opener: Opener | None = None,
 ) -> list[Result]:
     """`repeat` runs, each on a fresh Store (and so a fresh SQLite thread, and no vector in memory)."""
-    return [await measure(generated, config, label, samples, seed=11 + run, semantic=semantic)
+    return [await measure(generated, config, label, samples, seed=11 + run, semantic=semantic,
+                          opener=opener)
             for run in range(repeat)]
 
 
@@ -482,6 +491,37 @@ def print_result(size: int, results: list[Result]) -> None:
         print(f"  {'':>9}       {'':<20} runs: median "
               f"{' / '.join(f'{r.median_ms:.3f}' for r in results)} ms, p99 "
               f"{' / '.join(f'{r.p99_ms:.3f}' for r in results)} ms")
+
+
+def measure_size(
+    generated: Generated, db: Path, size: int, args: argparse.Namespace, recall: int,
+    opener: Opener | None,
+) -> tuple[list[Result], list[Result]]:
+    """The recall read alone, then each config's builds, printed; (default runs, semantic runs)."""
+    recalled = asyncio.run(measure_recall(generated, args.samples, recall, opener=opener))
+    print(f"  {size:>9,} msgs  {'recall reads alone':<20} median {recalled.median_ms:6.3f} ms  "
+          f"p99 {recalled.p99_ms:6.3f} ms  matches/req {recalled.mean_matches:4.1f}  "
+          f"turn msgs/req {recalled.mean_turn_messages:4.1f}")
+    defaults: list[Result] = []
+    semantics: list[Result] = []
+    if args.recall_only:
+        return defaults, semantics
+    configs = [
+        ("default (triage)", bench_config(db, recall_count=recall), False),
+        ("recall_count=0", bench_config(db, recall_count=0), False),
+        ("use_selection=false", bench_config(db, use_selection=False, recall_count=recall), False),
+    ]
+    if args.semantic:
+        configs.insert(1, ("default + semantic", bench_config(db, recall_count=recall), True))
+    for label, config, semantic in configs:
+        results = asyncio.run(measure_runs(generated, config, label, args.samples, args.repeat,
+                                           semantic=semantic, opener=opener))
+        print_result(size, results)
+        if label == "default (triage)":
+            defaults += results
+        elif label.startswith("default"):
+            semantics += results
+    return defaults, semantics
 
 
 def main() -> None:
@@ -506,6 +546,10 @@ def main() -> None:
     parser.add_argument("--semantic", action="store_true",
                         help="also store a random vector for every message (as the semantic "
                              "extra would) and time builds with semantic recall")
+    parser.add_argument("--postgres", nargs="?", const="", metavar="URL",
+                        help="also run every measurement on PostgreSQL: the database at URL (empty, "
+                             "or holding this size's load already), or without URL a new server of "
+                             "the bench's own (initdb/pg_ctl on PATH), one database per size")
     args = parser.parse_args()
     sizes = [int(part) for part in args.sizes.split(",") if part]
     if args.pin_cpu is not None:
@@ -516,7 +560,8 @@ def main() -> None:
     print(f"context build: {args.repeat} runs x {args.samples} builds per size and config over "
           f"{args.sessions} sessions; recall_count {recall}; targets median <= {MEDIAN_TARGET_MS} ms, "
           f"p99 <= {P99_TARGET_MS} ms, no growth; CPUs {sorted(os.sched_getaffinity(0))}")
-    with tempfile.TemporaryDirectory(prefix="sb-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="sb-bench-") as tmp, \
+            postgres_load.databases(args.postgres) as databases:
         folder = Path(args.keep) if args.keep else Path(tmp)
         triaged: dict[int, Result] = {}
         every_run: list[Result] = []
@@ -538,31 +583,24 @@ def main() -> None:
                 print(f"  first open wrote the terms of every interactive message in {seconds:.1f} s")
             index, whole = index_mib(db)
             print(f"  file {whole:.0f} MiB, recall index {index:.0f} MiB")
-            recalled = asyncio.run(measure_recall(generated, args.samples, recall))
-            print(f"  {size:>9,} msgs  {'recall reads alone':<20} median {recalled.median_ms:6.3f} ms  "
-                  f"p99 {recalled.p99_ms:6.3f} ms  matches/req {recalled.mean_matches:4.1f}  "
-                  f"turn msgs/req {recalled.mean_turn_messages:4.1f}")
-            if not args.recall_only:
-                configs = [
-                    ("default (triage)", bench_config(db, recall_count=recall), False),
-                    ("recall_count=0", bench_config(db, recall_count=0), False),
-                    ("use_selection=false", bench_config(db, use_selection=False, recall_count=recall),
-                     False),
-                ]
-                if args.semantic:
-                    print(f"  random vectors stored for every message in {fill_vectors(db):.0f} s")
-                    configs.insert(1, ("default + semantic", bench_config(db, recall_count=recall), True))
-                for label, config, semantic in configs:
-                    results = asyncio.run(
-                        measure_runs(generated, config, label, args.samples, args.repeat,
-                                     semantic=semantic)
-                    )
-                    print_result(size, results)
-                    if label == "default (triage)":
-                        every_run += results
-                        triaged[size] = best(results)
-                    elif label.startswith("default"):
-                        semantic_runs += results
+            if args.semantic and not args.recall_only:
+                print(f"  random vectors stored for every message in {fill_vectors(db):.0f} s")
+            backends: list[tuple[str, Opener | None]] = [("SQLite", None)]
+            if databases is not None:
+                url = databases()
+                loaded = postgres_load.load(db, url)
+                print("  PostgreSQL: " + ("reused the loaded database" if loaded is None else
+                      f"loaded {loaded[1]:,} rows with COPY in {loaded[0]:.0f} s"))
+                backends.append(("PostgreSQL", partial(postgres_load.opener, url, db)))
+            for backend, opener in backends:
+                if len(backends) > 1:
+                    print(f"  on {backend}:")
+                defaults, semantics = measure_size(generated, db, size, args, recall, opener)
+                if backend == "SQLite":
+                    every_run += defaults
+                    if defaults:
+                        triaged[size] = best(defaults)
+                    semantic_runs += semantics
             if not args.keep:
                 db.unlink(missing_ok=True)
                 for suffix in ("-wal", "-shm"):

@@ -44,7 +44,7 @@ async def serving(path: Path, handlers: Mapping[str, Handler]) -> AsyncIterator[
     A socket file left by a crashed daemon is replaced; one a live daemon answers on is left
     alone (this daemon then runs without a control socket, and says so).
     """
-    if _answers(path):
+    if answers(path):
         log.error("another daemon answers on the control socket; this one serves none", socket=str(path))
         yield False
         return
@@ -98,7 +98,8 @@ def _remove(path: Path) -> None:
     path.unlink(missing_ok=True)
 
 
-def _answers(path: Path) -> bool:
+def answers(path: Path) -> bool:
+    """Whether a daemon listens on the control socket at `path`."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(1.0)
         try:

@@ -16,7 +16,7 @@ from bot.cli.access import approve, deny, list_pairings, pairing_usage, show_usa
 from bot.cli.base import DEFAULT_CONFIG
 from bot.cli.base import setup_logging as _logging  # noqa: F401  (tests/test_log_secrets.py)
 from bot.cli.daemon_commands import chat, check_config, init, reload, run, show_status
-from bot.cli.db import backup, db_usage, embed, prune
+from bot.cli.db import backup, copy, db_usage, embed, prune
 from bot.cli.history import compact_session, list_sessions, replay_turn, show_context, show_history
 from bot.cli.jobs import list_jobs, run_job
 from bot.cli.notes import list_notes
@@ -73,6 +73,9 @@ EXAMPLES = {
     "db prune": ["switchboard db prune --older-than 90 --dry-run", "switchboard db prune --older-than 90",
                  "switchboard db prune   # only the kept files no message refers to"],
     "db embed": ["switchboard db embed", "switchboard db embed --rebuild"],
+    "db copy": ["switchboard db copy --to postgresql://switchboard@db.example.com/switchboard",
+                "PGPASSWORD=... switchboard db copy --to postgresql://switchboard@db.example.com/switchboard",
+                "switchboard db copy --to /var/backups/switchboard.db   # from a PostgreSQL config"],
     "pairing": ["switchboard pairing list", "switchboard pairing approve K7QPM3XD"],
     "pairing list": ["switchboard pairing list"],
     "pairing approve": ["switchboard pairing approve K7QPM3XD",
@@ -82,6 +85,17 @@ EXAMPLES = {
     "notes": ["switchboard notes", "switchboard notes telegram:123456789"],
     "usage": ["switchboard usage", "switchboard usage --by day --days 7", "switchboard usage --by user"],
 }
+
+
+COPY_DESCRIPTION = """\
+Copy the whole database the config names (every table, ids kept) into a new, empty one:
+an SQLite bot onto PostgreSQL, or a PostgreSQL store into an SQLite file as a backup.
+Then count each table's rows on both sides, print them, and exit 1 if any differ.
+
+Stop the daemon first (the command refuses while one runs on the database). The copy
+reads one consistent snapshot of the source and writes in one transaction, so a failed
+copy leaves the target as empty as it was; a new SQLite file appears only when complete.
+Recall's index and the vector counts are rebuilt on the target as the rows arrive."""
 
 
 def _examples(name: str) -> str:
@@ -157,8 +171,8 @@ def _parser() -> argparse.ArgumentParser:
                  "show whether the daemon runs: channels, queues, schedules, last error")
     status.add_argument("--json", action="store_true", help="print the daemon's answer as JSON")
     add("reload", reload, "make the running daemon re-read its config file (as SIGHUP does)")
-    db = add("db", db_usage, "database care: backup, prune, embed")
-    db_sub = db.add_subparsers(dest="db_command", metavar="backup|prune|embed")
+    db = add("db", db_usage, "database care: backup, prune, embed, copy")
+    db_sub = db.add_subparsers(dest="db_command", metavar="backup|prune|embed|copy")
     backup_cmd = add("db backup", backup, "copy the database, safely while it runs", db_sub)
     backup_cmd.add_argument("path", help="the new backup file")
     backup_cmd.add_argument("--force", action="store_true", help="replace the file if it exists")
@@ -171,6 +185,13 @@ def _parser() -> argparse.ArgumentParser:
                     "that lack one (the [semantic] extra)", db_sub)
     embed_cmd.add_argument("--rebuild", action="store_true",
                            help="drop every stored vector and compute them all again")
+    copy_cmd = add("db copy", copy, "copy the whole database into a new, empty one (SQLite onto "
+                   "PostgreSQL, or PostgreSQL into an SQLite file) and count every table on both sides",
+                   db_sub)
+    copy_cmd.description = COPY_DESCRIPTION
+    copy_cmd.add_argument("--to", required=True, metavar="URL|PATH",
+                          help="a postgresql:// URL without a password (PGPASSWORD or ~/.pgpass give "
+                               "it; the database must be empty), or an SQLite file (new or empty)")
     pairing = add("pairing", pairing_usage, "let strangers in by the code they were sent "
                   '(dm_policy = "pairing"): list, approve, deny')
     pairing_sub = pairing.add_subparsers(dest="pairing_command", metavar="list|approve|deny")

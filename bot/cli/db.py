@@ -1,4 +1,5 @@
-"""Database care: an online backup, pruning old messages and unreferenced files, sentence embeddings."""
+"""Database care: an online backup, a copy to or from PostgreSQL, pruning old messages and
+unreferenced files, sentence embeddings."""
 
 from __future__ import annotations
 
@@ -6,21 +7,24 @@ import argparse
 import os
 import sys
 import time
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bot.cli.base import load_config_file, on_database, open_store, setup_logging
+from bot.cli.base import control_path, load_config_file, on_database, open_store, setup_logging
 from bot.errors import BotError
 from bot.session_key import parse
 
 if TYPE_CHECKING:
     from bot.config import Config
     from bot.store import Store
+    from bot.store.copying import TableCount
 
 
 def db_usage(args: argparse.Namespace) -> int:
     print("usage: switchboard db backup PATH [--force] | switchboard db prune [--older-than DAYS] "
-          "[--dry-run] | switchboard db embed [--rebuild]", file=sys.stderr)
+          "[--dry-run] | switchboard db embed [--rebuild] | switchboard db copy --to URL|PATH",
+          file=sys.stderr)
     return 2
 
 
@@ -145,3 +149,98 @@ def embed(args: argparse.Namespace) -> int:
     print(f"{dropped}embedded {done} message(s) with {embedder.model_id} in {seconds:.1f} s; "
           "every stored message now has its vector")
     return 0
+
+
+def copy(args: argparse.Namespace) -> int:
+    """Copy the configured database into a new, empty one (PostgreSQL or an SQLite file), then
+    count every table on both sides; exit 1 when a count differs."""
+    from bot.store.copying import copy_store
+
+    config = load_config_file(args)
+    setup_logging(config, quiet=True)  # warnings only, on stderr: the command prints its own lines
+    target, partial = _copy_target(config, args.to)
+    live = sys.stderr.isatty()
+
+    def progress(table: str, rows: int) -> None:
+        if live:
+            print(f"\rcopying {table}: {rows} rows\033[K", end="", file=sys.stderr, flush=True)
+
+    async def run() -> list[TableCount]:
+        async with open_store(config) as source:
+            await _refuse_while_running(config, source)
+            async with _open_target(config, target, partial) as opened:
+                try:
+                    return await copy_store(source, opened, progress=progress)
+                finally:
+                    if live:
+                        print("\r\033[K", end="", file=sys.stderr, flush=True)
+
+    try:
+        counts = on_database(config, run)
+        if partial is not None and all(c.source == c.target for c in counts):
+            os.replace(partial, target)
+    finally:
+        if partial is not None:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{partial}{suffix}").unlink(missing_ok=True)
+    width = max(len(c.table) for c in counts)
+    print(f"copied {config.database.url or config.database_path()} to {target}")
+    print(f"  {'table':<{width}}  {'source':>10}  {'target':>10}")
+    for c in counts:
+        mark = "" if c.source == c.target else "  DIFFERS"
+        print(f"  {c.table:<{width}}  {c.source:>10}  {c.target:>10}{mark}")
+    differ = [c.table for c in counts if c.source != c.target]
+    if differ:
+        print(f"switchboard: counts differ in {', '.join(differ)}; do not use the copy", file=sys.stderr)
+        return 1
+    messages = next((c.target for c in counts if c.table == "messages"), 0)
+    print(f"every table's rows counted equal on both sides ({len(counts)} tables, {messages} messages)")
+    return 0
+
+
+def _copy_target(config: Config, to: str) -> tuple[str, Path | None]:
+    """`--to` checked: a PostgreSQL URL without a password, or an SQLite file (written beside
+    itself first when new, so a failed copy leaves no file behind: the second value)."""
+    from bot.config.fields import postgres_url_problem
+
+    if "://" in to:
+        problem = postgres_url_problem(to)
+        if problem is not None:
+            text, secret = problem
+            if secret:  # never echo it: the command line may be in a shell history already
+                raise BotError("--to must be a URL without a password: give the password in PGPASSWORD "
+                               "or ~/.pgpass (libpq reads both)")
+            raise BotError(f"--to {to}: expected {text.removeprefix('Value error, ')}")
+        if to == config.database.url:
+            raise BotError("--to names the configured database itself; give a new, empty one")
+        return to, None
+    path = Path(to)
+    if config.database.url is None and path.exists() and path.resolve() == config.database_path().resolve():
+        raise BotError("--to names the configured database itself; give a new file")
+    if path.exists():
+        return to, None
+    return to, path.with_name(f".{path.name}.partial")
+
+
+def _open_target(config: Config, target: str, partial: Path | None) -> AbstractAsyncContextManager[Store]:
+    from bot.store import Store
+
+    if "://" not in target:
+        if partial is not None:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{partial}{suffix}").unlink(missing_ok=True)
+        return Store.open(partial or Path(target))
+    from bot.store.postgres import PostgresStore
+
+    return PostgresStore.connect(target, state_path=config.database_path(), label=target)
+
+
+async def _refuse_while_running(config: Config, source: Store) -> None:
+    """A daemon still writing would add messages the copy misses: it must be stopped first."""
+    from bot.control import answers
+    from bot.session_lease import HEARTBEAT
+
+    alive = await source.instances(time.time() - 3 * HEARTBEAT)
+    if answers(control_path(config)) or alive:
+        raise BotError("the daemon is running on this database; stop it first (what it stores "
+                       "during the copy would not be copied)")

@@ -77,6 +77,18 @@ def _postgres_url(value: str) -> str:
 PostgresUrl = Annotated[str, AfterValidator(_postgres_url)]
 
 
+def postgres_url_problem(value: str) -> tuple[str, bool] | None:
+    """What is wrong with `value` as a PostgreSQL URL, and whether it is a password in it (the
+    value must then never be shown); None when it is a URL the store accepts."""
+    try:
+        _postgres_url(value)
+    except PydanticCustomError as exc:
+        return str(exc), True
+    except ValueError as exc:
+        return str(exc), False
+    return None
+
+
 def split_listen(value: str) -> tuple[str, int]:
     """The host and port of a listen address: "0.0.0.0:8443", "[::]:8443" or "localhost:8080"."""
     host, colon, port = value.rpartition(":")

@@ -33,13 +33,14 @@ from bot.store.records import (
 from bot.store.reminders import Reminder, ReminderLimitError, Reminders, ReminderStatus, reminder_id
 from bot.store.schedule_runs import ScheduleRuns
 from bot.store.snapshots import Snapshots
+from bot.store.tables import Tables
 from bot.store.tool_calls import StoredToolCall, ToolCalls
 from bot.store.usage import Usage, UsageRecord
 
 
 class Store(
     Messages, Recall, Embeddings, Delivery, Snapshots, Compactions, ScheduleRuns, Maintenance,
-    Pairings, Usage, ToolCalls, People, HistorySearch, Reminders, Leases,
+    Pairings, Usage, ToolCalls, People, HistorySearch, Reminders, Leases, Tables,
 ):
     """Conversation history in one SQLite file (WAL, foreign keys on, mode 0600).
 

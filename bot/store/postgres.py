@@ -20,6 +20,7 @@ from bot.store import Store
 from bot.store.pg_connection import PgConnection
 from bot.store.pg_migrations import PG_MIGRATIONS
 from bot.store.pg_recall import PgRecall
+from bot.store.pg_tables import PgTables
 
 if TYPE_CHECKING:
     import aiosqlite
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 _MIGRATION_LOCK = 0x5357_4D49
 
 
-class PostgresStore(PgRecall, Store):
+class PostgresStore(PgRecall, PgTables, Store):
     """`Store` on a PostgreSQL database. Open it with `PostgresStore.connect(url, ...)`.
 
     `path` is the local state file a SQLite store would have used: the daemon keeps its media
