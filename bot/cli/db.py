@@ -238,9 +238,9 @@ def _open_target(config: Config, target: str, partial: Path | None) -> AbstractA
 async def _refuse_while_running(config: Config, source: Store) -> None:
     """A daemon still writing would add messages the copy misses: it must be stopped first."""
     from bot.control import answers
-    from bot.session_lease import HEARTBEAT
+    from bot.store.leases import LIVE_WINDOW
 
-    alive = await source.instances(time.time() - 3 * HEARTBEAT)
+    alive = await source.instances(time.time() - LIVE_WINDOW)
     if answers(control_path(config)) or alive:
         raise BotError("the daemon is running on this database; stop it first (what it stores "
                        "during the copy would not be copied)")
