@@ -132,7 +132,7 @@ class Daemon(DaemonHealth):
             brain = self._brain = agents.brain(config)
             agents.configure(config)
             # Several daemons on one store: each session's work runs under its lease.
-            leases = SessionLeases(store) if store.shared else None
+            leases = SessionLeases(store, ttl=config.database.lease_ttl) if store.shared else None
             router = self.router = Router(
                 store, self._announcing(agents), max_concurrent=config.router.max_concurrent_turns,
                 leases=leases,
