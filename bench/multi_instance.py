@@ -290,7 +290,7 @@ def log_events(workdir: Path) -> Counter[str]:
 
 async def run_once(label: str, plan: Plan, database: str, workdir: Path,
                    progress: Any = print) -> Outcome:
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - before anything runs
     rng = random.Random(plan.seed)
     async with AnthropicStandIn() as api, TelegramStandIn(token=TELEGRAM_TOKEN) as tg:
         api.default = echo
@@ -322,7 +322,8 @@ async def _up(daemons: list[Daemon], tg: TelegramStandIn, webhooks: int) -> None
             if d.proc is not None and d.proc.returncode is not None:
                 raise RuntimeError(f"{d.name} exited ({d.proc.returncode}); see {d.workdir}")
         if time.monotonic() > deadline:
-            raise RuntimeError(f"daemons not up within {START_TIMEOUT:.0f} s; see the logs in {daemons[0].workdir}")
+            raise RuntimeError(f"daemons not up within {START_TIMEOUT:.0f} s; see the logs in "
+                               f"{daemons[0].workdir}")
         await asyncio.sleep(0.05)
 
 
@@ -401,7 +402,8 @@ def block(o: Outcome) -> list[str]:
         f"    of the doubles: one stored reply sent twice {o.resent}, two stored replies {o.two_turns}",
         f"  sessions with replies out of order {o.out_of_order}",
         f"  left: awaiting a reply {o.awaiting}, in the outbox {o.outbox}, leases {o.leases}",
-        f"  throughput {o.rate():.0f} updates/s answered ({o.elapsed:.1f} s from the first push to the last answer)",
+        f"  throughput {o.rate():.0f} updates/s answered ({o.elapsed:.1f} s from the first push to the "
+        "last answer)",
     ]
     if o.until_kill:
         lines.append(f"  before the SIGKILL: {o.answered_before_kill / o.until_kill:.0f} updates/s answered "

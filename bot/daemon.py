@@ -30,7 +30,7 @@ from bot.pairing import PairingGate, welcome_approved
 from bot.providers import brains_by_model, transcriber_of
 from bot.reload_plan import plan_reload
 from bot.reminder_schedule import ReminderSchedule
-from bot.resume import resume, sweep
+from bot.resume import adopt_waiting, resume, sweep
 from bot.router import Router, TurnHandler
 from bot.scheduler import Scheduler
 from bot.session_lease import SessionLeases
@@ -135,7 +135,7 @@ class Daemon(DaemonHealth):
             leases = SessionLeases(store, ttl=config.database.lease_ttl) if store.shared else None
             router = self.router = Router(
                 store, self._announcing(agents), max_concurrent=config.router.max_concurrent_turns,
-                leases=leases,
+                leases=leases, send_left_over=outbox.send_left_over if leases is not None else None,
             )
             inbox = self._inbox = Inbox(config, store, router, self._by_provider, agents.compactors)
             # Before any channel takes input: what the last run left undone goes first, in order.
@@ -160,6 +160,7 @@ class Daemon(DaemonHealth):
             self._spawn(welcome_approved(store, self._by_provider))
             if leases is not None:
                 self._spawn(leases.beat(), name="heartbeat")
+                self._spawn(adopt_waiting(store, router, self._current_inbox, self._by_provider, leases.ttl))
             announce = asyncio.create_task(self._announce_ready(), name="ready")
             self.started.set()
             log.info("started", channels=[c.provider for c in self.channels],

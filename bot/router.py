@@ -26,6 +26,7 @@ log = structlog.get_logger("switchboard.router")
 
 TurnHandler = Callable[[StoredMessage, InboundMessage], Awaitable[None]]
 Work = Callable[[], Awaitable[None]]
+SessionWork = Callable[[str], Awaitable[object]]
 
 
 class RouterClosedError(Exception):
@@ -52,11 +53,13 @@ class Router:
 
     def __init__(
         self, store: Store, handle_turn: TurnHandler, *, max_concurrent: int,
-        leases: SessionLeases | None = None,
+        leases: SessionLeases | None = None, send_left_over: SessionWork | None = None,
     ) -> None:
         self._store = store
-        # With a store shared by several daemons: each item runs under its session's lease.
+        # With a store shared by several daemons: each item runs under its session's lease, and a
+        # turn first sends the session's replies left in the outbox (`Outbox.send_left_over`).
         self._leases = leases
+        self._send_left_over = send_left_over
         self._handle_turn = handle_turn
         self._slots = asyncio.Semaphore(max_concurrent)
         self._queues: dict[str, deque[_Item]] = {}
@@ -131,8 +134,12 @@ class Router:
             self._workers[key] = asyncio.create_task(self._drain(key), name=f"session {key}")
 
     def _is_queued(self, message_id: int) -> bool:
-        return any(isinstance(item, _Turn) and item.request.id == message_id
-                   for queue in self._queues.values() for item in queue)
+        return message_id in self.queued_requests()
+
+    def queued_requests(self) -> set[int]:
+        """The ids of the requests queued here (running or waiting their turn)."""
+        return {item.request.id for queue in self._queues.values() for item in queue
+                if isinstance(item, _Turn)}
 
     def session_state(self, key: str) -> tuple[bool, int]:
         """(work is running, items waiting behind it) for one session."""
@@ -217,8 +224,11 @@ class Router:
         return self._leases.hold(key) if self._leases is not None else contextlib.nullcontext()
 
     async def _first_in_line(self, key: str, request: StoredMessage) -> bool:
-        """Under the lease: answer the session's older requests other instances stored first, then
-        say whether `request` still waits (a reply here or elsewhere may have answered it)."""
+        """Under the lease: send the session's replies left in the outbox, answer its older requests
+        other instances stored, then say whether `request` still waits (a reply here or elsewhere
+        may have answered it). Each in arrival order, whichever instance stored or died with it."""
+        if self._send_left_over is not None:
+            await self._send_left_over(key)
         for earlier in await self._store.awaiting_requests(key, before=request.id):
             if earlier.chat is not None:
                 log.info("older request of the session answered first", session_key=key,

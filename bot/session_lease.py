@@ -45,14 +45,14 @@ class SessionLeases:
     def __init__(self, store: Store, owner: str | None = None, *, ttl: float = LEASE_TTL) -> None:
         self._store = store
         self.owner = owner or instance_name()
-        self._ttl = ttl
+        self.ttl = ttl
         self.started_at = time.time()
 
     @asynccontextmanager
     async def hold(self, session_key: str) -> AsyncIterator[None]:
         """Wait until this instance holds the session's lease; keep it renewed until the block ends."""
         delay = POLL_FIRST
-        while not await self._store.take_lease(session_key, self.owner, self._ttl):
+        while not await self._store.take_lease(session_key, self.owner, self.ttl):
             await asyncio.sleep(delay)
             delay = min(delay * 2, POLL_CAP)
         renewing = asyncio.create_task(self._renew(session_key), name=f"lease {session_key}")
@@ -69,9 +69,9 @@ class SessionLeases:
 
     async def _renew(self, session_key: str) -> None:
         while True:
-            await asyncio.sleep(self._ttl / 3)
+            await asyncio.sleep(self.ttl / 3)
             try:
-                if not await self._store.take_lease(session_key, self.owner, self._ttl):
+                if not await self._store.take_lease(session_key, self.owner, self.ttl):
                     log.error("session lease lost while its work ran", session_key=session_key)
             except Exception as exc:  # a store hiccup: the next renewal tries again
                 log.warning("lease not renewed", session_key=session_key, error=_described(exc))

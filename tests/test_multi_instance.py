@@ -6,6 +6,7 @@ over by the live ones."""
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import re
 from collections.abc import AsyncIterator, Callable
@@ -17,6 +18,7 @@ import pytest
 
 from bot.brain import AnthropicBrain
 from bot.config import Config
+from bot.control import request, socket_path
 from bot.daemon import Daemon, build_channels
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.session_key import build
@@ -128,8 +130,8 @@ async def test_a_dead_instance_s_lease_unsent_reply_and_waiting_request_are_take
     replies once each, in order, once the lease has expired."""
     ada = user(FIRST_USER, "Ada")
     port = free_port()
-    config = instance_config(api, tg, make_config, pg_url, port=port,
-                             webhook_url=f"http://127.0.0.1:{port}/telegram", users=[FIRST_USER], lease_ttl=1.0)
+    config = instance_config(api, tg, make_config, pg_url, port=port, users=[FIRST_USER],
+                             webhook_url=f"http://127.0.0.1:{port}/telegram", lease_ttl=1.0)
     async with instances([config]):
         await left_behind(pg_url, tmp_path / "dead.db", FIRST_USER, reply_unsent=True)
         tg.push_message(private_chat(ada), ada, f"note m{FIRST_USER}-3")
@@ -146,11 +148,32 @@ async def test_a_request_a_dead_instance_never_answered_is_answered_without_a_ne
     """A request stored by an instance that then died, and no later message from its user: a live
     instance answers it once the dead one's lease has expired."""
     port = free_port()
-    config = instance_config(api, tg, make_config, pg_url, port=port,
-                             webhook_url=f"http://127.0.0.1:{port}/telegram", users=[FIRST_USER], lease_ttl=1.0)
+    config = instance_config(api, tg, make_config, pg_url, port=port, users=[FIRST_USER],
+                             webhook_url=f"http://127.0.0.1:{port}/telegram", lease_ttl=1.0)
     async with instances([config]):
         await left_behind(pg_url, tmp_path / "dead.db", FIRST_USER, reply_unsent=False)
         await tg.wait_for(lambda: tg.sent, timeout=10)
         await asyncio.sleep(0.3)
 
     assert replies_by_chat(tg) == {FIRST_USER: [2]}
+
+
+async def test_a_daemon_on_postgresql_answers_status_on_a_fresh_host(
+    api: AnthropicStandIn, tg: TelegramStandIn, make_config: MakeConfig, pg_url: str, secrets: None,
+    tmp_path: Path,
+) -> None:
+    """With no state folder yet (a new host), a daemon on PostgreSQL still makes one for its
+    control socket: `switchboard status` reaches it and lists it among the instances."""
+    assert not (tmp_path / "state").exists()
+    port = free_port()
+    config = instance_config(api, tg, make_config, pg_url, port=port,
+                             webhook_url=f"http://127.0.0.1:{port}/telegram", users=[FIRST_USER])
+    async with instances([config]):
+        for _ in range(100):  # the first heartbeat is written just after the start
+            status = await asyncio.to_thread(request, socket_path(config.database_path()), "status")
+            if status.get("instances"):
+                break
+            await asyncio.sleep(0.05)
+
+    assert status["ok"] and status["pid"] == os.getpid()
+    assert [i["pid"] for i in status["instances"]] == [os.getpid()]

@@ -115,15 +115,17 @@ class Delivery(Database):
         async with self._transaction():
             await self._conn.execute("DELETE FROM outbox WHERE message_id = ?", (message_id,))
 
-    async def pending_deliveries(self, message_id: int | None = None) -> list[PendingDelivery]:
+    async def pending_deliveries(
+        self, message_id: int | None = None, *, session_key: str | None = None
+    ) -> list[PendingDelivery]:
         """Replies in the outbox, oldest first, each to be sent from its first undelivered chunk
-        (only reply `message_id`, if it is still there, when given)."""
+        (only reply `message_id`, if it is still there, or only one session's, when given)."""
         rows = await self._conn.execute_fetchall(
             "SELECT o.message_id, m.session_key, o.created_at, o.provider, o.chat_id, o.thread_id, "
             "o.reply_to_id, o.text, o.chunks_sent, o.preview_id FROM outbox o "
-            "JOIN messages m ON m.id = o.message_id WHERE CAST(? AS BIGINT) IS NULL OR o.message_id = ? "
-            "ORDER BY o.message_id",
-            (message_id, message_id),
+            "JOIN messages m ON m.id = o.message_id WHERE (CAST(? AS BIGINT) IS NULL OR o.message_id = ?) "
+            "AND (CAST(? AS TEXT) IS NULL OR m.session_key = ?) ORDER BY o.message_id",
+            (message_id, message_id, session_key, session_key),
         )
         return [
             PendingDelivery(row[0], row[1], row[2], OutboundMessage(
