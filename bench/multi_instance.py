@@ -79,11 +79,12 @@ def free_port() -> int:
 
 
 def config_text(database: str, port: int, lb_url: str, tg: TelegramStandIn, api: AnthropicStandIn,
-                users: int) -> str:
+                users: int, lease_ttl: float) -> str:
     ids = ", ".join(str(FIRST_USER + u) for u in range(users))
     return f"""
 [database]
 {database}
+lease_ttl = {lease_ttl}
 
 [anthropic]
 base_url = "{api.base_url}"
@@ -233,6 +234,7 @@ class Plan:
     quiet: float = 45.0
     settle_max: float = 300.0
     limits: bool = False
+    lease_ttl: float = 15.0
 
 
 def database_counts(database: str) -> tuple[list[str], int, int, int, list[str]]:
@@ -307,7 +309,8 @@ async def run_once(label: str, plan: Plan, database: str, workdir: Path,
             key = f'url = "{database}"' if database.startswith("postgresql://") else f'path = "{database}"'
             daemons = [Daemon(f"d{i + 1}", port, workdir, env) for i, port in enumerate(ports)]
             for daemon in daemons:
-                daemon.config.write_text(config_text(key, daemon.port, lb.url, tg, api, plan.users))
+                daemon.config.write_text(config_text(key, daemon.port, lb.url, tg, api, plan.users,
+                                                         plan.lease_ttl))
             try:
                 return await _drive(label, plan, database, workdir, tg, lb, daemons, rng, progress)
             finally:
@@ -419,7 +422,8 @@ async def bench(plan: Plan, workdir: Path, only: str | None) -> None:
 
     print(f"multi_instance: {plan.users} users × {plan.per_user} = {plan.users * plan.per_user} updates, "
           f"instant model replies, webhook mode through the round-robin proxy, Telegram limiter "
-          f"{'on' if plan.limits else 'off'}; load average {os.getloadavg()[0]:.2f}", flush=True)
+          f"{'on' if plan.limits else 'off'}, lease_ttl {plan.lease_ttl:g} s; load average "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
     server = PostgresServer()
     server.start()
     outcomes: list[Outcome] = []
@@ -465,20 +469,24 @@ def main() -> None:
         child(sys.argv[2:])
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="1 000 updates from 100 users (under a minute)")
+    parser.add_argument("--quick", action="store_true",
+                        help="300 updates from 60 users, lease_ttl 5 s, quiet 20 s (about a minute)")
     parser.add_argument("--users", type=int, default=500)
     parser.add_argument("--per-user", type=int, default=10)
     parser.add_argument("--instances", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--downtime", type=float, default=3.0)
     parser.add_argument("--quiet", type=float, default=45.0)
+    parser.add_argument("--lease-ttl", type=float, default=15.0, help="[database] lease_ttl")
     parser.add_argument("--telegram-limits", action="store_true")
     parser.add_argument("--only", choices=("sqlite", "pg", "multi"))
     parser.add_argument("--keep", type=Path, help="keep configs, logs and the SQLite file here")
     args = parser.parse_args()
-    users = 100 if args.quick else args.users
-    plan = Plan(users=users, per_user=args.per_user, instances=args.instances, kill=True, seed=args.seed,
-                downtime=1.0 if args.quick else args.downtime, quiet=args.quiet, limits=args.telegram_limits)
+    quick = args.quick
+    plan = Plan(users=60 if quick else args.users, per_user=5 if quick else args.per_user,
+                instances=args.instances, kill=True, seed=args.seed, downtime=1.0 if quick else args.downtime,
+                quiet=20.0 if quick else args.quiet, limits=args.telegram_limits,
+                lease_ttl=5.0 if quick else args.lease_ttl)
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
         asyncio.run(bench(plan, args.keep, args.only))

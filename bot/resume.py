@@ -145,8 +145,9 @@ async def adopt_waiting(
 
     An instance that dies leaves its queue's requests waiting; the others take them over only
     when they queue them (a later message of the session, or a start). This does it without
-    either. A request another live instance is working through is harmless to queue too: under
-    the session's lease it is skipped once answered. Late ones are marked `late`, as at start.
+    either, for sessions no instance holds the lease of now. A request another live instance has
+    queued but not reached is harmless to queue too: under the session's lease it is answered
+    once, by whichever comes first. Late ones are marked `late`, as at start.
     """
     while True:
         await asyncio.sleep(every)
@@ -164,7 +165,8 @@ async def adopt_waiting(
 async def _adopt(store: Store, router: Router, inbox: Inbox, channels: Mapping[str, Channel], *,
                  older_than: float) -> int:
     queued, mine, now = 0, router.queued_requests(), time.time()
-    for pending in await store.awaiting_requests():
+    # A session some instance holds the lease of is being worked through: it answers them in turn.
+    for pending in await store.awaiting_requests(unleased_at=now):
         message, chat = pending.message, pending.chat
         provider = parse_session_key(message.session_key).provider
         if provider not in channels or chat is None or message.id in mine:

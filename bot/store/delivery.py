@@ -25,15 +25,18 @@ class Delivery(Database):
     # -- requests waiting for a reply -----------------------------------------------------------
 
     async def awaiting_requests(
-        self, session_key: str | None = None, *, before: int | None = None
+        self, session_key: str | None = None, *, before: int | None = None, unleased_at: float | None = None,
     ) -> list[PendingRequest]:
         """Every stored request still waiting for a reply, oldest first, with its chat; only one
-        session's, and only those older than message `before`, when given."""
+        session's, only those older than message `before`, and only those of sessions whose lease
+        (`bot.store.leases`) is free or expired at time `unleased_at`, when given."""
         rows = await self._conn.execute_fetchall(
             f"SELECT {MESSAGE_COLUMNS}, chat_id, thread_id, (SELECT p.chat_id FROM provider_messages p "
             "WHERE p.message_id = messages.id LIMIT 1) FROM messages WHERE awaiting_reply = 1 "
-            "AND (CAST(? AS TEXT) IS NULL OR session_key = ?) AND id < ? ORDER BY id",
-            (session_key, session_key, before if before is not None else 2**62),
+            "AND (CAST(? AS TEXT) IS NULL OR session_key = ?) AND id < ? "
+            "AND (CAST(? AS DOUBLE PRECISION) IS NULL OR NOT EXISTS (SELECT 1 FROM session_leases l "
+            "WHERE l.session_key = messages.session_key AND l.expires_at >= ?)) ORDER BY id",
+            (session_key, session_key, before if before is not None else 2**62, unleased_at, unleased_at),
         )
         pending = []
         for row in rows:
