@@ -191,6 +191,9 @@ class Outcome:
     answered_before_kill: int = 0
     until_kill: float = 0.0
     failovers: int = 0
+    # Replies Telegram had when the SIGKILL came while the outbox still held them (the dead
+    # instance had not recorded them sent): sent again on takeover, as nothing can tell it not to.
+    in_window: set[str] = field(default_factory=set)
     forwarded: list[int] = field(default_factory=list)
     log_events: Counter[str] = field(default_factory=Counter)
     end: str = ""
@@ -210,6 +213,10 @@ class Outcome:
     @property
     def never(self) -> int:
         return sum(1 for m in self.pushed if not self.delivered[m])
+
+    @property
+    def doubled(self) -> list[str]:
+        return [m for m in self.pushed if self.delivered[m] > 1]
 
     @property
     def resent(self) -> int:
@@ -255,6 +262,16 @@ def database_counts(database: str) -> tuple[list[str], int, int, int, list[str]]
             [str(r[0]) for r in rows[4]])
 
 
+def in_send_window(database: str, tg: TelegramStandIn) -> set[str]:
+    """Markers of replies in the outbox that Telegram already shows (read right after a SIGKILL)."""
+    import psycopg
+
+    with psycopg.connect(database) as conn:
+        left = [str(r[0]) for r in conn.execute("SELECT text FROM outbox").fetchall()]
+    shown = {f"m{a}-{b}" for m in tg.sent for a, b in MARKER.findall(m.visible_text)}
+    return {f"m{a}-{b}" for t in left for a, b in MARKER.findall(t)} & shown
+
+
 def out_of_order(sent: list[tuple[int, str]]) -> int:
     """Chats where a reply arrived after the reply to a later message of the same user."""
     newest: dict[int, int] = {}
@@ -268,6 +285,8 @@ def out_of_order(sent: list[tuple[int, str]]) -> int:
 
 
 EVENTS = ("older request of the session answered first", "request already answered; skipped",
+          "newer request of the session answered in the same lease",
+          "request answered elsewhere while waiting; skipped", "reply left in the outbox sent first",
           "redelivered message still unanswered; queued", "session lease lost while its work ran",
           "resumed from the last run", "waiting requests taken over")
 
@@ -346,6 +365,7 @@ async def _drive(label: str, plan: Plan, database: str, workdir: Path, tg: Teleg
     total = len(pushed)
     killed_at = None
     answered_before_kill = 0
+    in_window: set[str] = set()
     last_count, last_change = 0, time.monotonic()
     end = ""
     while True:
@@ -356,7 +376,10 @@ async def _drive(label: str, plan: Plan, database: str, workdir: Path, tg: Teleg
         if plan.kill and killed_at is None and count >= total // 2:
             victim = daemons[rng.randrange(len(daemons))]
             victim.kill()
+            assert victim.proc is not None
+            await victim.proc.wait()
             killed_at, answered_before_kill = now, count
+            in_window = in_send_window(database, tg)
             progress(f"  {label}: SIGKILL {victim.name} at {count}/{total} answered")
             await asyncio.sleep(plan.downtime)
             await victim.start()
@@ -388,7 +411,7 @@ async def _drive(label: str, plan: Plan, database: str, workdir: Path, tg: Teleg
         delivered=Counter(f"m{a}-{b}" for _, t in sent for a, b in MARKER.findall(t)),
         out_of_order=out_of_order(sent), awaiting=awaiting, outbox=outbox, leases=leases,
         elapsed=last_answer - started, answered_before_kill=answered_before_kill,
-        until_kill=(killed_at - started) if killed_at else 0.0, failovers=lb.failovers,
+        until_kill=(killed_at - started) if killed_at else 0.0, failovers=lb.failovers, in_window=in_window,
         forwarded=[lb.forwarded[d.port] for d in daemons], log_events=log_events(workdir), end=end,
     )
 
@@ -402,7 +425,8 @@ def block(o: Outcome) -> list[str]:
         f"  updates sent {len(o.pushed)}, stored {sum(1 for m in o.pushed if o.stored[m])}"
         f" (stored twice {sum(1 for m in o.pushed if o.stored[m] > 1)})",
         f"  answered once {o.once}, answered twice {o.twice}, never answered {o.never}",
-        f"    of the doubles: one stored reply sent twice {o.resent}, two stored replies {o.two_turns}",
+        f"    of the doubles: one stored reply sent twice {o.resent} ({len(o.in_window & set(o.doubled))} of "
+        f"them in Telegram's send window at the SIGKILL), two stored replies {o.two_turns}",
         f"  sessions with replies out of order {o.out_of_order}",
         f"  left: awaiting a reply {o.awaiting}, in the outbox {o.outbox}, leases {o.leases}",
         f"  throughput {o.rate():.0f} updates/s answered ({o.elapsed:.1f} s from the first push to the "

@@ -195,8 +195,13 @@ class Router:
         try:
             while queue:
                 item = queue[0]
-                async with self._leased(key):
-                    if isinstance(item, _Turn):
+                async with self._leased(key, item) as held:
+                    if not held:  # answered by the instance holding the lease meanwhile
+                        assert isinstance(item, _Turn)
+                        self._queued_at.pop(item.request.id, None)
+                        log.info("request answered elsewhere while waiting; skipped", session_key=key,
+                                 request_id=item.request.id)
+                    elif isinstance(item, _Turn):
                         await self._run_turn(key, item)
                     else:
                         await self._guarded(item.label, item.work, session_key=key)
@@ -217,11 +222,20 @@ class Router:
                 with structlog.contextvars.bound_contextvars(queue_ms=round(waited, 1)):
                     if self._leases is None or await self._first_in_line(key, item.request):
                         await self._handle_turn(item.request, item.inbound)
+                    if self._leases is not None:
+                        await self._later_in_line(key, item.request)
             except Exception:
                 log.exception("turn failed", session_key=key, request_id=item.request.id)
 
-    def _leased(self, key: str) -> AbstractAsyncContextManager[None]:
-        return self._leases.hold(key) if self._leases is not None else contextlib.nullcontext()
+    def _leased(self, key: str, item: _Item) -> AbstractAsyncContextManager[bool]:
+        """The session's lease for `item`; a turn stops waiting for it (False) once its request
+        no longer waits for a reply."""
+        if self._leases is None:
+            return contextlib.nullcontext(True)
+        if isinstance(item, _Turn):
+            request_id = item.request.id
+            return self._leases.hold(key, wanted=lambda: self._store.still_awaiting(request_id))
+        return self._leases.hold(key)
 
     async def _first_in_line(self, key: str, request: StoredMessage) -> bool:
         """Under the lease: send the session's replies left in the outbox, answer its older requests
@@ -238,6 +252,20 @@ class Router:
             return True
         log.info("request already answered; skipped", session_key=key, request_id=request.id)
         return False
+
+    async def _later_in_line(self, key: str, request: StoredMessage) -> None:
+        """Still under the lease: answer the session's newer requests other instances stored
+        meanwhile, in order. One instance then works through a burst of a chat's messages while
+        it holds the lease, instead of the instances taking turns at it with a wait for the lease
+        between every two replies; the others find theirs answered and skip them. Not past other
+        work queued here (a /reset keeps its place between the messages around it)."""
+        if any(isinstance(queued, _Job) for queued in self._queues.get(key, ())):
+            return
+        for later in await self._store.awaiting_requests(key):
+            if later.message.id > request.id and later.chat is not None:
+                log.info("newer request of the session answered in the same lease", session_key=key,
+                         request_id=later.message.id)
+                await self._handle_turn(later.message, inbound_of(later.message, later.chat))
 
     @staticmethod
     async def _guarded(label: str, work: Work, **fields: str) -> None:

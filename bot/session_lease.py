@@ -15,7 +15,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 
 import structlog
@@ -49,15 +49,23 @@ class SessionLeases:
         self.started_at = time.time()
 
     @asynccontextmanager
-    async def hold(self, session_key: str) -> AsyncIterator[None]:
-        """Wait until this instance holds the session's lease; keep it renewed until the block ends."""
+    async def hold(
+        self, session_key: str, *, wanted: Callable[[], Awaitable[bool]] | None = None
+    ) -> AsyncIterator[bool]:
+        """Wait until this instance holds the session's lease (True); keep it renewed until the block
+        ends. `wanted` is asked after each try that found the lease taken: when it says the work
+        is no longer wanted (another instance did it), the block runs at once without the lease
+        (False)."""
         delay = POLL_FIRST
         while not await self._store.take_lease(session_key, self.owner, self.ttl):
+            if wanted is not None and not await wanted():
+                yield False
+                return
             await asyncio.sleep(delay)
             delay = min(delay * 2, POLL_CAP)
         renewing = asyncio.create_task(self._renew(session_key), name=f"lease {session_key}")
         try:
-            yield
+            yield True
         finally:
             renewing.cancel()
             with suppress(asyncio.CancelledError):
