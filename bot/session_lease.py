@@ -2,10 +2,14 @@
 
 Any instance may receive any update (a load balancer spreads webhooks). Each queues what it stored
 as one daemon does; before running an item it takes the session's lease (a row in the store, see
-`bot.store.leases`), so one instance at a time works on a session. Holding it, a turn first runs
-the session's older requests still waiting (received by another instance), oldest first, then its
-own if no reply answered it meanwhile: each request is answered once, in arrival order. A daemon
-killed with a lease held loses it after `ttl` seconds, and the others take its sessions over.
+`bot.store.leases`), so one instance at a time works on a session. Holding it, a turn first sends
+the session's replies left in the outbox (an instance died before sending them), runs the older
+requests still waiting (received by another instance), oldest first, then its own if no reply
+answered it meanwhile, then the newer ones waiting: each request is answered once, in arrival
+order, and a burst of one chat's messages is worked through by one instance. A turn waiting for
+the lease gives up once its request was answered. A daemon killed with a lease held loses it
+after `ttl` seconds, and the others take its sessions over (`bot.resume.adopt_waiting` queues
+what it left waiting).
 """
 
 from __future__ import annotations
