@@ -502,6 +502,7 @@ def main() -> None:
     parser.add_argument("--downtime", type=float, default=3.0)
     parser.add_argument("--quiet", type=float, default=45.0)
     parser.add_argument("--lease-ttl", type=float, default=15.0, help="[database] lease_ttl")
+    parser.add_argument("--settle-max", type=float, default=900.0, help="give a run up to this long")
     parser.add_argument("--telegram-limits", action="store_true")
     parser.add_argument("--only", choices=("sqlite", "pg", "multi"))
     parser.add_argument("--keep", type=Path, help="keep configs, logs and the SQLite file here")
@@ -510,7 +511,7 @@ def main() -> None:
     plan = Plan(users=60 if quick else args.users, per_user=5 if quick else args.per_user,
                 instances=args.instances, kill=True, seed=args.seed, downtime=1.0 if quick else args.downtime,
                 quiet=20.0 if quick else args.quiet, limits=args.telegram_limits,
-                lease_ttl=5.0 if quick else args.lease_ttl)
+                lease_ttl=5.0 if quick else args.lease_ttl, settle_max=args.settle_max)
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
         asyncio.run(bench(plan, args.keep, args.only))

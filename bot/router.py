@@ -266,6 +266,18 @@ class Router:
                 log.info("newer request of the session answered in the same lease", session_key=key,
                          request_id=later.message.id)
                 await self._handle_turn(later.message, inbound_of(later.message, later.chat))
+                self._unqueue(key, later.message.id)
+
+    def _unqueue(self, key: str, request_id: int) -> None:
+        """Drop a request answered ahead of its place from this session's queue (never its head,
+        the item running now)."""
+        queue = self._queues.get(key)
+        if not queue:
+            return
+        for item in list(queue)[1:]:
+            if isinstance(item, _Turn) and item.request.id == request_id:
+                queue.remove(item)
+                self._queued_at.pop(request_id, None)
 
     @staticmethod
     async def _guarded(label: str, work: Work, **fields: str) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import secrets
 import socket
 import time
@@ -30,9 +31,12 @@ log = structlog.get_logger("switchboard.lease")
 
 # A lease lasts this long unless renewed; it is renewed every third of it while its work runs.
 LEASE_TTL = 15.0
-# Waiting for a lease another instance holds: polled, the wait doubling up to the cap.
+# Waiting for a lease another instance holds: polled, the wait doubling up to the cap (with a
+# random part, so waiters spread out). Each instance has a waiter per busy session: with hundreds
+# of sessions a short cap makes the polls the store's main load (seen in bench/multi_instance.py),
+# and the holder answers the newer requests itself, so most waits end with "answered elsewhere".
 POLL_FIRST = 0.02
-POLL_CAP = 0.5
+POLL_CAP = 2.0
 # Instances beat this often; `status` shows those seen within three beats.
 HEARTBEAT = 5.0
 
@@ -65,7 +69,7 @@ class SessionLeases:
             if wanted is not None and not await wanted():
                 yield False
                 return
-            await asyncio.sleep(delay)
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, POLL_CAP)
         renewing = asyncio.create_task(self._renew(session_key), name=f"lease {session_key}")
         try:
