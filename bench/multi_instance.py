@@ -245,10 +245,12 @@ class Plan:
 
 
 def database_counts(database: str) -> tuple[list[str], int, int, int, list[str]]:
-    """User texts, requests awaiting a reply, outbox rows, leases, reply texts: read as any client would."""
+    """User texts, requests awaiting a reply, outbox rows, leases still held (not expired), reply
+    texts: read as any client would."""
     queries = ("SELECT text FROM messages WHERE role = 'user'",
                "SELECT COUNT(*) FROM messages WHERE awaiting_reply = 1",
-               "SELECT COUNT(*) FROM outbox", "SELECT COUNT(*) FROM session_leases",
+               "SELECT COUNT(*) FROM outbox",
+               f"SELECT COUNT(*) FROM session_leases WHERE expires_at > {time.time()}",
                "SELECT text FROM messages WHERE role = 'assistant'")
     if database.startswith("postgresql://"):
         import psycopg
@@ -428,7 +430,7 @@ def block(o: Outcome) -> list[str]:
         f"    of the doubles: one stored reply sent twice {o.resent} ({len(o.in_window & set(o.doubled))} of "
         f"them in Telegram's send window at the SIGKILL), two stored replies {o.two_turns}",
         f"  sessions with replies out of order {o.out_of_order}",
-        f"  left: awaiting a reply {o.awaiting}, in the outbox {o.outbox}, leases {o.leases}",
+        f"  left: awaiting a reply {o.awaiting}, in the outbox {o.outbox}, leases still held {o.leases}",
         f"  throughput {o.rate():.0f} updates/s answered ({o.elapsed:.1f} s from the first push to the "
         "last answer)",
     ]
