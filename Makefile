@@ -62,6 +62,7 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/history_search.py
 	$(BIN)/python bench/reminders.py
 	$(BIN)/python bench/crash_loop.py
+	$(BIN)/python bench/multi_instance.py
 	$(BIN)/python bench/mcp_soak.py
 	$(BIN)/python bench/provider_overhead.py
 

@@ -30,7 +30,7 @@ from bot.pairing import PairingGate, welcome_approved
 from bot.providers import brains_by_model, transcriber_of
 from bot.reload_plan import plan_reload
 from bot.reminder_schedule import ReminderSchedule
-from bot.resume import resume, sweep
+from bot.resume import adopt_waiting, resume, sweep
 from bot.router import Router, TurnHandler
 from bot.scheduler import Scheduler
 from bot.session_lease import SessionLeases
@@ -133,13 +133,13 @@ class Daemon(DaemonHealth):
             brain = self._brain = agents.brain(config)
             agents.configure(config)
             # Several daemons on one store: each session's work runs under its lease.
-            leases = SessionLeases(store) if store.shared else None
+            leases = SessionLeases(store, ttl=config.database.lease_ttl) if store.shared else None
             if leases is not None:
                 store.instance = leases.owner  # runs it claims are known as this instance's
                 await leases.beat_once()
             router = self.router = Router(
                 store, self._announcing(agents), max_concurrent=config.router.max_concurrent_turns,
-                leases=leases,
+                leases=leases, send_left_over=outbox.send_left_over if leases is not None else None,
             )
             inbox = self._inbox = Inbox(config, store, router, self._by_provider, agents.compactors)
             # Before any channel takes input: what the last run left undone goes first, in order.
@@ -165,6 +165,7 @@ class Daemon(DaemonHealth):
             if leases is not None:
                 self._spawn(leases.beat(), name="heartbeat")
                 self._spawn(self._take_over_runs(), name="take over runs")
+                self._spawn(adopt_waiting(store, router, self._current_inbox, self._by_provider, leases.ttl))
             announce = asyncio.create_task(self._announce_ready(), name="ready")
             self.started.set()
             log.info("started", channels=[c.provider for c in self.channels],

@@ -93,6 +93,20 @@ class Outbox:
                              "delivered reply not cleared", message_id)
         return sent
 
+    async def send_left_over(self, session_key: str) -> int:
+        """Send the session's replies still in the outbox, oldest first; how many there were.
+
+        With a shared store a turn calls this under the session's lease, before its own reply: a
+        reply an instance stored and died before sending (or a passing failure kept back) then
+        reaches the chat before the replies to later messages, not after them with the next sweep.
+        """
+        left = await self._store.pending_deliveries(session_key=session_key)
+        for delivery in left:
+            log.info("reply left in the outbox sent first", session_key=session_key,
+                     reply_id=delivery.message_id)
+            await self.deliver(delivery.message_id, delivery.outbound)
+        return len(left)
+
     @staticmethod
     async def _retrying(write: Callable[[], Awaitable[None]], what: str, message_id: int) -> None:
         for attempt in range(1, RECORD_ATTEMPTS + 1):

@@ -1,6 +1,7 @@
 """What a start picks up where the last run stopped: replies still in the outbox, requests still
 waiting for a reply and commands not yet run, queued per session in their order before new input;
-and, while running, replies a passing failure left in the outbox.
+and, while running, replies a passing failure left in the outbox, and (several daemons on one
+store) the requests an instance that died left waiting.
 
 Only the channels running in this process take part (`switchboard chat` never answers Telegram).
 What is older than its channel's `max_reply_age` is not answered late: a request is marked
@@ -134,6 +135,50 @@ async def sweep(
             continue
         if queued:
             log.info("sending undelivered replies again", replies=queued)
+
+
+async def adopt_waiting(
+    store: Store, router: Router, inbox: Callable[[], Inbox], channels: Mapping[str, Channel], every: float,
+) -> None:
+    """Several daemons on one store: every `every` seconds (the lease TTL), queue the requests still
+    waiting for a reply, older than that, that no turn here has queued.
+
+    An instance that dies leaves its queue's requests waiting; the others take them over only
+    when they queue them (a later message of the session, or a start). This does it without
+    either, for sessions no instance holds the lease of now. A request another live instance has
+    queued but not reached is harmless to queue too: under the session's lease it is answered
+    once, by whichever comes first. Late ones are marked `late`, as at start.
+    """
+    while True:
+        await asyncio.sleep(every)
+        try:
+            queued = await _adopt(store, router, inbox(), channels, older_than=every)
+        except RouterClosedError:
+            return
+        except Exception as exc:  # a store hiccup: the next round tries again
+            log.warning("waiting requests not checked", error=f"{type(exc).__name__}: {exc}")
+            continue
+        if queued:
+            log.info("waiting requests taken over", requests=queued)
+
+
+async def _adopt(store: Store, router: Router, inbox: Inbox, channels: Mapping[str, Channel], *,
+                 older_than: float) -> int:
+    queued, mine, now = 0, router.queued_requests(), time.time()
+    # A session some instance holds the lease of is being worked through: it answers them in turn.
+    for pending in await store.awaiting_requests(unleased_at=now):
+        message, chat = pending.message, pending.chat
+        provider = parse_session_key(message.session_key).provider
+        if provider not in channels or chat is None or message.id in mine:
+            continue
+        if now - message.created_at < older_than:
+            continue
+        if inbox.is_late(provider, message.created_at):
+            await store.abandon_request(message.id, "late")
+            continue
+        router.enqueue_turn(message, inbound_of(message, chat))
+        queued += 1
+    return queued
 
 
 def _resend(outbox: Outbox, channel: Channel, delivery: PendingDelivery) -> Work:

@@ -26,6 +26,7 @@ log = structlog.get_logger("switchboard.router")
 
 TurnHandler = Callable[[StoredMessage, InboundMessage], Awaitable[None]]
 Work = Callable[[], Awaitable[None]]
+SessionWork = Callable[[str], Awaitable[object]]
 
 
 class RouterClosedError(Exception):
@@ -52,11 +53,13 @@ class Router:
 
     def __init__(
         self, store: Store, handle_turn: TurnHandler, *, max_concurrent: int,
-        leases: SessionLeases | None = None,
+        leases: SessionLeases | None = None, send_left_over: SessionWork | None = None,
     ) -> None:
         self._store = store
-        # With a store shared by several daemons: each item runs under its session's lease.
+        # With a store shared by several daemons: each item runs under its session's lease, and a
+        # turn first sends the session's replies left in the outbox (`Outbox.send_left_over`).
         self._leases = leases
+        self._send_left_over = send_left_over
         self._handle_turn = handle_turn
         self._slots = asyncio.Semaphore(max_concurrent)
         self._queues: dict[str, deque[_Item]] = {}
@@ -131,8 +134,12 @@ class Router:
             self._workers[key] = asyncio.create_task(self._drain(key), name=f"session {key}")
 
     def _is_queued(self, message_id: int) -> bool:
-        return any(isinstance(item, _Turn) and item.request.id == message_id
-                   for queue in self._queues.values() for item in queue)
+        return message_id in self.queued_requests()
+
+    def queued_requests(self) -> set[int]:
+        """The ids of the requests queued here (running or waiting their turn)."""
+        return {item.request.id for queue in self._queues.values() for item in queue
+                if isinstance(item, _Turn)}
 
     def session_state(self, key: str) -> tuple[bool, int]:
         """(work is running, items waiting behind it) for one session."""
@@ -188,8 +195,13 @@ class Router:
         try:
             while queue:
                 item = queue[0]
-                async with self._leased(key):
-                    if isinstance(item, _Turn):
+                async with self._leased(key, item) as held:
+                    if not held:  # answered by the instance holding the lease meanwhile
+                        assert isinstance(item, _Turn)
+                        self._queued_at.pop(item.request.id, None)
+                        log.info("request answered elsewhere while waiting; skipped", session_key=key,
+                                 request_id=item.request.id)
+                    elif isinstance(item, _Turn):
                         await self._run_turn(key, item)
                     else:
                         await self._guarded(item.label, item.work, session_key=key)
@@ -210,15 +222,27 @@ class Router:
                 with structlog.contextvars.bound_contextvars(queue_ms=round(waited, 1)):
                     if self._leases is None or await self._first_in_line(key, item.request):
                         await self._handle_turn(item.request, item.inbound)
+                    if self._leases is not None:
+                        await self._later_in_line(key, item.request)
             except Exception:
                 log.exception("turn failed", session_key=key, request_id=item.request.id)
 
-    def _leased(self, key: str) -> AbstractAsyncContextManager[None]:
-        return self._leases.hold(key) if self._leases is not None else contextlib.nullcontext()
+    def _leased(self, key: str, item: _Item) -> AbstractAsyncContextManager[bool]:
+        """The session's lease for `item`; a turn stops waiting for it (False) once its request
+        no longer waits for a reply."""
+        if self._leases is None:
+            return contextlib.nullcontext(True)
+        if isinstance(item, _Turn):
+            request_id = item.request.id
+            return self._leases.hold(key, wanted=lambda: self._store.still_awaiting(request_id))
+        return self._leases.hold(key)
 
     async def _first_in_line(self, key: str, request: StoredMessage) -> bool:
-        """Under the lease: answer the session's older requests other instances stored first, then
-        say whether `request` still waits (a reply here or elsewhere may have answered it)."""
+        """Under the lease: send the session's replies left in the outbox, answer its older requests
+        other instances stored, then say whether `request` still waits (a reply here or elsewhere
+        may have answered it). Each in arrival order, whichever instance stored or died with it."""
+        if self._send_left_over is not None:
+            await self._send_left_over(key)
         for earlier in await self._store.awaiting_requests(key, before=request.id):
             if earlier.chat is not None:
                 log.info("older request of the session answered first", session_key=key,
@@ -228,6 +252,32 @@ class Router:
             return True
         log.info("request already answered; skipped", session_key=key, request_id=request.id)
         return False
+
+    async def _later_in_line(self, key: str, request: StoredMessage) -> None:
+        """Still under the lease: answer the session's newer requests other instances stored
+        meanwhile, in order. One instance then works through a burst of a chat's messages while
+        it holds the lease, instead of the instances taking turns at it with a wait for the lease
+        between every two replies; the others find theirs answered and skip them. Not past other
+        work queued here (a /reset keeps its place between the messages around it)."""
+        if any(isinstance(queued, _Job) for queued in self._queues.get(key, ())):
+            return
+        for later in await self._store.awaiting_requests(key):
+            if later.message.id > request.id and later.chat is not None:
+                log.info("newer request of the session answered in the same lease", session_key=key,
+                         request_id=later.message.id)
+                await self._handle_turn(later.message, inbound_of(later.message, later.chat))
+                self._unqueue(key, later.message.id)
+
+    def _unqueue(self, key: str, request_id: int) -> None:
+        """Drop a request answered ahead of its place from this session's queue (never its head,
+        the item running now)."""
+        queue = self._queues.get(key)
+        if not queue:
+            return
+        for item in list(queue)[1:]:
+            if isinstance(item, _Turn) and item.request.id == request_id:
+                queue.remove(item)
+                self._queued_at.pop(request_id, None)
 
     @staticmethod
     async def _guarded(label: str, work: Work, **fields: str) -> None:

@@ -2,20 +2,25 @@
 
 Any instance may receive any update (a load balancer spreads webhooks). Each queues what it stored
 as one daemon does; before running an item it takes the session's lease (a row in the store, see
-`bot.store.leases`), so one instance at a time works on a session. Holding it, a turn first runs
-the session's older requests still waiting (received by another instance), oldest first, then its
-own if no reply answered it meanwhile: each request is answered once, in arrival order. A daemon
-killed with a lease held loses it after `ttl` seconds, and the others take its sessions over.
+`bot.store.leases`), so one instance at a time works on a session. Holding it, a turn first sends
+the session's replies left in the outbox (an instance died before sending them), runs the older
+requests still waiting (received by another instance), oldest first, then its own if no reply
+answered it meanwhile, then the newer ones waiting: each request is answered once, in arrival
+order, and a burst of one chat's messages is worked through by one instance. A turn waiting for
+the lease gives up once its request was answered. A daemon killed with a lease held loses it
+after `ttl` seconds, and the others take its sessions over (`bot.resume.adopt_waiting` queues
+what it left waiting).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import random
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 
 import structlog
@@ -27,9 +32,12 @@ log = structlog.get_logger("switchboard.lease")
 
 # A lease lasts this long unless renewed; it is renewed every third of it while its work runs.
 LEASE_TTL = 15.0
-# Waiting for a lease another instance holds: polled, the wait doubling up to the cap.
+# Waiting for a lease another instance holds: polled, the wait doubling up to the cap (with a
+# random part, so waiters spread out). Each instance has a waiter per busy session: with hundreds
+# of sessions a short cap makes the polls the store's main load (seen in bench/multi_instance.py),
+# and the holder answers the newer requests itself, so most waits end with "answered elsewhere".
 POLL_FIRST = 0.02
-POLL_CAP = 0.5
+POLL_CAP = 2.0
 
 
 def instance_name() -> str:
@@ -44,19 +52,27 @@ class SessionLeases:
     def __init__(self, store: Store, owner: str | None = None, *, ttl: float = LEASE_TTL) -> None:
         self._store = store
         self.owner = owner or instance_name()
-        self._ttl = ttl
+        self.ttl = ttl
         self.started_at = time.time()
 
     @asynccontextmanager
-    async def hold(self, session_key: str) -> AsyncIterator[None]:
-        """Wait until this instance holds the session's lease; keep it renewed until the block ends."""
+    async def hold(
+        self, session_key: str, *, wanted: Callable[[], Awaitable[bool]] | None = None
+    ) -> AsyncIterator[bool]:
+        """Wait until this instance holds the session's lease (True); keep it renewed until the block
+        ends. `wanted` is asked after each try that found the lease taken: when it says the work
+        is no longer wanted (another instance did it), the block runs at once without the lease
+        (False)."""
         delay = POLL_FIRST
-        while not await self._store.take_lease(session_key, self.owner, self._ttl):
-            await asyncio.sleep(delay)
+        while not await self._store.take_lease(session_key, self.owner, self.ttl):
+            if wanted is not None and not await wanted():
+                yield False
+                return
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, POLL_CAP)
         renewing = asyncio.create_task(self._renew(session_key), name=f"lease {session_key}")
         try:
-            yield
+            yield True
         finally:
             renewing.cancel()
             with suppress(asyncio.CancelledError):
@@ -68,9 +84,9 @@ class SessionLeases:
 
     async def _renew(self, session_key: str) -> None:
         while True:
-            await asyncio.sleep(self._ttl / 3)
+            await asyncio.sleep(self.ttl / 3)
             try:
-                if not await self._store.take_lease(session_key, self.owner, self._ttl):
+                if not await self._store.take_lease(session_key, self.owner, self.ttl):
                     log.error("session lease lost while its work ran", session_key=session_key)
             except Exception as exc:  # a store hiccup: the next renewal tries again
                 log.warning("lease not renewed", session_key=session_key, error=_described(exc))

@@ -43,6 +43,9 @@ class DatabaseConfig(Section):
     url: PostgresUrl | None = None
     # The environment variable holding the PostgreSQL password (else libpq's PGPASSWORD, ~/.pgpass).
     password_env: EnvName | None = None
+    # Several daemons on one PostgreSQL database: a session's lease lasts this long unless renewed
+    # (every third of it while its work runs), so a killed instance's sessions wait this long.
+    lease_ttl: PosFloat = 15.0
 
     @model_validator(mode="after")
     def _one_database(self) -> DatabaseConfig:

@@ -25,15 +25,18 @@ class Delivery(Database):
     # -- requests waiting for a reply -----------------------------------------------------------
 
     async def awaiting_requests(
-        self, session_key: str | None = None, *, before: int | None = None
+        self, session_key: str | None = None, *, before: int | None = None, unleased_at: float | None = None,
     ) -> list[PendingRequest]:
         """Every stored request still waiting for a reply, oldest first, with its chat; only one
-        session's, and only those older than message `before`, when given."""
+        session's, only those older than message `before`, and only those of sessions whose lease
+        (`bot.store.leases`) is free or expired at time `unleased_at`, when given."""
         rows = await self._conn.execute_fetchall(
             f"SELECT {MESSAGE_COLUMNS}, chat_id, thread_id, (SELECT p.chat_id FROM provider_messages p "
             "WHERE p.message_id = messages.id LIMIT 1) FROM messages WHERE awaiting_reply = 1 "
-            "AND (CAST(? AS TEXT) IS NULL OR session_key = ?) AND id < ? ORDER BY id",
-            (session_key, session_key, before if before is not None else 2**62),
+            "AND (CAST(? AS TEXT) IS NULL OR session_key = ?) AND id < ? "
+            "AND (CAST(? AS DOUBLE PRECISION) IS NULL OR NOT EXISTS (SELECT 1 FROM session_leases l "
+            "WHERE l.session_key = messages.session_key AND l.expires_at >= ?)) ORDER BY id",
+            (session_key, session_key, before if before is not None else 2**62, unleased_at, unleased_at),
         )
         pending = []
         for row in rows:
@@ -115,15 +118,17 @@ class Delivery(Database):
         async with self._transaction():
             await self._conn.execute("DELETE FROM outbox WHERE message_id = ?", (message_id,))
 
-    async def pending_deliveries(self, message_id: int | None = None) -> list[PendingDelivery]:
+    async def pending_deliveries(
+        self, message_id: int | None = None, *, session_key: str | None = None
+    ) -> list[PendingDelivery]:
         """Replies in the outbox, oldest first, each to be sent from its first undelivered chunk
-        (only reply `message_id`, if it is still there, when given)."""
+        (only reply `message_id`, if it is still there, or only one session's, when given)."""
         rows = await self._conn.execute_fetchall(
             "SELECT o.message_id, m.session_key, o.created_at, o.provider, o.chat_id, o.thread_id, "
             "o.reply_to_id, o.text, o.chunks_sent, o.preview_id FROM outbox o "
-            "JOIN messages m ON m.id = o.message_id WHERE CAST(? AS BIGINT) IS NULL OR o.message_id = ? "
-            "ORDER BY o.message_id",
-            (message_id, message_id),
+            "JOIN messages m ON m.id = o.message_id WHERE (CAST(? AS BIGINT) IS NULL OR o.message_id = ?) "
+            "AND (CAST(? AS TEXT) IS NULL OR m.session_key = ?) ORDER BY o.message_id",
+            (message_id, message_id, session_key, session_key),
         )
         return [
             PendingDelivery(row[0], row[1], row[2], OutboundMessage(

@@ -71,6 +71,10 @@ class PostgresStore(PgRecall, PgTables, Store):
         import psycopg
         from psycopg_pool import AsyncConnectionPool
 
+        try:  # the daemon's own files (control socket, kept media) live in this folder
+            state_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot make the state folder {state_path.parent}: {exc}") from exc
         kwargs: dict[str, Any] = {"autocommit": True}
         if password is not None:
             kwargs["password"] = password

@@ -1,0 +1,179 @@
+"""Several daemons on one PostgreSQL database behind a round-robin load balancer: every message is
+answered once and each chat's replies arrive in order, whichever instance received what; and what a
+dead instance left (its lease, a stored reply it never sent, a request it never answered) is taken
+over by the live ones."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import re
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.brain import AnthropicBrain
+from bot.config import Config
+from bot.control import request, socket_path
+from bot.daemon import Daemon, build_channels
+from bot.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.session_key import build
+from bot.store.postgres import PostgresStore
+from channels.telegram import TelegramChannel
+from tests.harness import API_KEY, config_data, running
+from tests.standins.anthropic_api import AnthropicStandIn
+from tests.standins.round_robin import RoundRobin
+from tests.standins.telegram_api import TelegramStandIn, private_chat, user
+from tests.test_telegram_webhook import SECRET, SECRET_ENV, free_port
+
+MakeConfig = Callable[[dict[str, Any]], Config]
+MARKER = re.compile(r"\bm(\d+)-(\d+)\b")
+FIRST_USER = 7_000
+
+
+@pytest.fixture
+def secrets(tg: TelegramStandIn, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", tg.token)
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+
+
+def instance_config(api: AnthropicStandIn, tg: TelegramStandIn, make_config: MakeConfig, pg_url: str,
+                    *, port: int, webhook_url: str, users: list[int], lease_ttl: float = 15.0) -> Config:
+    """One instance's config: the shared database, its own webhook port, the balancer's URL."""
+    telegram = {"enabled": True, "base_url": tg.base_url, "allow_from": users, "mode": "webhook",
+                "webhook_listen": f"127.0.0.1:{port}", "webhook_url": webhook_url,
+                "webhook_secret_env": SECRET_ENV}
+    return make_config(config_data(api, database={"url": pg_url, "lease_ttl": lease_ttl},
+                                   channels={"telegram": telegram}))
+
+
+@asynccontextmanager
+async def instances(configs: list[Config]) -> AsyncIterator[list[Daemon]]:
+    """The daemons as `switchboard run` assembles them, each once Telegram has its webhook."""
+    async with AsyncExitStack() as stack:
+        daemons = []
+        for config in configs:
+            (channel,) = build_channels(config, console=False)
+            assert isinstance(channel, TelegramChannel)
+            daemon = await stack.enter_async_context(
+                running(config, [channel], AnthropicBrain(config.anthropic, API_KEY)))
+            await asyncio.wait_for(channel.ready.wait(), 5)
+            daemons.append(daemon)
+        yield daemons
+
+
+def replies_by_chat(tg: TelegramStandIn) -> dict[int, list[int]]:
+    """The message numbers each chat's replies answered, in the order they arrived."""
+    seen: dict[int, list[int]] = {}
+    for sent in tg.sent:
+        for _, n in MARKER.findall(sent.visible_text):
+            seen.setdefault(sent.chat_id, []).append(int(n))
+    return seen
+
+
+async def test_three_instances_answer_every_message_once_and_in_order(
+    api: AnthropicStandIn, tg: TelegramStandIn, make_config: MakeConfig, pg_url: str, secrets: None,
+) -> None:
+    """100 messages from 10 users, spread over three daemons by a round-robin balancer at random
+    moments: each is answered exactly once, each user's replies in the order they wrote."""
+    rng = random.Random(18)
+    users = [FIRST_USER + n for n in range(10)]
+    ports = [free_port() for _ in range(3)]
+    async with RoundRobin(ports) as balancer:
+        configs = [instance_config(api, tg, make_config, pg_url, port=port, webhook_url=balancer.url,
+                                   users=users) for port in ports]
+        async with instances(configs):
+            order = [(u, n) for n in range(10) for u in users]
+            for u, n in order:
+                person = user(u, f"User{u}")
+                tg.push_message(private_chat(person), person, f"note m{u}-{n}")
+                if rng.random() < 0.3:
+                    await asyncio.sleep(rng.uniform(0, 0.02))
+            await tg.wait_for(lambda: len(tg.sent) >= len(order), timeout=20)
+            await asyncio.sleep(0.3)  # a second answer to anything would arrive meanwhile
+
+    assert all(count > 0 for count in balancer.forwarded.values())  # every instance took updates
+    assert replies_by_chat(tg) == {u: list(range(10)) for u in users}
+
+
+async def left_behind(url: str, state: Path, chat_id: int, *, reply_unsent: bool) -> None:
+    """What an instance killed mid-work leaves: the session's lease held (for 1 s more), and
+    (`reply_unsent`) message 1 answered with a reply stored but never sent, and message 2 stored
+    and never answered."""
+    chat = ChatRef("telegram", str(chat_id))
+    key = build("main", "telegram", "direct", str(chat_id))
+
+    def inbound(n: int) -> InboundMessage:
+        return InboundMessage(key, chat, str(chat_id), "Ada", f"note m{chat_id}-{n}",
+                              provider_message_id=f"900{n}")
+
+    async with PostgresStore.connect(url, state_path=state, label=url) as dead:
+        if reply_unsent:
+            first = await dead.append_inbound(inbound(1))
+            assert first is not None
+            await dead.append_reply(str(key), f"re: note m{chat_id}-1", request_id=first.id,
+                                    deliver=OutboundMessage(chat, f"re: note m{chat_id}-1"))
+        assert await dead.append_inbound(inbound(2)) is not None
+        assert await dead.take_lease(str(key), "gone:1:dead", 1.0)
+
+
+async def test_a_dead_instance_s_lease_unsent_reply_and_waiting_request_are_taken_over_in_order(
+    api: AnthropicStandIn, tg: TelegramStandIn, make_config: MakeConfig, pg_url: str, secrets: None,
+    tmp_path: Path,
+) -> None:
+    """An instance died holding Ada's lease, with its reply to her message 1 stored but unsent and
+    her message 2 unanswered; when she writes message 3 to a live instance, she gets the three
+    replies once each, in order, once the lease has expired."""
+    ada = user(FIRST_USER, "Ada")
+    port = free_port()
+    config = instance_config(api, tg, make_config, pg_url, port=port, users=[FIRST_USER],
+                             webhook_url=f"http://127.0.0.1:{port}/telegram", lease_ttl=1.0)
+    async with instances([config]):
+        await left_behind(pg_url, tmp_path / "dead.db", FIRST_USER, reply_unsent=True)
+        tg.push_message(private_chat(ada), ada, f"note m{FIRST_USER}-3")
+        await tg.wait_for(lambda: len(tg.sent) >= 3, timeout=10)
+        await asyncio.sleep(0.3)
+
+    assert replies_by_chat(tg) == {FIRST_USER: [1, 2, 3]}
+
+
+async def test_a_request_a_dead_instance_never_answered_is_answered_without_a_new_message(
+    api: AnthropicStandIn, tg: TelegramStandIn, make_config: MakeConfig, pg_url: str, secrets: None,
+    tmp_path: Path,
+) -> None:
+    """A request stored by an instance that then died, and no later message from its user: a live
+    instance answers it once the dead one's lease has expired."""
+    port = free_port()
+    config = instance_config(api, tg, make_config, pg_url, port=port, users=[FIRST_USER],
+                             webhook_url=f"http://127.0.0.1:{port}/telegram", lease_ttl=1.0)
+    async with instances([config]):
+        await left_behind(pg_url, tmp_path / "dead.db", FIRST_USER, reply_unsent=False)
+        await tg.wait_for(lambda: tg.sent, timeout=10)
+        await asyncio.sleep(0.3)
+
+    assert replies_by_chat(tg) == {FIRST_USER: [2]}
+
+
+async def test_a_daemon_on_postgresql_answers_status_on_a_fresh_host(
+    api: AnthropicStandIn, tg: TelegramStandIn, make_config: MakeConfig, pg_url: str, secrets: None,
+    tmp_path: Path,
+) -> None:
+    """With no state folder yet (a new host), a daemon on PostgreSQL still makes one for its
+    control socket: `switchboard status` reaches it and lists it among the instances."""
+    assert not (tmp_path / "state").exists()
+    port = free_port()
+    config = instance_config(api, tg, make_config, pg_url, port=port,
+                             webhook_url=f"http://127.0.0.1:{port}/telegram", users=[FIRST_USER])
+    async with instances([config]):
+        for _ in range(100):  # the first heartbeat is written just after the start
+            status = await asyncio.to_thread(request, socket_path(config.database_path()), "status")
+            if status.get("instances"):
+                break
+            await asyncio.sleep(0.05)
+
+    assert status["ok"] and status["pid"] == os.getpid()
+    assert [i["pid"] for i in status["instances"]] == [os.getpid()]
