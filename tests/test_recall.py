@@ -222,6 +222,11 @@ async def test_a_deleted_message_leaves_no_postings(store: Store, store_backend:
     assert list(await store._conn.execute_fetchall("SELECT COUNT(*) FROM recall_terms")) == [(5,)]
     if store_backend == "sqlite":
         await store._conn.execute("INSERT INTO recall_fts (recall_fts, rank) VALUES ('integrity-check', 1)")
+    else:  # every remaining message's terms are postings, and nothing else is
+        postings = await store._conn.execute_fetchall("SELECT term, message_id FROM recall_postings")
+        terms = await store._conn.execute_fetchall(
+            "SELECT t, message_id FROM recall_terms, unnest(string_to_array(terms, ' ')) AS t")
+        assert sorted(postings) == sorted(terms) and len(terms) > 5
     assert len(await ids(store, key, "later")) == 5
 
 

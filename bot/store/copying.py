@@ -5,7 +5,7 @@ Every data table is copied row by row with its ids, parents before the tables th
 read from one consistent snapshot of the source and written in one transaction on the target (a
 failure leaves the target as empty as it was). What the schema derives is made by the target's
 own machinery as the rows arrive: recall's index from `recall_terms` (SQLite's FTS triggers,
-PostgreSQL's generated tsvector), then identities moved past the copied ids. Each table's rows
+PostgreSQL's posting triggers), then identities moved past the copied ids. Each table's rows
 are counted on both sides afterwards.
 """
 

@@ -1,10 +1,13 @@
 """Recall on PostgreSQL: the same per-session terms, postings and ranking as `recall`, searched in
-`recall_terms.tsv` (a tsvector of the tagged terms, GIN-indexed) instead of an FTS5 table.
+`recall_postings` (a row per term and message, written from `recall_terms` by triggers) instead of
+an FTS5 table.
 
-A term is a tsquery lexeme taken verbatim ('tag+word', or 'tag+word':* for a prefix): its postings
-hold one session's messages, as in SQLite. Weights are `recall_weight` (bot.lexical.term_weight as
-a SQL function), scores BM25's length factor, ties to the newer message: the same doubles as the
-SQLite store computes, so both find and rank the same messages.
+A term is one range of the postings' primary key (the token, or every token it begins for a
+prefix): its postings hold one session's messages, as in SQLite, read from the index alone. Weights
+are `recall_weight` (bot.lexical.term_weight as a SQL function), scores BM25's length factor, ties
+to the newer message: the same doubles as the SQLite store computes, so both find and rank the
+same messages. Each read's text is the same whatever the terms (they are array parameters), so
+psycopg prepares it once per connection and the server plans it once.
 """
 
 from __future__ import annotations
@@ -34,37 +37,60 @@ _TURN_ROWS = (
 )
 
 
-def tsquery(term: SearchTerm) -> str:
-    """The term as a tsquery of one verbatim lexeme (the tokens are hex and ASCII letters only)."""
-    return f"'{term.token}'" + (":*" if term.prefix else "")
+def term_range(term: SearchTerm) -> tuple[str, str]:
+    """[low, high): the posting terms `term` finds, in bytewise order. A token alone: nothing a
+    text column can hold sorts between it and itself followed by chr(1). A prefix: every term that
+    begins with it, up to the token with its last character (an ASCII letter) one higher."""
+    if term.prefix:
+        return term.token, term.token[:-1] + chr(ord(term.token[-1]) + 1)
+    return term.token, term.token + "\x01"
 
 
-def _scored(term_count: int) -> str:
-    """`recall._scored` in PostgreSQL's terms (same parameters, same CTEs, same arithmetic)."""
-    arms = " UNION ALL ".join(
-        f"SELECT {index} AS k, id FROM (SELECT message_id AS id FROM recall_terms "
-        f"WHERE tsv @@ CAST(?{9 + index} AS tsquery) AND message_id > (SELECT floor FROM f) "
-        f"AND message_id < ?2 ORDER BY message_id DESC LIMIT ?3 + 1) AS arm{index}"
-        for index in range(term_count)
-    )
-    return (
-        f"WITH f(floor) AS MATERIALIZED (SELECT {_FLOOR}), hits(k, id) AS MATERIALIZED ({arms}), "
-        "counted(k, n) AS MATERIALIZED (SELECT k, COUNT(*) FROM hits GROUP BY k), "
-        "searched(n) AS MATERIALIZED (SELECT COUNT(*) FROM (SELECT 1 FROM f CROSS JOIN messages "
-        "WHERE session_key = ?1 AND origin = 'interactive' AND id > f.floor AND id < ?2 "
-        f"LIMIT {SEARCHED_CAP}) AS searchable), "
-        "weights(k, w) AS MATERIALIZED (SELECT c.k, recall_weight(c.n, s.n) FROM searched s "
-        "CROSS JOIN counted c WHERE c.n <= ?3), "
-        "best(id, w) AS MATERIALIZED (SELECT h.id, SUM(g.w ORDER BY h.k) AS summed FROM hits h "
-        "JOIN weights g ON g.k = h.k GROUP BY h.id ORDER BY summed DESC, h.id DESC LIMIT ?8), "
-        "scored(id, score) AS MATERIALIZED (SELECT m.id, b.w * ?4 / (?5 + ?6 * m.token_estimate) "
-        "AS score FROM best b JOIN messages m ON m.id = b.id WHERE m.session_key = ?1 "
-        "AND m.origin = 'interactive' AND m.fallback = 0 ORDER BY score DESC, m.id DESC LIMIT ?7)"
-    )
+def _ranges(terms: Sequence[SearchTerm]) -> tuple[list[str], list[str]]:
+    """The terms' ranges as two arrays (lows, highs): one parameter each, whatever their number."""
+    ranges = [term_range(term) for term in terms]
+    return [low for low, _ in ranges], [high for _, high in ranges]
+
+
+# `recall._scored` in PostgreSQL's terms: the same CTEs and arithmetic, the terms as two arrays
+# (?9 lows, ?10 highs; k counts from 1, in the same order) so the text never changes and each
+# connection prepares it once. Each term is one range read of the posting table's primary key.
+_SCORED = (
+    f"WITH f(floor) AS MATERIALIZED (SELECT {_FLOOR}), "
+    "hits(k, id) AS MATERIALIZED (SELECT t.k, h.id FROM unnest(CAST(?9 AS text[]), "
+    "CAST(?10 AS text[])) WITH ORDINALITY AS t(low, high, k) CROSS JOIN LATERAL ("
+    "SELECT DISTINCT p.message_id AS id FROM recall_postings p WHERE p.term >= t.low "
+    "AND p.term < t.high AND p.message_id > (SELECT floor FROM f) AND p.message_id < ?2 "
+    "ORDER BY p.message_id DESC LIMIT ?3 + 1) AS h), "
+    "counted(k, n) AS MATERIALIZED (SELECT k, COUNT(*) FROM hits GROUP BY k), "
+    "searched(n) AS MATERIALIZED (SELECT COUNT(*) FROM (SELECT 1 FROM f CROSS JOIN messages "
+    "WHERE session_key = ?1 AND origin = 'interactive' AND id > f.floor AND id < ?2 "
+    f"LIMIT {SEARCHED_CAP}) AS searchable), "
+    "weights(k, w) AS MATERIALIZED (SELECT c.k, recall_weight(c.n, s.n) FROM searched s "
+    "CROSS JOIN counted c WHERE c.n <= ?3), "
+    "best(id, w) AS MATERIALIZED (SELECT h.id, SUM(g.w ORDER BY h.k) AS summed FROM hits h "
+    "JOIN weights g ON g.k = h.k GROUP BY h.id ORDER BY summed DESC, h.id DESC LIMIT ?8), "
+    "scored(id, score) AS MATERIALIZED (SELECT m.id, b.w * ?4 / (?5 + ?6 * m.token_estimate) "
+    "AS score FROM best b JOIN messages m ON m.id = b.id WHERE m.session_key = ?1 "
+    "AND m.origin = 'interactive' AND m.fallback = 0 ORDER BY score DESC, m.id DESC LIMIT ?7)"
+)
+_BLANK = ", ".join(["NULL"] * len(MESSAGE_COLUMNS.split(",")))
+# Matches (0, id, score) and their turns' messages (1, turn start, NULL, columns...); ?11 holds
+# the other ids whose turns are wanted too.
+_LEXICAL_TURNS = (
+    f"{_SCORED}, asked(id) AS (SELECT id FROM scored UNION SELECT unnest(CAST(?11 AS BIGINT[]))), "
+    f"{_TURNS} SELECT 0, id, score, {_BLANK} FROM scored UNION ALL "
+    f"SELECT 1, t.start, NULL, {qualified_columns('m')} {_TURN_ROWS} ORDER BY 1, 4"
+)
+
+_TURNS_OF = (
+    f"WITH asked(id) AS (SELECT unnest(CAST(?3 AS BIGINT[]))), {_TURNS} "
+    f"SELECT t.start, {qualified_columns('m')} {_TURN_ROWS} ORDER BY m.id"
+)
 
 
 class PgRecall(Recall, HistorySearch):
-    """Lexical recall and history search over `recall_terms.tsv`."""
+    """Lexical recall and history search over `recall_postings`."""
 
     async def lexical_turns(
         self, session_key: str, text: str, *, before_id: int, limit: int, also: Sequence[int] = ()
@@ -73,19 +99,9 @@ class PgRecall(Recall, HistorySearch):
         terms = search_terms(session_key, text)
         if limit <= 0 or not terms:
             return [], await self.turns_of(session_key, also, before_id=before_id)
-        blank = ", ".join(["NULL"] * len(MESSAGE_COLUMNS.split(",")))
         extra = sorted({message_id for message_id in also if message_id < before_id})
-        parameters = (*_scored_parameters(session_key, before_id, limit, terms)[:8],
-                      *(tsquery(term) for term in terms))
-        values = ", ".join(f"(?{len(parameters) + 1 + index})" for index in range(len(extra)))
-        asked = "SELECT id FROM scored" + (
-            f" UNION SELECT column1 FROM (VALUES {values}) AS also_asked" if extra else "")
-        rows = await self._conn.execute_fetchall(
-            f"{_scored(len(terms))}, asked(id) AS ({asked}), {_TURNS} "
-            f"SELECT 0, id, score, {blank} FROM scored UNION ALL "
-            f"SELECT 1, t.start, NULL, {qualified_columns('m')} {_TURN_ROWS} ORDER BY 1, 4",
-            (*parameters, *extra),
-        )
+        rows = await self._conn.execute_fetchall(_LEXICAL_TURNS, (
+            *_scored_parameters(session_key, before_id, limit, terms)[:8], *_ranges(terms), extra))
         matches = sorted(((int(r[1]), float(r[2])) for r in rows if r[0] == 0), key=lambda m: (-m[1], -m[0]))
         turns = _group([row[1:2] + row[3:] for row in rows if row[0] == 1],
                        [message_id for message_id, _ in matches] + extra, max_len=6)
@@ -98,23 +114,18 @@ class PgRecall(Recall, HistorySearch):
         asked = sorted({message_id for message_id in message_ids if message_id < before_id})
         if not asked:
             return {}
-        values = ", ".join(f"(CAST(?{3 + index} AS BIGINT))" for index in range(len(asked)))
-        rows = await self._conn.execute_fetchall(
-            f"WITH asked(id) AS (VALUES {values}), {_TURNS} "
-            f"SELECT t.start, {qualified_columns('m')} {_TURN_ROWS} ORDER BY m.id",
-            (session_key, before_id, *asked),
-        )
+        rows = await self._conn.execute_fetchall(_TURNS_OF, (session_key, before_id, asked))
         return _group(list(rows), asked, max_len=max_len)
 
     async def merge_recall_index(self) -> None:
-        """Nothing to do: GIN merges its pending entries itself (on vacuum, or when they fill)."""
+        """Nothing to do: the postings' btree has no segments to merge."""
 
     async def _optimize_recall_index(self) -> None:
         """Nothing to do (see merge_recall_index)."""
 
     async def _term_hits(self, term: SearchTerm) -> list[tuple[int]]:
         return [(int(row[0]),) for row in await self._conn.execute_fetchall(
-            "SELECT message_id FROM recall_terms WHERE tsv @@ CAST(? AS tsquery) "
+            "SELECT DISTINCT message_id FROM recall_postings WHERE term >= ? AND term < ? "
             "ORDER BY message_id DESC LIMIT ?",
-            (tsquery(term), TERM_HITS),
+            (*term_range(term), TERM_HITS),
         )]

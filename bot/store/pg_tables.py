@@ -10,6 +10,9 @@ from typing import Any
 from bot.store.pg_connection import PgConnection
 from bot.store.tables import SCHEMA_HISTORY, Tables, quoted
 
+# Recall's postings: derived from `recall_terms` by its triggers, never copied.
+DERIVED_INDEX = "recall_postings"
+
 
 class PgTables(Tables):
     """Whole-table reads and writes on PostgreSQL (the current schema's tables)."""
@@ -17,7 +20,8 @@ class PgTables(Tables):
     _pg: PgConnection
 
     async def table_columns(self) -> dict[str, list[str]]:
-        """Each table's stored columns (a generated column, recall's tsvector, left out)."""
+        """Each data table's stored columns (generated columns left out, and `recall_postings`:
+        its triggers write it from `recall_terms`, as SQLite's write recall's FTS index)."""
         found: dict[str, list[str]] = {}
         for table, column in await self._conn.execute_fetchall(
             "SELECT c.table_name, c.column_name FROM information_schema.columns c "
@@ -26,7 +30,7 @@ class PgTables(Tables):
             "WHERE c.table_schema = current_schema() AND c.is_generated = 'NEVER' "
             "ORDER BY c.table_name, c.ordinal_position"
         ):
-            if table != SCHEMA_HISTORY:
+            if table not in (SCHEMA_HISTORY, DERIVED_INDEX):
                 found.setdefault(str(table), []).append(str(column))
         return found
 

@@ -2,7 +2,7 @@
 refer to each other, and whole tables read and written in batches.
 
 Only tables that hold data count: SQLite's FTS index of recall and its shadow tables are rebuilt
-by triggers as `recall_terms` is written (PostgreSQL's tsvector column is generated from it), and
+by triggers as `recall_terms` is written (PostgreSQL's `recall_postings` too), and
 the schema history is the target's own. `postgres.PostgresStore` overrides each method.
 """
 
