@@ -61,7 +61,9 @@ class PgTables(Tables):
 
     async def after_bulk_load(self) -> None:
         """Each identity continues after the largest copied id (a copy writes the ids itself, and
-        the sequences would hand out 1 again); then fresh planner statistics for the new rows."""
+        the sequences would hand out 1 again); then a vacuum: fresh planner statistics for the new
+        rows, and every page marked visible, so recall's postings and counts are read from their
+        indexes alone from the first turn (not after autovacuum comes round)."""
         for table, column in await self._conn.execute_fetchall(
             "SELECT table_name, column_name FROM information_schema.columns "
             "WHERE table_schema = current_schema() AND is_identity = 'YES'"
@@ -71,4 +73,4 @@ class PgTables(Tables):
                 f"false) FROM {quoted(table)}",
                 (quoted(str(table)), str(column)),
             )
-        await self._conn.execute("ANALYZE")
+        await self._conn.execute("VACUUM (ANALYZE)")
