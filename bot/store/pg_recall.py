@@ -31,9 +31,12 @@ _TURNS = (
     "WHERE n.session_key = ?1 AND n.origin = 'interactive' AND n.id > s.id AND n.id < ?2 "
     "AND n.role = 'user' ORDER BY n.id LIMIT 1), ?2) FROM starts s WHERE s.id IS NOT NULL)"
 )
+# Each turn's rows are a range read of their own: OFFSET 0 keeps the subquery from being merged
+# into a join, where a generic plan (the start and stop unknown) read every message of the session.
 _TURN_ROWS = (
-    "FROM turns t JOIN messages m ON m.session_key = ?1 AND m.origin = 'interactive' "
-    "AND m.id >= t.start AND m.id < t.stop WHERE m.fallback = 0"
+    "FROM turns t CROSS JOIN LATERAL (SELECT * FROM messages m WHERE m.session_key = ?1 "
+    "AND m.origin = 'interactive' AND m.id >= t.start AND m.id < t.stop AND m.fallback = 0 "
+    "OFFSET 0) AS m"
 )
 
 
