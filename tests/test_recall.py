@@ -105,6 +105,19 @@ async def test_other_forms_of_a_word_numbers_and_names_are_found(store: Store) -
     assert await ids(store, key, "what did Jo say") == [jo.id]
 
 
+async def test_a_short_stem_finds_only_itself_and_a_longer_one_also_the_words_it_begins(store: Store) -> None:
+    """'plan' finds 'plans' but not 'planet' or 'plant'; 'garden' finds 'gardens' and 'gardenia'."""
+    channel = FakeChannel()
+    key = str(channel.key())
+    plans = await user(store, channel, "my plans are set")
+    await user(store, channel, "the planet is round")
+    await user(store, channel, "we plant trees")
+    gardenia = await user(store, channel, "a gardenia bloomed")
+    gardens = await user(store, channel, "the gardens are big")
+    assert await ids(store, key, "what about the plan?") == [plans.id]
+    assert sorted(await ids(store, key, "how is the garden?")) == [gardenia.id, gardens.id]
+
+
 async def test_matches_stay_in_their_session_and_above_the_reset_floor(store: Store) -> None:
     """Two users with the same words each find only their own messages, and nothing from before /reset."""
     channel = FakeChannel()
