@@ -14,6 +14,7 @@ import pytest
 
 from bot.config import load_config
 from bot.errors import ConfigError, StoreError
+from bot.lexical import index_terms
 from bot.log import Redactor
 from bot.messages import ChatRef, InboundMessage
 from bot.session_key import build
@@ -22,6 +23,7 @@ from bot.store.migrations import MIGRATIONS
 from bot.store.pg_migrations import PG_MIGRATIONS
 from bot.store.postgres import PostgresStore
 from tests.harness import ROOT, switchboard_cli
+from tests.postgres import PostgresServer
 
 DM = build("main", "telegram", "direct", "42")
 
@@ -210,3 +212,38 @@ def test_an_sqlite_daemon_never_loads_the_postgresql_driver(tmp_path: Path) -> N
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+async def test_terms_stored_before_the_posting_table_are_found_after_it(
+    pg_server: PostgresServer, tmp_path: Path
+) -> None:
+    """A database of schema 16 (recall's terms in a GIN-indexed tsvector) opened by this Switchboard
+    finds what its stored terms match, ranked as before, and what is written after as well."""
+    with psycopg.connect(pg_server.url(), autocommit=True) as conn:
+        conn.execute("CREATE DATABASE schema_16 TEMPLATE template0")
+    url = pg_server.url("schema_16")
+    key = str(DM)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, "
+                     "applied_at DOUBLE PRECISION NOT NULL)")
+        for version, sql in enumerate(PG_MIGRATIONS[:16], start=1):
+            conn.execute(sql)
+            conn.execute("INSERT INTO schema_migrations VALUES (%s, 0)", (version,))
+        conn.execute("INSERT INTO sessions (key, created_at, updated_at) VALUES (%s, 0, 0)", (key,))
+        for n in range(10, 22):
+            text = f"the lighthouse keeper number {n}"
+            (message_id,) = conn.execute(
+                "INSERT INTO messages (session_key, role, origin, text, created_at, token_estimate) "
+                "VALUES (%s, 'user', 'interactive', %s, 0, 5) RETURNING id", (key, text)).fetchone()
+            conn.execute("INSERT INTO recall_terms (message_id, terms) VALUES (%s, %s)",
+                         (message_id, index_terms(key, text)))
+    async with opened(url, tmp_path) as store:
+        assert await store.schema_version() == len(PG_MIGRATIONS)
+        found, _ = await store.lexical_turns(key, "lighthouse", before_id=10**9, limit=20)
+        assert len(found) == 12
+        found, _ = await store.lexical_turns(key, "keeper number 17", before_id=10**9, limit=4)
+        assert [message_id for message_id, _ in found] == [8, 12, 11, 10]
+        new = await store.append_inbound(said("a new lighthouse", "new"))
+        assert new is not None
+        found, _ = await store.lexical_turns(key, "lighthouse", before_id=10**9, limit=1)
+        assert [message_id for message_id, _ in found] == [new.id]
