@@ -1,6 +1,6 @@
 """context_build.py on PostgreSQL: a throwaway server when no URL is given (tests/postgres.py's), and
 the generated SQLite database loaded into it with `switchboard db copy`'s code: COPY per table, ids
-kept, recall terms as the PostgreSQL store writes them (its tsvector generated from them)."""
+kept, recall terms as the PostgreSQL store writes them (its triggers write the postings)."""
 
 from __future__ import annotations
 
