@@ -30,7 +30,7 @@ from bot.pairing import PairingGate, welcome_approved
 from bot.providers import brains_by_model, transcriber_of
 from bot.reload_plan import plan_reload
 from bot.reminder_schedule import ReminderSchedule
-from bot.resume import adopt_waiting, resume, sweep
+from bot.resume import adopt_waiting, repeat, resume, sweep
 from bot.router import Router, TurnHandler
 from bot.scheduler import Scheduler
 from bot.session_lease import SessionLeases
@@ -164,7 +164,7 @@ class Daemon(DaemonHealth):
             self._spawn(welcome_approved(store, self._by_provider))
             if leases is not None:
                 self._spawn(leases.beat(), name="heartbeat")
-                self._spawn(self._take_over_runs(), name="take over runs")
+                self._spawn(repeat(LIVE_WINDOW, self._take_over_runs, "taking over runs"))
                 self._spawn(adopt_waiting(store, router, self._current_inbox, self._by_provider, leases.ttl))
             announce = asyncio.create_task(self._announce_ready(), name="ready")
             self.started.set()
@@ -224,16 +224,11 @@ class Daemon(DaemonHealth):
         return handle
 
     async def _take_over_runs(self) -> None:
-        """On a shared store: now and then, finish the job and reminder runs an instance that
-        stopped beating left claimed (each start does this for its own last run)."""
-        while True:
-            await asyncio.sleep(LIVE_WINDOW)
-            for resumable in (self.scheduler, self.reminders):
-                if resumable is not None:
-                    try:
-                        await resumable.resume_interrupted()
-                    except Exception:
-                        log.exception("taking over interrupted runs failed")
+        """On a shared store: finish the job and reminder runs an instance that stopped beating
+        left claimed (each start does this for its own last run)."""
+        for resumable in (self.scheduler, self.reminders):
+            if resumable is not None:
+                await resumable.resume_interrupted()
 
     def _message_stored(self) -> None:
         if self.embed_worker is not None:

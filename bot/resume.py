@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import structlog
@@ -118,23 +118,31 @@ async def redeliver(
     return queued, dropped
 
 
+async def repeat(every: float, step: Callable[[], Awaitable[None]], what: str) -> None:
+    """Run `step` every `every` seconds until the router closes; a step that fails (a store
+    hiccup) is logged as `what` failing, and the next one tries again."""
+    while True:
+        await asyncio.sleep(every)
+        try:
+            await step()
+        except RouterClosedError:
+            return
+        except Exception as exc:
+            log.warning(f"{what} failed", error=f"{type(exc).__name__}: {exc}")
+
+
 async def sweep(
     store: Store, router: Router, inbox: Callable[[], Inbox], outbox: Outbox,
     channels: Mapping[str, Channel],
 ) -> None:
     """Every SWEEP_INTERVAL seconds, send again the replies a passing failure left in the outbox."""
-    interval = SWEEP_INTERVAL
-    while True:
-        await asyncio.sleep(interval)
-        try:
-            queued, _ = await redeliver(store, router, inbox(), outbox, channels, older_than=interval)
-        except RouterClosedError:
-            return
-        except Exception as exc:  # a store hiccup: the next sweep tries again
-            log.warning("outbox sweep failed", error=f"{type(exc).__name__}: {exc}")
-            continue
+
+    async def step() -> None:
+        queued, _ = await redeliver(store, router, inbox(), outbox, channels, older_than=SWEEP_INTERVAL)
         if queued:
             log.info("sending undelivered replies again", replies=queued)
+
+    await repeat(SWEEP_INTERVAL, step, "outbox sweep")
 
 
 async def adopt_waiting(
@@ -149,17 +157,13 @@ async def adopt_waiting(
     queued but not reached is harmless to queue too: under the session's lease it is answered
     once, by whichever comes first. Late ones are marked `late`, as at start.
     """
-    while True:
-        await asyncio.sleep(every)
-        try:
-            queued = await _adopt(store, router, inbox(), channels, older_than=every)
-        except RouterClosedError:
-            return
-        except Exception as exc:  # a store hiccup: the next round tries again
-            log.warning("waiting requests not checked", error=f"{type(exc).__name__}: {exc}")
-            continue
+
+    async def step() -> None:
+        queued = await _adopt(store, router, inbox(), channels, older_than=every)
         if queued:
             log.info("waiting requests taken over", requests=queued)
+
+    await repeat(every, step, "checking waiting requests")
 
 
 async def _adopt(store: Store, router: Router, inbox: Inbox, channels: Mapping[str, Channel], *,
