@@ -177,10 +177,6 @@ class Router:
             queue.extend(kept)
         return abandoned
 
-    def replace_handler(self, handle_turn: TurnHandler) -> None:
-        """Answer turns started from now on with `handle_turn` (config reload); turns running finish."""
-        self._handle_turn = handle_turn
-
     def sessions(self) -> dict[str, tuple[bool, int]]:
         """Every session with queued work: (work is running, items waiting behind it)."""
         return {key: self.session_state(key) for key in list(self._queues)}

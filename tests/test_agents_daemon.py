@@ -30,19 +30,15 @@ from tests.harness import (
 from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest
 from tests.standins.telegram_api import TelegramStandIn, group_chat, mention_entities, private_chat
 from tests.test_accounts import ADA
+from tests.test_operations import toml
 from tests.test_telegram import texts_to
 
 
 def write_config(path: Path, api: AnthropicStandIn, *, agents: str, bindings: str) -> Path:
     """A config with the stand-in's sections, and the [[agents]] and [[bindings]] given as TOML."""
-    data = config_data(api)
-    lines = [f'[database]\npath = "{path.parent / "switchboard.db"}"']
-    for section, values in data.items():
-        lines.append(f"[{section}]")
-        lines += [f"{key} = {value!r}".replace("'", '"').replace("True", "true").replace("False", "false")
-                  for key, value in values.items()]
-    lines.append('[agent]\nname = "Main"\nsoul_file = "main.md"')
-    path.write_text("\n".join(lines) + "\n" + agents + bindings, encoding="utf-8")
+    data = config_data(api, database={"path": str(path.parent / "switchboard.db")},
+                       agent={"name": "Main", "soul_file": "main.md"})
+    path.write_text(toml(data) + agents + bindings, encoding="utf-8")
     return path
 
 
