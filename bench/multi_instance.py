@@ -288,7 +288,7 @@ def out_of_order(sent: list[tuple[int, str]]) -> int:
 
 EVENTS = ("older request of the session answered first", "request already answered; skipped",
           "newer request of the session answered in the same lease",
-          "request answered elsewhere while waiting; skipped", "reply left in the outbox sent first",
+          "request left to the instance holding the session", "reply left in the outbox sent first",
           "redelivered message still unanswered; queued", "session lease lost while its work ran",
           "resumed from the last run", "waiting requests taken over")
 

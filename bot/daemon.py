@@ -136,6 +136,7 @@ class Daemon(DaemonHealth):
             leases = SessionLeases(store, ttl=config.database.lease_ttl) if store.shared else None
             if leases is not None:
                 store.instance = leases.owner  # runs it claims are known as this instance's
+                await stack.enter_async_context(store.living(leases.owner))
                 await leases.beat_once()
             router = self.router = Router(
                 store, self._announcing(agents), max_concurrent=config.router.max_concurrent_turns,

@@ -8,11 +8,9 @@ Different sessions run in parallel; turns also share a global limit.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +25,9 @@ log = structlog.get_logger("switchboard.router")
 TurnHandler = Callable[[StoredMessage, InboundMessage], Awaitable[None]]
 Work = Callable[[], Awaitable[None]]
 SessionWork = Callable[[str], Awaitable[object]]
+
+# How often requests left to another instance are checked (one query for all of them).
+LEFT_CHECK = 0.5
 
 
 class RouterClosedError(Exception):
@@ -69,6 +70,9 @@ class Router:
         self._lanes: dict[str, asyncio.Task[Any]] = {}  # the newest such work per session
         # When each queued request was queued: its wait is part of the turn's latency.
         self._queued_at: dict[int, float] = {}
+        # Requests left to the instance holding their session, watched until answered.
+        self._left: dict[int, _Turn] = {}
+        self._watcher: asyncio.Task[None] | None = None
         self._closed = False
 
     async def submit(self, inbound: InboundMessage) -> StoredMessage | None:
@@ -137,9 +141,10 @@ class Router:
         return message_id in self.queued_requests()
 
     def queued_requests(self) -> set[int]:
-        """The ids of the requests queued here (running or waiting their turn)."""
+        """The ids of the requests queued here (running or waiting their turn, or left to another
+        instance and watched)."""
         return {item.request.id for queue in self._queues.values() for item in queue
-                if isinstance(item, _Turn)}
+                if isinstance(item, _Turn)} | set(self._left)
 
     def session_state(self, key: str) -> tuple[bool, int]:
         """(work is running, items waiting behind it) for one session."""
@@ -191,16 +196,13 @@ class Router:
         try:
             while queue:
                 item = queue[0]
-                async with self._leased(key, item) as held:
-                    if not held:  # answered by the instance holding the lease meanwhile
-                        assert isinstance(item, _Turn)
-                        self._queued_at.pop(item.request.id, None)
-                        log.info("request answered elsewhere while waiting; skipped", session_key=key,
-                                 request_id=item.request.id)
-                    elif isinstance(item, _Turn):
-                        await self._run_turn(key, item)
-                    else:
-                        await self._guarded(item.label, item.work, session_key=key)
+                if self._leases is not None:
+                    await self._shared(key, item, self._leases)
+                elif isinstance(item, _Turn):
+                    async with self._slots:
+                        await self._turn(key, item.request, item.inbound)
+                else:
+                    await self._guarded(item.label, item.work, session_key=key)
                 queue.popleft()
         finally:
             # After /stop a new worker may already own this key: only clean up our own entries.
@@ -209,60 +211,119 @@ class Router:
             if self._queues.get(key) is queue and not queue:
                 del self._queues[key]
 
-    async def _run_turn(self, key: str, item: _Turn) -> None:
-        async with self._slots:
-            queued_at = self._queued_at.pop(item.request.id, None)
-            waited = (time.perf_counter() - queued_at) * 1000 if queued_at is not None else 0.0
-            try:
-                # Bound for the turn's log line: the wait for the session and a free slot.
-                with structlog.contextvars.bound_contextvars(queue_ms=round(waited, 1)):
-                    if self._leases is None or await self._first_in_line(key, item.request):
-                        await self._handle_turn(item.request, item.inbound)
-                    if self._leases is not None:
-                        await self._later_in_line(key, item.request)
-            except Exception:
-                log.exception("turn failed", session_key=key, request_id=item.request.id)
+    async def _turn(self, key: str, request: StoredMessage, inbound: InboundMessage) -> None:
+        """Answer one request (in a turn slot); a failure is logged, the session goes on."""
+        queued_at = self._queued_at.pop(request.id, None)
+        waited = (time.perf_counter() - queued_at) * 1000 if queued_at is not None else 0.0
+        try:
+            # Bound for the turn's log line: the wait for the session and a free slot.
+            with structlog.contextvars.bound_contextvars(queue_ms=round(waited, 1)):
+                await self._handle_turn(request, inbound)
+        except Exception:
+            log.exception("turn failed", session_key=key, request_id=request.id)
 
-    def _leased(self, key: str, item: _Item) -> AbstractAsyncContextManager[bool]:
-        """The session's lease for `item`; a turn stops waiting for it (False) once its request
-        no longer waits for a reply."""
-        if self._leases is None:
-            return contextlib.nullcontext(True)
-        if isinstance(item, _Turn):
-            request_id = item.request.id
-            return self._leases.hold(key, wanted=lambda: self._store.still_awaiting(request_id))
-        return self._leases.hold(key)
+    # -- a store several daemons share (`bot.session_lease`) -----------------------------------
 
-    async def _first_in_line(self, key: str, request: StoredMessage) -> bool:
-        """Under the lease: send the session's replies left in the outbox, answer its older requests
-        other instances stored, then say whether `request` still waits (a reply here or elsewhere
-        may have answered it). Each in arrival order, whichever instance stored or died with it."""
+    async def _shared(self, key: str, item: _Item, leases: SessionLeases) -> None:
+        """Run `item` under the session's lease. A request whose session another instance holds is
+        left to it (the holder answers every waiting request, then looks again after letting go);
+        other work waits for the lease. After letting go, answer what was left to us meanwhile."""
+        tried: set[int] = set()
+        if isinstance(item, _Job):
+            async with leases.hold(key):
+                await self._guarded(item.label, item.work, session_key=key)
+        else:
+            async with leases.hold(key, wait=False) as held:
+                if not held:
+                    self._leave(key, item)
+                    return
+                async with self._slots:
+                    await self._work_through(key, item, tried)
+        while not self._work_behind(key):
+            here = self.queued_requests()
+            if all(i in here or i in tried for i in await self._store.waiting_ids(key)):
+                return
+            async with leases.hold(key, wait=False) as held:
+                if not held:  # another instance holds it now: it answers them
+                    return
+                async with self._slots:
+                    await self._work_through(key, None, tried)
+
+    async def _work_through(self, key: str, item: _Turn | None, tried: set[int]) -> None:
+        """Under the lease: send the session's replies left in the outbox (an instance died before
+        sending them), then answer its waiting requests in arrival order, whichever instance stored
+        them, `item`'s among them, until none waits. Not past other work queued here after `item`
+        (a /reset keeps its place between the messages around it). Each request is tried once."""
         if self._send_left_over is not None:
             await self._send_left_over(key)
-        for earlier in await self._store.awaiting_requests(key, before=request.id):
-            if earlier.chat is not None:
-                log.info("older request of the session answered first", session_key=key,
-                         request_id=earlier.message.id)
-                await self._handle_turn(earlier.message, inbound_of(earlier.message, earlier.chat))
-        if await self._store.still_awaiting(request.id):
-            return True
-        log.info("request already answered; skipped", session_key=key, request_id=request.id)
-        return False
+        own = item.request.id if item is not None else None
+        looked = False
+        while True:
+            last = own if own is not None and self._work_behind(key) else None
+            if looked and all(i in tried or (last is not None and i > last)
+                              for i in await self._store.waiting_ids(key)):
+                break
+            looked = True
+            waiting = []
+            for pending in await self._store.awaiting_requests(key):
+                request_id = pending.message.id
+                if request_id in tried or (last is not None and request_id > last):
+                    continue
+                if pending.chat is None and request_id != own:
+                    tried.add(request_id)  # nowhere to answer it (its channel is gone)
+                    continue
+                waiting.append(pending)
+            if not waiting:
+                break
+            for pending in waiting:
+                request = pending.message
+                tried.add(request.id)
+                if item is not None and request.id == own:
+                    await self._turn(key, request, item.inbound)
+                    continue
+                assert pending.chat is not None
+                log.info("newer request of the session answered in the same lease" if own is None
+                         or request.id > own else "older request of the session answered first",
+                         session_key=key, request_id=request.id)
+                await self._turn(key, request, inbound_of(request, pending.chat))
+                self._unqueue(key, request.id)
+        if own is not None and own not in tried:
+            self._queued_at.pop(own, None)
+            log.info("request already answered; skipped", session_key=key, request_id=own)
 
-    async def _later_in_line(self, key: str, request: StoredMessage) -> None:
-        """Still under the lease: answer the session's newer requests other instances stored
-        meanwhile, in order. One instance then works through a burst of a chat's messages while
-        it holds the lease, instead of the instances taking turns at it with a wait for the lease
-        between every two replies; the others find theirs answered and skip them. Not past other
-        work queued here (a /reset keeps its place between the messages around it)."""
-        if any(isinstance(queued, _Job) for queued in self._queues.get(key, ())):
-            return
-        for later in await self._store.awaiting_requests(key):
-            if later.message.id > request.id and later.chat is not None:
-                log.info("newer request of the session answered in the same lease", session_key=key,
-                         request_id=later.message.id)
-                await self._handle_turn(later.message, inbound_of(later.message, later.chat))
-                self._unqueue(key, later.message.id)
+    def _work_behind(self, key: str) -> bool:
+        """Whether other work (a chat command) is queued here behind the item running now: the
+        requests after it wait for it."""
+        return any(isinstance(queued, _Job) for queued in list(self._queues.get(key, ()))[1:])
+
+    def _leave(self, key: str, item: _Turn) -> None:
+        """Leave a request to the instance holding its session; watch it in case that instance dies
+        before answering (its lease then ends and the request is queued here again)."""
+        self._queued_at.pop(item.request.id, None)
+        self._left[item.request.id] = item
+        log.info("request left to the instance holding the session", session_key=key,
+                 request_id=item.request.id)
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.create_task(self._watch_left(), name="requests left to others")
+            self._loose.add(self._watcher)
+            self._watcher.add_done_callback(self._loose.discard)
+
+    async def _watch_left(self) -> None:
+        """One query for every request left to another instance, every LEFT_CHECK seconds: drop the
+        answered ones, queue again those whose session nobody holds now."""
+        while self._left and not self._closed:
+            await asyncio.sleep(LEFT_CHECK)
+            try:
+                waiting, free = await self._store.left_requests(list(self._left))
+            except Exception as exc:  # a store hiccup: the next check tries again
+                log.warning("requests left to other instances not checked", error=str(exc))
+                continue
+            for request_id in list(self._left):
+                if request_id not in waiting:
+                    del self._left[request_id]
+                elif request_id in free and not self._closed:
+                    item = self._left.pop(request_id)
+                    self.enqueue_turn(item.request, item.inbound)
 
     def _unqueue(self, key: str, request_id: int) -> None:
         """Drop a request answered ahead of its place from this session's queue (never its head,

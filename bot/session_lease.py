@@ -2,14 +2,12 @@
 
 Any instance may receive any update (a load balancer spreads webhooks). Each queues what it stored
 as one daemon does; before running an item it takes the session's lease (a row in the store, see
-`bot.store.leases`), so one instance at a time works on a session. Holding it, a turn first sends
-the session's replies left in the outbox (an instance died before sending them), runs the older
-requests still waiting (received by another instance), oldest first, then its own if no reply
-answered it meanwhile, then the newer ones waiting: each request is answered once, in arrival
-order, and a burst of one chat's messages is worked through by one instance. A turn waiting for
-the lease gives up once its request was answered. A daemon killed with a lease held loses it
-after `ttl` seconds, and the others take its sessions over (`bot.resume.adopt_waiting` queues
-what it left waiting).
+`bot.store.leases`), so one instance at a time works on a session. The holder works through every
+request of the session still waiting, whichever instance stored it, in arrival order (the router,
+`bot.router`); an instance that finds the lease held leaves its request to the holder, which looks
+again after letting go. A daemon killed with a lease held loses it at once where the store can
+tell (PostgreSQL: `Leases.living`), else after `ttl` seconds, and the others take its sessions
+over (`bot.resume.adopt_waiting` queues what it left waiting).
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ import random
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 
 import structlog
@@ -32,10 +30,9 @@ log = structlog.get_logger("switchboard.lease")
 
 # A lease lasts this long unless renewed; it is renewed every third of it while its work runs.
 LEASE_TTL = 15.0
-# Waiting for a lease another instance holds: polled, the wait doubling up to the cap (with a
-# random part, so waiters spread out). Each instance has a waiter per busy session: with hundreds
-# of sessions a short cap makes the polls the store's main load (seen in bench/multi_instance.py),
-# and the holder answers the newer requests itself, so most waits end with "answered elsewhere".
+# Work that must run itself (a chat command) waits for a lease another instance holds: polled, the
+# wait doubling up to the cap (with a random part, so waiters spread out). A request does not wait:
+# the holder answers it.
 POLL_FIRST = 0.02
 POLL_CAP = 2.0
 
@@ -56,16 +53,12 @@ class SessionLeases:
         self.started_at = time.time()
 
     @asynccontextmanager
-    async def hold(
-        self, session_key: str, *, wanted: Callable[[], Awaitable[bool]] | None = None
-    ) -> AsyncIterator[bool]:
-        """Wait until this instance holds the session's lease (True); keep it renewed until the block
-        ends. `wanted` is asked after each try that found the lease taken: when it says the work
-        is no longer wanted (another instance did it), the block runs at once without the lease
-        (False)."""
+    async def hold(self, session_key: str, *, wait: bool = True) -> AsyncIterator[bool]:
+        """Take the session's lease (True) and keep it renewed until the block ends; while another
+        instance holds it, wait, or with `wait=False` run the block at once without it (False)."""
         delay = POLL_FIRST
         while not await self._store.take_lease(session_key, self.owner, self.ttl):
-            if wanted is not None and not await wanted():
+            if not wait:
                 yield False
                 return
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))

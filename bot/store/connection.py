@@ -10,7 +10,7 @@ import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Self
 
@@ -25,6 +25,9 @@ class Database:
 
     # Whether several daemons may share this store (then each session's work runs under a lease).
     shared = False
+    # An SQL condition, true when the owner of lease `{lease}` (`bot.store.leases`) is known to be
+    # gone although its lease has not expired. Here (one file, one host): never; time decides.
+    _OWNER_GONE = "0"
 
     def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
         self._conn = conn
@@ -111,6 +114,12 @@ class Database:
                 await self._conn.execute("ROLLBACK")
                 raise
             await self._conn.execute("COMMIT")
+
+    def _one_write(self) -> AbstractAsyncContextManager[None]:
+        """For a write that is one statement: here a transaction, for the write lock (statements of
+        other coroutines must not join another's transaction on the shared connection). Where each
+        statement is a transaction of its own (PostgreSQL), nothing: no BEGIN and COMMIT round trips."""
+        return self._transaction()
 
     async def _serialize(self, *key: str) -> None:
         """Inside a transaction that reads before it decides what to write (a limit counted, the

@@ -29,13 +29,14 @@ class Delivery(Database):
     ) -> list[PendingRequest]:
         """Every stored request still waiting for a reply, oldest first, with its chat; only one
         session's, only those older than message `before`, and only those of sessions whose lease
-        (`bot.store.leases`) is free or expired at time `unleased_at`, when given."""
+        (`bot.store.leases`) is free, expired at time `unleased_at` or its owner's gone, when given."""
         rows = await self._conn.execute_fetchall(
             f"SELECT {MESSAGE_COLUMNS}, chat_id, thread_id, (SELECT p.chat_id FROM provider_messages p "
             "WHERE p.message_id = messages.id LIMIT 1) FROM messages WHERE awaiting_reply = 1 "
             "AND (CAST(? AS TEXT) IS NULL OR session_key = ?) AND id < ? "
             "AND (CAST(? AS DOUBLE PRECISION) IS NULL OR NOT EXISTS (SELECT 1 FROM session_leases l "
-            "WHERE l.session_key = messages.session_key AND l.expires_at >= ?)) ORDER BY id",
+            "WHERE l.session_key = messages.session_key AND l.expires_at >= ? "
+            f"AND NOT {self._OWNER_GONE.format(lease='l')})) ORDER BY id",
             (session_key, session_key, before if before is not None else 2**62, unleased_at, unleased_at),
         )
         pending = []
@@ -60,7 +61,7 @@ class Delivery(Database):
 
     async def abandon_request(self, message_id: int, reason: str = "stopped") -> None:
         """A request that will not be answered (`stopped` by /stop, `late`): it no longer waits."""
-        async with self._transaction():
+        async with self._one_write():
             await self._conn.execute(
                 "UPDATE messages SET awaiting_reply = 0, unanswered = ? WHERE id = ? "
                 "AND awaiting_reply = 1",
@@ -69,7 +70,7 @@ class Delivery(Database):
 
     async def record_preview(self, request_id: int, provider_message_id: str) -> None:
         """A message posted to show the reply to this request while it is written (a preview)."""
-        async with self._transaction():
+        async with self._one_write():
             await self._conn.execute(
                 "UPDATE messages SET preview_id = ? WHERE id = ?", (provider_message_id, request_id)
             )
@@ -115,7 +116,7 @@ class Delivery(Database):
 
     async def finish_delivery(self, message_id: int) -> None:
         """The reply left the outbox: every chunk was delivered, or it never will be."""
-        async with self._transaction():
+        async with self._one_write():
             await self._conn.execute("DELETE FROM outbox WHERE message_id = ?", (message_id,))
 
     async def pending_deliveries(
@@ -163,7 +164,7 @@ class Delivery(Database):
         return PendingCommand(int(row[0]), int(row[1]), float(row[2]), inbound)
 
     async def finish_command(self, command_id: int, status: Literal["done", "late"] = "done") -> None:
-        async with self._transaction():
+        async with self._one_write():
             await self._conn.execute(
                 "UPDATE chat_commands SET status = ? WHERE id = ?", (status, command_id)
             )

@@ -3,12 +3,16 @@ instances are alive (a heartbeat each).
 
 A lease is a row that names its owner until a time: taken when free or expired, renewed while the
 work runs, dropped after it. A daemon killed with its lease held loses it when the time passes,
-and another takes the session over. The statements are plain SQL both SQLite and PostgreSQL run.
+and another takes the session over; sooner where the store can tell that its owner is gone
+(`_OWNER_GONE`: on PostgreSQL, a lock each instance holds on its own connection while it lives).
+The statements are plain SQL both SQLite and PostgreSQL run.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from bot.store.connection import Database
@@ -33,6 +37,12 @@ class Instance:
 class Leases(Database):
     # This daemon's name among those sharing the store (set by the daemon when the store is shared).
     instance: str | None = None
+    @asynccontextmanager
+    async def living(self, instance: str) -> AsyncIterator[None]:
+        """Show the other instances that `instance` is alive while the block runs (and not after,
+        however it ends), where the store can: see `_OWNER_GONE`. Enter it before the first
+        heartbeat."""
+        yield
 
     async def claimants(self) -> tuple[str | None, frozenset[str]]:
         """This instance and the instances alive now, for claiming runs; (None, none) when the store
@@ -50,19 +60,19 @@ class Leases(Database):
     async def take_lease(self, session_key: str, owner: str, ttl: float) -> bool:
         """Whether `owner` holds the session's lease now (taken, or already its own, until now + ttl)."""
         now = time.time()
-        async with self._transaction():
+        async with self._one_write():
             rows = await self._conn.execute_fetchall(
                 "INSERT INTO session_leases (session_key, owner, expires_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (session_key) DO UPDATE SET owner = excluded.owner, "
                 "expires_at = excluded.expires_at "
-                "WHERE session_leases.owner = excluded.owner OR session_leases.expires_at < ? "
-                "RETURNING owner",
+                "WHERE session_leases.owner = excluded.owner OR session_leases.expires_at < ? OR "
+                f"{self._OWNER_GONE.format(lease='session_leases')} RETURNING owner",
                 (session_key, owner, now + ttl, now),
             )
         return bool(list(rows))
 
     async def drop_lease(self, session_key: str, owner: str) -> None:
-        async with self._transaction():
+        async with self._one_write():
             await self._conn.execute(
                 "DELETE FROM session_leases WHERE session_key = ? AND owner = ?", (session_key, owner)
             )
@@ -74,9 +84,38 @@ class Leases(Database):
         )
         return bool(list(rows))
 
+    async def waiting_ids(self, session_key: str) -> list[int]:
+        """The ids of a session's requests still waiting for a reply, oldest first (a cheap look
+        before `awaiting_requests` reads them whole)."""
+        rows = await self._conn.execute_fetchall(
+            "SELECT id FROM messages WHERE awaiting_reply = 1 AND session_key = ? ORDER BY id", (session_key,)
+        )
+        return [int(row[0]) for row in rows]
+
+    async def left_requests(self, message_ids: Iterable[int]) -> tuple[set[int], set[int]]:
+        """Of requests left to the instance holding their session's lease: (those still waiting for
+        a reply, those of them whose session nobody holds now, free to be taken up)."""
+        ids = list(message_ids)
+        waiting: set[int] = set()
+        free: set[int] = set()
+        now = time.time()
+        for start in range(0, len(ids), 500):
+            part = ids[start:start + 500]
+            rows = await self._conn.execute_fetchall(
+                "SELECT id, NOT EXISTS (SELECT 1 FROM session_leases l WHERE l.session_key = "
+                f"messages.session_key AND l.expires_at >= ? AND NOT {self._OWNER_GONE.format(lease='l')}) "
+                f"FROM messages WHERE awaiting_reply = 1 AND id IN ({', '.join('?' * len(part))})",
+                (now, *part),
+            )
+            for message_id, unheld in rows:
+                waiting.add(int(message_id))
+                if unheld:
+                    free.add(int(message_id))
+        return waiting, free
+
     async def heartbeat(self, instance: Instance) -> None:
         """Record that `instance` is alive now (its row is created on the first beat)."""
-        async with self._transaction():
+        async with self._one_write():
             await self._conn.execute(
                 "INSERT INTO instances (id, host, pid, started_at, seen_at) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, cast
 
@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 
 # Any number, the same in every Switchboard: held while one instance migrates, so others wait.
 _MIGRATION_LOCK = 0x5357_4D49
+# The class of the session-level advisory locks instances hold while they live (the other key is a
+# hash of the instance's name): PostgreSQL drops one the moment its connection ends, so a killed
+# daemon's leases are free at once, not when they expire. Hash collisions only delay a takeover:
+# a dead instance sharing a hash with a live one looks alive until its leases expire.
+_LIVING_LOCKS = 0x5357_4C49
 
 
 class PostgresStore(PgRecall, PgTables, Store):
@@ -47,6 +52,13 @@ class PostgresStore(PgRecall, PgTables, Store):
     _PRUNE_IDS = "CREATE TEMP TABLE IF NOT EXISTS prune_ids (id BIGINT PRIMARY KEY)"
     # Several daemons may share it: each session's work then runs under a lease (`bot.session_lease`).
     shared = True
+    # An instance that beat at least once (so it took its lock first, see `living`) and holds no
+    # lock now has gone.
+    _OWNER_GONE = (
+        "(EXISTS (SELECT 1 FROM instances i WHERE i.id = {lease}.owner) AND NOT EXISTS (SELECT 1 "
+        f"FROM pg_locks WHERE locktype = 'advisory' AND classid = {_LIVING_LOCKS}::oid "
+        "AND objid = hashtext({lease}.owner)::oid AND objsubid = 2))"
+    )
 
     def __init__(self, conn: PgConnection, path: Path, label: str) -> None:
         # PgConnection offers the part of aiosqlite's connection the mixins call.
@@ -128,6 +140,22 @@ class PostgresStore(PgRecall, PgTables, Store):
         # No write lock: each transaction has a connection of its own, PostgreSQL orders them.
         async with self._pg.transaction():
             yield
+
+    @asynccontextmanager
+    async def living(self, instance: str) -> AsyncIterator[None]:
+        """Hold this instance's advisory lock on a connection of its own while the block runs."""
+        async with self._pg.pool.connection() as conn:
+            key = (_LIVING_LOCKS, instance)
+            await conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)
+            try:
+                yield
+            finally:
+                with suppress(Exception):  # a broken connection has dropped it already
+                    await conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", key)
+
+    def _one_write(self) -> AbstractAsyncContextManager[None]:
+        # Autocommit: the statement is its own transaction (or joins the one bound to this task).
+        return nullcontext()
 
     async def _serialize(self, *key: str) -> None:
         """A transaction-scoped advisory lock on the key: concurrent transactions (other tasks,

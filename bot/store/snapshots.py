@@ -26,7 +26,7 @@ class Snapshots(Database):
         snapshot: dict[str, Any],
         snapshot_hash: str,
     ) -> None:
-        async with self._transaction():
+        async with self._one_write():
             await self._conn.execute(
                 "INSERT INTO context_snapshots (session_key, request_message_id, "
                 "reply_message_id, created_at, hash, snapshot) VALUES (?, ?, ?, ?, ?, ?)",

@@ -78,7 +78,7 @@ class ToolCalls(Database):
 
     async def attach_tool_calls(self, request_id: int, reply_id: int) -> None:
         """The reply that answered the request owns its calls from now on."""
-        async with self._transaction():
+        async with self._one_write():
             await self._conn.execute(
                 "UPDATE tool_calls SET reply_id = ? WHERE request_id = ? AND reply_id IS NULL",
                 (reply_id, request_id),

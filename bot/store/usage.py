@@ -48,7 +48,7 @@ class Usage(Database):
             )
 
     async def record_usage(self, record: UsageRecord) -> None:
-        async with self._transaction():
+        async with self._one_write():
             await self._conn.execute(
                 "INSERT INTO model_usage (session_key, user_id, kind, model, input_tokens, output_tokens, "
                 "cache_write_tokens, cache_read_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
