@@ -104,3 +104,65 @@ async def test_instances_are_listed_by_their_heartbeats(two_stores: tuple[Store,
     await store.heartbeat(Instance("h:2:b", "h", 2, 150.0, 300.0))
     await store.heartbeat(Instance("h:1:a", "h", 1, 100.0, 400.0))
     assert [(i.id, i.seen_at) for i in await store.instances(250.0)] == [("h:1:a", 400.0), ("h:2:b", 300.0)]
+
+
+async def test_a_request_left_to_the_holder_is_answered_by_it_after_its_own(
+    two_stores: tuple[Store, Store],
+) -> None:
+    """B receives a message while A works on the chat's previous one: B leaves it to A (no waiting,
+    no polling), and A answers it right after, in order."""
+    first, second = two_stores
+    answered: list[tuple[str, str, int]] = []
+    started = asyncio.Event()
+    release = asyncio.Event()
+    plain = answering(first, "a", answered)
+
+    async def slow(request: StoredMessage, inbound: InboundMessage) -> None:
+        started.set()
+        await release.wait()
+        await plain(request, inbound)
+
+    a = Router(first, slow, max_concurrent=2, leases=SessionLeases(first, "host:1:a", ttl=5.0))
+    b = Router(second, answering(second, "b", answered), max_concurrent=2,
+               leases=SessionLeases(second, "host:2:b", ttl=5.0))
+    await a.submit(message("5", 1))
+    await asyncio.wait_for(started.wait(), 5)
+    await b.submit(message("5", 2))
+    await asyncio.sleep(0.05)
+    assert b.queued_requests() != set()  # left to A, watched until answered
+    release.set()
+    await asyncio.wait_for(a.idle(), 5)
+    await asyncio.wait_for(b.idle(), 5)
+    assert [name for name, _, _ in answered] == ["a", "a"]  # B never ran a turn of the chat
+    assert answered[0][2] < answered[1][2]  # in arrival order
+    assert b.queued_requests() == set()
+    for router in (a, b):
+        await router.close(1.0)
+
+
+async def test_a_killed_instance_s_lease_is_free_at_once_where_the_store_can_tell(
+    two_stores: tuple[Store, Store], store_backend: str,
+) -> None:
+    """PostgreSQL ends a killed daemon's connection, and with it the lock its instance held: its
+    lease is taken over at once instead of when it expires. SQLite cannot tell: the lease holds."""
+    store, other = two_stores
+    key = str(build("main", "telegram", "direct", "11"))
+    living = store.living("h:1:dying")
+    await living.__aenter__()
+    await store.heartbeat(Instance("h:1:dying", "h", 1, 100.0, 200.0))
+    assert await store.take_lease(key, "h:1:dying", 60.0)
+    assert not await other.take_lease(key, "h:2:b", 60.0)  # alive: its lease holds
+    if store_backend == "postgres":
+        # What a SIGKILL does to its connections: the server ends their backends.
+        await other._conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 "
+            "AND objid = hashtext('h:1:dying')::oid")
+        for _ in range(50):
+            if await other.take_lease(key, "h:2:b", 60.0):
+                break
+            await asyncio.sleep(0.02)
+        assert await other.take_lease(key, "h:2:b", 60.0)
+        await living.__aexit__(None, None, None)
+    else:
+        await living.__aexit__(None, None, None)
+        assert not await other.take_lease(key, "h:2:b", 60.0)  # until it expires
