@@ -101,6 +101,12 @@ class Inbox:
         assert inbound.command is not None
 
         async def run() -> None:
+            # Several daemons on one store: this runs under the session's lease, and another
+            # instance may have run it first (it took over from the one that received it).
+            if self._store.shared and not await self._store.command_pending(command.id):
+                log.info("command already run elsewhere; skipped", session_key=str(inbound.session_key),
+                         command_id=command.id)
+                return
             try:
                 await self._answer_command(inbound, inbound.command or "")
             finally:

@@ -53,9 +53,7 @@ async def resume(
     replies, late = await redeliver(store, router, inbox, outbox, channels)
     requests = commands = 0
 
-    # Requests and commands of a session interleave by position: a command runs after the
-    # message that was newest when it arrived.
-    ordered: list[tuple[float, PendingRequest | PendingCommand]] = []
+    ready: list[PendingRequest | PendingCommand] = []
     for pending in await store.awaiting_requests():
         provider = parse_session_key(pending.message.session_key).provider
         if provider not in channels:
@@ -64,7 +62,7 @@ async def resume(
             await store.abandon_request(pending.message.id, "late")
             late += 1
             continue
-        ordered.append((float(pending.message.id), pending))
+        ready.append(pending)
     for command in await store.pending_commands():
         if command.inbound.chat.provider not in channels:
             continue
@@ -72,8 +70,8 @@ async def resume(
             await store.finish_command(command.id, "late")
             late += 1
             continue
-        ordered.append((command.after_message_id + 0.5, command))
-    for _, item in sorted(ordered, key=lambda entry: entry[0]):
+        ready.append(command)
+    for item in in_order(ready):
         if isinstance(item, PendingCommand):
             inbox.queue_command(item)
             commands += 1
@@ -85,6 +83,16 @@ async def resume(
         log.info("resumed from the last run", replies=replies, requests=requests, commands=commands,
                  late=late)
     return report
+
+
+def in_order(items: list[PendingRequest | PendingCommand]) -> list[PendingRequest | PendingCommand]:
+    """Requests and commands of a session interleave by position: a command runs after the message
+    that was newest when it arrived."""
+
+    def position(item: PendingRequest | PendingCommand) -> float:
+        return item.after_message_id + 0.5 if isinstance(item, PendingCommand) else float(item.message.id)
+
+    return sorted(items, key=position)
 
 
 async def redeliver(
@@ -149,19 +157,21 @@ async def adopt_waiting(
     store: Store, router: Router, inbox: Callable[[], Inbox], channels: Mapping[str, Channel], every: float,
 ) -> None:
     """Several daemons on one store: every `every` seconds (the lease TTL), queue the requests still
-    waiting for a reply, older than that, that no turn here has queued.
+    waiting for a reply and the commands not yet run, older than that, that nothing here has
+    queued; and forget leases expired that long ago.
 
-    An instance that dies leaves its queue's requests waiting; the others take them over only
-    when they queue them (a later message of the session, or a start). This does it without
-    either, for sessions no instance holds the lease of now. A request another live instance has
-    queued but not reached is harmless to queue too: under the session's lease it is answered
-    once, by whichever comes first. Late ones are marked `late`, as at start.
+    An instance that dies leaves its queue's requests and commands waiting; the others take them
+    over only when they queue them (a later message of the session, or a start). This does it
+    without either, for sessions no live instance holds the lease of now. One another live
+    instance has queued but not reached is harmless to queue too: under the session's lease it is
+    answered (or run) once, by whichever comes first. Late ones are marked `late`, as at start.
     """
 
     async def step() -> None:
         queued = await _adopt(store, router, inbox(), channels, older_than=every)
         if queued:
-            log.info("waiting requests taken over", requests=queued)
+            log.info("waiting requests taken over", queued=queued)
+        await store.forget_leases(expired_before=time.time() - every)
 
     await repeat(every, step, "checking waiting requests")
 
@@ -170,8 +180,21 @@ async def _adopt(store: Store, router: Router, inbox: Inbox, channels: Mapping[s
                  older_than: float) -> int:
     queued, mine, now = 0, router.queued_requests(), time.time()
     # A session some instance holds the lease of is being worked through: it answers them in turn.
-    for pending in await store.awaiting_requests(unleased_at=now):
-        message, chat = pending.message, pending.chat
+    # A command another instance queued may be queued here too: it runs once (`Inbox.queue_command`).
+    left: list[PendingRequest | PendingCommand] = [
+        *await store.awaiting_requests(unleased_at=now), *await store.pending_commands(unleased_at=now)]
+    for item in in_order(left):
+        if isinstance(item, PendingCommand):
+            provider = item.inbound.chat.provider
+            if provider not in channels or now - item.received_at < older_than:
+                continue
+            if inbox.is_late(provider, item.received_at):
+                await store.finish_command(item.id, "late")
+            else:
+                inbox.queue_command(item)
+                queued += 1
+            continue
+        message, chat = item.message, item.chat
         provider = parse_session_key(message.session_key).provider
         if provider not in channels or chat is None or message.id in mine:
             continue

@@ -158,6 +158,32 @@ async def test_a_request_a_dead_instance_never_answered_is_answered_without_a_ne
     assert replies_by_chat(tg) == {FIRST_USER: [2]}
 
 
+async def test_a_command_a_dead_instance_never_ran_is_run_once_without_a_new_message(
+    api: AnthropicStandIn, tg: TelegramStandIn, make_config: MakeConfig, pg_url: str, secrets: None,
+    tmp_path: Path,
+) -> None:
+    """A /reset recorded by an instance that then died holding the chat's lease: a live instance
+    runs it (and answers it) once the lease has expired, once however often it looks again."""
+    port = free_port()
+    config = instance_config(api, tg, make_config, pg_url, port=port, users=[FIRST_USER],
+                             webhook_url=f"http://127.0.0.1:{port}/telegram", lease_ttl=1.0)
+    chat = ChatRef("telegram", str(FIRST_USER))
+    key = build("main", "telegram", "direct", str(FIRST_USER))
+    async with instances([config]):
+        async with PostgresStore.connect(pg_url, state_path=tmp_path / "dead.db", label=pg_url) as dead:
+            reset = InboundMessage(key, chat, str(FIRST_USER), "Ada", "/reset", provider_message_id="9001",
+                                   command="reset")
+            assert await dead.append_command(reset, "reset") is not None
+            assert await dead.take_lease(str(key), "gone:1:dead", 1.0)
+        await tg.wait_for(lambda: tg.sent, timeout=10)
+        await asyncio.sleep(2.5)  # two more rounds of looking for what was left
+        async with PostgresStore.connect(pg_url, state_path=tmp_path / "view.db", label=pg_url) as view:
+            assert await view.pending_commands() == []
+
+    assert [sent.visible_text for sent in tg.sent] == [
+        "Started a fresh context. Earlier messages stay stored but I won't use them."]
+
+
 async def test_a_daemon_on_postgresql_answers_status_on_a_fresh_host(
     api: AnthropicStandIn, tg: TelegramStandIn, make_config: MakeConfig, pg_url: str, secrets: None,
     tmp_path: Path,

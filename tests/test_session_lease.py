@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -166,3 +167,15 @@ async def test_a_killed_instance_s_lease_is_free_at_once_where_the_store_can_tel
     else:
         await living.__aexit__(None, None, None)
         assert not await other.take_lease(key, "h:2:b", 60.0)  # until it expires
+
+
+async def test_leases_expired_long_ago_are_forgotten_and_live_ones_kept(
+    two_stores: tuple[Store, Store],
+) -> None:
+    store, other = two_stores
+    gone, held = (str(build("main", "telegram", "direct", peer)) for peer in ("21", "22"))
+    assert await store.take_lease(gone, "dead:1:x", -10.0)  # expired ten seconds ago
+    assert await store.take_lease(held, "host:1:a", 60.0)
+    await other.forget_leases(expired_before=time.time() - 5)
+    rows = await store._conn.execute_fetchall("SELECT session_key FROM session_leases ORDER BY session_key")
+    assert [row[0] for row in rows] == [held]

@@ -163,18 +163,29 @@ class Delivery(Database):
             return None
         return PendingCommand(int(row[0]), int(row[1]), float(row[2]), inbound)
 
+    async def command_pending(self, command_id: int) -> bool:
+        """Whether a recorded command still waits to be run (another instance may have run it)."""
+        rows = await self._conn.execute_fetchall(
+            "SELECT 1 FROM chat_commands WHERE id = ? AND status = 'pending'", (command_id,)
+        )
+        return bool(list(rows))
+
     async def finish_command(self, command_id: int, status: Literal["done", "late"] = "done") -> None:
         async with self._one_write():
             await self._conn.execute(
                 "UPDATE chat_commands SET status = ? WHERE id = ?", (status, command_id)
             )
 
-    async def pending_commands(self) -> list[PendingCommand]:
-        """Commands received but not yet run, oldest first."""
+    async def pending_commands(self, *, unleased_at: float | None = None) -> list[PendingCommand]:
+        """Commands received but not yet run, oldest first; only those of sessions whose lease is
+        free, expired at time `unleased_at` or its owner's gone, when given (see `awaiting_requests`)."""
         rows = await self._conn.execute_fetchall(
             "SELECT id, after_message_id, received_at, session_key, provider, chat_id, thread_id, "
-            "sender_id, sender_name, provider_message_id, command, text, sent_at FROM chat_commands "
-            "WHERE status = 'pending' ORDER BY id"
+            "sender_id, sender_name, provider_message_id, command, text, sent_at FROM chat_commands c "
+            "WHERE status = 'pending' AND (CAST(? AS DOUBLE PRECISION) IS NULL OR NOT EXISTS (SELECT 1 "
+            "FROM session_leases l WHERE l.session_key = c.session_key AND l.expires_at >= ? "
+            f"AND NOT {self._OWNER_GONE.format(lease='l')})) ORDER BY id",
+            (unleased_at, unleased_at),
         )
         return [
             PendingCommand(row[0], row[1], row[2], InboundMessage(

@@ -84,6 +84,12 @@ class Leases(Database):
         )
         return bool(list(rows))
 
+    async def forget_leases(self, *, expired_before: float) -> None:
+        """Delete leases that expired before then (their owners died holding them; nobody took
+        the session since)."""
+        async with self._one_write():
+            await self._conn.execute("DELETE FROM session_leases WHERE expires_at < ?", (expired_before,))
+
     async def waiting_ids(self, session_key: str) -> list[int]:
         """The ids of a session's requests still waiting for a reply, oldest first (a cheap look
         before `awaiting_requests` reads them whole)."""
