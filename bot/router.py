@@ -160,10 +160,14 @@ class Router:
         Other queued work (a /reset, a delivery) stays and still runs in order. The messages stay
         stored; they are returned so the caller can mark them abandoned.
         """
+        # Those left to another instance holding the session too: marked abandoned, it skips them.
+        left = [item.request for item in self._left.values() if str(item.inbound.session_key) == key]
+        for request in left:
+            del self._left[request.id]
         queue = self._queues.get(key)
         if not queue:
-            return []
-        abandoned = [item.request for item in queue if isinstance(item, _Turn)]
+            return left
+        abandoned = left + [item.request for item in queue if isinstance(item, _Turn)]
         for request in abandoned:
             self._queued_at.pop(request.id, None)
         kept = [item for item in queue if not isinstance(item, _Turn)]

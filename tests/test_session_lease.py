@@ -179,3 +179,37 @@ async def test_leases_expired_long_ago_are_forgotten_and_live_ones_kept(
     await other.forget_leases(expired_before=time.time() - 5)
     rows = await store._conn.execute_fetchall("SELECT session_key FROM session_leases ORDER BY session_key")
     assert [row[0] for row in rows] == [held]
+
+
+async def test_stop_on_another_instance_drops_what_it_left_to_the_holder(
+    two_stores: tuple[Store, Store],
+) -> None:
+    """/stop reaches B while A works on the chat and B has left it the newer message: that message
+    is abandoned, and A does not answer it after its own."""
+    first, second = two_stores
+    answered: list[tuple[str, str, int]] = []
+    started, release = asyncio.Event(), asyncio.Event()
+    plain = answering(first, "a", answered)
+
+    async def slow(request: StoredMessage, inbound: InboundMessage) -> None:
+        started.set()
+        await release.wait()
+        await plain(request, inbound)
+
+    a = Router(first, slow, max_concurrent=2, leases=SessionLeases(first, "host:1:a", ttl=5.0))
+    b = Router(second, answering(second, "b", answered), max_concurrent=2,
+               leases=SessionLeases(second, "host:2:b", ttl=5.0))
+    own = await a.submit(message("6", 1))
+    await asyncio.wait_for(started.wait(), 5)
+    newer = await b.submit(message("6", 2))
+    await asyncio.sleep(0.05)
+    assert own is not None and newer is not None
+    key = str(build("main", "telegram", "direct", "6"))
+    assert [m.id for m in await b.stop_session(key)] == [newer.id]
+    await second.abandon_request(newer.id, "stopped")
+    release.set()
+    await asyncio.wait_for(a.idle(), 5)
+    await asyncio.wait_for(b.idle(), 5)
+    assert [request_id for _, _, request_id in answered] == [own.id]
+    for router in (a, b):
+        await router.close(1.0)
