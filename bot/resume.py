@@ -25,12 +25,16 @@ from bot.outbox import Outbox
 from bot.router import Router, RouterClosedError, Work
 from bot.session_key import parse as parse_session_key
 from bot.store import PendingCommand, PendingDelivery, PendingRequest, Store
+from bot.store.leases import LIVE_WINDOW
 
 log = structlog.get_logger("switchboard.resume")
 
 # A reply left over from the last run waits this long for its channel to connect before it is
 # tried anyway (a failed try leaves it in the outbox for the next sweep or start).
 CONNECT_WAIT = 30.0
+# Several daemons on one store: how often each looks for instances that died (where the store can
+# tell, `bot.store.leases`), to take over what they left at once.
+GONE_CHECK = 1.0
 # While running, the outbox is swept this often for replies a passing failure kept from being sent.
 SWEEP_INTERVAL = 30.0
 
@@ -158,7 +162,8 @@ async def adopt_waiting(
 ) -> None:
     """Several daemons on one store: every `every` seconds (the lease TTL), queue the requests still
     waiting for a reply and the commands not yet run, older than that, that nothing here has
-    queued; and forget leases expired that long ago.
+    queued; and forget leases expired that long ago. Within GONE_CHECK of another instance dying
+    (where the store can tell), queue them whatever their age.
 
     An instance that dies leaves its queue's requests and commands waiting; the others take them
     over only when they queue them (a later message of the session, or a start). This does it
@@ -167,13 +172,25 @@ async def adopt_waiting(
     answered (or run) once, by whichever comes first. Late ones are marked `late`, as at start.
     """
 
-    async def step() -> None:
-        queued = await _adopt(store, router, inbox(), channels, older_than=every)
-        if queued:
-            log.info("waiting requests taken over", queued=queued)
-        await store.forget_leases(expired_before=time.time() - every)
+    known_gone: set[str] = set()
+    last_round = time.monotonic()
 
-    await repeat(every, step, "checking waiting requests")
+    async def step() -> None:
+        nonlocal last_round
+        gone = set(await store.gone_instances(time.time() - LIVE_WINDOW)) - known_gone
+        known_gone.update(gone)
+        due = time.monotonic() - last_round >= every
+        if not gone and not due:
+            return
+        if due:
+            last_round = time.monotonic()
+            await store.forget_leases(expired_before=time.time() - every)
+        # An instance died just now (the store can tell): what it left is taken over at once.
+        queued = await _adopt(store, router, inbox(), channels, older_than=0.0 if gone else every)
+        if queued:
+            log.info("waiting requests taken over", queued=queued, instances_gone=sorted(gone))
+
+    await repeat(min(every, GONE_CHECK), step, "checking waiting requests")
 
 
 async def _adopt(store: Store, router: Router, inbox: Inbox, channels: Mapping[str, Channel], *,

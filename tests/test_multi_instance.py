@@ -6,9 +6,11 @@ over by the live ones."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -22,6 +24,7 @@ from bot.control import request, socket_path
 from bot.daemon import Daemon, build_channels
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.session_key import build
+from bot.store import Instance
 from bot.store.postgres import PostgresStore
 from channels.telegram import TelegramChannel
 from tests.harness import API_KEY, config_data, running
@@ -156,6 +159,40 @@ async def test_a_request_a_dead_instance_never_answered_is_answered_without_a_ne
         await asyncio.sleep(0.3)
 
     assert replies_by_chat(tg) == {FIRST_USER: [2]}
+
+
+async def test_what_a_killed_instance_left_is_taken_over_at_once_not_when_its_lease_expires(
+    api: AnthropicStandIn, tg: TelegramStandIn, make_config: MakeConfig, pg_url: str, secrets: None,
+    tmp_path: Path,
+) -> None:
+    """An instance that lived (its lock held, a heartbeat) dies holding Ada's lease with her message
+    unanswered: PostgreSQL ends its connection, and a live instance answers her within seconds,
+    long before the 60 s lease would have expired."""
+    port = free_port()
+    config = instance_config(api, tg, make_config, pg_url, port=port, users=[FIRST_USER],
+                             webhook_url=f"http://127.0.0.1:{port}/telegram", lease_ttl=60.0)
+    chat = ChatRef("telegram", str(FIRST_USER))
+    key = build("main", "telegram", "direct", str(FIRST_USER))
+    async with instances([config]), \
+            PostgresStore.connect(pg_url, state_path=tmp_path / "dying.db", label=pg_url) as dying:
+        living = dying.living("h:1:dying")
+        await living.__aenter__()  # never left: the process dies with its lock held
+        await dying.heartbeat(Instance("h:1:dying", "h", 1, time.time(), time.time()))
+        request = InboundMessage(key, chat, str(FIRST_USER), "Ada", f"note m{FIRST_USER}-1",
+                                 provider_message_id="9001")
+        assert await dying.append_inbound(request) is not None
+        assert await dying.take_lease(str(key), "h:1:dying", 60.0)
+        await asyncio.sleep(1.5)
+        assert tg.sent == []  # it lives: its lease holds
+        # What a SIGKILL does to a process's connections: the server ends their backends.
+        await dying._conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
+            "AND objsubid = 2 AND objid = hashtext('h:1:dying')::oid")
+        await tg.wait_for(lambda: tg.sent, timeout=5)
+        with contextlib.suppress(Exception):
+            await living.__aexit__(None, None, None)
+
+    assert replies_by_chat(tg) == {FIRST_USER: [1]}
 
 
 async def test_a_command_a_dead_instance_never_ran_is_run_once_without_a_new_message(

@@ -25,9 +25,10 @@ class Database:
 
     # Whether several daemons may share this store (then each session's work runs under a lease).
     shared = False
-    # An SQL condition, true when the owner of lease `{lease}` (`bot.store.leases`) is known to be
-    # gone although its lease has not expired. Here (one file, one host): never; time decides.
-    _OWNER_GONE = "0"
+    # An SQL condition, true when the instance named by the SQL expression `{instance}` is known to
+    # be gone (`bot.store.leases`: its leases are then free before they expire). Here (one file,
+    # one host): never; time decides.
+    _GONE = "0"
 
     def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
         self._conn = conn

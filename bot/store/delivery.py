@@ -36,7 +36,7 @@ class Delivery(Database):
             "AND (CAST(? AS TEXT) IS NULL OR session_key = ?) AND id < ? "
             "AND (CAST(? AS DOUBLE PRECISION) IS NULL OR NOT EXISTS (SELECT 1 FROM session_leases l "
             "WHERE l.session_key = messages.session_key AND l.expires_at >= ? "
-            f"AND NOT {self._OWNER_GONE.format(lease='l')})) ORDER BY id",
+            f"AND NOT {self._GONE.format(instance='l.owner')})) ORDER BY id",
             (session_key, session_key, before if before is not None else 2**62, unleased_at, unleased_at),
         )
         pending = []
@@ -184,7 +184,7 @@ class Delivery(Database):
             "sender_id, sender_name, provider_message_id, command, text, sent_at FROM chat_commands c "
             "WHERE status = 'pending' AND (CAST(? AS DOUBLE PRECISION) IS NULL OR NOT EXISTS (SELECT 1 "
             "FROM session_leases l WHERE l.session_key = c.session_key AND l.expires_at >= ? "
-            f"AND NOT {self._OWNER_GONE.format(lease='l')})) ORDER BY id",
+            f"AND NOT {self._GONE.format(instance='l.owner')})) ORDER BY id",
             (unleased_at, unleased_at),
         )
         return [

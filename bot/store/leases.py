@@ -4,7 +4,7 @@ instances are alive (a heartbeat each).
 A lease is a row that names its owner until a time: taken when free or expired, renewed while the
 work runs, dropped after it. A daemon killed with its lease held loses it when the time passes,
 and another takes the session over; sooner where the store can tell that its owner is gone
-(`_OWNER_GONE`: on PostgreSQL, a lock each instance holds on its own connection while it lives).
+(`_GONE`: on PostgreSQL, a lock each instance holds on its own connection while it lives).
 The statements are plain SQL both SQLite and PostgreSQL run.
 """
 
@@ -40,7 +40,7 @@ class Leases(Database):
     @asynccontextmanager
     async def living(self, instance: str) -> AsyncIterator[None]:
         """Show the other instances that `instance` is alive while the block runs (and not after,
-        however it ends), where the store can: see `_OWNER_GONE`. Enter it before the first
+        however it ends), where the store can: see `_GONE`. Enter it before the first
         heartbeat."""
         yield
 
@@ -66,7 +66,7 @@ class Leases(Database):
                 "ON CONFLICT (session_key) DO UPDATE SET owner = excluded.owner, "
                 "expires_at = excluded.expires_at "
                 "WHERE session_leases.owner = excluded.owner OR session_leases.expires_at < ? OR "
-                f"{self._OWNER_GONE.format(lease='session_leases')} RETURNING owner",
+                f"{self._GONE.format(instance='session_leases.owner')} RETURNING owner",
                 (session_key, owner, now + ttl, now),
             )
         return bool(list(rows))
@@ -104,12 +104,12 @@ class Leases(Database):
         ids = list(message_ids)
         waiting: set[int] = set()
         free: set[int] = set()
-        now = time.time()
+        now, gone = time.time(), self._GONE.format(instance="l.owner")
         for start in range(0, len(ids), 500):
             part = ids[start:start + 500]
             rows = await self._conn.execute_fetchall(
                 "SELECT id, NOT EXISTS (SELECT 1 FROM session_leases l WHERE l.session_key = "
-                f"messages.session_key AND l.expires_at >= ? AND NOT {self._OWNER_GONE.format(lease='l')}) "
+                f"messages.session_key AND l.expires_at >= ? AND NOT {gone}) "
                 f"FROM messages WHERE awaiting_reply = 1 AND id IN ({', '.join('?' * len(part))})",
                 (now, *part),
             )
@@ -127,6 +127,15 @@ class Leases(Database):
                 "ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at",
                 (instance.id, instance.host, instance.pid, instance.started_at, instance.seen_at),
             )
+
+    async def gone_instances(self, seen_since: float) -> list[str]:
+        """The instances that beat since `seen_since` and are known to be gone now (see `_GONE`):
+        they died within that time."""
+        rows = await self._conn.execute_fetchall(
+            f"SELECT id FROM instances WHERE seen_at >= ? AND {self._GONE.format(instance='instances.id')} "
+            "ORDER BY id", (seen_since,),
+        )
+        return [str(row[0]) for row in rows]
 
     async def instances(self, seen_since: float) -> list[Instance]:
         """The instances that beat since `seen_since`, oldest start first."""

@@ -55,10 +55,10 @@ class PostgresStore(PgRecall, PgTables, Store):
     shared = True
     # An instance that beat at least once (so it took its lock first, see `living`) and holds no
     # lock now has gone.
-    _OWNER_GONE = (
-        "(EXISTS (SELECT 1 FROM instances i WHERE i.id = {lease}.owner) AND NOT EXISTS (SELECT 1 "
+    _GONE = (
+        "(EXISTS (SELECT 1 FROM instances i WHERE i.id = {instance}) AND NOT EXISTS (SELECT 1 "
         f"FROM pg_locks WHERE locktype = 'advisory' AND classid = {_LIVING_LOCKS}::oid "
-        "AND objid = hashtext({lease}.owner)::oid AND objsubid = 2))"
+        "AND objid = hashtext({instance})::oid AND objsubid = 2))"
     )
 
     def __init__(self, conn: PgConnection, path: Path, label: str) -> None:
