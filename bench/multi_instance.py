@@ -290,7 +290,8 @@ EVENTS = ("older request of the session answered first", "request already answer
           "newer request of the session answered in the same lease",
           "request left to the instance holding the session", "reply left in the outbox sent first",
           "redelivered message still unanswered; queued", "session lease lost while its work ran",
-          "resumed from the last run", "waiting requests taken over")
+          "resumed from the last run", "waiting requests taken over",
+          "command already run elsewhere; skipped")
 
 
 def log_events(workdir: Path) -> Counter[str]:

@@ -237,21 +237,27 @@ class Router:
             async with leases.hold(key):
                 await self._guarded(item.label, item.work, session_key=key)
         else:
-            async with leases.hold(key, wait=False) as held:
-                if not held:
-                    self._leave(key, item)
+            # A turn slot first, then the lease: an instance holds the leases only of the chats it
+            # works on now, and a request still waiting for a slot here can be answered elsewhere.
+            async with self._slots:
+                # Answered while it waited for the slot (by the instance holding the chat then):
+                # a read tells, without taking and letting go of the lease.
+                if not await self._store.still_awaiting(item.request.id):
+                    self._skipped(key, item.request.id)
                     return
-                async with self._slots:
+                async with leases.hold(key, wait=False) as held:
+                    if not held:
+                        self._leave(key, item)
+                        return
                     await self._work_through(key, item, tried)
         while not self._work_behind(key):
             here = self.queued_requests()
             if all(i in here or i in tried for i in await self._store.waiting_ids(key)):
                 return
-            async with leases.hold(key, wait=False) as held:
+            async with self._slots, leases.hold(key, wait=False) as held:
                 if not held:  # another instance holds it now: it answers them
                     return
-                async with self._slots:
-                    await self._work_through(key, None, tried)
+                await self._work_through(key, None, tried)
 
     async def _work_through(self, key: str, item: _Turn | None, tried: set[int]) -> None:
         """Under the lease: send the session's replies left in the outbox (an instance died before
@@ -292,8 +298,11 @@ class Router:
                 await self._turn(key, request, inbound_of(request, pending.chat))
                 self._unqueue(key, request.id)
         if own is not None and own not in tried:
-            self._queued_at.pop(own, None)
-            log.info("request already answered; skipped", session_key=key, request_id=own)
+            self._skipped(key, own)
+
+    def _skipped(self, key: str, request_id: int) -> None:
+        self._queued_at.pop(request_id, None)
+        log.info("request already answered; skipped", session_key=key, request_id=request_id)
 
     def _work_behind(self, key: str) -> bool:
         """Whether other work (a chat command) is queued here behind the item running now: the
