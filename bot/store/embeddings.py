@@ -9,7 +9,6 @@ process) reloads the session. numpy is imported only when vectors are read or se
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +27,15 @@ SCAN_WINDOW = 20_000
 # Bytes of vectors kept in memory across sessions; the least recently searched go first.
 CACHE_BYTES = 64 * 1024 * 1024
 
+# The session's context floor, (count, largest id, sum of ids) of its vectors of a model and the
+# vector of one message, in one row (?1 session, ?2 model, ?3 the message).
+_SIGNATURE = (
+    "SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0), "
+    "COALESCE(c.count, 0), COALESCE(c.largest, 0), COALESCE(c.total, 0), "
+    "(SELECT vector FROM embeddings WHERE message_id = ?3 AND model = ?2 "
+    "AND session_key = ?1) FROM (SELECT 1) AS one "
+    "LEFT JOIN embedding_counts c ON c.session_key = ?1 AND c.model = ?2"
+)
 _PENDING = (
     "m.origin = 'interactive' AND m.fallback = 0 AND NOT EXISTS "
     "(SELECT 1 FROM embeddings e WHERE e.message_id = m.id AND e.model = ?)"
@@ -173,14 +181,16 @@ class Embeddings(Database):
         if self._matrices is not None and (session_key, model) in self._matrices:
             floor, signature, blob = await self._signature(session_key, model, message_id)
         else:
-            # Nothing of the session in memory: its vectors are read in the same trip (queued
-            # behind the check, so SQLite runs both back to back), and kept even when the request
-            # has no vector yet: the search after it is embedded then reads only that one.
-            (floor, signature, blob), read = await asyncio.gather(
-                self._signature(session_key, model, message_id),
-                self._vectors(session_key, model, after_id=0),
+            # Nothing of the session in memory: its vectors come in the same statement, and are
+            # kept even when the request has no vector yet: the search after it is embedded then
+            # reads only that one.
+            found = await self._conn.execute_fetchall(
+                f"SELECT * FROM ({_SIGNATURE}) AS s CROSS JOIN ({self._VECTORS.replace('?3', '?4')}) AS v",
+                (session_key, model, message_id, 0),
             )
-            await self._session_matrix(session_key, model, signature, read=read)
+            row = next(iter(found))
+            floor, signature, blob = _signature_of(row[:5])
+            await self._session_matrix(session_key, model, signature, read=_vectors_of(*row[5:]))
         if blob is None:
             return None
         if limit <= 0:
@@ -220,16 +230,8 @@ class Embeddings(Database):
     ) -> tuple[int, tuple[int, int, int], bytes | None]:
         """The session's context floor, (count, largest id, sum of ids) of its vectors of `model`,
         and the vector of `message_id` (of this session and model), in one read."""
-        found = await self._conn.execute_fetchall(
-            "SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0), "
-            "COALESCE(c.count, 0), COALESCE(c.largest, 0), COALESCE(c.total, 0), "
-            "(SELECT vector FROM embeddings WHERE message_id = ?3 AND model = ?2 "
-            "AND session_key = ?1) FROM (SELECT 1) AS one "
-            "LEFT JOIN embedding_counts c ON c.session_key = ?1 AND c.model = ?2",
-            (session_key, model, message_id),
-        )
-        floor, count, largest, total, blob = next(iter(found))
-        return int(floor), (int(count), int(largest), int(total)), None if blob is None else bytes(blob)
+        found = await self._conn.execute_fetchall(_SIGNATURE, (session_key, model, message_id))
+        return _signature_of(next(iter(found)))
 
     async def _session_matrix(
         self, session_key: str, model: str, signature: tuple[int, int, int],
@@ -281,19 +283,28 @@ class Embeddings(Database):
         vectors one after another. One row, not one per vector (building a Python row per
         vector was most of a cold read); a vector of another size than the first is left out
         (written by something else, it would break the matrix)."""
-        import numpy as np
-
         found = await self._conn.execute_fetchall(self._VECTORS, (session_key, model, after_id))
-        listed, data, dim = next(iter(found))
-        if listed is None:
-            return np.zeros(0, dtype=np.int64), 0, b""
-        ids = np.fromstring(str(listed), dtype=np.int64, sep=",")  # 5x np.array(split)
-        data = bytes(data)
-        if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):  # the aggregate's order: keep pairs
-            order = np.argsort(ids, kind="stable")
-            rows = np.frombuffer(data, dtype=np.int8).reshape(len(ids), int(dim))
-            ids, data = ids[order], rows[order].tobytes()
-        return ids, int(dim), data
+        return _vectors_of(*next(iter(found)))
+
+
+def _signature_of(row: Any) -> tuple[int, tuple[int, int, int], bytes | None]:
+    floor, count, largest, total, blob = row
+    return int(floor), (int(count), int(largest), int(total)), None if blob is None else bytes(blob)
+
+
+def _vectors_of(listed: Any, data: Any, dim: Any) -> tuple[Any, int, bytes]:
+    """`_VECTORS`' row as (ids ascending, size, the vectors one after another)."""
+    import numpy as np
+
+    if listed is None:
+        return np.zeros(0, dtype=np.int64), 0, b""
+    ids = np.fromstring(str(listed), dtype=np.int64, sep=",")  # 5x np.array(split)
+    data = bytes(data)
+    if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):  # the aggregate's order: keep pairs
+        order = np.argsort(ids, kind="stable")
+        rows = np.frombuffer(data, dtype=np.int8).reshape(len(ids), int(dim))
+        ids, data = ids[order], rows[order].tobytes()
+    return ids, int(dim), data
 
 
 def _build(ids: Any, dim: int, data: bytes, *, signature: tuple[int, int, int]) -> _Matrix:
