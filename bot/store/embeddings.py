@@ -50,6 +50,9 @@ class _Matrix:
     rows: npt.NDArray[np.int8]
     scales: npt.NDArray[np.float32]
     signature: tuple[int, int, int]  # (count, largest id, sum of ids) when loaded
+    # The rows as float32, as a fresh read computed them for the norms, until the search that
+    # follows the read takes them (not kept beyond it: four times the bytes).
+    floats: npt.NDArray[np.float32] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -190,7 +193,9 @@ class Embeddings(Database):
             )
             row = next(iter(found))
             floor, signature, blob = _signature_of(row[:5])
-            await self._session_matrix(session_key, model, signature, read=_vectors_of(*row[5:]))
+            read = await self._session_matrix(session_key, model, signature, read=_vectors_of(*row[5:]))
+            if read is not None and (blob is None or limit <= 0):
+                read.floats = None
         if blob is None:
             return None
         if limit <= 0:
@@ -207,11 +212,13 @@ class Embeddings(Database):
         matrix = await self._session_matrix(session_key, model, signature)
         if matrix is None:
             return []
+        floats, matrix.floats = matrix.floats, None
         low = int(np.searchsorted(matrix.ids, floor, side="right"))
         high = int(np.searchsorted(matrix.ids, before_id, side="left"))
         if high <= low:
             return []
-        scores = (matrix.rows[low:high].astype(np.float32) @ query.astype(np.float32, copy=False))
+        rows = matrix.rows[low:high].astype(np.float32) if floats is None else floats[low:high]
+        scores = rows @ query.astype(np.float32, copy=False)
         scores *= matrix.scales[low:high]
         # Six decimals, as snapshots record them: equal vectors score equal whatever BLAS path
         # computed their row, so ties go to the newer message and replay finds the same order.
@@ -253,7 +260,7 @@ class Embeddings(Database):
             return cached
         matrix: _Matrix | None = None
         if read is not None and len(read[0]) == signature[0] and int(read[0].sum()) == signature[2]:
-            matrix = _build(*read, signature=signature)
+            matrix = _build(*read, signature=signature, floats=True)
         elif cached is not None and signature[0] > cached.signature[0] and signature[1] > cached.signature[1]:
             newer = await self._vectors(session_key, model, after_id=cached.signature[1])
             if (cached.signature[0] + len(newer[0]) == signature[0]
@@ -307,16 +314,19 @@ def _vectors_of(listed: Any, data: Any, dim: Any) -> tuple[Any, int, bytes]:
     return ids, int(dim), data
 
 
-def _build(ids: Any, dim: int, data: bytes, *, signature: tuple[int, int, int]) -> _Matrix:
+def _build(
+    ids: Any, dim: int, data: bytes, *, signature: tuple[int, int, int], floats: bool = False
+) -> _Matrix:
+    """The matrix of a read; `floats`: with its float32 rows for the search about to follow."""
     import numpy as np
 
     rows = np.frombuffer(data, dtype=np.int8).reshape(len(ids), dim)
     # einsum, not linalg.norm(axis=1): the same sums (squares of int8 add up exactly in float32)
     # at a twentieth of the cost, which is most of reading a session's vectors for the first time.
-    floats = rows.astype(np.float32)
-    norms = np.sqrt(np.einsum("ij,ij->i", floats, floats))
+    converted = rows.astype(np.float32)
+    norms = np.sqrt(np.einsum("ij,ij->i", converted, converted))
     scales = (1.0 / np.maximum(norms, 1e-12)).astype(np.float32)
-    return _Matrix(ids, rows, scales, signature)
+    return _Matrix(ids, rows, scales, signature, converted if floats else None)
 
 
 def _append(
