@@ -72,12 +72,14 @@ class LiveTriage:
 
 @dataclass(frozen=True, slots=True)
 class Found:
-    """What recall found beyond the window: ranked (message id, score) matches, and where the
-    session's turns start (their messages are read once the pool's cut is known)."""
+    """What recall found beyond the window: ranked (message id, score) matches, and their turns
+    (lexical recall alone) or where the session's turns start (with semantic recall: the turns are
+    read once the pool's cut is known)."""
 
     lexical: list[tuple[int, float]]
     semantic: list[tuple[int, float]]
-    starts: TurnStarts | None
+    turns: dict[int, list[StoredMessage]]
+    starts: TurnStarts | None = None
     session: str = ""
 
 
@@ -85,12 +87,8 @@ async def _nothing() -> None:
     return None
 
 
-async def _no_matches() -> list[tuple[int, float]]:
-    return []
-
-
 async def _no_recall() -> Found:
-    return Found([], [], None)
+    return Found([], [], {})
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +249,7 @@ class ContextBuilder:
             )
 
         if found.starts is None:
-            return rank({})
+            return rank(found.turns)
         kept = set(excluded)
         return await pool_of_recalled(
             self._store, found.session, {"lexical": found.lexical, "semantic": found.semantic},
@@ -331,16 +329,18 @@ class ContextBuilder:
         )
 
     async def _recall(self, session: str, request: StoredMessage) -> Found:
-        """Semantic and lexical matches, and the session's turn starts with the latter: neither
-        waits for the other (SQLite reads the vectors and searches the words back to back)."""
+        """Lexical matches with their turns; with semantic recall, semantic and lexical matches
+        and the session's turn starts, neither waiting for the other (SQLite reads the vectors
+        and searches the words back to back)."""
         conv = self._conv
-        semantic_on = conv.semantic_count > 0 and self._semantic is not None
-        if conv.recall_count <= 0 and not semantic_on:
-            return Found([], [], None)
+        if conv.semantic_count <= 0 or self._semantic is None:
+            # The matches and their turns in one read: no other source's turns to wait for.
+            lexical, turns = await self._store.lexical_turns(
+                session, request.text, before_id=request.id, limit=max(conv.recall_count, 0))
+            return Found(lexical, [], turns)
         semantic, (lexical, starts) = await asyncio.gather(
-            self._semantic.matches(session, request, limit=conv.semantic_count)
-            if self._semantic is not None and semantic_on else _no_matches(),
+            self._semantic.matches(session, request, limit=conv.semantic_count),
             self._store.lexical_matches(
                 session, request.text, before_id=request.id, limit=max(conv.recall_count, 0)),
         )
-        return Found(lexical, semantic, starts, session)
+        return Found(lexical, semantic, {}, starts, session)

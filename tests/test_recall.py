@@ -298,10 +298,10 @@ async def test_a_backlog_fill_cut_short_goes_on_where_it_stopped(tmp_path: Path)
         assert await ids(store, key, "canoe") == [10, 9, 8, 7]
 
 
-async def test_search_and_turn_reads_are_one_statement_each(store: Store) -> None:
-    """lexical_turns runs two SQL statements (the matches with the session's turn starts, then
-    every wanted turn's messages: its matches' and another source's ids'), turns_of (here for 60
-    ids) one, and the turns lexical_turns gives are those turns_of gives for the same ids."""
+async def test_each_search_and_turn_read_is_one_statement(store: Store) -> None:
+    """lexical_turns (matches with their turns, and the turns of another source's ids) and
+    turns_of (here for 60 ids) each run a single SQL statement, and the turns lexical_turns gives
+    are those turns_of gives for its matches and the other ids."""
     channel = FakeChannel()
     key = str(channel.key())
     asked = []
@@ -316,7 +316,7 @@ async def test_search_and_turn_reads_are_one_statement_each(store: Store) -> Non
     also, also_turns = await store.lexical_turns(key, "walrus", before_id=FAR, limit=20, also=semantic)
     await store._conn.set_trace_callback(None)
     assert len(found) == 20 and len(found_turns) == 20 and len(turns) == 60
-    assert len([sql for sql in statements if not sql.startswith("--")]) == 5  # "--": FTS5's own reads
+    assert len([sql for sql in statements if not sql.startswith("--")]) == 3  # "--": FTS5's own reads
     assert found_turns == await store.turns_of(key, [i for i, _ in found], before_id=FAR)
     assert also == found and len(also_turns) == 22
     assert also_turns == await store.turns_of(key, [i for i, _ in found] + semantic, before_id=FAR)

@@ -18,7 +18,7 @@ from typing import Any
 from bot.lexical import SearchTerm, search_terms
 from bot.messages import StoredMessage
 from bot.store.history_search import TERM_HITS, HistorySearch
-from bot.store.messages import qualified_columns
+from bot.store.messages import MESSAGE_COLUMNS, qualified_columns
 from bot.store.recall import SEARCHED_CAP, TURN_STARTS, Recall, TurnStarts, _group, _scored_parameters
 
 _FLOOR = "(SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0))"
@@ -78,6 +78,15 @@ _SCORED = (
     "AS score FROM best b JOIN messages m ON m.id = b.id WHERE m.session_key = ?1 "
     "AND m.origin = 'interactive' AND m.fallback = 0 ORDER BY score DESC, m.id DESC LIMIT ?7)"
 )
+_BLANK = ", ".join(["NULL"] * len(MESSAGE_COLUMNS.split(",")))
+# Matches (0, id, score) and their turns' messages (1, turn start, NULL, columns...); ?11 holds
+# the other ids whose turns are wanted too.
+_LEXICAL_TURNS = (
+    f"{_SCORED}, asked(id) AS (SELECT id FROM scored UNION SELECT unnest(CAST(?11 AS BIGINT[]))), "
+    f"{_TURNS} SELECT 0, id, score, {_BLANK} FROM scored UNION ALL "
+    f"SELECT 1, t.start, NULL, {qualified_columns('m')} {_TURN_ROWS} ORDER BY 1, 4"
+)
+
 _TURNS_OF = (
     f"WITH asked(id) AS (SELECT unnest(CAST(?3 AS BIGINT[]))), {_TURNS} "
     f"SELECT t.start, {qualified_columns('m')} {_TURN_ROWS} ORDER BY m.id"
@@ -101,6 +110,21 @@ _MATCHES = f"{_SCORED} SELECT id, score, NULL FROM scored UNION ALL SELECT NULL,
 
 class PgRecall(Recall, HistorySearch):
     """Lexical recall and history search over `recall_postings`."""
+
+    async def lexical_turns(
+        self, session_key: str, text: str, *, before_id: int, limit: int, also: Sequence[int] = ()
+    ) -> tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]:
+        """See `Recall.lexical_turns`: the same matches, scores and turns."""
+        terms = search_terms(session_key, text)
+        if limit <= 0 or not terms:
+            return [], await self.turns_of(session_key, also, before_id=before_id)
+        extra = sorted({message_id for message_id in also if message_id < before_id})
+        rows = await self._conn.execute_fetchall(_LEXICAL_TURNS, (
+            *_scored_parameters(session_key, before_id, limit, terms)[:8], *_ranges(terms), extra))
+        matches = sorted(((int(r[1]), float(r[2])) for r in rows if r[0] == 0), key=lambda m: (-m[1], -m[0]))
+        turns = _group([row[1:2] + row[3:] for row in rows if row[0] == 1],
+                       [message_id for message_id, _ in matches] + extra, max_len=6)
+        return matches, turns
 
     async def lexical_matches(
         self, session_key: str, text: str, *, before_id: int, limit: int

@@ -15,7 +15,7 @@ import structlog
 from bot.lexical import LENGTH, SearchTerm, index_terms, search_terms, term_weight
 from bot.messages import Origin, StoredMessage
 from bot.store.connection import Database
-from bot.store.messages import qualified_columns, rows_to_messages
+from bot.store.messages import MESSAGE_COLUMNS, qualified_columns, rows_to_messages
 
 log = structlog.get_logger("switchboard.store")
 
@@ -166,18 +166,9 @@ class Recall(Database):
     async def lexical_turns(
         self, session_key: str, text: str, *, before_id: int, limit: int, also: Sequence[int] = ()
     ) -> tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]:
-        """`lexical_matches`, and each match's whole turn (as `turns_of` gives it) with the turns
-        of the ids in `also` (another source's matches), read together."""
-        matches, starts = await self.lexical_matches(session_key, text, before_id=before_id, limit=limit)
-        asked = sorted({message_id for message_id in also if message_id < before_id}.union(
-            message_id for message_id, _ in matches))
-        return matches, await self.turns_for(session_key, asked, starts)
-
-    async def lexical_matches(
-        self, session_key: str, text: str, *, before_id: int, limit: int
-    ) -> tuple[list[tuple[int, float]], TurnStarts]:
         """(message id, score) of up to `limit` messages sharing words with `text`, best first,
-        and where the session's turns start, in one read.
+        and each one's whole turn (as `turns_of` gives it), in one read; the turns of the ids in
+        `also` (another source's matches) come in the same read.
 
         Searched: the session's interactive messages above its context floor and below
         `before_id`, fallback replies left out. Each of the request's terms weighs its idf among
@@ -185,8 +176,33 @@ class Recall(Database):
         them is left out); the POOL x `limit` messages with the largest summed weight are scored
         with BM25's length factor (`bot.lexical.score`), ties going to the newer message. Nothing
         outside the session's searched range moves a score, so a replayed turn finds what it
-        found. Each term's postings are walked once.
+        found. Each term's postings are walked once. (`lexical_matches` and `turns_for` give the
+        same in two reads, for when the turns wanted are known only once another source answers.)
         """
+        terms = search_terms(session_key, text)
+        if limit <= 0 or not terms:
+            return [], await self.turns_of(session_key, also, before_id=before_id)
+        blank = ", ".join(["NULL"] * len(MESSAGE_COLUMNS.split(",")))
+        extra = sorted({message_id for message_id in also if message_id < before_id})
+        parameters = _scored_parameters(session_key, before_id, limit, terms)
+        values = ", ".join(f"(?{len(parameters) + 1 + index})" for index in range(len(extra)))
+        asked = "SELECT id FROM scored" + (f" UNION SELECT column1 FROM (VALUES {values})" if extra else "")
+        rows = await self._conn.execute_fetchall(
+            f"{_scored(len(terms))}, asked(id) AS ({asked}), {_TURNS} "
+            f"SELECT 0, id, score, {blank} FROM scored UNION ALL "
+            f"SELECT 1, t.start, NULL, {qualified_columns('m')} {_TURN_ROWS} ORDER BY 1, 4",
+            (*parameters, *extra),
+        )
+        matches = sorted(((int(r[1]), float(r[2])) for r in rows if r[0] == 0), key=lambda m: (-m[1], -m[0]))
+        turns = _group([row[1:2] + row[3:] for row in rows if row[0] == 1],
+                       [message_id for message_id, _ in matches] + extra, max_len=MAX_TURN)
+        return matches, turns
+
+    async def lexical_matches(
+        self, session_key: str, text: str, *, before_id: int, limit: int
+    ) -> tuple[list[tuple[int, float]], TurnStarts]:
+        """The matches `lexical_turns` finds, and where the session's turns start (see TurnStarts),
+        in one read: the turns are read once it is known which are wanted (`turns_for`, `turns_at`)."""
         terms = search_terms(session_key, text) if limit > 0 else []
         if terms:
             rows = await self._conn.execute_fetchall(
