@@ -62,8 +62,16 @@ class _Matrix:
 class Embeddings(Database):
     """The `embeddings` table: pending work for the embed worker, vectors, and search within a session."""
 
-    # One row: the ids comma-separated, the vectors one after another, their size (?1 session,
-    # ?2 model, ?3 after id). The aggregates are the dialect's own (PostgreSQL's is in its store).
+    # One row: the ids comma-separated, the vectors one after another, the first one's size (?1
+    # session, ?2 model, ?3 after id). The aggregates are the dialect's own (PostgreSQL's is in its
+    # store). Every vector of a model has one size, checked on the total: should one differ (written
+    # by something else) `_VECTORS` reads those of the first one's size.
+    _ALL_VECTORS = (
+        "SELECT group_concat(message_id), CAST(group_concat(vector, x'') AS BLOB), "
+        "(SELECT length(vector) FROM embeddings WHERE session_key = ?1 AND model = ?2 "
+        "AND message_id > ?3 ORDER BY message_id LIMIT 1) FROM embeddings "
+        "WHERE session_key = ?1 AND model = ?2 AND message_id > ?3"
+    )
     _VECTORS = (
         "SELECT group_concat(message_id), CAST(group_concat(vector, x'') AS BLOB), "
         "MAX(length(vector)) FROM embeddings WHERE session_key = ?1 AND model = ?2 "
@@ -188,7 +196,8 @@ class Embeddings(Database):
             # kept even when the request has no vector yet: the search after it is embedded then
             # reads only that one.
             found = await self._conn.execute_fetchall(
-                f"SELECT * FROM ({_SIGNATURE}) AS s CROSS JOIN ({self._VECTORS.replace('?3', '?4')}) AS v",
+                f"SELECT * FROM ({_SIGNATURE}) AS s "
+                f"CROSS JOIN ({self._ALL_VECTORS.replace('?3', '?4')}) AS v",
                 (session_key, model, message_id, 0),
             )
             row = next(iter(found))
@@ -290,8 +299,13 @@ class Embeddings(Database):
         vectors one after another. One row, not one per vector (building a Python row per
         vector was most of a cold read); a vector of another size than the first is left out
         (written by something else, it would break the matrix)."""
-        found = await self._conn.execute_fetchall(self._VECTORS, (session_key, model, after_id))
-        return _vectors_of(*next(iter(found)))
+        found = await self._conn.execute_fetchall(self._ALL_VECTORS, (session_key, model, after_id))
+        read = _vectors_of(*next(iter(found)))
+        if read is None:
+            found = await self._conn.execute_fetchall(self._VECTORS, (session_key, model, after_id))
+            read = _vectors_of(*next(iter(found)))
+        assert read is not None  # every vector read has the first one's size
+        return read
 
 
 def _signature_of(row: Any) -> tuple[int, tuple[int, int, int], bytes | None]:
@@ -299,14 +313,17 @@ def _signature_of(row: Any) -> tuple[int, tuple[int, int, int], bytes | None]:
     return int(floor), (int(count), int(largest), int(total)), None if blob is None else bytes(blob)
 
 
-def _vectors_of(listed: Any, data: Any, dim: Any) -> tuple[Any, int, bytes]:
-    """`_VECTORS`' row as (ids ascending, size, the vectors one after another)."""
+def _vectors_of(listed: Any, data: Any, dim: Any) -> tuple[Any, int, bytes] | None:
+    """A vectors read's row as (ids ascending, size, the vectors one after another); None when
+    they are not all of the first one's size."""
     import numpy as np
 
     if listed is None:
         return np.zeros(0, dtype=np.int64), 0, b""
     ids = np.fromstring(str(listed), dtype=np.int64, sep=",")  # 5x np.array(split)
     data = bytes(data)
+    if len(data) != len(ids) * int(dim):
+        return None
     if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):  # the aggregate's order: keep pairs
         order = np.argsort(ids, kind="stable")
         rows = np.frombuffer(data, dtype=np.int8).reshape(len(ids), int(dim))
