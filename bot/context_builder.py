@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,9 +26,11 @@ from bot.context import (
     tag,
 )
 from bot.messages import ChatRef, StoredMessage
+from bot.recalled_turns import pool_of_recalled
 from bot.semantic_recall import SemanticRecall
 from bot.session_key import SessionKey
 from bot.store import CompactionRecord, Store
+from bot.store.recall import TurnStarts
 from bot.triage import triage
 
 _NO_UPPER_BOUND = 2**63 - 1  # SQLite's largest rowid
@@ -70,11 +72,15 @@ class LiveTriage:
 
 @dataclass(frozen=True, slots=True)
 class Found:
-    """What recall found beyond the window: ranked (message id, score) matches and their turns."""
+    """What recall found beyond the window: ranked (message id, score) matches, and their turns
+    (lexical recall alone) or where the session's turns start (with semantic recall: the turns are
+    read once the pool's cut is known)."""
 
     lexical: list[tuple[int, float]]
     semantic: list[tuple[int, float]]
     turns: dict[int, list[StoredMessage]]
+    starts: TurnStarts | None = None
+    session: str = ""
 
 
 async def _nothing() -> None:
@@ -218,23 +224,37 @@ class ContextBuilder:
         answered = [m for m in later if m.role == "assistant"]
         return (before + answered)[-limit:], as_of
 
-    def _pool(
+    async def _pool(
         self, window: Sequence[StoredMessage], exclude: Sequence[StoredMessage], found: Found
     ) -> list[Candidate]:
         """The best `triage_max_candidates` older turns: the window's, and those the request's
         words and meaning found anywhere in the session (none under a history limit)."""
         looked_back = lookback_turns(window)
         # Replies at the window's start whose question is older: whole when a match found them.
-        if looked_back and looked_back[-1][0].role == "assistant":
-            lead = looked_back[-1][0].id
-            whole = next((turn for turn in found.turns.values() if any(m.id == lead for m in turn)), None)
-            if whole is not None:
-                looked_back[-1] = tuple(whole)
-        return fuse(
-            {"lookback": [(turn, 0.0) for turn in looked_back],
-             "lexical": matched_turns(found.lexical, found.turns),
-             "semantic": matched_turns(found.semantic, found.turns)},
-            exclude=[message.id for message in exclude], limit=self._conv.triage_max_candidates,
+        lead = looked_back[-1][0].id if looked_back and looked_back[-1][0].role == "assistant" else None
+        excluded = [message.id for message in exclude]
+        limit = self._conv.triage_max_candidates
+
+        def rank(turns: Mapping[int, Sequence[StoredMessage]]) -> list[Candidate]:
+            lookback = looked_back
+            if lead is not None:
+                whole = next((turn for turn in turns.values() if any(m.id == lead for m in turn)), None)
+                if whole is not None:
+                    lookback = [*looked_back[:-1], tuple(whole)]
+            return fuse(
+                {"lookback": [(turn, 0.0) for turn in lookback],
+                 "lexical": matched_turns(found.lexical, turns),
+                 "semantic": matched_turns(found.semantic, turns)},
+                exclude=excluded, limit=limit,
+            )
+
+        if found.starts is None:
+            return rank(found.turns)
+        kept = set(excluded)
+        return await pool_of_recalled(
+            self._store, found.session, {"lexical": found.lexical, "semantic": found.semantic},
+            found.starts, rank, limit=limit, edge=min(excluded, default=None), lead=lead,
+            lookback=[turn[0].id for turn in looked_back if any(m.id not in kept for m in turn)],
         )
 
     async def _select(
@@ -255,7 +275,7 @@ class ContextBuilder:
             older_window, recent = split_recent(messages, conv.always_include_recent)
             kept = tag(recent, "recent")
         in_context = [entry.message for entry in kept]
-        pool = self._pool(older_window, in_context, found)
+        pool = await self._pool(older_window, in_context, found)
         if not pool:
             return kept, TriageReport("skipped"), pool, set()
         if not self._triager.available:
@@ -309,14 +329,18 @@ class ContextBuilder:
         )
 
     async def _recall(self, session: str, request: StoredMessage) -> Found:
-        """Semantic matches first (when on), then lexical matches with every match's turn in one
-        read: the semantic turns cost no read of their own."""
+        """Lexical matches with their turns; with semantic recall, semantic and lexical matches
+        and the session's turn starts, neither waiting for the other (SQLite reads the vectors
+        and searches the words back to back)."""
         conv = self._conv
-        semantic: list[tuple[int, float]] = []
-        if conv.semantic_count > 0 and self._semantic is not None:
-            semantic = await self._semantic.matches(session, request, limit=conv.semantic_count)
-        lexical, turns = await self._store.lexical_turns(
-            session, request.text, before_id=request.id, limit=max(conv.recall_count, 0),
-            also=[message_id for message_id, _ in semantic],
+        if conv.semantic_count <= 0 or self._semantic is None:
+            # The matches and their turns in one read: no other source's turns to wait for.
+            lexical, turns = await self._store.lexical_turns(
+                session, request.text, before_id=request.id, limit=max(conv.recall_count, 0))
+            return Found(lexical, [], turns)
+        semantic, (lexical, starts) = await asyncio.gather(
+            self._semantic.matches(session, request, limit=conv.semantic_count),
+            self._store.lexical_matches(
+                session, request.text, before_id=request.id, limit=max(conv.recall_count, 0)),
         )
-        return Found(lexical, semantic, turns)
+        return Found(lexical, semantic, {}, starts, session)

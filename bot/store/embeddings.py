@@ -9,7 +9,6 @@ process) reloads the session. numpy is imported only when vectors are read or se
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +27,15 @@ SCAN_WINDOW = 20_000
 # Bytes of vectors kept in memory across sessions; the least recently searched go first.
 CACHE_BYTES = 64 * 1024 * 1024
 
+# The session's context floor, (count, largest id, sum of ids) of its vectors of a model and the
+# vector of one message, in one row (?1 session, ?2 model, ?3 the message).
+_SIGNATURE = (
+    "SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0), "
+    "COALESCE(c.count, 0), COALESCE(c.largest, 0), COALESCE(c.total, 0), "
+    "(SELECT vector FROM embeddings WHERE message_id = ?3 AND model = ?2 "
+    "AND session_key = ?1) FROM (SELECT 1) AS one "
+    "LEFT JOIN embedding_counts c ON c.session_key = ?1 AND c.model = ?2"
+)
 _PENDING = (
     "m.origin = 'interactive' AND m.fallback = 0 AND NOT EXISTS "
     "(SELECT 1 FROM embeddings e WHERE e.message_id = m.id AND e.model = ?)"
@@ -42,6 +50,9 @@ class _Matrix:
     rows: npt.NDArray[np.int8]
     scales: npt.NDArray[np.float32]
     signature: tuple[int, int, int]  # (count, largest id, sum of ids) when loaded
+    # The rows as float32, as a fresh read computed them for the norms, until the search that
+    # follows the read takes them (not kept beyond it: four times the bytes).
+    floats: npt.NDArray[np.float32] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -51,8 +62,16 @@ class _Matrix:
 class Embeddings(Database):
     """The `embeddings` table: pending work for the embed worker, vectors, and search within a session."""
 
-    # One row: the ids comma-separated, the vectors one after another, their size (?1 session,
-    # ?2 model, ?3 after id). The aggregates are the dialect's own (PostgreSQL's is in its store).
+    # One row: the ids comma-separated, the vectors one after another, the first one's size (?1
+    # session, ?2 model, ?3 after id). The aggregates are the dialect's own (PostgreSQL's is in its
+    # store). Every vector of a model has one size, checked on the total: should one differ (written
+    # by something else) `_VECTORS` reads those of the first one's size.
+    _ALL_VECTORS = (
+        "SELECT group_concat(message_id), CAST(group_concat(vector, x'') AS BLOB), "
+        "(SELECT length(vector) FROM embeddings WHERE session_key = ?1 AND model = ?2 "
+        "AND message_id > ?3 ORDER BY message_id LIMIT 1) FROM embeddings "
+        "WHERE session_key = ?1 AND model = ?2 AND message_id > ?3"
+    )
     _VECTORS = (
         "SELECT group_concat(message_id), CAST(group_concat(vector, x'') AS BLOB), "
         "MAX(length(vector)) FROM embeddings WHERE session_key = ?1 AND model = ?2 "
@@ -173,14 +192,19 @@ class Embeddings(Database):
         if self._matrices is not None and (session_key, model) in self._matrices:
             floor, signature, blob = await self._signature(session_key, model, message_id)
         else:
-            # Nothing of the session in memory: its vectors are read in the same trip (queued
-            # behind the check, so SQLite runs both back to back), and kept even when the request
-            # has no vector yet: the search after it is embedded then reads only that one.
-            (floor, signature, blob), read = await asyncio.gather(
-                self._signature(session_key, model, message_id),
-                self._vectors(session_key, model, after_id=0),
+            # Nothing of the session in memory: its vectors come in the same statement, and are
+            # kept even when the request has no vector yet: the search after it is embedded then
+            # reads only that one.
+            found = await self._conn.execute_fetchall(
+                f"SELECT * FROM ({_SIGNATURE}) AS s "
+                f"CROSS JOIN ({self._ALL_VECTORS.replace('?3', '?4')}) AS v",
+                (session_key, model, message_id, 0),
             )
-            await self._session_matrix(session_key, model, signature, read=read)
+            row = next(iter(found))
+            floor, signature, blob = _signature_of(row[:5])
+            read = await self._session_matrix(session_key, model, signature, read=_vectors_of(*row[5:]))
+            if read is not None and (blob is None or limit <= 0):
+                read.floats = None
         if blob is None:
             return None
         if limit <= 0:
@@ -197,11 +221,13 @@ class Embeddings(Database):
         matrix = await self._session_matrix(session_key, model, signature)
         if matrix is None:
             return []
+        floats, matrix.floats = matrix.floats, None
         low = int(np.searchsorted(matrix.ids, floor, side="right"))
         high = int(np.searchsorted(matrix.ids, before_id, side="left"))
         if high <= low:
             return []
-        scores = (matrix.rows[low:high].astype(np.float32) @ query.astype(np.float32, copy=False))
+        rows = matrix.rows[low:high].astype(np.float32) if floats is None else floats[low:high]
+        scores = rows @ query.astype(np.float32, copy=False)
         scores *= matrix.scales[low:high]
         # Six decimals, as snapshots record them: equal vectors score equal whatever BLAS path
         # computed their row, so ties go to the newer message and replay finds the same order.
@@ -220,16 +246,8 @@ class Embeddings(Database):
     ) -> tuple[int, tuple[int, int, int], bytes | None]:
         """The session's context floor, (count, largest id, sum of ids) of its vectors of `model`,
         and the vector of `message_id` (of this session and model), in one read."""
-        found = await self._conn.execute_fetchall(
-            "SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0), "
-            "COALESCE(c.count, 0), COALESCE(c.largest, 0), COALESCE(c.total, 0), "
-            "(SELECT vector FROM embeddings WHERE message_id = ?3 AND model = ?2 "
-            "AND session_key = ?1) FROM (SELECT 1) AS one "
-            "LEFT JOIN embedding_counts c ON c.session_key = ?1 AND c.model = ?2",
-            (session_key, model, message_id),
-        )
-        floor, count, largest, total, blob = next(iter(found))
-        return int(floor), (int(count), int(largest), int(total)), None if blob is None else bytes(blob)
+        found = await self._conn.execute_fetchall(_SIGNATURE, (session_key, model, message_id))
+        return _signature_of(next(iter(found)))
 
     async def _session_matrix(
         self, session_key: str, model: str, signature: tuple[int, int, int],
@@ -251,7 +269,7 @@ class Embeddings(Database):
             return cached
         matrix: _Matrix | None = None
         if read is not None and len(read[0]) == signature[0] and int(read[0].sum()) == signature[2]:
-            matrix = _build(*read, signature=signature)
+            matrix = _build(*read, signature=signature, floats=True)
         elif cached is not None and signature[0] > cached.signature[0] and signature[1] > cached.signature[1]:
             newer = await self._vectors(session_key, model, after_id=cached.signature[1])
             if (cached.signature[0] + len(newer[0]) == signature[0]
@@ -281,31 +299,51 @@ class Embeddings(Database):
         vectors one after another. One row, not one per vector (building a Python row per
         vector was most of a cold read); a vector of another size than the first is left out
         (written by something else, it would break the matrix)."""
-        import numpy as np
-
-        found = await self._conn.execute_fetchall(self._VECTORS, (session_key, model, after_id))
-        listed, data, dim = next(iter(found))
-        if listed is None:
-            return np.zeros(0, dtype=np.int64), 0, b""
-        ids = np.fromstring(str(listed), dtype=np.int64, sep=",")  # 5x np.array(split)
-        data = bytes(data)
-        if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):  # the aggregate's order: keep pairs
-            order = np.argsort(ids, kind="stable")
-            rows = np.frombuffer(data, dtype=np.int8).reshape(len(ids), int(dim))
-            ids, data = ids[order], rows[order].tobytes()
-        return ids, int(dim), data
+        found = await self._conn.execute_fetchall(self._ALL_VECTORS, (session_key, model, after_id))
+        read = _vectors_of(*next(iter(found)))
+        if read is None:
+            found = await self._conn.execute_fetchall(self._VECTORS, (session_key, model, after_id))
+            read = _vectors_of(*next(iter(found)))
+        assert read is not None  # every vector read has the first one's size
+        return read
 
 
-def _build(ids: Any, dim: int, data: bytes, *, signature: tuple[int, int, int]) -> _Matrix:
+def _signature_of(row: Any) -> tuple[int, tuple[int, int, int], bytes | None]:
+    floor, count, largest, total, blob = row
+    return int(floor), (int(count), int(largest), int(total)), None if blob is None else bytes(blob)
+
+
+def _vectors_of(listed: Any, data: Any, dim: Any) -> tuple[Any, int, bytes] | None:
+    """A vectors read's row as (ids ascending, size, the vectors one after another); None when
+    they are not all of the first one's size."""
+    import numpy as np
+
+    if listed is None:
+        return np.zeros(0, dtype=np.int64), 0, b""
+    ids = np.fromstring(str(listed), dtype=np.int64, sep=",")  # 5x np.array(split)
+    data = bytes(data)
+    if len(data) != len(ids) * int(dim):
+        return None
+    if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):  # the aggregate's order: keep pairs
+        order = np.argsort(ids, kind="stable")
+        rows = np.frombuffer(data, dtype=np.int8).reshape(len(ids), int(dim))
+        ids, data = ids[order], rows[order].tobytes()
+    return ids, int(dim), data
+
+
+def _build(
+    ids: Any, dim: int, data: bytes, *, signature: tuple[int, int, int], floats: bool = False
+) -> _Matrix:
+    """The matrix of a read; `floats`: with its float32 rows for the search about to follow."""
     import numpy as np
 
     rows = np.frombuffer(data, dtype=np.int8).reshape(len(ids), dim)
     # einsum, not linalg.norm(axis=1): the same sums (squares of int8 add up exactly in float32)
     # at a twentieth of the cost, which is most of reading a session's vectors for the first time.
-    floats = rows.astype(np.float32)
-    norms = np.sqrt(np.einsum("ij,ij->i", floats, floats))
+    converted = rows.astype(np.float32)
+    norms = np.sqrt(np.einsum("ij,ij->i", converted, converted))
     scales = (1.0 / np.maximum(norms, 1e-12)).astype(np.float32)
-    return _Matrix(ids, rows, scales, signature)
+    return _Matrix(ids, rows, scales, signature, converted if floats else None)
 
 
 def _append(

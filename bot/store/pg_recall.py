@@ -13,12 +13,13 @@ psycopg prepares it once per connection and the server plans it once.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from bot.lexical import SearchTerm, search_terms
 from bot.messages import StoredMessage
 from bot.store.history_search import TERM_HITS, HistorySearch
 from bot.store.messages import MESSAGE_COLUMNS, qualified_columns
-from bot.store.recall import SEARCHED_CAP, Recall, _group, _scored_parameters
+from bot.store.recall import SEARCHED_CAP, TURN_STARTS, Recall, TurnStarts, _group, _scored_parameters
 
 _FLOOR = "(SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0))"
 
@@ -91,6 +92,21 @@ _TURNS_OF = (
     f"SELECT t.start, {qualified_columns('m')} {_TURN_ROWS} ORDER BY m.id"
 )
 
+# Every turn [start, stop) given as two arrays (?2 starts, ?3 stops), its messages (see `Recall.turns_at`).
+_TURNS_AT = (
+    "WITH turns(start, stop) AS (SELECT * FROM unnest(CAST(?2 AS BIGINT[]), CAST(?3 AS BIGINT[]))) "
+    f"SELECT t.start, {qualified_columns('m')} {_TURN_ROWS} ORDER BY m.id"
+)
+# The session's turn starts, newest first, comma-separated (see `recall._STARTS`).
+_STARTS = (
+    "SELECT string_agg(id::text, ',') FROM (SELECT u.id FROM messages u WHERE u.session_key = ?1 "
+    f"AND u.origin = 'interactive' AND u.role = 'user' AND u.id > {_FLOOR} AND u.id < ?2 "
+    f"ORDER BY u.id DESC LIMIT {TURN_STARTS}) AS s"
+)
+
+# The matches (id, score, NULL) and the starts (NULL, NULL, ids) in one read.
+_MATCHES = f"{_SCORED} SELECT id, score, NULL FROM scored UNION ALL SELECT NULL, NULL, ({_STARTS})"
+
 
 class PgRecall(Recall, HistorySearch):
     """Lexical recall and history search over `recall_postings`."""
@@ -109,6 +125,25 @@ class PgRecall(Recall, HistorySearch):
         turns = _group([row[1:2] + row[3:] for row in rows if row[0] == 1],
                        [message_id for message_id, _ in matches] + extra, max_len=6)
         return matches, turns
+
+    async def lexical_matches(
+        self, session_key: str, text: str, *, before_id: int, limit: int
+    ) -> tuple[list[tuple[int, float]], TurnStarts]:
+        """See `Recall.lexical_matches`: the same matches, and the same starts."""
+        terms = search_terms(session_key, text) if limit > 0 else []
+        if not terms:
+            rows = await self._conn.execute_fetchall(
+                f"SELECT NULL, NULL, ({_STARTS})", (session_key, before_id))
+        else:
+            rows = await self._conn.execute_fetchall(_MATCHES, (
+                *_scored_parameters(session_key, before_id, limit, terms)[:8], *_ranges(terms)))
+        matches = sorted(((int(r[0]), float(r[1])) for r in rows if r[0] is not None),
+                         key=lambda m: (-m[1], -m[0]))
+        return matches, TurnStarts.of(next((r[2] for r in rows if r[0] is None), None), before_id)
+
+    async def _turn_rows(self, session_key: str, spans: Sequence[tuple[int, int]]) -> list[Any]:
+        return list(await self._conn.execute_fetchall(
+            _TURNS_AT, (session_key, [start for start, _ in spans], [stop for _, stop in spans])))
 
     async def turns_of(
         self, session_key: str, message_ids: Sequence[int], *, before_id: int, max_len: int = 6

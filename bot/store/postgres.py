@@ -43,6 +43,12 @@ class PostgresStore(PgRecall, PgTables, Store):
     """
 
     # Every vector of a session after an id, in id order, in one row (see `Embeddings._vectors`).
+    _ALL_VECTORS = (
+        "SELECT string_agg(message_id::text, ',' ORDER BY message_id), "
+        "string_agg(vector, ''::bytea ORDER BY message_id), (SELECT length(vector) FROM embeddings "
+        "WHERE session_key = ?1 AND model = ?2 AND message_id > ?3 ORDER BY message_id LIMIT 1) "
+        "FROM embeddings WHERE session_key = ?1 AND model = ?2 AND message_id > ?3"
+    )
     _VECTORS = (
         "SELECT string_agg(message_id::text, ',' ORDER BY message_id), "
         "string_agg(vector, ''::bytea ORDER BY message_id), MAX(length(vector)) FROM embeddings "

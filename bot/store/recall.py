@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import bisect
+import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import aiosqlite
@@ -20,6 +22,7 @@ log = structlog.get_logger("switchboard.store")
 RECALL_COMMON = 250  # a term found in more of the searched messages than this is left out
 POOL = 2  # matches per wanted one ranked by summed weight before lengths are read
 SEARCHED_CAP = 10_000  # the searched messages counted for idf: bounds the count in huge sessions
+MAX_TURN = 6  # messages of a recalled turn (its user message and the first replies)
 BACKLOG_BATCH = 5_000  # older messages given their terms per transaction when the store opens
 # Index pages one merge step may rewrite (about 1 MiB): a few milliseconds of holding the write lock.
 MERGE_PAGES = 256
@@ -43,6 +46,16 @@ _TURNS = (
     "INDEXED BY messages_turn_starts "
     "WHERE n.session_key = ?1 AND n.origin = 'interactive' AND n.id > s.id AND n.id < ?2 "
     "AND n.role = 'user' ORDER BY n.id LIMIT 1), ?2) FROM starts s WHERE s.id IS NOT NULL)"
+)
+# The session's turn starts (interactive user messages above the floor and below ?2), newest first,
+# as one comma-separated list: one range of messages_turn_starts, where two seeks per asked id cost
+# ~8 µs each. At most TURN_STARTS, so a very long session's read stays short.
+TURN_STARTS = 2_000
+_STARTS = (
+    "starts(ids) AS MATERIALIZED (SELECT group_concat(id) FROM (SELECT u.id FROM messages u "
+    "INDEXED BY messages_turn_starts WHERE u.session_key = ?1 AND u.origin = 'interactive' "
+    "AND u.role = 'user' AND u.id > (SELECT floor FROM f) AND u.id < ?2 "
+    f"ORDER BY u.id DESC LIMIT {TURN_STARTS}))"
 )
 _TURN_ROWS = (
     "FROM turns t CROSS JOIN messages m ON m.session_key = ?1 AND m.origin = 'interactive' "
@@ -105,6 +118,37 @@ def _group(rows: Sequence[Any], asked: Sequence[int], *, max_len: int) -> dict[i
     return turns
 
 
+@dataclass(frozen=True, slots=True)
+class TurnStarts:
+    """Where a session's turns start: its interactive user messages above the context floor and
+    below `before_id`, ascending; every one when `complete`, else the newest TURN_STARTS."""
+
+    ids: Sequence[int]
+    complete: bool
+    before_id: int
+
+    @classmethod
+    def of(cls, listed: object, before_id: int) -> TurnStarts:
+        """From the comma-separated ids a read gave (None: there are none)."""
+        ids: list[int] = json.loads(f"[{listed}]") if listed else []
+        ids.reverse()  # read newest first
+        ids.sort()  # (in order already: a pass)
+        return cls(ids, len(ids) < TURN_STARTS, before_id)
+
+    def span(self, message_id: int) -> tuple[int, int] | None:
+        """[start, stop) of the turn holding `message_id` (below `before_id`): its user message
+        and the next one (or `before_id`); None when no start read is at or before it."""
+        index = bisect.bisect_right(self.ids, message_id) - 1
+        if index < 0:
+            return None
+        stop = self.ids[index + 1] if index + 1 < len(self.ids) else self.before_id
+        return self.ids[index], stop
+
+    def knows(self, message_id: int) -> bool:
+        """Whether `span` speaks for `message_id`: always when every start was read."""
+        return self.complete or (bool(self.ids) and message_id >= self.ids[0])
+
+
 class Recall(Database):
     """Lexical recall over per-session postings (`recall_terms` / `recall_fts`), ranked by `bot.lexical`.
 
@@ -132,7 +176,8 @@ class Recall(Database):
         them is left out); the POOL x `limit` messages with the largest summed weight are scored
         with BM25's length factor (`bot.lexical.score`), ties going to the newer message. Nothing
         outside the session's searched range moves a score, so a replayed turn finds what it
-        found. Each term's postings are walked once.
+        found. Each term's postings are walked once. (`lexical_matches` and `turns_for` give the
+        same in two reads, for when the turns wanted are known only once another source answers.)
         """
         terms = search_terms(session_key, text)
         if limit <= 0 or not terms:
@@ -150,8 +195,70 @@ class Recall(Database):
         )
         matches = sorted(((int(r[1]), float(r[2])) for r in rows if r[0] == 0), key=lambda m: (-m[1], -m[0]))
         turns = _group([row[1:2] + row[3:] for row in rows if row[0] == 1],
-                       [message_id for message_id, _ in matches] + extra, max_len=6)
+                       [message_id for message_id, _ in matches] + extra, max_len=MAX_TURN)
         return matches, turns
+
+    async def lexical_matches(
+        self, session_key: str, text: str, *, before_id: int, limit: int
+    ) -> tuple[list[tuple[int, float]], TurnStarts]:
+        """The matches `lexical_turns` finds, and where the session's turns start (see TurnStarts),
+        in one read: the turns are read once it is known which are wanted (`turns_for`, `turns_at`)."""
+        terms = search_terms(session_key, text) if limit > 0 else []
+        if terms:
+            rows = await self._conn.execute_fetchall(
+                f"{_scored(len(terms))}, {_STARTS} SELECT id, score FROM scored UNION ALL "
+                "SELECT NULL, ids FROM starts",
+                _scored_parameters(session_key, before_id, limit, terms),
+            )
+        else:
+            rows = await self._conn.execute_fetchall(
+                f"WITH f(floor) AS MATERIALIZED (SELECT {_FLOOR}), {_STARTS} SELECT NULL, ids FROM starts",
+                (session_key, before_id),
+            )
+        matches = sorted(((int(r[0]), float(r[1])) for r in rows if r[0] is not None),
+                         key=lambda m: (-m[1], -m[0]))
+        listed = next((row[1] for row in rows if row[0] is None), None)
+        return matches, TurnStarts.of(listed, before_id)
+
+    async def turns_for(
+        self, session_key: str, asked: Sequence[int], starts: TurnStarts
+    ) -> dict[int, list[StoredMessage]]:
+        """`turns_of` for `asked` (ascending, below `starts.before_id`), one read of the turns
+        `starts` places (and a `turns_of` of those it cannot: older than a long session's newest
+        TURN_STARTS turns)."""
+        spans: dict[int, int] = {}
+        older: list[int] = []
+        for message_id in asked:
+            span = starts.span(message_id)
+            if span is not None:
+                spans[span[0]] = span[1]
+            elif not starts.knows(message_id):
+                older.append(message_id)
+        turns = await self.turns_of(session_key, older, before_id=starts.before_id) if older else {}
+        if spans:
+            rows = await self._turn_rows(session_key, list(spans.items()))
+            turns.update(_group(rows, [i for i in asked if starts.span(i) is not None], max_len=MAX_TURN))
+        return turns
+
+    async def turns_at(
+        self, session_key: str, spans: Sequence[tuple[int, int]]
+    ) -> dict[int, list[StoredMessage]]:
+        """The turns [start, stop) (as `TurnStarts.span` gives them) by their start, in one read:
+        their messages as `turns_of` gives them."""
+        if not spans:
+            return {}
+        rows = await self._turn_rows(session_key, spans)
+        return _group(rows, [start for start, _ in spans], max_len=MAX_TURN)
+
+    async def _turn_rows(self, session_key: str, spans: Sequence[tuple[int, int]]) -> list[Any]:
+        """(start, message columns...) of every message in the turns, in id order."""
+        values = ", ".join(f"(?{2 + 2 * index}, ?{3 + 2 * index})" for index in range(len(spans)))
+        return list(await self._conn.execute_fetchall(
+            f"WITH t(start, stop) AS (VALUES {values}) SELECT t.start, {qualified_columns('m')} "
+            "FROM t CROSS JOIN messages m ON m.session_key = ?1 AND m.origin = 'interactive' "
+            "AND m.id >= t.start AND m.id < t.stop WHERE m.fallback = 0 ORDER BY m.id",
+            (session_key, *(bound for span in spans for bound in span)),
+        ))
 
     async def merge_recall_index(self) -> None:
         """One bounded step of merging the index's segments towards one.
@@ -172,7 +279,7 @@ class Recall(Database):
             await self._conn.execute("INSERT INTO recall_fts (recall_fts) VALUES ('optimize')")
 
     async def turns_of(
-        self, session_key: str, message_ids: Sequence[int], *, before_id: int, max_len: int = 6
+        self, session_key: str, message_ids: Sequence[int], *, before_id: int, max_len: int = MAX_TURN
     ) -> dict[int, list[StoredMessage]]:
         """For each id, the turn it belongs to, oldest first, in one read.
 

@@ -1,0 +1,116 @@
+"""Recalled turns read for the pool: where turns start, and only the turns that can make triage's
+cut read, the pool being the one every turn read gives (real stores, both backends)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+
+from bot.candidates import Candidate, fuse, lookback_turns, matched_turns
+from bot.messages import StoredMessage
+from bot.recalled_turns import pool_of_recalled
+from bot.store import Store
+from bot.store.recall import TurnStarts
+from tests.fakes import FakeChannel
+
+FAR = 10**9
+
+
+async def conversation(store: Store, channel: FakeChannel, turns: int) -> list[list[StoredMessage]]:
+    """`turns` turns of a user message and one to three replies, every tenth reply a fallback."""
+    key = str(channel.key())
+    made: list[list[StoredMessage]] = []
+    for n in range(turns):
+        said = await store.append_inbound(channel.message(f"walrus fact {n}"))
+        assert said is not None
+        turn = [said]
+        for k in range(1 + n % 3):
+            turn.append(await store.append_reply(key, f"noted {n}.{k}", request_id=said.id))
+        if n % 10 == 9:
+            await store._conn.execute("UPDATE messages SET fallback = 1 WHERE id = ?", (turn[-1].id,))
+            turn.pop()
+        made.append(turn)
+    return made
+
+
+async def test_a_match_s_turn_is_placed_by_the_starts_read_with_the_matches(store: Store) -> None:
+    """lexical_matches gives the session's turn starts (its user messages); a match's turn runs
+    from its user message to the next one, and turns placed by a cut-short list of starts (the
+    newest of a very long session) are those turns_of gives."""
+    channel = FakeChannel()
+    key = str(channel.key())
+    made = await conversation(store, channel, 30)
+    request = made[-1][0]
+    matches, starts = await store.lexical_matches(key, "walrus", before_id=request.id, limit=20)
+    assert list(starts.ids) == [turn[0].id for turn in made[:-1]] and starts.complete
+    assert len(matches) == 20
+    reply = made[4][-1]
+    assert starts.span(reply.id) == (made[4][0].id, made[5][0].id)
+    assert starts.span(made[-2][0].id) == (made[-2][0].id, request.id)
+
+    every = [message.id for turn in made[:-1] for message in turn]
+    expected = await store.turns_of(key, every, before_id=request.id)
+    newest = TurnStarts(starts.ids[-5:], False, request.id)
+    assert not newest.knows(made[0][0].id) and newest.knows(made[-3][-1].id)
+    assert await store.turns_for(key, every, newest) == expected
+    assert await store.turns_for(key, every, starts) == expected
+    assert await store.turns_at(key, [starts.span(made[7][0].id) or (0, 0)]) == {
+        made[7][0].id: expected[made[7][0].id]}
+
+
+async def test_the_pool_is_the_one_every_turn_read_gives_and_only_its_turns_are_read(
+    store: Store, store_backend: str,
+) -> None:
+    """With more recalled turns than triage is shown, the pool (ranks, scores, messages) is what
+    fusing every matched turn gives, for cuts of 5 to 60 turns, with the context's recent messages
+    taking some turns away and the window led by replies whose question is older; only the
+    turns in the cut are read (and those the context's messages or the window's lead reach)."""
+    channel = FakeChannel()
+    key = str(channel.key())
+    made = await conversation(store, channel, 80)
+    request = made[-1][0]
+    _, starts = await store.lexical_matches(key, "walrus", before_id=request.id, limit=20)
+    older = [message for turn in made[:-1] for message in turn]
+    rng = random.Random(3)
+    statements: list[str] = []
+    for limit in (5, 12, 40, 60):
+        for recent in (0, 3, 8):
+            window = older[-20:]  # led by replies whose question is older
+            exclude = window[len(window) - recent:] if recent else []
+            lexical = [(m.id, 1.0 / (n + 1)) for n, m in enumerate(rng.sample(older, 20))]
+            semantic = [(m.id, 1.0 / (n + 1)) for n, m in enumerate(rng.sample(older, 40))]
+            looked_back = lookback_turns(window[: len(window) - recent])
+            lead = looked_back[-1][0].id if looked_back[-1][0].role == "assistant" else None
+
+            def rank(turns: Mapping[int, Sequence[StoredMessage]],
+                     looked_back: list[tuple[StoredMessage, ...]] = looked_back,
+                     lexical: list[tuple[int, float]] = lexical,
+                     semantic: list[tuple[int, float]] = semantic, exclude: list[StoredMessage] = exclude,
+                     limit: int = limit, lead: int | None = lead) -> list[Candidate]:
+                lookback = looked_back
+                whole = next((turn for turn in turns.values() if any(m.id == lead for m in turn)), None)
+                if whole is not None:
+                    lookback = [*looked_back[:-1], tuple(whole)]
+                return fuse({"lookback": [(turn, 0.0) for turn in lookback],
+                             "lexical": matched_turns(lexical, turns),
+                             "semantic": matched_turns(semantic, turns)},
+                            exclude=[m.id for m in exclude], limit=limit)
+
+            every = await store.turns_of(key, [i for i, _ in lexical + semantic], before_id=request.id)
+            expected = rank(every)
+            kept = {m.id for m in exclude}
+            await store._conn.set_trace_callback(statements.append)
+            pool = await pool_of_recalled(
+                store, key, {"lexical": lexical, "semantic": semantic}, starts, rank,
+                limit=limit, edge=min(kept, default=None), lead=lead,
+                lookback=[turn[0].id for turn in looked_back if any(m.id not in kept for m in turn)],
+            )
+            await store._conn.set_trace_callback(None)
+            assert [(c.messages, c.hits, c.score, c.rank) for c in pool] == [
+                (c.messages, c.hits, c.score, c.rank) for c in expected]
+            reads = [sql for sql in statements if "t(start, stop)" in sql or "turns(start, stop)" in sql]
+            assert len(reads) == 1
+            if limit < 40 and store_backend == "sqlite":  # fewer turns read than matched
+                distinct = {starts.span(i) for i, _ in lexical + semantic}
+                assert reads[0].count("), (") + 1 < len(distinct)
+            statements.clear()
