@@ -107,25 +107,32 @@ async def test_instances_are_listed_by_their_heartbeats(two_stores: tuple[Store,
     assert [(i.id, i.seen_at) for i in await store.instances(250.0)] == [("h:1:a", 400.0), ("h:2:b", 300.0)]
 
 
+class HeldChat:
+    """Two instances, A holding a chat while its first turn waits for `release`."""
+
+    def __init__(self, stores: tuple[Store, Store]) -> None:
+        first, second = stores
+        self.answered: list[tuple[str, str, int]] = []
+        self.started, self.release = asyncio.Event(), asyncio.Event()
+        plain = answering(first, "a", self.answered)
+
+        async def slow(request: StoredMessage, inbound: InboundMessage) -> None:
+            self.started.set()
+            await self.release.wait()
+            await plain(request, inbound)
+
+        self.a = Router(first, slow, max_concurrent=2, leases=SessionLeases(first, "host:1:a", ttl=5.0))
+        self.b = Router(second, answering(second, "b", self.answered), max_concurrent=2,
+                        leases=SessionLeases(second, "host:2:b", ttl=5.0))
+
+
 async def test_a_request_left_to_the_holder_is_answered_by_it_after_its_own(
     two_stores: tuple[Store, Store],
 ) -> None:
     """B receives a message while A works on the chat's previous one: B leaves it to A (no waiting,
     no polling), and A answers it right after, in order."""
-    first, second = two_stores
-    answered: list[tuple[str, str, int]] = []
-    started = asyncio.Event()
-    release = asyncio.Event()
-    plain = answering(first, "a", answered)
-
-    async def slow(request: StoredMessage, inbound: InboundMessage) -> None:
-        started.set()
-        await release.wait()
-        await plain(request, inbound)
-
-    a = Router(first, slow, max_concurrent=2, leases=SessionLeases(first, "host:1:a", ttl=5.0))
-    b = Router(second, answering(second, "b", answered), max_concurrent=2,
-               leases=SessionLeases(second, "host:2:b", ttl=5.0))
+    held = HeldChat(two_stores)
+    a, b, answered, started, release = held.a, held.b, held.answered, held.started, held.release
     await a.submit(message("5", 1))
     await asyncio.wait_for(started.wait(), 5)
     await b.submit(message("5", 2))
@@ -186,19 +193,9 @@ async def test_stop_on_another_instance_drops_what_it_left_to_the_holder(
 ) -> None:
     """/stop reaches B while A works on the chat and B has left it the newer message: that message
     is abandoned, and A does not answer it after its own."""
-    first, second = two_stores
-    answered: list[tuple[str, str, int]] = []
-    started, release = asyncio.Event(), asyncio.Event()
-    plain = answering(first, "a", answered)
-
-    async def slow(request: StoredMessage, inbound: InboundMessage) -> None:
-        started.set()
-        await release.wait()
-        await plain(request, inbound)
-
-    a = Router(first, slow, max_concurrent=2, leases=SessionLeases(first, "host:1:a", ttl=5.0))
-    b = Router(second, answering(second, "b", answered), max_concurrent=2,
-               leases=SessionLeases(second, "host:2:b", ttl=5.0))
+    held = HeldChat(two_stores)
+    a, b, answered, started, release = held.a, held.b, held.answered, held.started, held.release
+    second = two_stores[1]
     own = await a.submit(message("6", 1))
     await asyncio.wait_for(started.wait(), 5)
     newer = await b.submit(message("6", 2))
