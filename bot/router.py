@@ -201,7 +201,10 @@ class Router:
             while queue:
                 item = queue[0]
                 if self._leases is not None:
-                    await self._shared(key, item, self._leases)
+                    try:
+                        await self._shared(key, item, self._leases)
+                    except Exception:  # the store failed us: what still waits there is adopted later
+                        log.exception("session work failed; left for the next look", session_key=key)
                 elif isinstance(item, _Turn):
                     async with self._slots:
                         await self._turn(key, item.request, item.inbound)
