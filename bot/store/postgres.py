@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, cast
 
@@ -19,6 +19,7 @@ from bot.errors import StoreError
 from bot.messages import ChatRef
 from bot.store import Store
 from bot.store.pg_connection import PgConnection
+from bot.store.pg_living import LIVING_LOCKS, living_lock
 from bot.store.pg_migrations import PG_MIGRATIONS
 from bot.store.pg_recall import PgRecall
 from bot.store.pg_tables import PgTables
@@ -28,11 +29,6 @@ if TYPE_CHECKING:
 
 # Any number, the same in every Switchboard: held while one instance migrates, so others wait.
 _MIGRATION_LOCK = 0x5357_4D49
-# The class of the session-level advisory locks instances hold while they live (the other key is a
-# hash of the instance's name): PostgreSQL drops one the moment its connection ends, so a killed
-# daemon's leases are free at once, not when they expire. Hash collisions only delay a takeover:
-# a dead instance sharing a hash with a live one looks alive until its leases expire.
-_LIVING_LOCKS = 0x5357_4C49
 
 
 class PostgresStore(PgRecall, PgTables, Store):
@@ -63,7 +59,7 @@ class PostgresStore(PgRecall, PgTables, Store):
     # lock now has gone.
     _GONE = (
         "(EXISTS (SELECT 1 FROM instances i WHERE i.id = {instance}) AND NOT EXISTS (SELECT 1 "
-        f"FROM pg_locks WHERE locktype = 'advisory' AND classid = {_LIVING_LOCKS}::oid "
+        f"FROM pg_locks WHERE locktype = 'advisory' AND classid = {LIVING_LOCKS}::oid "
         "AND objid = hashtext({instance})::oid AND objsubid = 2))"
     )
 
@@ -150,15 +146,9 @@ class PostgresStore(PgRecall, PgTables, Store):
 
     @asynccontextmanager
     async def living(self, instance: str) -> AsyncIterator[None]:
-        """Hold this instance's advisory lock on a connection of its own while the block runs."""
-        async with self._pg.pool.connection() as conn:
-            key = (_LIVING_LOCKS, instance)
-            await conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)
-            try:
-                yield
-            finally:
-                with suppress(Exception):  # a broken connection has dropped it already
-                    await conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", key)
+        """Hold this instance's advisory lock while the block runs (`bot.store.pg_living`)."""
+        async with living_lock(self._pg.pool, instance):
+            yield
 
     async def record_chunk(
         self, message_id: int, chat: ChatRef, index: int, provider_message_id: str
