@@ -30,6 +30,12 @@ class Database:
     # one host): never; time decides.
     _GONE = "0"
 
+    def _held(self, session_column: str) -> str:
+        """SQL true while the session in `session_column` has a lease unexpired at the time given
+        by its one `?` and an owner not known to be gone (`bot.store.leases`)."""
+        return (f"EXISTS (SELECT 1 FROM session_leases l WHERE l.session_key = {session_column} "
+                f"AND l.expires_at >= ? AND NOT {self._GONE.format(instance='l.owner')})")
+
     def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
         self._conn = conn
         self.path = path

@@ -34,9 +34,8 @@ class Delivery(Database):
             f"SELECT {MESSAGE_COLUMNS}, chat_id, thread_id, (SELECT p.chat_id FROM provider_messages p "
             "WHERE p.message_id = messages.id LIMIT 1) FROM messages WHERE awaiting_reply = 1 "
             "AND (CAST(? AS TEXT) IS NULL OR session_key = ?) AND id < ? "
-            "AND (CAST(? AS DOUBLE PRECISION) IS NULL OR NOT EXISTS (SELECT 1 FROM session_leases l "
-            "WHERE l.session_key = messages.session_key AND l.expires_at >= ? "
-            f"AND NOT {self._GONE.format(instance='l.owner')})) ORDER BY id",
+            f"AND (CAST(? AS DOUBLE PRECISION) IS NULL OR NOT {self._held('messages.session_key')}) "
+            "ORDER BY id",
             (session_key, session_key, before if before is not None else 2**62, unleased_at, unleased_at),
         )
         pending = []
@@ -182,9 +181,8 @@ class Delivery(Database):
         rows = await self._conn.execute_fetchall(
             "SELECT id, after_message_id, received_at, session_key, provider, chat_id, thread_id, "
             "sender_id, sender_name, provider_message_id, command, text, sent_at FROM chat_commands c "
-            "WHERE status = 'pending' AND (CAST(? AS DOUBLE PRECISION) IS NULL OR NOT EXISTS (SELECT 1 "
-            "FROM session_leases l WHERE l.session_key = c.session_key AND l.expires_at >= ? "
-            f"AND NOT {self._GONE.format(instance='l.owner')})) ORDER BY id",
+            "WHERE status = 'pending' AND (CAST(? AS DOUBLE PRECISION) IS NULL OR NOT "
+            f"{self._held('c.session_key')}) ORDER BY id",
             (unleased_at, unleased_at),
         )
         return [

@@ -104,13 +104,12 @@ class Leases(Database):
         ids = list(message_ids)
         waiting: set[int] = set()
         free: set[int] = set()
-        now, gone = time.time(), self._GONE.format(instance="l.owner")
+        now, held = time.time(), self._held("messages.session_key")
         for start in range(0, len(ids), 500):
             part = ids[start:start + 500]
             rows = await self._conn.execute_fetchall(
-                "SELECT id, NOT EXISTS (SELECT 1 FROM session_leases l WHERE l.session_key = "
-                f"messages.session_key AND l.expires_at >= ? AND NOT {gone}) "
-                f"FROM messages WHERE awaiting_reply = 1 AND id IN ({', '.join('?' * len(part))})",
+                f"SELECT id, NOT {held} FROM messages WHERE awaiting_reply = 1 "
+                f"AND id IN ({', '.join('?' * len(part))})",
                 (now, *part),
             )
             for message_id, unheld in rows:
