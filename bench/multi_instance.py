@@ -79,12 +79,13 @@ def free_port() -> int:
 
 
 def config_text(database: str, port: int, lb_url: str, tg: TelegramStandIn, api: AnthropicStandIn,
-                users: int, lease_ttl: float) -> str:
+                users: int, lease_ttl: float, pool_size: int | None = None) -> str:
     ids = ", ".join(str(FIRST_USER + u) for u in range(users))
     return f"""
 [database]
 {database}
 lease_ttl = {lease_ttl}
+{f"pool_size = {pool_size}" if pool_size else ""}
 
 [anthropic]
 base_url = "{api.base_url}"
@@ -242,6 +243,7 @@ class Plan:
     settle_max: float = 300.0
     limits: bool = False
     lease_ttl: float = 15.0
+    pool_size: int | None = None
 
 
 def database_counts(database: str) -> tuple[list[str], int, int, int, list[str]]:
@@ -331,8 +333,9 @@ async def run_once(label: str, plan: Plan, database: str, workdir: Path,
             key = f'url = "{database}"' if database.startswith("postgresql://") else f'path = "{database}"'
             daemons = [Daemon(f"d{i + 1}", port, workdir, env) for i, port in enumerate(ports)]
             for daemon in daemons:
+                pool_size = plan.pool_size if database.startswith("postgresql://") else None
                 daemon.config.write_text(config_text(key, daemon.port, lb.url, tg, api, plan.users,
-                                                         plan.lease_ttl))
+                                                         plan.lease_ttl, pool_size))
             try:
                 return await _drive(label, plan, database, workdir, tg, lb, daemons, rng, progress)
             finally:
@@ -449,7 +452,8 @@ async def bench(plan: Plan, workdir: Path, only: str | None) -> None:
 
     print(f"multi_instance: {plan.users} users × {plan.per_user} = {plan.users * plan.per_user} updates, "
           f"instant model replies, webhook mode through the round-robin proxy, Telegram limiter "
-          f"{'on' if plan.limits else 'off'}, lease_ttl {plan.lease_ttl:g} s; load average "
+          f"{'on' if plan.limits else 'off'}, lease_ttl {plan.lease_ttl:g} s, "
+          f"pool_size {plan.pool_size or 'default'}; load average "
           f"{os.getloadavg()[0]:.2f}", flush=True)
     server = PostgresServer()
     server.start()
@@ -505,6 +509,7 @@ def main() -> None:
     parser.add_argument("--downtime", type=float, default=3.0)
     parser.add_argument("--quiet", type=float, default=45.0)
     parser.add_argument("--lease-ttl", type=float, default=15.0, help="[database] lease_ttl")
+    parser.add_argument("--pool-size", type=int, help="[database] pool_size (PostgreSQL runs)")
     parser.add_argument("--settle-max", type=float, default=900.0, help="give a run up to this long")
     parser.add_argument("--telegram-limits", action="store_true")
     parser.add_argument("--only", choices=("sqlite", "pg", "multi"))
@@ -514,7 +519,8 @@ def main() -> None:
     plan = Plan(users=60 if quick else args.users, per_user=5 if quick else args.per_user,
                 instances=args.instances, kill=True, seed=args.seed, downtime=1.0 if quick else args.downtime,
                 quiet=20.0 if quick else args.quiet, limits=args.telegram_limits,
-                lease_ttl=5.0 if quick else args.lease_ttl, settle_max=args.settle_max)
+                lease_ttl=5.0 if quick else args.lease_ttl, settle_max=args.settle_max,
+                pool_size=args.pool_size)
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
         asyncio.run(bench(plan, args.keep, args.only))

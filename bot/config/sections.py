@@ -46,6 +46,8 @@ class DatabaseConfig(Section):
     # Several daemons on one PostgreSQL database: a session's lease lasts this long unless renewed
     # (every third of it while its work runs), so a killed instance's sessions wait this long.
     lease_ttl: PosFloat = 15.0
+    # PostgreSQL connections this daemon keeps at most (one of them holds its instance lock).
+    pool_size: Annotated[int, Field(ge=2)] = 10
 
     @model_validator(mode="after")
     def _one_database(self) -> DatabaseConfig:
@@ -53,6 +55,8 @@ class DatabaseConfig(Section):
             raise ValueError("either path (an SQLite file) or url (a PostgreSQL server), not both")
         if self.password_env is not None and self.url is None:
             raise ValueError("password_env is the PostgreSQL password's variable: set url too")
+        if "pool_size" in self.model_fields_set and self.url is None:
+            raise ValueError("pool_size counts PostgreSQL connections: set url too")
         return self
 
     def password(self) -> str | None:

@@ -23,4 +23,5 @@ def open_store(config: Config) -> AbstractAsyncContextManager[Store]:
     from bot.store.postgres import PostgresStore
 
     return PostgresStore.connect(url, state_path=config.database_path(), label=url,
-                                 password=config.database.password())
+                                 password=config.database.password(),
+                                 max_connections=config.database.pool_size)
