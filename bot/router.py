@@ -245,8 +245,7 @@ class Router:
             async with self._slots:
                 # Answered while it waited for the slot (by the instance holding the chat then):
                 # a read tells, without taking and letting go of the lease.
-                if not await self._store.still_awaiting(item.request.id):
-                    self._skipped(key, item.request.id)
+                if not await self._still_waiting(key, item):
                     return
                 async with leases.hold(key, wait=False) as held:
                     if not held:
@@ -303,9 +302,23 @@ class Router:
         if own is not None and own not in tried:
             self._skipped(key, own)
 
-    def _skipped(self, key: str, request_id: int) -> None:
-        self._queued_at.pop(request_id, None)
-        log.info("request already answered; skipped", session_key=key, request_id=request_id)
+    async def _still_waiting(self, key: str, item: _Turn) -> bool:
+        """Whether `item`'s request still waits for a reply. One read for the session: its other
+        requests queued here that were answered meanwhile (by the instance holding the chat) are
+        dropped from the queue too, rather than each taking a slot for a read of its own."""
+        queued = [q.request.id for q in self._queues.get(key, ()) if isinstance(q, _Turn)]
+        waiting = set(await self._store.waiting_ids(key))
+        answered = [request_id for request_id in queued if request_id not in waiting]
+        for request_id in answered:
+            self._unqueue(key, request_id)
+        if answered:
+            self._skipped(key, *answered)
+        return item.request.id in waiting
+
+    def _skipped(self, key: str, *request_ids: int) -> None:
+        for request_id in request_ids:
+            self._queued_at.pop(request_id, None)
+        log.info("request already answered; skipped", session_key=key, request_ids=list(request_ids))
 
     def _work_behind(self, key: str) -> bool:
         """Whether other work (a chat command) is queued here behind the item running now: the

@@ -20,6 +20,7 @@ from bot.messages import ChatRef, InboundMessage
 from bot.session_key import build
 from bot.store import ReminderLimitError, Store
 from bot.store.migrations import MIGRATIONS
+from bot.store.opening import open_store
 from bot.store.pg_migrations import PG_MIGRATIONS
 from bot.store.postgres import PostgresStore
 from tests.harness import ROOT, switchboard_cli
@@ -155,11 +156,14 @@ async def _failing_reply(store: Store, request_id: int) -> None:
         ('url = "mysql://bot@db.example.com/switchboard"', "postgresql:// URL"),
         ('url = "postgresql://bot@db/x"\npath = "x.db"', "not both"),
         ('password_env = "DB_PASSWORD"', "set url too"),
+        ("pool_size = 4", "set url too"),
+        ('url = "postgresql://bot@db/x"\npool_size = 1', "greater than or equal to 2"),
     ],
 )
 def test_database_settings_that_cannot_work_are_refused(tmp_path: Path, database: str, expected: str) -> None:
     """A password in the url (never echoed back), a url of another database, both a file and a url,
-    or a password variable without a url: one error naming [database]."""
+    a password variable or a pool size without a url, a pool too small for the instance lock and
+    one query: one error naming [database]."""
     path = tmp_path / "config.toml"
     path.write_text(f"[database]\n{database}\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=expected) as refused:
@@ -182,6 +186,21 @@ def test_the_password_variable_is_read_and_redacted(tmp_path: Path, monkeypatch:
     line = redact("connecting postgresql://bot:hunter2-secret@db/x with correct-horse-battery, "
                   "host=db password=hunter2-secret")
     assert "hunter2" not in line and "correct-horse" not in line and "postgresql://" in line
+
+
+async def test_the_daemon_keeps_no_more_connections_than_pool_size(pg_url: str, tmp_path: Path) -> None:
+    """[database] pool_size bounds the connections the server sees from one store, however many
+    statements run at once (they wait for a free one)."""
+    (tmp_path / "config.toml").write_text(f'[database]\nurl = "{pg_url}"\npool_size = 3\n', encoding="utf-8")
+    config = load_config(tmp_path / "config.toml")
+    async with open_store(config) as store, await psycopg.AsyncConnection.connect(pg_url) as observer:
+        mine = ("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid()")
+        sleeping = asyncio.gather(*(store._conn.execute("SELECT pg_sleep(0.3)") for _ in range(8)))
+        await asyncio.sleep(0.15)
+        busy = (await (await observer.execute(mine)).fetchone() or (0,))[0]
+        await sleeping
+    assert busy == 3
 
 
 async def test_the_cli_works_on_postgresql_and_says_backups_need_pg_dump(pg_url: str, tmp_path: Path) -> None:
