@@ -22,7 +22,6 @@ from bot.embed_worker import EmbedWorker
 from bot.embedding import Embedder, load_embedder
 from bot.errors import BotError
 from bot.inbox import Inbox
-from bot.media_files import MediaFiles, files_dir
 from bot.messages import AGENT_PROVIDER, ChatRef, InboundMessage, StoredMessage
 from bot.notify import Notifier
 from bot.outbox import Outbox
@@ -262,7 +261,7 @@ class Daemon(DaemonHealth):
 
     async def keep_file(self, data: bytes) -> str:
         assert self._store is not None, "the daemon has not started"
-        return await MediaFiles(files_dir(self._store.path)).keep(data)
+        return await self._store.kept_files().keep(data)
 
     def transcriber(self) -> Transcribe | None:
         return transcriber_of(self._brain)

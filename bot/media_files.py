@@ -1,9 +1,11 @@
-"""Downloaded pictures and files on disk: one file per content hash, beside the database.
+"""Downloaded pictures and files, kept by content hash: a message refers to them by hash.
 
-`<state dir>/files/ab/abcdef…` (sha256 of the bytes), directories 0700 and files 0600 like the
-database itself: the same picture sent twice is kept once, and a message refers to it by hash.
-Writes go to a temporary name first and are renamed into place, so a crash never leaves half a
-file under a hash. Blocking file work runs in a thread, off the event loop.
+`KeptFiles` is what a store offers (`Store.kept_files()`). Beside an SQLite file they are files on
+disk (`MediaFiles`): `<state dir>/files/ab/abcdef…` (sha256 of the bytes), directories 0700 and
+files 0600 like the database itself, the same picture sent twice kept once. Writes go to a
+temporary name first and are renamed into place, so a crash never leaves half a file under a
+hash. Blocking file work runs in a thread, off the event loop. On PostgreSQL they are rows of the
+database (`bot.store.pg_files`), so every instance sharing it reads what any one received.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 import tempfile
 from collections.abc import Collection
 from pathlib import Path
+from typing import Protocol
 
 DIRECTORY = "files"
 _HASH = re.compile(r"^[0-9a-f]{64}$")
@@ -23,6 +26,22 @@ _HASH = re.compile(r"^[0-9a-f]{64}$")
 def files_dir(database: Path) -> Path:
     """Where the files of the daemon using this database live: next to it, in its state directory."""
     return database.parent / DIRECTORY
+
+
+class KeptFiles(Protocol):
+    """Bytes kept under their sha256, whichever store keeps them."""
+
+    async def keep(self, data: bytes) -> str:
+        """Store the bytes (once per content) and return their sha256."""
+        ...
+
+    async def read(self, sha256: str) -> bytes | None:
+        """The bytes kept under a hash; None when they are gone."""
+        ...
+
+    async def prune(self, referenced: Collection[str], *, dry_run: bool = False) -> tuple[int, int]:
+        """Delete everything kept that no message refers to; (files, bytes) removed (or that would be)."""
+        ...
 
 
 class MediaFiles:
@@ -70,11 +89,12 @@ class MediaFiles:
         except (OSError, ValueError):
             return None
 
-    def prune(self, referenced: Collection[str], *, dry_run: bool = False) -> tuple[int, int]:
+    async def prune(self, referenced: Collection[str], *, dry_run: bool = False) -> tuple[int, int]:
         """Delete every kept file no message refers to; (files, bytes) removed (or that would be).
+        Leftover partial writes go too."""
+        return await asyncio.to_thread(self._prune, referenced, dry_run)
 
-        Leftover partial writes go too. Blocking: for the CLI, not the daemon's loop.
-        """
+    def _prune(self, referenced: Collection[str], dry_run: bool) -> tuple[int, int]:
         if not self.root.is_dir():
             return 0, 0
         keep = set(referenced)

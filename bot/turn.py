@@ -23,7 +23,6 @@ from bot.context_builder import ContextBuilder
 from bot.embedding import Embedder
 from bot.errors import DeliveryError, MissingApiKeyError, ModelError
 from bot.media import MAX_INLINE_BYTES
-from bot.media_files import MediaFiles, files_dir
 from bot.messages import AGENT_PROVIDER, InboundMessage, OutboundMessage, StoredMessage
 from bot.outbox import Outbox
 from bot.preview import open_preview, typing_until
@@ -60,7 +59,7 @@ class TurnRunner:
         self.compactor = Compactor(config, store, brain, self._context.budget)
         # Soul and memory files are cached and read again only when they change on disk.
         self._prompt_files = PromptFiles(config)
-        self._files = MediaFiles(files_dir(store.path))
+        self._files = store.kept_files()
         self._tools = TurnTools(config, store, brain, tools)
 
     async def __call__(self, request: StoredMessage, inbound: InboundMessage) -> None:

@@ -4,8 +4,10 @@ refuses a target that holds data, a password on its command line and a running d
 
 from __future__ import annotations
 
+import hashlib
 import time
 from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from bot.brain import AnthropicBrain
 from bot.config import parse_config
 from bot.context_builder import ContextBuilder
 from bot.embedding import vector_bytes
+from bot.media import Media
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.replay import replay
 from bot.session_key import build
@@ -28,6 +31,7 @@ DM = build("main", "telegram", "direct", "42")
 GROUP = build("main", "telegram", "group", "-100")
 CHAT = ChatRef("telegram", "42")
 MODEL = "test-vectors"
+PICTURE = b"\xff\xd8\xff\xe0" + b"cat" * 40
 TOPICS = ("the alpha plan is ready", "dinner in Lisbon on friday", "the bravo deploy failed",
           "milk and coffee for the office", "the alpha plan needs a review")
 
@@ -46,7 +50,7 @@ async def fill_every_table(store: Store) -> None:
     """A bot's life in miniature: conversations with replies (one still in the outbox), context
     snapshots, a compaction, schedule runs, chat commands, a quarantined update, pairings, a
     session model, usage, tool calls, notes, a timezone, reminders, vectors, a lease and an
-    instance's heartbeat, and a backlog marker."""
+    instance's heartbeat, a backlog marker, and a picture kept for a message."""
     rng = np.random.default_rng(3)
     vectors: list[tuple[int, str, bytes]] = []
     for n in range(12):
@@ -101,6 +105,9 @@ async def fill_every_table(store: Store) -> None:
     await store.take_lease(str(GROUP), "old-instance", 30)
     await store.heartbeat(Instance("old-instance", "host-a", 4242, now - 7200, now - 3600))
     await store._conn.execute("INSERT INTO index_backlog (name, upto) VALUES ('lexical', 0)")
+    sha = await store.kept_files().keep(PICTURE)
+    await store.append_inbound(replace(said("my cat", "pic"), media=(
+        Media("photo", "kept", sha256=sha, mime="image/jpeg", size=len(PICTURE), width=640, height=480),)))
 
 
 async def every_row(store: Store) -> dict[str, list[tuple[Any, ...]]]:
@@ -126,13 +133,18 @@ async def test_a_round_trip_through_postgresql_keeps_every_row_of_every_table(
         assert [table for table, rows in original.items() if not rows] == []
         async with on_postgres(pg_url, tmp_path) as pg:
             counts = await copy_store(source, pg, batch=7)
-            assert all(c.source == c.target == len(original[c.table]) for c in counts)
-            assert {c.table for c in counts} == set(original)
+            tables = [c for c in counts if c.table != "kept files"]
+            assert all(c.source == c.target == len(original[c.table]) for c in tables)
+            assert {c.table for c in tables} == set(original)
+            assert [(c.source, c.target) for c in counts if c.table == "kept files"] == [(1, 1)]
             assert await every_row(pg) == original
-            async with Store.open(tmp_path / "back.db") as back:
+            sha = hashlib.sha256(PICTURE).hexdigest()
+            assert await pg.kept_files().read(sha) == PICTURE  # in the database, not beside it
+            async with Store.open(tmp_path / "back" / "back.db") as back:
                 await copy_store(pg, back, batch=5)
                 assert await every_row(back) == original
                 assert await back.foreign_key_problems() == 0
+                assert (tmp_path / "back" / "files" / sha[:2] / sha).read_bytes() == PICTURE
             # The identities continue after the copied ids.
             later = await pg.append_inbound(said("after the move", "m-new"))
             assert later is not None and later.id == max(row[0] for row in original["messages"]) + 1
@@ -187,7 +199,9 @@ async def test_the_command_moves_a_bot_to_postgresql_and_backs_it_up_again(
     assert code == 0, err
     assert f"to {pg_url}" in out and out.splitlines()[-1].startswith("every table's rows counted equal")
     assert [line.split() for line in out.splitlines() if line.split()[:1] == ["messages"]] == [
-        ["messages", "25", "25"]]
+        ["messages", "26", "26"]]
+    assert [line.split() for line in out.splitlines() if line.split()[:2] == ["kept", "files"]] == [
+        ["kept", "files", "1", "1"]]
     _, before, _ = await switchboard_cli(sqlite_dir, "history", str(DM), "--limit", "50")
     code, after, err = await switchboard_cli(pg_dir, "history", str(DM), "--limit", "50")
     assert code == 0 and after == before and "the alpha plan" in after, err

@@ -184,6 +184,25 @@ def test_db_prune_removes_only_files_no_message_refers_to(tmp_path: Path) -> Non
     assert files.path_of(kept).exists()
 
 
+async def test_kept_files_are_read_back_and_pruned_when_no_message_refers_to_them(store: Store) -> None:
+    """Whichever store keeps them (files beside SQLite, a table on PostgreSQL): the same bytes kept
+    twice are one file; pruning counts and removes only what no message names; a dry run only counts."""
+    files = store.kept_files()
+    kept = await files.keep(JPEG)
+    assert await files.keep(JPEG) == kept
+    orphan = await files.keep(b"orphan")
+    photo = dataclasses.replace(PHOTO, sha256=kept)
+    message = dataclasses.replace(FakeChannel().message("cat"), media=(photo,))
+    await store.append_inbound(message)
+    referenced = await store.referenced_files()
+
+    assert await files.prune(referenced, dry_run=True) == (1, 6)
+    assert await files.read(orphan) == b"orphan"
+    assert await files.prune(referenced) == (1, 6)
+    assert await files.read(orphan) is None and await files.read(kept) == JPEG
+    assert await files.prune(referenced) == (0, 0)
+
+
 # -- taking a file in: caps, types, failures ---------------------------------------------------------
 
 

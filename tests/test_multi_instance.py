@@ -6,6 +6,7 @@ over by the live ones."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import random
 import re
@@ -21,12 +22,13 @@ from bot.brain import AnthropicBrain
 from bot.config import Config
 from bot.control import request, socket_path
 from bot.daemon import Daemon, build_channels
+from bot.media import Media
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.session_key import build
 from bot.store import Instance
 from bot.store.postgres import PostgresStore
 from channels.telegram import TelegramChannel
-from tests.harness import API_KEY, config_data, running
+from tests.harness import API_KEY, config_data, reply_requests, running
 from tests.standins.anthropic_api import AnthropicStandIn
 from tests.standins.round_robin import RoundRobin
 from tests.standins.telegram_api import TelegramStandIn, private_chat, user
@@ -158,6 +160,37 @@ async def test_a_request_a_dead_instance_never_answered_is_answered_without_a_ne
         await asyncio.sleep(0.3)
 
     assert replies_by_chat(tg) == {FIRST_USER: [2]}
+
+
+async def test_a_picture_one_instance_received_reaches_the_model_when_another_answers(
+    api: AnthropicStandIn, tg: TelegramStandIn, make_config: MakeConfig, pg_url: str, secrets: None,
+    tmp_path: Path,
+) -> None:
+    """An instance on another host (a state folder of its own) kept Ada's photo and stored her
+    message, then died: the live instance that answers her sends the model the photo itself, not a
+    placeholder saying it is gone (the picture is kept in the shared database, not on that host's disk)."""
+    port = free_port()
+    config = instance_config(api, tg, make_config, pg_url, port=port, users=[FIRST_USER],
+                             webhook_url=f"http://127.0.0.1:{port}/telegram", lease_ttl=1.0)
+    key = build("main", "telegram", "direct", str(FIRST_USER))
+    photo = b"\xff\xd8\xff\xe0" + b"ada's cat" * 20
+    async with instances([config]):
+        async with PostgresStore.connect(pg_url, state_path=tmp_path / "elsewhere" / "dead.db",
+                                         label=pg_url) as dead:
+            sha = await dead.kept_files().keep(photo)
+            media = Media("photo", "kept", sha256=sha, mime="image/jpeg", size=len(photo), width=64,
+                          height=48)
+            request = InboundMessage(key, ChatRef("telegram", str(FIRST_USER)), str(FIRST_USER), "Ada",
+                                     f"look m{FIRST_USER}-1", provider_message_id="9001", media=(media,))
+            assert await dead.append_inbound(request) is not None
+            assert await dead.take_lease(str(key), "gone:1:dead", 1.0)
+        await tg.wait_for(lambda: tg.sent, timeout=10)
+
+    (asked,) = reply_requests(api)
+    images = [block["source"]["data"] for message in asked.messages if isinstance(message["content"], list)
+              for block in message["content"] if block["type"] == "image"]
+    assert images == [base64.b64encode(photo).decode("ascii")]
+    assert replies_by_chat(tg) == {FIRST_USER: [1]}
 
 
 async def test_what_a_killed_instance_left_is_taken_over_at_once_not_when_its_lease_expires(

@@ -64,7 +64,6 @@ def backup(args: argparse.Namespace) -> int:
 
 def prune(args: argparse.Namespace) -> int:
     from bot.media import size_text
-    from bot.media_files import MediaFiles, files_dir
 
     config = load_config_file(args)
 
@@ -73,8 +72,8 @@ def prune(args: argparse.Namespace) -> int:
             if args.older_than is not None:
                 await _prune_messages(config, store, args)
             referenced = await store.referenced_files()
-        # Files are removed after the messages that referred to them.
-        count, size = MediaFiles(files_dir(config.database_path())).prune(referenced, dry_run=args.dry_run)
+            # Files are removed after the messages that referred to them.
+            count, size = await store.kept_files().prune(referenced, dry_run=args.dry_run)
         verb = "would remove" if args.dry_run else "removed"
         print(f"{verb} {count} kept file(s) ({size_text(size)}) that no stored message refers to; "
               f"{len(referenced)} referenced file(s) stay")

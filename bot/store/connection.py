@@ -17,6 +17,7 @@ from typing import Self
 import aiosqlite
 
 from bot.errors import StoreError
+from bot.media_files import KeptFiles, MediaFiles, files_dir
 from bot.store.migrations import MIGRATIONS
 
 
@@ -79,6 +80,10 @@ class Database:
     def label(self) -> str:
         """The database as messages name it: the file (a PostgreSQL store names its server)."""
         return str(self.path)
+
+    def kept_files(self) -> KeptFiles:
+        """Where the pictures and files its messages refer to are kept: on disk beside the file."""
+        return MediaFiles(files_dir(self.path))
 
     async def _migrate(self) -> None:
         """Bring the schema up to date; the concerns add their own part of opening after it."""

@@ -6,7 +6,9 @@ read from one consistent snapshot of the source and written in one transaction o
 failure leaves the target as empty as it was). What the schema derives is made by the target's
 own machinery as the rows arrive: recall's index from `recall_terms` (SQLite's FTS triggers,
 PostgreSQL's posting triggers), then identities moved past the copied ids. Each table's rows
-are counted on both sides afterwards.
+are counted on both sides afterwards. Kept pictures and files go through each store's
+`kept_files()` (on disk beside an SQLite file, a table on PostgreSQL): each one a message refers
+to, counted as "kept files".
 """
 
 from __future__ import annotations
@@ -89,8 +91,27 @@ async def copy_store(
                 written += len(rows)
                 if progress is not None:
                     progress(table, written)
+        files = await _copy_files(source, target, progress)
     await target.after_bulk_load()
-    return [TableCount(table, read[table], await target.table_count(table)) for table in order]
+    return [TableCount(table, read[table], await target.table_count(table)) for table in order] + [files]
+
+
+async def _copy_files(
+    source: Store, target: Store, progress: Callable[[str, int], object] | None
+) -> TableCount:
+    """Every kept file a message refers to, read from the source and kept by the target: the
+    source's count is those it has, the target's those it kept under the same hash."""
+    found = copied = 0
+    theirs, ours = source.kept_files(), target.kept_files()
+    for sha256 in sorted(await source.referenced_files()):
+        data = await theirs.read(sha256)
+        if data is None:  # gone already (a file deleted by hand): nothing to copy, nor to miss
+            continue
+        found += 1
+        copied += await ours.keep(data) == sha256
+        if progress is not None:
+            progress("kept files", found)
+    return TableCount("kept files", found, copied)
 
 
 async def _matching_tables(source: Store, target: Store) -> dict[str, list[str]]:

@@ -439,4 +439,7 @@ MIGRATIONS: list[str] = [
     # 17: nothing here. PostgreSQL's recall gets a posting table of its own (`pg_migrations`);
     # FTS5's index already is one. An empty migration has no statements: only its number is kept.
     "",
+    # 18: nothing here. PostgreSQL keeps pictures and files in a table (`pg_migrations`); beside an
+    # SQLite file they are files on disk (`bot.media_files`).
+    "",
 ]

@@ -12,6 +12,8 @@ from bot.store.tables import SCHEMA_HISTORY, Tables, quoted
 
 # Recall's postings: derived from `recall_terms` by its triggers, never copied.
 DERIVED_INDEX = "recall_postings"
+# Kept pictures and files: SQLite keeps them on disk, so a copy takes them through `kept_files()`.
+FILES_TABLE = "kept_files"
 
 
 class PgTables(Tables):
@@ -21,7 +23,8 @@ class PgTables(Tables):
 
     async def table_columns(self) -> dict[str, list[str]]:
         """Each data table's stored columns (generated columns left out, and `recall_postings`:
-        its triggers write it from `recall_terms`, as SQLite's write recall's FTS index)."""
+        its triggers write it from `recall_terms`, as SQLite's write recall's FTS index; and
+        `kept_files`, which SQLite keeps on disk)."""
         found: dict[str, list[str]] = {}
         for table, column in await self._conn.execute_fetchall(
             "SELECT c.table_name, c.column_name FROM information_schema.columns c "
@@ -30,7 +33,7 @@ class PgTables(Tables):
             "WHERE c.table_schema = current_schema() AND c.is_generated = 'NEVER' "
             "ORDER BY c.table_name, c.ordinal_position"
         ):
-            if table not in (SCHEMA_HISTORY, DERIVED_INDEX):
+            if table not in (SCHEMA_HISTORY, DERIVED_INDEX, FILES_TABLE):
                 found.setdefault(str(table), []).append(str(column))
         return found
 

@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, cast
 
 from bot.errors import StoreError
+from bot.media_files import KeptFiles
 from bot.messages import ChatRef
 from bot.store import Store
 from bot.store.pg_connection import PgConnection
+from bot.store.pg_files import PgKeptFiles
 from bot.store.pg_living import LIVING_LOCKS, living_lock
 from bot.store.pg_migrations import PG_MIGRATIONS
 from bot.store.pg_recall import PgRecall
@@ -143,6 +145,10 @@ class PostgresStore(PgRecall, PgTables, Store):
         # No write lock: each transaction has a connection of its own, PostgreSQL orders them.
         async with self._pg.transaction():
             yield
+
+    def kept_files(self) -> KeptFiles:
+        """In the database (`kept_files`), not on this host's disk: any instance reads them."""
+        return PgKeptFiles(self._pg)
 
     @asynccontextmanager
     async def living(self, instance: str) -> AsyncIterator[None]:
