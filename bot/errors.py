@@ -26,6 +26,11 @@ class StoreError(BotError):
     """The database cannot be opened or migrated."""
 
 
+class AlreadyAnsweredError(StoreError):
+    """A reply to a request no longer waiting: another instance answered it meanwhile (its lease
+    on the chat had passed to that one), so this reply is not stored, nor sent."""
+
+
 class ModelError(BotError):
     """The model provider could not produce a reply within the retries and deadline allowed."""
 

@@ -21,7 +21,7 @@ from bot.config.provider_check import reply_timeout
 from bot.context import REPLY_CALL, Context
 from bot.context_builder import ContextBuilder
 from bot.embedding import Embedder
-from bot.errors import DeliveryError, MissingApiKeyError, ModelError
+from bot.errors import AlreadyAnsweredError, DeliveryError, MissingApiKeyError, ModelError
 from bot.media import MAX_INLINE_BYTES
 from bot.messages import AGENT_PROVIDER, InboundMessage, OutboundMessage, StoredMessage
 from bot.outbox import Outbox
@@ -153,9 +153,16 @@ class TurnRunner:
         send_started = time.perf_counter()
         # A reply the model did not write (the apology, a missing-key notice) is delivered and
         # kept, but never sent back to the model as something the agent said.
-        reply = await self._store_reply(
-            str(key), text, request, outbound, fallback=completion is None and partial is None,
-            actions=outcome.actions if outcome and (completion or partial) else ())
+        try:
+            reply = await self._store_reply(
+                str(key), text, request, outbound, fallback=completion is None and partial is None,
+                actions=outcome.actions if outcome and (completion or partial) else ())
+        except AlreadyAnsweredError:
+            # Another instance took the chat over (this one stalled past its lease) and answered:
+            # one answer reaches the user, not two.
+            bound.warning("request answered by another instance meanwhile; this reply dropped",
+                          request_id=request.id)
+            return
         if reply is None:
             # The model answered but the database would not take it: the user still gets the
             # answer (a restart may answer the request again, which beats silence).
@@ -293,6 +300,8 @@ class TurnRunner:
                 return await self._store.append_reply(
                     key, text, request_id=request.id, deliver=outbound, fallback=fallback, actions=actions,
                 )
+            except AlreadyAnsweredError:
+                raise
             except Exception as exc:
                 if attempt == STORE_ATTEMPTS:
                     log.error("reply not stored; delivering it anyway", session_key=key,

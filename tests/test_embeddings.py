@@ -213,7 +213,7 @@ async def test_fallback_replies_and_scheduled_output_are_never_embedded(
                                        request_id=request.id)
     await store._conn.execute("UPDATE messages SET fallback = 1 WHERE id = ?", (apology.id,))
     report = await store.append_reply(str(SESSION), "Your morning report", origin="scheduled", job_id="m")
-    answered = await store.append_reply(str(SESSION), "Yes, I'm here.", request_id=request.id)
+    answered = await store.append_reply(str(SESSION), "Yes, I'm here.")  # a later answer of its own
     assert [m.id for m in await store.pending_embeddings(embedder.model_id)] == [request.id, answered.id]
     await embed_all(store, embedder)
     vectors = await stored_vectors(store)

@@ -28,8 +28,8 @@ from bot.session_key import build
 from bot.store import Instance
 from bot.store.postgres import PostgresStore
 from channels.telegram import TelegramChannel
-from tests.harness import API_KEY, config_data, reply_requests, running
-from tests.standins.anthropic_api import AnthropicStandIn
+from tests.harness import API_KEY, MODEL, config_data, reply_requests, running
+from tests.standins.anthropic_api import AnthropicStandIn, Text
 from tests.standins.round_robin import RoundRobin
 from tests.standins.telegram_api import TelegramStandIn, private_chat, user
 from tests.test_telegram_webhook import SECRET, SECRET_ENV, free_port
@@ -191,6 +191,32 @@ async def test_a_picture_one_instance_received_reaches_the_model_when_another_an
               for block in message["content"] if block["type"] == "image"]
     assert images == [base64.b64encode(photo).decode("ascii")]
     assert replies_by_chat(tg) == {FIRST_USER: [1]}
+
+
+async def test_a_turn_whose_request_another_instance_answered_meanwhile_sends_nothing(
+    api: AnthropicStandIn, tg: TelegramStandIn, make_config: MakeConfig, pg_url: str, secrets: None,
+    tmp_path: Path,
+) -> None:
+    """While the model is still writing this instance's reply, another instance (which took the
+    chat over: this one stalled past its lease) answers Ada: this reply is dropped, not stored and
+    not sent, so she gets one answer."""
+    port = free_port()
+    config = instance_config(api, tg, make_config, pg_url, port=port, users=[FIRST_USER],
+                             webhook_url=f"http://127.0.0.1:{port}/telegram")
+    key = build("main", "telegram", "direct", str(FIRST_USER))
+    ada = user(FIRST_USER, "Ada")
+    api.script(Text("the late answer", delay=1.0), model=MODEL)
+    async with instances([config]), \
+            PostgresStore.connect(pg_url, state_path=tmp_path / "other.db", label=pg_url) as other:
+        tg.push_message(private_chat(ada), ada, "are you there?")
+        await tg.wait_for(lambda: api.requests_for(MODEL))  # the model is writing this instance's reply
+        (waiting,) = await other.awaiting_requests(str(key))
+        await other.append_reply(str(key), "yes (from the other instance)", request_id=waiting.message.id)
+        await asyncio.sleep(1.5)  # the model's answer arrives here meanwhile
+        history = await other.history(str(key), 10)
+
+    assert tg.sent == []
+    assert [m.text for m in history] == ["are you there?", "yes (from the other instance)"]
 
 
 async def test_what_a_killed_instance_left_is_taken_over_at_once_not_when_its_lease_expires(

@@ -24,8 +24,9 @@ async def conversation(store: Store, channel: FakeChannel, turns: int) -> list[l
         said = await store.append_inbound(channel.message(f"walrus fact {n}"))
         assert said is not None
         turn = [said]
-        for k in range(1 + n % 3):
-            turn.append(await store.append_reply(key, f"noted {n}.{k}", request_id=said.id))
+        for k in range(1 + n % 3):  # the first one answers the request (it waits no more after it)
+            answers = said.id if k == 0 else None
+            turn.append(await store.append_reply(key, f"noted {n}.{k}", request_id=answers))
         if n % 10 == 9:
             await store._conn.execute("UPDATE messages SET fallback = 1 WHERE id = ?", (turn[-1].id,))
             turn.pop()

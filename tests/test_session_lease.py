@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.messages import ChatRef, InboundMessage, StoredMessage
+from bot.errors import AlreadyAnsweredError
+from bot.messages import ChatRef, InboundMessage, OutboundMessage, StoredMessage
 from bot.router import Router, TurnHandler
 from bot.session_key import build
 from bot.session_lease import SessionLeases
@@ -105,6 +106,26 @@ async def test_instances_are_listed_by_their_heartbeats(two_stores: tuple[Store,
     await store.heartbeat(Instance("h:2:b", "h", 2, 150.0, 300.0))
     await store.heartbeat(Instance("h:1:a", "h", 1, 100.0, 400.0))
     assert [(i.id, i.seen_at) for i in await store.instances(250.0)] == [("h:1:a", 400.0), ("h:2:b", 300.0)]
+
+
+async def test_a_reply_to_a_request_another_instance_answered_is_refused_and_not_stored(
+    two_stores: tuple[Store, Store],
+) -> None:
+    """Two instances both answering one request (one stalled past its lease while the other took
+    the chat over): the second reply is refused with nothing stored, so nothing is sent twice."""
+    first, second = two_stores
+    chat = ChatRef("telegram", "5")
+    request = await first.append_inbound(message("5", 1))
+    assert request is not None
+    await second.append_reply(request.session_key, "re: from b", request_id=request.id,
+                              deliver=OutboundMessage(chat, "re: from b"))
+    with pytest.raises(AlreadyAnsweredError):
+        await first.append_reply(request.session_key, "re: from a", request_id=request.id,
+                                 deliver=OutboundMessage(chat, "re: from a"))
+
+    history = await first.history(request.session_key, 10)
+    assert [m.text for m in history] == ["5-1", "re: from b"]
+    assert [d.outbound.text for d in await first.pending_deliveries()] == ["re: from b"]
 
 
 class HeldChat:

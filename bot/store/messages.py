@@ -11,7 +11,7 @@ import aiosqlite
 import structlog
 
 from bot.budget import estimate_tokens
-from bot.errors import SessionNotFoundError
+from bot.errors import AlreadyAnsweredError, SessionNotFoundError
 from bot.media import Media, decode, encode
 from bot.messages import ChatRef, InboundMessage, Origin, OutboundMessage, Role, StoredMessage
 from bot.store.connection import Database
@@ -87,16 +87,19 @@ class Messages(Database):
         shown in history, but context and recall never read it.
 
         `request_id` is the message it answers: it and every earlier request of the session still
-        waiting (the reply's context held them) stop waiting, in the same transaction. `deliver`
+        waiting (the reply's context held them) stop waiting, in the same transaction; when it
+        waits no more (answered by another instance meanwhile) AlreadyAnsweredError, nothing stored. `deliver`
         puts the reply in the outbox, so a restart sends what a crash kept from being sent.
         """
         async with self._transaction():
             if request_id is not None:
-                await self._conn.execute(
+                cleared = await self._conn.execute_fetchall(
                     "UPDATE messages SET awaiting_reply = 0 WHERE awaiting_reply = 1 "
-                    "AND session_key = ? AND id <= ?",
+                    "AND session_key = ? AND id <= ? RETURNING id",
                     (session_key, request_id),
                 )
+                if all(row[0] != request_id for row in cleared):
+                    raise AlreadyAnsweredError(f"request #{request_id} of {session_key} is no longer waiting")
             stored = await insert_message(
                 self._conn,
                 session_key=session_key,
