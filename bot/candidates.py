@@ -105,14 +105,19 @@ def fuse(
     turn): the turn is the union of what they found. Ties go to the newer turn.
     """
     excluded = set(exclude)
-    found: dict[int, dict[int, StoredMessage]] = {}
+    found: dict[int, Turn] = {}  # each turn as its first source cut it
+    unions: dict[int, dict[int, StoredMessage]] = {}  # by id, once a second source adds to it
     hits: dict[int, dict[Source, Hit]] = {}
     fused: dict[int, float] = {}
     for name in SOURCES:
         rank = 0
         weight = WEIGHTS[name]
         for turn, score in sources.get(name, ()):
-            kept = {message.id: message for message in turn if message.id not in excluded}
+            kept = turn
+            for message in turn:  # most turns keep every message: no copy
+                if message.id in excluded:
+                    kept = tuple(m for m in turn if m.id not in excluded)
+                    break
             if not kept:
                 continue
             rank += 1
@@ -123,21 +128,30 @@ def fuse(
                 hits[key] = {name: Hit(rank, score)}
                 fused[key] = 0 + weight / (RRF_K + rank)  # as sum() adds: from 0, in SOURCES order
                 continue
-            known.update(kept)
+            union = unions.get(key)
+            if union is None:
+                union = unions[key] = {message.id: message for message in known}
+            union.update((message.id, message) for message in kept)
             by_source = hits[key]
             if name not in by_source:
                 by_source[name] = Hit(rank, score)
                 fused[key] += weight / (RRF_K + rank)
-    order = sorted(fused, key=lambda key: (-fused[key], -key))[:limit]
+    order = sorted(fused.items(), key=_fused_order)[:limit]
     return [
         Candidate(
-            messages=tuple(sorted(found[key].values(), key=_message_id)),
+            messages=tuple(sorted(unions[key].values() if key in unions else found[key],
+                                  key=_message_id)),
             hits=hits[key],
-            score=fused[key],
+            score=score,
             rank=position,
         )
-        for position, key in enumerate(order, start=1)
+        for position, (key, score) in enumerate(order, start=1)
     ]
+
+
+def _fused_order(item: tuple[int, float]) -> tuple[float, int]:
+    """Best fused score first, ties to the newer turn."""
+    return -item[1], -item[0]
 
 
 def _message_id(message: StoredMessage) -> int:

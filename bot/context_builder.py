@@ -83,10 +83,6 @@ class Found:
     session: str = ""
 
 
-async def _nothing() -> None:
-    return None
-
-
 async def _no_recall() -> Found:
     return Found([], [], {})
 
@@ -139,11 +135,9 @@ class ContextBuilder:
         # compaction's bound and cut to it after (the same messages: the newest after a point are
         # the newest overall, cut at that point).
         recall = limit is None and conv.use_selection
-        compaction, scheduled, reply_to, (fetched, as_of), found = await asyncio.gather(
-            self._compaction(session, pin) if limit is None else _nothing(),
-            self._scheduled_block(session, request.id),
+        (compaction, scheduled, fetched, as_of), reply_to, found = await asyncio.gather(
+            self._reads(session, request, pin, compaction=limit is None),
             self._reply_target(request, chat),
-            self._history(session, request, pin),
             self._recall(session, request) if recall else _no_recall(),
         )
         if reply_to is not None:
@@ -196,33 +190,35 @@ class ContextBuilder:
             as_of=as_of, built_at=now, chat=chat,
         )
 
-    async def _compaction(self, session: str, pin: Pin | None) -> CompactionRecord | None:
-        if pin is None:
-            return await self._store.latest_compaction(session)
-        if pin.compaction_id is None:
-            return None
-        return await self._store.compaction_by_id(pin.compaction_id)
+    async def _reads(
+        self, session: str, request: StoredMessage, pin: Pin | None, *, compaction: bool
+    ) -> tuple[CompactionRecord | None, list[StoredMessage], list[StoredMessage], int]:
+        """The compaction in use (when `compaction`; a replay's is the one its turn recorded), the
+        scheduled block, and the last `lookback_count` interactive messages as this turn sees
+        them with the log position they were read at (the newest id seen), which replay reads
+        up to: one read in the usual case.
 
-    async def _history(
-        self, session: str, request: StoredMessage, pin: Pin | None
-    ) -> tuple[list[StoredMessage], int]:
-        """The last `lookback_count` interactive messages as this turn sees them, and the log
-        position they were read at (the newest id seen), which replay reads up to.
-
-        A message queued behind earlier ones of its session was stored before the replies to
-        them: those replies (not the user messages queued after it) belong to its history.
+        The scheduled block is what ran since the user's previous message: they have not
+        answered it yet. A message queued behind earlier ones of its session was stored before
+        the replies to them: those replies (not the user messages queued after it) belong to its
+        history.
         """
         limit = self._conv.lookback_count
         upper = pin.as_of + 1 if pin is not None else _NO_UPPER_BOUND
-        # One read covers the usual case: nothing was stored after the request yet.
-        newest = await self._store.recent_messages(session, before_id=upper, limit=limit + 1)
+        latest, scheduled, newest = await self._store.context_reads(
+            session, before_id=upper, limit=limit + 1, request_id=request.id,
+            scheduled=self._conv.previous_tasks_count, compaction=compaction and pin is None,
+        )
+        if compaction and pin is not None and pin.compaction_id is not None:
+            latest = await self._store.compaction_by_id(pin.compaction_id)
+        # The usual case: nothing was stored after the request yet.
         as_of = max([request.id, *(m.id for m in newest)])
         later = [m for m in newest if m.id > request.id]
         if not later:
-            return [m for m in newest if m.id < request.id][-limit:], as_of
+            return latest, scheduled, [m for m in newest if m.id < request.id][-limit:], as_of
         before = await self._store.recent_messages(session, before_id=request.id, limit=limit)
         answered = [m for m in later if m.role == "assistant"]
-        return (before + answered)[-limit:], as_of
+        return latest, scheduled, (before + answered)[-limit:], as_of
 
     async def _pool(
         self, window: Sequence[StoredMessage], exclude: Sequence[StoredMessage], found: Found
@@ -318,15 +314,6 @@ class ContextBuilder:
         if target is None or target.session_key != request.session_key or target.id >= request.id:
             return None
         return target
-
-    async def _scheduled_block(self, session: str, request_id: int) -> list[StoredMessage]:
-        count = self._conv.previous_tasks_count
-        if count <= 0:
-            return []
-        # Since the user's previous message: what they have not answered yet.
-        return await self._store.scheduled_between(
-            session, after_id=None, before_id=request_id, limit=count
-        )
 
     async def _recall(self, session: str, request: StoredMessage) -> Found:
         """Lexical matches with their turns; with semantic recall, semantic and lexical matches

@@ -92,11 +92,18 @@ def _clip(text: str) -> str:
     return flat if len(flat) <= _SNIPPET else flat[: _SNIPPET - 1] + "…"
 
 
-@lru_cache(maxsize=4096)
 def _minute(minute: int) -> str:
-    """A UTC minute (seconds since the epoch // 60) as the prompt writes it; memoised: a prompt's
-    ~40 turns cost a strftime each otherwise."""
-    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(minute * 60))
+    """A UTC minute (seconds since the epoch // 60) as the prompt writes it: its day memoised
+    (a prompt's ~40 turns fall on a few days, and rarely share a minute), the time of day added."""
+    day, time_of_day = divmod(minute, 1440)
+    hour, rest = divmod(time_of_day, 60)
+    return f"{_day(day)} {hour:02d}:{rest:02d}"
+
+
+@lru_cache(maxsize=1024)
+def _day(day: int) -> str:
+    """A UTC day (days since the epoch) as %Y-%m-%d."""
+    return time.strftime("%Y-%m-%d", time.gmtime(day * 86400))
 
 
 async def triage(

@@ -222,6 +222,42 @@ async def test_reset_of_one_session_leaves_others(store: Store) -> None:
     assert [m.text for m in other] == ["u1", "a1", "u2", "a2"]
 
 
+async def test_context_reads_are_the_three_reads(store: Store) -> None:
+    """The context build's one read gives what latest_compaction, scheduled_between (since the
+    user's previous message) and recent_messages give, above a /reset floor, without a fallback
+    reply, and no compaction when it is not asked for."""
+    await store.append_inbound(inbound("before the reset"))
+    await store.reset_context(str(DM))
+    previous = await store.append_inbound(inbound("thanks"))
+    assert previous is not None
+    await store.append_reply(str(DM), "you're welcome")
+    await store.append_reply(str(DM), "sorry, no answer", fallback=True)
+    briefings = [
+        await store.append_reply(str(DM), f"briefing {n}", origin="scheduled", job_id="b") for n in range(3)
+    ]
+    compaction = await store.record_compaction(
+        str(DM), summary="they said thanks", last_summarised_id=previous.id,
+        first_kept_message_id=previous.id, tokens_before=10, tokens_after=3, model="m", replaces=None,
+    )
+    assert compaction is not None
+    request = await store.append_inbound(inbound("and now?"))
+    assert request is not None
+    await store.append_inbound(inbound("another session", key=OTHER_DM))
+
+    latest, block, history = await store.context_reads(
+        str(DM), before_id=2**62, limit=3, request_id=request.id, scheduled=2, compaction=True)
+    assert latest == await store.latest_compaction(str(DM)) == compaction
+    assert block == await store.scheduled_between(str(DM), after_id=None, before_id=request.id, limit=2)
+    assert [m.id for m in block] == [b.id for b in briefings[1:]]
+    assert history == await store.recent_messages(str(DM), before_id=2**62, limit=3)
+    assert [m.text for m in history] == ["thanks", "you're welcome", "and now?"]
+
+    none, no_block, all_history = await store.context_reads(
+        str(DM), before_id=request.id, limit=10, request_id=request.id, scheduled=0, compaction=False)
+    assert (none, no_block) == (None, [])
+    assert [m.text for m in all_history] == ["thanks", "you're welcome"]
+
+
 async def test_scheduled_between_and_previous_user_message(store: Store) -> None:
     """Scheduled outputs since the user's previous message are found, newest `limit`, oldest first."""
     old = await store.append_reply(str(DM), "old briefing", origin="scheduled", job_id="b")

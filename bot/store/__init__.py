@@ -8,6 +8,7 @@ the same store on PostgreSQL, and `opening.open_store(config)` opens whichever t
 from __future__ import annotations
 
 from bot.store.compactions import Compactions
+from bot.store.context_reads import ContextReads
 from bot.store.delivery import Delivery
 from bot.store.embeddings import Embeddings
 from bot.store.history_search import HistorySearch
@@ -39,8 +40,8 @@ from bot.store.usage import Usage, UsageRecord
 
 
 class Store(
-    Messages, Recall, Embeddings, Delivery, Snapshots, Compactions, ScheduleRuns, Maintenance,
-    Pairings, Usage, ToolCalls, People, HistorySearch, Reminders, Leases, Tables,
+    Messages, ContextReads, Recall, Embeddings, Delivery, Snapshots, Compactions, ScheduleRuns,
+    Maintenance, Pairings, Usage, ToolCalls, People, HistorySearch, Reminders, Leases, Tables,
 ):
     """Conversation history in one SQLite file (WAL, foreign keys on, mode 0600).
 

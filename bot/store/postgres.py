@@ -9,6 +9,7 @@ records, chat commands) decide who stored something first.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 
 from bot.errors import StoreError
 from bot.media_files import KeptFiles
-from bot.messages import ChatRef
+from bot.messages import ChatRef, StoredMessage
 from bot.store import Store
 from bot.store.pg_connection import PgConnection
 from bot.store.pg_files import PgKeptFiles
@@ -25,6 +26,7 @@ from bot.store.pg_living import LIVING_LOCKS, living_lock
 from bot.store.pg_migrations import PG_MIGRATIONS
 from bot.store.pg_recall import PgRecall
 from bot.store.pg_tables import PgTables
+from bot.store.records import CompactionRecord
 
 if TYPE_CHECKING:
     import aiosqlite
@@ -170,6 +172,18 @@ class PostgresStore(PgRecall, PgTables, Store):
              provider_message_id, message_id),
         )
 
+    async def context_reads(
+        self, session_key: str, *, before_id: int, limit: int, request_id: int,
+        scheduled: int, compaction: bool,
+    ) -> tuple[CompactionRecord | None, list[StoredMessage], list[StoredMessage]]:
+        """See `ContextReads.context_reads`: here the three reads side by side (on connections of
+        the pool), not one union (its columns would need a type each)."""
+        return await asyncio.gather(
+            self.latest_compaction(session_key) if compaction else _none(),
+            self.scheduled_between(session_key, after_id=None, before_id=request_id, limit=scheduled),
+            self.recent_messages(session_key, before_id=before_id, limit=limit),
+        )
+
     def _one_write(self) -> AbstractAsyncContextManager[None]:
         # Autocommit: the statement is its own transaction (or joins the one bound to this task).
         return nullcontext()
@@ -202,3 +216,7 @@ class PostgresStore(PgRecall, PgTables, Store):
             "ORDER BY 1, 2"
         )
         return [(f'"{table}"', f'"{column}"') for table, column in rows]
+
+
+async def _none() -> None:
+    return None
