@@ -25,7 +25,8 @@ is answered or no reply came for `quiet` s (longer than the lease TTL plus the s
 Counted from outside: markers pushed, stored (user rows in the database), answered once / twice or
 more / never, sessions whose replies reached the chat out of order, requests still awaiting a
 reply, replies left in the outbox, leases left; throughput is answers/s from the first push to
-the last answer (for run 3 also up to the kill).
+the last answer (for run 3 also up to the kill), and warm throughput the same between the 10th and
+the 45th percent of the answers (past the start's burst, before the kill).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ SECRET = "multi-instance-webhook-secret_0123456789"
 SECRET_ENV = "SWITCHBOARD_BENCH_WEBHOOK_SECRET"
 FIRST_USER = 6_000_000
 START_TIMEOUT = 60.0
+WARM = (0.10, 0.45)  # the share of the answers the warm throughput is counted over
 
 
 # -- the daemons ---------------------------------------------------------------------------------
@@ -198,6 +200,7 @@ class Outcome:
     forwarded: list[int] = field(default_factory=list)
     log_events: Counter[str] = field(default_factory=Counter)
     end: str = ""
+    answer_times: list[float] = field(default_factory=list)  # when each reply reached Telegram
 
     @property
     def lost(self) -> int:
@@ -229,6 +232,14 @@ class Outcome:
 
     def rate(self) -> float:
         return sum(1 for m in self.pushed if self.delivered[m]) / self.elapsed if self.elapsed else 0.0
+
+    def warm_rate(self) -> float:
+        """Answers/s between the 10th and the 45th percent of the answers: past the start (the
+        burst being stored, each daemon's first turns), before the SIGKILL at half."""
+        times = sorted(self.answer_times)
+        first, last = int(len(times) * WARM[0]), int(len(times) * WARM[1])
+        span = times[last] - times[first] if last < len(times) else 0.0
+        return (last - first) / span if span > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -419,6 +430,7 @@ async def _drive(label: str, plan: Plan, database: str, workdir: Path, tg: Teleg
         elapsed=last_answer - started, answered_before_kill=answered_before_kill,
         until_kill=(killed_at - started) if killed_at else 0.0, failovers=lb.failovers, in_window=in_window,
         forwarded=[lb.forwarded[d.port] for d in daemons], log_events=log_events(workdir), end=end,
+        answer_times=[m.time for m in tg.sent],
     )
 
 
@@ -438,6 +450,8 @@ def block(o: Outcome) -> list[str]:
         f"  throughput {o.rate():.0f} updates/s answered ({o.elapsed:.1f} s from the first push to the "
         "last answer)",
     ]
+    lines.append(f"  warm throughput {o.warm_rate():.0f} updates/s answered (from {WARM[0]:.0%} to "
+                 f"{WARM[1]:.0%} of the answers: past the start, before any kill)")
     if o.until_kill:
         lines.append(f"  before the SIGKILL: {o.answered_before_kill / o.until_kill:.0f} updates/s answered "
                      f"({o.answered_before_kill} in {o.until_kill:.1f} s)")
@@ -476,6 +490,8 @@ async def bench(plan: Plan, workdir: Path, only: str | None) -> None:
             rates = ", ".join(f"{o.label.split(',')[0]} {o.rate():.0f}" for o in outcomes)
             print(f"throughput (updates/s answered): {rates}; {plan.instances} instances before the kill "
                   f"{multi.answered_before_kill / multi.until_kill:.0f}" if multi.until_kill else rates)
+            warm = ", ".join(f"{o.label.split(',')[0]} {o.warm_rate():.0f}" for o in outcomes)
+            print(f"warm throughput (updates/s answered, {WARM[0]:.0%}-{WARM[1]:.0%} of the answers): {warm}")
             print(f"lost {multi.lost}, twice {multi.twice}, out of order {multi.out_of_order}")
     finally:
         server.stop()
