@@ -202,6 +202,7 @@ async def test_the_command_moves_a_bot_to_postgresql_and_backs_it_up_again(
         ["messages", "26", "26"]]
     assert [line.split() for line in out.splitlines() if line.split()[:2] == ["kept", "files"]] == [
         ["kept", "files", "1", "1"]]
+    assert out.splitlines()[-1].endswith(" tables, 26 messages, 1 kept files)")
     _, before, _ = await switchboard_cli(sqlite_dir, "history", str(DM), "--limit", "50")
     code, after, err = await switchboard_cli(pg_dir, "history", str(DM), "--limit", "50")
     assert code == 0 and after == before and "the alpha plan" in after, err

@@ -193,7 +193,9 @@ def copy(args: argparse.Namespace) -> int:
         print(f"switchboard: counts differ in {', '.join(differ)}; do not use the copy", file=sys.stderr)
         return 1
     messages = next((c.target for c in counts if c.table == "messages"), 0)
-    print(f"every table's rows counted equal on both sides ({len(counts)} tables, {messages} messages)")
+    files = next((c.target for c in counts if c.table == "kept files"), 0)
+    print(f"every table's rows counted equal on both sides ({len(counts) - 1} tables, {messages} messages, "
+          f"{files} kept files)")
     return 0
 
 
