@@ -7,17 +7,21 @@ import time
 from bot.store.connection import Database
 from bot.store.records import CompactionRecord
 
-_COMPACTION_COLUMNS = (
+COMPACTION_COLUMNS = (
     "id, session_key, summary, last_summarised_id, first_kept_message_id, tokens_before, "
     "tokens_after, model, created_at, notified"
 )
 
-# The compaction in use: the newest that summarised messages above the context floor (/reset).
-_LATEST_COMPACTION = (
-    f"SELECT {_COMPACTION_COLUMNS} FROM compactions WHERE session_key = ? AND "
-    "last_summarised_id > (SELECT COALESCE((SELECT context_floor FROM sessions "
-    "WHERE key = ?), 0)) ORDER BY id DESC LIMIT 1"
-)
+
+def latest_compaction_sql(*, limit: str = "1", padding: str = "") -> str:
+    """The compaction in use for session ?1: the newest that summarised messages above the context
+    floor (/reset); `padding` columns after its own (`ContextReads` runs it inside a union)."""
+    return (f"SELECT {COMPACTION_COLUMNS}{padding} FROM compactions WHERE session_key = ?1 AND "
+            "last_summarised_id > (SELECT COALESCE((SELECT context_floor FROM sessions "
+            f"WHERE key = ?1), 0)) ORDER BY id DESC LIMIT {limit}")
+
+
+_LATEST_COMPACTION = latest_compaction_sql()
 
 
 class Compactions(Database):
@@ -25,16 +29,13 @@ class Compactions(Database):
 
     async def latest_compaction(self, session_key: str) -> CompactionRecord | None:
         """The session's newest compaction that summarised messages above its context floor."""
-        found = await self._conn.execute_fetchall(
-            _LATEST_COMPACTION,
-            (session_key, session_key),
-        )
+        found = await self._conn.execute_fetchall(_LATEST_COMPACTION, (session_key,))
         row = next(iter(found), None)
         return CompactionRecord(*row) if row else None
 
     async def compaction_by_id(self, compaction_id: int) -> CompactionRecord | None:
         found = await self._conn.execute_fetchall(
-            f"SELECT {_COMPACTION_COLUMNS} FROM compactions WHERE id = ?", (compaction_id,)
+            f"SELECT {COMPACTION_COLUMNS} FROM compactions WHERE id = ?", (compaction_id,)
         )
         row = next(iter(found), None)
         return CompactionRecord(*row) if row else None
@@ -90,10 +91,7 @@ class Compactions(Database):
             return None
         async with self._transaction():
             await self._serialize("compaction", session_key)
-            found = await self._conn.execute_fetchall(
-                _LATEST_COMPACTION,
-                (session_key, session_key),
-            )
+            found = await self._conn.execute_fetchall(_LATEST_COMPACTION, (session_key,))
             row = next(iter(found), None)
             await self._conn.execute(
                 "UPDATE compactions SET notified = 1 WHERE session_key = ? AND notified = 0",

@@ -37,6 +37,7 @@ class Instance:
 class Leases(Database):
     # This daemon's name among those sharing the store (set by the daemon when the store is shared).
     instance: str | None = None
+
     @asynccontextmanager
     async def living(self, instance: str) -> AsyncIterator[None]:
         """Show the other instances that `instance` is alive while the block runs (and not after,

@@ -141,14 +141,9 @@ class Messages(Database):
 
         Reads stop at the session's context floor (set by /reset); fallback replies are left out.
         """
-        sql = (
-            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_key = ? AND origin = ? "
-            "AND fallback = 0 "
-            "AND id < ? AND id > MAX(?, (SELECT COALESCE((SELECT context_floor FROM sessions "
-            "WHERE key = ?), 0))) ORDER BY id DESC LIMIT ?"
-        )
         rows = await self._conn.execute_fetchall(
-            sql, (session_key, origin, before_id, after_id, session_key, limit)
+            _RECENT,
+            (session_key, origin, before_id, after_id, limit),
         )
         return rows_to_messages(reversed(list(rows)))
 
@@ -163,16 +158,8 @@ class Messages(Database):
         """
         if limit <= 0:
             return []
-        after = "?2" if after_id is not None else (
-            "(SELECT COALESCE(MAX(id), 0) FROM messages WHERE session_key = ?1 "
-            "AND origin = 'interactive' AND role = 'user' AND id < ?3)"
-        )
         rows = await self._conn.execute_fetchall(
-            f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE session_key = ?1 "
-            f"AND origin = 'scheduled' AND id < ?3 AND id > MAX({after}, (SELECT COALESCE((SELECT "
-            "context_floor FROM sessions WHERE key = ?1), 0))) AND NOT EXISTS (SELECT 1 FROM "
-            "schedule_runs r WHERE r.reply_message_id = m.id AND r.status <> 'delivered') "
-            "ORDER BY id DESC LIMIT ?4",
+            _SCHEDULED_AFTER if after_id is not None else _SCHEDULED_SINCE_USER,
             (session_key, after_id or 0, before_id, limit),
         )
         return rows_to_messages(reversed(list(rows)))
@@ -380,3 +367,34 @@ _NUMBER = (int, float)
 _NEW = object.__new__
 # StoredMessage's slot setters in field order (the columns' order in MESSAGE_COLUMNS).
 _SLOTS = tuple(StoredMessage.__dict__[field.name].__set__ for field in fields(StoredMessage))
+
+
+# The session's (?1) context floor (/reset), 0 when none.
+_FLOOR = "(SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0))"
+
+
+def recent_sql(*, origin: str, before: str, after: str, limit: str) -> str:
+    """`recent_messages`' statement for session ?1, newest first, its values given as SQL
+    (placeholders or literals): `ContextReads` runs it inside a union."""
+    return (f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_key = ?1 AND origin = {origin} "
+            f"AND fallback = 0 AND id < {before} AND id > MAX({after}, {_FLOOR}) "
+            f"ORDER BY id DESC LIMIT {limit}")
+
+
+def scheduled_sql(*, after: str | None, before: str, limit: str) -> str:
+    """`scheduled_between`'s statement for session ?1, newest first (`after` None: since the
+    session's previous interactive user message), its values given as SQL."""
+    since = after if after is not None else (
+        "(SELECT COALESCE(MAX(id), 0) FROM messages WHERE session_key = ?1 "
+        f"AND origin = 'interactive' AND role = 'user' AND id < {before})")
+    return (f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE session_key = ?1 "
+            f"AND origin = 'scheduled' AND id < {before} AND id > MAX({since}, {_FLOOR}) "
+            "AND NOT EXISTS (SELECT 1 FROM schedule_runs r WHERE r.reply_message_id = m.id "
+            f"AND r.status <> 'delivered') ORDER BY id DESC LIMIT {limit}")
+
+
+# ?1 session, ?2 origin, ?3 before, ?4 after, ?5 limit.
+_RECENT = recent_sql(origin="?2", before="?3", after="?4", limit="?5")
+# ?1 session, ?2 after (unused by the second), ?3 before, ?4 limit.
+_SCHEDULED_AFTER = scheduled_sql(after="?2", before="?3", limit="?4")
+_SCHEDULED_SINCE_USER = scheduled_sql(after=None, before="?3", limit="?4")
