@@ -1,10 +1,12 @@
 """Embeddings: each interactive message's sentence vector, written in the background, searched per session.
 
-A search reads no vectors from SQLite when nothing changed: each session's vectors of a model are
-kept in memory (as stored, int8, with their norms) and checked against the table by one row of
-`embedding_counts` (count, largest id and sum of ids in the session, kept by triggers), read with
-the context floor. New vectors are appended; anything else (a deleted message, a rebuild by another
-process) reloads the session. numpy is imported only when vectors are read or searched (the `semantic` extra).
+A search reads no vectors from the database when nothing changed: each session's vectors of a model
+are kept in memory (as stored, int8, with their norms) and in a file beside the database
+(`bot.store.vector_files`: one read where the table is a page per few vectors), both checked
+against the table by one row of `embedding_counts` (count, largest id and sum of ids in the
+session, kept by triggers), read with the context floor. New vectors are appended; anything else
+(a deleted message, a rebuild by another process) reloads the session from the table. numpy is
+imported only when vectors are read or searched (the `semantic` extra).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from bot.messages import StoredMessage
 from bot.store.connection import Database
 from bot.store.messages import MESSAGE_COLUMNS, rows_to_messages
+from bot.store.vector_files import VectorFiles, Vectors, vectors_dir
 
 if TYPE_CHECKING:
     import numpy as np
@@ -53,6 +56,9 @@ class _Matrix:
     # The rows as float32, as a fresh read computed them for the norms, until the search that
     # follows the read takes them (not kept beyond it: four times the bytes).
     floats: npt.NDArray[np.float32] | None = None
+    # Whether the session's vector file held exactly these when they were read or written here:
+    # newer vectors are then appended to it, else it is written whole.
+    filed: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -80,6 +86,13 @@ class Embeddings(Database):
     )
     _matrices: OrderedDict[tuple[str, str], _Matrix] | None = None
     _cached_bytes = 0  # of the matrices in `_matrices`, kept as they come and go
+    _files: VectorFiles | None = None
+
+    def vector_files(self) -> VectorFiles:
+        """The files each session's vectors are also kept in, beside the database."""
+        if self._files is None:
+            self._files = VectorFiles(vectors_dir(self.path))
+        return self._files
 
     async def pending_embeddings(
         self, model: str, *, after_id: int = 0, limit: int = 256
@@ -151,6 +164,7 @@ class Embeddings(Database):
             else:
                 cursor = await self._conn.execute("DELETE FROM embeddings WHERE model = ?", (model,))
         self.drop_cached_vectors()
+        self.vector_files().clear(model)
         return max(cursor.rowcount, 0)
 
     def drop_cached_vectors(self) -> None:
@@ -166,7 +180,7 @@ class Embeddings(Database):
         warmed = 0
         for key in reversed(keys):  # the most recent last: the cache drops the least recent first
             _, signature, _ = await self._signature(key, model)
-            warmed += await self._session_matrix(key, model, signature) is not None
+            warmed += await self._session_matrix(key, model, signature, search=False) is not None
         return warmed
 
     async def semantic_matches(
@@ -189,12 +203,13 @@ class Embeddings(Database):
         (yet). Its vector comes in the read that checks the session's cache."""
         from bot.embedding import vectors_from_bytes
 
-        if self._matrices is not None and (session_key, model) in self._matrices:
+        if ((self._matrices is not None and (session_key, model) in self._matrices)
+                or self.vector_files().exists(session_key, model)):
             floor, signature, blob = await self._signature(session_key, model, message_id)
         else:
-            # Nothing of the session in memory: its vectors come in the same statement, and are
-            # kept even when the request has no vector yet: the search after it is embedded then
-            # reads only that one.
+            # Nothing of the session in memory or in a file: its vectors come in the same
+            # statement, and are kept even when the request has no vector yet: the search after
+            # it is embedded then reads only that one.
             found = await self._conn.execute_fetchall(
                 f"SELECT * FROM ({_SIGNATURE}) AS s "
                 f"CROSS JOIN ({self._ALL_VECTORS.replace('?3', '?4')}) AS v",
@@ -251,11 +266,12 @@ class Embeddings(Database):
 
     async def _session_matrix(
         self, session_key: str, model: str, signature: tuple[int, int, int],
-        *, read: tuple[Any, int, bytes] | None = None,
+        *, read: Vectors | None = None, search: bool = True,
     ) -> _Matrix | None:
-        """The session's vectors, from memory when the table still matches, else (partly) read
-        again; `read`: every vector of the session as `_vectors` read it just after `signature`,
-        used when it holds exactly the counted vectors."""
+        """The session's vectors, from memory when the table still matches, else from its file or
+        (partly) the table; `read`: every vector of the session as `_vectors` read it just after
+        `signature`, used when it holds exactly the counted vectors; `search`: a search follows
+        (the float rows a read makes for the norms are kept for it)."""
         if signature[0] == 0:
             self._forget(session_key, model)
             return None
@@ -267,16 +283,34 @@ class Embeddings(Database):
         if cached is not None and cached.signature == signature:
             self._matrices.move_to_end(key)
             return cached
+        files = self.vector_files()
         matrix: _Matrix | None = None
-        if read is not None and len(read[0]) == signature[0] and int(read[0].sum()) == signature[2]:
-            matrix = _build(*read, signature=signature, floats=True)
+        older: _Matrix | None = None  # vectors known here that the table has newer ones after
+        if read is not None and _holds(read, signature):
+            matrix = _build(*read, signature=signature, floats=search)
+            matrix.filed = await files.write(session_key, model, read)
         elif cached is not None and signature[0] > cached.signature[0] and signature[1] > cached.signature[1]:
-            newer = await self._vectors(session_key, model, after_id=cached.signature[1])
-            if (cached.signature[0] + len(newer[0]) == signature[0]
-                    and cached.signature[2] + int(newer[0].sum()) == signature[2]):
-                matrix = _append(cached, *newer, signature=signature)
+            older = cached
+        else:
+            stored = await files.read(session_key, model)
+            if stored is not None and _holds(stored, signature):
+                matrix = _build(*stored, signature=signature, floats=search)
+                matrix.filed = True
+            elif stored is not None and 0 < len(stored[0]) < signature[0]:
+                older = _build(*stored, signature=signature)
+                older.filed = True
+        if older is not None and len(older.ids):
+            newer = await self._vectors(session_key, model, after_id=int(older.ids[-1]))
+            if (len(older.ids) + len(newer[0]) == signature[0]
+                    and int(older.ids.sum()) + int(newer[0].sum()) == signature[2]):
+                matrix = _append(older, *newer, signature=signature)
+            if matrix is not None:
+                matrix.filed = await (files.append(session_key, model, newer) if older.filed else
+                                      files.write(session_key, model, (matrix.ids, newer[1], matrix.rows)))
         if matrix is None:
-            matrix = _build(*await self._vectors(session_key, model, after_id=0), signature=signature)
+            read = await self._vectors(session_key, model, after_id=0)
+            matrix = _build(*read, signature=signature)
+            matrix.filed = await files.write(session_key, model, read)
         # What is there now (another build may have read it, or dropped it, while this one read).
         previous = self._matrices.pop(key, None)
         if previous is not None:
@@ -294,7 +328,7 @@ class Embeddings(Database):
             if dropped is not None:
                 self._cached_bytes -= dropped.nbytes
 
-    async def _vectors(self, session_key: str, model: str, *, after_id: int) -> tuple[Any, int, bytes]:
+    async def _vectors(self, session_key: str, model: str, *, after_id: int) -> Vectors:
         """The session's vectors of `model` after `after_id`: ids ascending, their size, and the
         vectors one after another. One row, not one per vector (building a Python row per
         vector was most of a cold read); a vector of another size than the first is left out
@@ -313,31 +347,36 @@ def _signature_of(row: Any) -> tuple[int, tuple[int, int, int], bytes | None]:
     return int(floor), (int(count), int(largest), int(total)), None if blob is None else bytes(blob)
 
 
-def _vectors_of(listed: Any, data: Any, dim: Any) -> tuple[Any, int, bytes] | None:
-    """A vectors read's row as (ids ascending, size, the vectors one after another); None when
-    they are not all of the first one's size."""
+def _holds(vectors: Vectors, signature: tuple[int, int, int]) -> bool:
+    """Whether `vectors` are exactly the ones the table counts (their number and sum of ids)."""
+    ids = vectors[0]
+    return len(ids) == signature[0] and int(ids.sum()) == signature[2]
+
+
+def _vectors_of(listed: Any, data: Any, dim: Any) -> Vectors | None:
+    """A vectors read's row as (ids ascending, size, rows); None when they are not all of the
+    first one's size."""
     import numpy as np
 
     if listed is None:
-        return np.zeros(0, dtype=np.int64), 0, b""
+        return np.zeros(0, dtype=np.int64), 0, np.zeros((0, 0), dtype=np.int8)
     ids = np.fromstring(str(listed), dtype=np.int64, sep=",")  # 5x np.array(split)
     data = bytes(data)
     if len(data) != len(ids) * int(dim):
         return None
+    rows = np.frombuffer(data, dtype=np.int8).reshape(len(ids), int(dim))
     if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):  # the aggregate's order: keep pairs
         order = np.argsort(ids, kind="stable")
-        rows = np.frombuffer(data, dtype=np.int8).reshape(len(ids), int(dim))
-        ids, data = ids[order], rows[order].tobytes()
-    return ids, int(dim), data
+        ids, rows = ids[order], rows[order]
+    return ids, int(dim), rows
 
 
 def _build(
-    ids: Any, dim: int, data: bytes, *, signature: tuple[int, int, int], floats: bool = False
+    ids: Any, dim: int, rows: Any, *, signature: tuple[int, int, int], floats: bool = False
 ) -> _Matrix:
     """The matrix of a read; `floats`: with its float32 rows for the search about to follow."""
     import numpy as np
 
-    rows = np.frombuffer(data, dtype=np.int8).reshape(len(ids), dim)
     # einsum, not linalg.norm(axis=1): the same sums (squares of int8 add up exactly in float32)
     # at a twentieth of the cost, which is most of reading a session's vectors for the first time.
     converted = rows.astype(np.float32)
@@ -347,13 +386,13 @@ def _build(
 
 
 def _append(
-    cached: _Matrix, ids: Any, dim: int, data: bytes, *, signature: tuple[int, int, int]
+    cached: _Matrix, ids: Any, dim: int, rows: Any, *, signature: tuple[int, int, int]
 ) -> _Matrix | None:
     import numpy as np
 
     if not len(ids) or dim != cached.rows.shape[1]:
         return None
-    extra = _build(ids, dim, data, signature=signature)
+    extra = _build(ids, dim, rows, signature=signature)
     return _Matrix(
         np.concatenate([cached.ids, extra.ids]), np.concatenate([cached.rows, extra.rows]),
         np.concatenate([cached.scales, extra.scales]), signature,

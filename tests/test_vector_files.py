@@ -1,0 +1,165 @@
+"""Each session's vectors kept in a file beside the database: read instead of the table after a
+restart, appended to as vectors come, never trusted when it differs from the table, and never in
+the way when it cannot be read or written. Real stores (SQLite and PostgreSQL), vectors as the
+embed worker stores them (int8)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bot.config import parse_config
+from bot.embedding import unavailable_reason
+from bot.messages import ChatRef, InboundMessage
+from bot.session_key import build
+from bot.store import Store
+from bot.store.vector_files import vectors_dir
+
+pytestmark = pytest.mark.skipif(unavailable_reason(parse_config({}, "<defaults>")) is not None,
+                                reason="the semantic extra is not installed (`make semantic`)")
+
+np = pytest.importorskip("numpy")
+
+MODEL = "test-model"
+DIM = 16
+SESSION = build("main", "telegram", "direct", "42")
+
+
+async def stored_with_vectors(store: Store, count: int, *, seed: int = 1) -> list[int]:
+    """`count` messages of SESSION, each with a random int8 vector; their ids."""
+    rng = np.random.default_rng(seed)
+    ids = []
+    for index in range(count):
+        stored = await store.append_inbound(InboundMessage(
+            session_key=SESSION, chat=ChatRef("telegram", "42"), sender_id="42", sender_name="Ada",
+            text=f"message {seed}-{index}",
+        ))
+        assert stored is not None
+        ids.append(stored.id)
+    vectors = rng.integers(-127, 128, (count, DIM), dtype=np.int8)
+    await store.save_embeddings(MODEL, [(i, str(SESSION), v.tobytes()) for i, v in zip(ids, vectors, strict=True)])
+    return ids
+
+
+async def search(store: Store, *, limit: int = 1000) -> list[tuple[int, float]]:
+    query = np.ones(DIM, dtype=np.float32) / np.sqrt(DIM)
+    return await store.semantic_matches(str(SESSION), query, model=MODEL, before_id=10**12, limit=limit)
+
+
+def the_file(store: Store) -> Path:
+    return store.vector_files().path(str(SESSION), MODEL)
+
+
+def ids_in_file(store: Store) -> list[int]:
+    data = the_file(store).read_bytes()[8:]
+    records = np.frombuffer(data, dtype=np.dtype([("id", "<i8"), ("vector", "i1", (DIM,))]))
+    return [int(i) for i in records["id"]]
+
+
+@pytest.mark.sqlite_only
+async def test_after_a_restart_a_search_reads_the_file_not_the_vectors(store: Store) -> None:
+    """A session searched once has its vectors in a file; a restarted daemon's search reads them
+    from it (no vector leaves the database) and finds exactly what the table gives."""
+    ids = await stored_with_vectors(store, 30)
+    first = await search(store)
+    assert ids_in_file(store) == ids
+    store.drop_cached_vectors()  # as after a restart
+    statements: list[str] = []
+    await store._conn.set_trace_callback(statements.append)
+    try:
+        again = await search(store)
+    finally:
+        await store._conn.set_trace_callback(None)
+    assert again == first
+    assert not [s for s in statements if "vector" in s and "FROM embeddings" in s and "group_concat" in s]
+
+
+async def test_new_vectors_are_appended_and_a_deleted_one_rewrites_the_file(store: Store) -> None:
+    """Vectors stored after the file was written are added to it (in memory or after a restart);
+    when the table loses one, the file is written again and the search never returns it."""
+    ids = await stored_with_vectors(store, 10)
+    await search(store)
+    ids += await stored_with_vectors(store, 5, seed=2)
+    assert {i for i, _ in await search(store)} == set(ids)
+    assert ids_in_file(store) == ids
+    ids += await stored_with_vectors(store, 3, seed=3)
+    store.drop_cached_vectors()
+    assert {i for i, _ in await search(store)} == set(ids)
+    assert ids_in_file(store) == ids
+    gone = ids[4]
+    await store._conn.execute("DELETE FROM embeddings WHERE message_id = ?", (gone,))
+    store.drop_cached_vectors()
+    found = {i for i, _ in await search(store)}
+    assert gone not in found and found == set(ids) - {gone}
+    assert ids_in_file(store) == [i for i in ids if i != gone]
+
+
+@pytest.mark.parametrize("damage", ["cut short", "not a vector file", "ids out of order", "empty"])
+async def test_a_damaged_file_is_never_trusted_and_is_written_again(store: Store, damage: str) -> None:
+    """A file cut short by a crash, written by something else, appended to by two writers at once
+    or empty gives no wrong vector: the search reads the table, and the file is mended."""
+    ids = await stored_with_vectors(store, 12)
+    truth = await search(store)
+    path = the_file(store)
+    data = path.read_bytes()
+    record = 8 + DIM
+    if damage == "cut short":
+        path.write_bytes(data[:-5])
+    elif damage == "not a vector file":
+        path.write_bytes(b"PK\x03\x04" + data[4:])
+    elif damage == "ids out of order":
+        body = data[8:]
+        path.write_bytes(data[:8] + body[record:2 * record] + body[:record] + body[2 * record:])
+    else:
+        path.write_bytes(b"")
+    store.drop_cached_vectors()
+    assert await search(store) == truth
+    assert ids_in_file(store) == ids
+
+
+async def test_a_file_holding_other_vectors_than_the_table_counts_is_replaced(store: Store) -> None:
+    """A file from another state of the table (a copy restored beside a different database, a
+    session pruned since) is written again from the table, not searched."""
+    await stored_with_vectors(store, 8)
+    await search(store)
+    stale = the_file(store).read_bytes()
+    ids = await stored_with_vectors(store, 4, seed=5)
+    await store._conn.execute("DELETE FROM embeddings WHERE message_id = ?", (ids[0],))
+    truth = await search(store)
+    the_file(store).write_bytes(stale)  # 8 vectors; the table has 11, not 8 and then newer ones
+    store.drop_cached_vectors()
+    assert await search(store) == truth
+    assert len(ids_in_file(store)) == 11
+
+
+async def test_a_folder_that_cannot_be_written_only_means_reading_the_table(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the vectors' folder unusable (here a plain file stands where it should be), every
+    search still finds what the table holds, and the daemon says why once."""
+    folder = store.vector_files().directory
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    folder.write_text("in the way")
+    ids = await stored_with_vectors(store, 6)
+    assert {i for i, _ in await search(store)} == set(ids)
+    store.drop_cached_vectors()
+    more = await stored_with_vectors(store, 2, seed=9)
+    assert {i for i, _ in await search(store)} == set(ids + more)
+    assert folder.read_text() == "in the way"
+
+
+async def test_clearing_the_vectors_deletes_their_files(store: Store) -> None:
+    """`db embed --rebuild` clears the vectors: their files go with them."""
+    await stored_with_vectors(store, 5)
+    await search(store)
+    assert the_file(store).exists()
+    await store.clear_embeddings()
+    assert not the_file(store).exists()
+    assert await search(store) == []
+
+
+def test_two_databases_in_one_folder_keep_their_own_files(tmp_path: Path) -> None:
+    """Session keys repeat across databases: each database's files are in a folder of its own."""
+    assert vectors_dir(tmp_path / "a.db") != vectors_dir(tmp_path / "b.db")
+    assert vectors_dir(tmp_path / "a.db").parent == tmp_path
