@@ -45,6 +45,7 @@ from bot.messages import ChatRef, StoredMessage  # noqa: E402
 from bot.semantic_recall import SemanticRecall  # noqa: E402
 from bot.session_key import SessionKey, build  # noqa: E402
 from bot.store import Store  # noqa: E402
+from bot.store.vector_files import vectors_dir  # noqa: E402
 
 Opener = Callable[[], AbstractAsyncContextManager[Store]]
 
@@ -585,6 +586,10 @@ def main() -> None:
             print(f"  file {whole:.0f} MiB, recall index {index:.0f} MiB")
             if args.semantic and not args.recall_only:
                 print(f"  random vectors stored for every message in {fill_vectors(db):.0f} s")
+                filed = sum(1 for entry in vectors_dir(db).rglob("*") if entry.is_file())
+                print(f"  vector files beside the database at the start: {filed:,} of "
+                      f"{len(generated.sessions):,} sessions (a session's first search writes its "
+                      "file: the first run pays for those)")
             backends: list[tuple[str, Opener | None]] = [("SQLite", None)]
             if databases is not None:
                 url = databases()
