@@ -10,6 +10,10 @@ from typing import Any, overload
 
 import pytest
 
+from bot.media import Media
+from bot.messages import ChatRef, InboundMessage
+from bot.session_key import build
+from bot.store import Store
 from tests.test_cli import _one_line, switchboard
 from tests.test_operations import _fill, corrupt
 
@@ -73,7 +77,7 @@ def test_db_backup_writes_a_private_checked_copy_and_never_overwrites(
     fill(tmp_path / "data" / "bot.db", sessions=2, turns=3)
     result = switchboard(tmp_path, "db", "backup", "copy.db")
     assert result.returncode == 0, result.stderr
-    assert "(12 messages)" in result.stdout
+    assert "(12 messages, 0 kept files in " in result.stdout
     assert (tmp_path / "copy.db").stat().st_mode & 0o777 == 0o600
     assert messages(tmp_path / "copy.db") == 12
 
@@ -82,6 +86,37 @@ def test_db_backup_writes_a_private_checked_copy_and_never_overwrites(
     forced = switchboard(tmp_path, "db", "backup", "copy.db", "--force")
     assert forced.returncode == 0, forced.stderr
     assert not list(tmp_path.glob(".copy.db.partial"))
+
+
+async def _with_picture(db: Path, picture: bytes) -> str:
+    """A stored photo message whose picture the store keeps beside the database; its sha256."""
+    async with Store.open(db) as store:
+        sha = await store.kept_files().keep(picture)
+        await store.append_inbound(InboundMessage(
+            session_key=build("main", "telegram", "direct", 7), chat=ChatRef("telegram", "7"),
+            sender_id="7", sender_name="Ada", text="my cat", media=(
+                Media("photo", "kept", sha256=sha, mime="image/jpeg", size=len(picture)),)))
+    return sha
+
+
+def test_db_backup_in_another_folder_keeps_the_pictures_its_messages_refer_to(
+    tmp_path: Path, config_file: Path
+) -> None:
+    """A backup restored on another machine still has every picture a message refers to: they are
+    copied into `files/` beside the backup, and the closing line counts them."""
+    picture = b"\xff\xd8\xff\xe0" + b"cat" * 40
+    fill(tmp_path / "data" / "bot.db", sessions=1, turns=2)
+    sha = asyncio.run(_with_picture(tmp_path / "data" / "bot.db", picture))
+    (tmp_path / "backups").mkdir()
+    result = switchboard(tmp_path, "db", "backup", "backups/copy.db")
+    assert result.returncode == 0, result.stderr
+    assert "(5 messages, 1 kept files in " in result.stdout
+
+    async def read_back() -> bytes | None:
+        async with Store.open(tmp_path / "backups" / "copy.db") as copy:
+            return await copy.kept_files().read(sha)
+
+    assert asyncio.run(read_back()) == picture
 
 
 def test_db_prune_dry_run_then_prune_keeps_the_lookback(tmp_path: Path, config_file: Path) -> None:

@@ -31,7 +31,9 @@ def db_usage(args: argparse.Namespace) -> int:
 def backup(args: argparse.Namespace) -> int:
     import sqlite3
 
+    from bot.media_files import files_dir
     from bot.store import Store
+    from bot.store.copying import copy_kept_files
 
     config = load_config_file(args)
     if config.database.url is not None:
@@ -44,21 +46,28 @@ def backup(args: argparse.Namespace) -> int:
     partial = target.with_name(f".{target.name}.partial")
     partial.unlink(missing_ok=True)
 
-    async def copy() -> int:
+    async def copy() -> tuple[int, TableCount]:
         async with open_store(config) as store:
             await store.backup_to(partial)
-        async with Store.open(partial) as copied:
-            await copied.check_integrity()
-            return await copied.message_count()
+            async with Store.open(partial) as copied:
+                await copied.check_integrity()
+                # The pictures and files its messages refer to, into `files/` beside the copy
+                # (shared with other backups there: each is kept under its sha256).
+                files = await copy_kept_files(store, copied)
+                return await copied.message_count(), files
 
     try:
-        count = on_database(config, copy)
+        count, files = on_database(config, copy)
         os.replace(partial, target)
     except (OSError, sqlite3.Error) as exc:
         raise BotError(f"backup to {target} failed: {exc}") from exc
     finally:
         partial.unlink(missing_ok=True)
-    print(f"backed up {config.database_path()} to {target} ({count} messages)")
+    if files.target != files.source:
+        raise BotError(f"backup to {target}: {files.source} kept files found but {files.target} "
+                       f"copied to {files_dir(target)}")
+    print(f"backed up {config.database_path()} to {target} ({count} messages, {files.target} kept "
+          f"files in {files_dir(target)})")
     return 0
 
 

@@ -91,13 +91,13 @@ async def copy_store(
                 written += len(rows)
                 if progress is not None:
                     progress(table, written)
-        files = await _copy_files(source, target, progress)
+        files = await copy_kept_files(source, target, progress)
     await target.after_bulk_load()
     return [TableCount(table, read[table], await target.table_count(table)) for table in order] + [files]
 
 
-async def _copy_files(
-    source: Store, target: Store, progress: Callable[[str, int], object] | None
+async def copy_kept_files(
+    source: Store, target: Store, progress: Callable[[str, int], object] | None = None
 ) -> TableCount:
     """Every kept file a message refers to, read from the source and kept by the target: the
     source's count is those it has, the target's those it kept under the same hash."""
