@@ -118,6 +118,11 @@ class ReplyPreview(Protocol):
         """Stop updating at once, without a final word (the turn was cancelled)."""
         ...
 
+    async def withdraw(self) -> None:
+        """The reply is not sent after all (another instance answered the request): a message
+        posted to show it is deleted; a draft lapses on its own."""
+        ...
+
 
 @runtime_checkable
 class Previewing(Protocol):

@@ -78,6 +78,10 @@ class PreviewSurface(Protocol):
         """After the last update: the id of a preview message the final reply takes over."""
         ...
 
+    async def withdraw(self) -> None:
+        """Delete a preview message posted (the reply it showed is not sent)."""
+        ...
+
 
 class PreviewStream:
     """Shows a reply through a surface while it streams; a ReplyPreview for the turn."""
@@ -131,6 +135,13 @@ class PreviewStream:
         self._closing.set()
         if self._task is not None:
             self._task.cancel()
+
+    async def withdraw(self) -> None:
+        self.abandon()
+        try:
+            await self._surface.withdraw()
+        except Exception as exc:  # what it showed stays: said in the log
+            log.warning("preview not withdrawn", error=f"{type(exc).__name__}: {exc}")
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

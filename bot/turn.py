@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import structlog
 
 from bot.brain import Brain, Completion, ReplyRequest, TextSink
-from bot.channel import Channel
+from bot.channel import Channel, ReplyPreview
 from bot.compaction import NOTICE, Compactor
 from bot.config import Config
 from bot.config.provider_check import reply_timeout
@@ -23,7 +23,7 @@ from bot.context_builder import ContextBuilder
 from bot.embedding import Embedder
 from bot.errors import AlreadyAnsweredError, DeliveryError, MissingApiKeyError, ModelError
 from bot.media import MAX_INLINE_BYTES
-from bot.messages import AGENT_PROVIDER, InboundMessage, OutboundMessage, StoredMessage
+from bot.messages import AGENT_PROVIDER, ChatRef, InboundMessage, OutboundMessage, StoredMessage
 from bot.outbox import Outbox
 from bot.preview import open_preview, typing_until
 from bot.prompt import PromptFiles, conversation_turns, media_hashes, turn_system_prompt
@@ -159,9 +159,12 @@ class TurnRunner:
                 actions=outcome.actions if outcome and (completion or partial) else ())
         except AlreadyAnsweredError:
             # Another instance took the chat over (this one stalled past its lease) and answered:
-            # one answer reaches the user, not two.
+            # one answer reaches the user, not two; a preview message this reply was shown in goes
+            # too, unless that instance's reply took it over.
             bound.warning("request answered by another instance meanwhile; this reply dropped",
                           request_id=request.id)
+            if preview is not None and preview_id is not None:
+                await self._withdraw(preview, inbound.chat, preview_id)
             return
         if reply is None:
             # The model answered but the database would not take it: the user still gets the
@@ -344,6 +347,15 @@ class TurnRunner:
         except Exception as exc:  # the reply matters more than its explanation
             log.error("context snapshot not stored", session_key=key, request_id=request.id,
                       error=f"{type(exc).__name__}: {exc}")
+
+    async def _withdraw(self, preview: ReplyPreview, chat: ChatRef, preview_id: str) -> None:
+        try:
+            taken = await self._store.preview_taken(chat, preview_id)
+        except Exception as exc:  # unknown: better a stray preview than a deleted answer
+            log.warning("preview left in place", error=f"{type(exc).__name__}: {exc}")
+            return
+        if not taken:
+            await preview.withdraw()
 
     async def _deliver_unstored(self, outbound: OutboundMessage) -> list[str]:
         channel = self._channels.get(outbound.chat.provider)

@@ -70,6 +70,11 @@ class DiscordPreview:
     async def close(self, final: str) -> str | None:
         return str(self._message_id) if self._message_id is not None else None
 
+    async def withdraw(self) -> None:
+        if self._message_id is not None:
+            await self._channel_of().get_partial_message(self._message_id).delete()
+            self._message_id = None
+
 
 async def edit_into(
     channel: discord.PartialMessageable, message_id: int, chunk: str, mentions: discord.AllowedMentions

@@ -104,6 +104,11 @@ class TelegramPreview:
                 log.debug("last draft not sent", chat_id=self._chat.chat_id, error=str(exc))
         return str(self._message_id) if self._message_id is not None else None
 
+    async def withdraw(self) -> None:
+        if self._message_id is not None:
+            await self._bot.delete_message(int(self._chat.chat_id), self._message_id)
+            self._message_id = None
+
     def _first_chunk(self, text: str) -> str:
         chunks = self._chunks(text)
         return chunks[0] if chunks else text

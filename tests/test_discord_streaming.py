@@ -167,3 +167,26 @@ async def test_streaming_off_posts_the_reply_once_complete_as_before(
 
     assert [m.content for m in dc.sent] == [ANSWER]
     assert dc.edits == []
+
+
+async def test_a_reply_dropped_as_answered_elsewhere_deletes_its_preview_message(
+    dc: DiscordStandIn, api: AnthropicStandIn, discord_config: Callable[..., Config]
+) -> None:
+    """Another instance answers the request while this one streams its reply into a preview
+    message: the reply is dropped and the preview message deleted (DELETE on Discord's REST API),
+    so the channel shows one answer."""
+    config = discord_config()
+    api.script(slowly(ANSWER, 4.0, parts=30))
+    async with discord_daemon(config) as daemon:
+        dc.message_create(GENERAL, ALICE, f"{MENTION} why are there tides?", mentions=[BOT_ID])
+        (preview,) = await dc.wait_for(lambda: dc.sent, timeout=10)
+        async with Store.open(config.database_path()) as other:
+            (waiting,) = await other.awaiting_requests(KEY)
+            await other.append_reply(KEY, "The moon (from the other instance).",
+                                     request_id=waiting.message.id)
+        await dc.wait_for(lambda: api.count == 1 and not router_of(daemon).sessions(), timeout=10)
+        await router_of(daemon).idle()
+
+    assert dc.sent == [preview]
+    assert dc.deleted == [(GENERAL, preview.id)]
+    assert [r.status for r in dc.requests if r.method == "DELETE"] == [204]

@@ -336,3 +336,40 @@ async def test_a_draft_answered_429_is_waited_out_and_the_reply_lands_once(
     assert tg.calls_of("sendMessageDraft")[0].failed
     assert len(tg.drafts) >= 2
     assert [(m.chat_id, m.visible_text) for m in tg.sent] == [(42, ANSWER)]
+
+
+async def _answered_elsewhere(config: Config, *, adopt: str | None) -> None:
+    """Another instance answers the group's waiting request (it took the chat over while this one
+    stalled), its reply taking over the preview message `adopt` when given."""
+    chat = ChatRef("telegram", "-100123")
+    async with Store.open(config.database_path()) as other:
+        (waiting,) = await other.awaiting_requests(GROUP_KEY)
+        await other.append_reply(GROUP_KEY, "Because of the moon (from the other instance).",
+                                 request_id=waiting.message.id, deliver=OutboundMessage(
+                                     chat, "Because of the moon (from the other instance).",
+                                     preview_id=adopt))
+
+
+@pytest.mark.parametrize("adopted", [False, True], ids=["its own preview", "preview taken over"])
+async def test_a_reply_dropped_as_answered_elsewhere_takes_its_preview_back(
+    tg: TelegramStandIn, api: AnthropicStandIn, telegram_config: Callable[..., Config], adopted: bool,
+) -> None:
+    """While this instance streams its reply into a preview message, another instance answers the
+    request: the reply is dropped, and its preview message is deleted, so the group shows one
+    answer, not a second, half one; unless the other instance's reply took that message over
+    (it picked up the preview this one recorded), which then stays."""
+    config = telegram_config()
+    api.script(slowly(ANSWER, 4.0, parts=40))
+    async with telegram_daemon(config) as daemon:
+        tg.push_message(GROUP, ADA, f"@{BOT} why are there tides?",
+                        entities=mention_entities(f"@{BOT} why are there tides?", BOT))
+        (preview,) = await tg.wait_for(lambda: tg.sent, timeout=10)
+        await _answered_elsewhere(config, adopt=str(preview.message_id) if adopted else None)
+        await tg.wait_for(lambda: api.count == 1 and not router_of(daemon).sessions(), timeout=10)
+        await router_of(daemon).idle()
+
+    assert tg.sent == [preview]  # nothing more sent by this instance
+    assert tg.deleted == ([] if adopted else [(-100123, preview.message_id)])
+    async with Store.open(config.database_path()) as store:
+        replies = [m.text for m in await store.history(GROUP_KEY, 10) if m.role == "assistant"]
+    assert replies == ["Because of the moon (from the other instance)."]

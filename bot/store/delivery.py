@@ -81,6 +81,18 @@ class Delivery(Database):
         )
         return next((str(row[0]) for row in rows if row[0] is not None), None)
 
+    async def preview_taken(self, chat: ChatRef, provider_message_id: str) -> bool:
+        """Whether a stored reply in the chat is (or is about to be) that preview message: sent as
+        it, or waiting in the outbox to be edited into it (another instance that answered the
+        request picked up the preview this one posted)."""
+        rows = await self._conn.execute_fetchall(
+            "SELECT EXISTS (SELECT 1 FROM provider_messages WHERE provider = ?1 AND chat_id = ?2 "
+            "AND provider_message_id = ?3) OR EXISTS (SELECT 1 FROM outbox WHERE provider = ?1 "
+            "AND chat_id = ?2 AND preview_id = ?3)",
+            (chat.provider, chat.chat_id, provider_message_id),
+        )
+        return bool(next(iter(rows))[0])
+
     # -- replies on their way: the outbox -------------------------------------------------------
 
     async def mark_delivered(

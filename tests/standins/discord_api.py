@@ -229,6 +229,7 @@ class DiscordStandIn:
         self.sent: list[SentMessage] = []
         self.typing_calls: list[TypingCall] = []
         self.edits: list[EditedMessage] = []
+        self.deleted: list[tuple[int, int]] = []  # (channel id, message id) the bot deleted
         self._edit_times: collections.defaultdict[int, collections.deque[float]] = (
             collections.defaultdict(collections.deque))
         self.requests: list[RecordedRequest] = []
@@ -274,6 +275,7 @@ class DiscordStandIn:
             ("POST", r"/channels/{channel_id:\d+}/messages", self._post_message),
             ("GET", r"/guilds/{guild_id:\d+}/members/{user_id:\d+}", self._get_member),
             ("PATCH", r"/channels/{channel_id:\d+}/messages/{message_id:\d+}", self._edit_message),
+            ("DELETE", r"/channels/{channel_id:\d+}/messages/{message_id:\d+}", self._delete_message),
             ("POST", r"/channels/{channel_id:\d+}/typing", self._typing),
         ]
         for prefix in (r"/applications/{app_id:\d+}", r"/applications/{app_id:\d+}/guilds/{guild_id:\d+}"):
@@ -909,6 +911,17 @@ class DiscordStandIn:
         self.edits.append(EditedMessage(int(found["id"]), int(found["channel_id"]), found.get("content"),
                                         time.monotonic()))
         return _json(self._rest_view(found))
+
+    async def _delete_message(self, request: web.Request) -> web.Response:
+        """DELETE a message: the bot's own (others' need Manage Messages, which it is not given)."""
+        found = self._messages.get(int(request.match_info["message_id"]))
+        if found is None or found["channel_id"] != request.match_info["channel_id"]:
+            return _error(404, 10008, "Unknown Message")
+        if found["author"]["id"] != self.bot_user["id"]:
+            return _error(403, 50003, "Cannot execute action on this channel")
+        del self._messages[int(found["id"])]
+        self.deleted.append((int(found["channel_id"]), int(found["id"])))
+        return web.Response(status=204)
 
     async def _typing(self, request: web.Request) -> web.Response:
         channel_id = int(request.match_info["channel_id"])

@@ -325,6 +325,7 @@ class TelegramStandIn:
         self.calls: list[Call] = []
         self.sent: list[SentMessage] = []
         self.edits: list[SentMessage] = []
+        self.deleted: list[tuple[int, int]] = []  # (chat id, message id) the bot deleted
         self.drafts: list[Draft] = []
         # Chats where drafts are refused (an error description per chat), see `refuse_drafts`.
         self.draft_refusals: dict[int, str] = {}
@@ -352,6 +353,7 @@ class TelegramStandIn:
         self._methods: dict[str, _Handler] = {
             "getme": self._get_me, "deletewebhook": self._delete_webhook, "getupdates": self._get_updates,
             "sendmessage": self._send_message, "editmessagetext": self._edit_message_text,
+            "deletemessage": self._delete_message,
             "sendmessagedraft": self._send_message_draft,
             "sendchataction": self._send_chat_action, "setmycommands": self._set_my_commands,
             "getmycommands": self._get_my_commands, "close": self._true, "logout": self._true,
@@ -747,6 +749,19 @@ class TelegramStandIn:
         self._messages[(chat["id"], msg["message_id"])] = msg
         self.edits.append(self._record(msg, p, None))
         return msg
+
+    async def _delete_message(self, p: JSON) -> bool:
+        """deleteMessage: a bot deletes its own messages in any chat (others' only as an admin,
+        which this bot never is); a second delete finds nothing."""
+        chat = self._chat(p, sending=False)
+        old = self._messages.get((chat["id"], int(p.get("message_id") or 0)))
+        if old is None:
+            raise _ApiError(400, "Bad Request: message to delete not found")
+        if old["from"]["id"] != self.bot_user["id"]:
+            raise _ApiError(400, "Bad Request: message can't be deleted")
+        del self._messages[(chat["id"], old["message_id"])]
+        self.deleted.append((chat["id"], old["message_id"]))
+        return True
 
     async def _send_message_draft(self, p: JSON) -> bool:
         """Bot API 10.0: a private chat's draft; empty text shows "Thinking…"; nothing is stored."""
