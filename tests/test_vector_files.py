@@ -150,6 +150,18 @@ async def test_a_folder_that_cannot_be_written_only_means_reading_the_table(
     assert folder.read_text() == "in the way"
 
 
+async def test_a_session_left_without_vectors_keeps_no_file(store: Store) -> None:
+    """When every vector of a session is gone (its messages pruned), its file goes at its next
+    search: nothing of what was said stays beside the database."""
+    ids = await stored_with_vectors(store, 4)
+    await search(store)
+    assert the_file(store).exists()
+    for message_id in ids:
+        await store._conn.execute("DELETE FROM embeddings WHERE message_id = ?", (message_id,))
+    assert await search(store) == []
+    assert not the_file(store).exists()
+
+
 async def test_clearing_the_vectors_deletes_their_files(store: Store) -> None:
     """`db embed --rebuild` clears the vectors: their files go with them."""
     await stored_with_vectors(store, 5)

@@ -272,8 +272,9 @@ class Embeddings(Database):
         (partly) the table; `read`: every vector of the session as `_vectors` read it just after
         `signature`, used when it holds exactly the counted vectors; `search`: a search follows
         (the float rows a read makes for the norms are kept for it)."""
-        if signature[0] == 0:
+        if signature[0] == 0:  # none (yet, or none left after a prune): nor is a file kept
             self._forget(session_key, model)
+            self.vector_files().remove(session_key, model)
             return None
         if self._matrices is None:
             self._matrices = OrderedDict()

@@ -16,6 +16,7 @@ A file is a header (magic, vector size) and then one record per vector in id ord
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import shutil
@@ -112,6 +113,11 @@ class VectorFiles:
             self._warn("append to", exc)
             return False
         return True
+
+    def remove(self, session_key: str, model: str) -> None:
+        """Delete the session's file, if there is one (the session has no vectors left)."""
+        with contextlib.suppress(OSError):
+            self.path(session_key, model).unlink()
 
     def clear(self, model: str | None = None) -> None:
         """Delete every file (or those of one model)."""
