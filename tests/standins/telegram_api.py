@@ -730,13 +730,20 @@ class TelegramStandIn:
         self.sent.append(self._record(msg, p, reply_to))
         return msg
 
-    async def _edit_message_text(self, p: JSON) -> JSON:
+    def _own_message(self, p: JSON, doing: str, done: str) -> tuple[JSON, JSON]:
+        """The chat and the bot's own message `p` names, as editMessageText and deleteMessage
+        find it (`doing`, `done`: "edit", "edited" or "delete", "deleted", as Telegram words its
+        refusals)."""
         chat = self._chat(p, sending=False)
         old = self._messages.get((chat["id"], int(p.get("message_id") or 0)))
         if old is None:
-            raise _ApiError(400, "Bad Request: message to edit not found")
+            raise _ApiError(400, f"Bad Request: message to {doing} not found")
         if old["from"]["id"] != self.bot_user["id"]:
-            raise _ApiError(400, "Bad Request: message can't be edited")
+            raise _ApiError(400, f"Bad Request: message can't be {done}")
+        return chat, old
+
+    async def _edit_message_text(self, p: JSON) -> JSON:
+        chat, old = self._own_message(p, "edit", "edited")
         visible, entities = self._render(p)
         if (visible, entities) == (old.get("text"), old.get("entities", [])):
             raise _ApiError(400, "Bad Request: message is not modified: specified new message content and "
@@ -753,12 +760,7 @@ class TelegramStandIn:
     async def _delete_message(self, p: JSON) -> bool:
         """deleteMessage: a bot deletes its own messages in any chat (others' only as an admin,
         which this bot never is); a second delete finds nothing."""
-        chat = self._chat(p, sending=False)
-        old = self._messages.get((chat["id"], int(p.get("message_id") or 0)))
-        if old is None:
-            raise _ApiError(400, "Bad Request: message to delete not found")
-        if old["from"]["id"] != self.bot_user["id"]:
-            raise _ApiError(400, "Bad Request: message can't be deleted")
+        chat, old = self._own_message(p, "delete", "deleted")
         del self._messages[(chat["id"], old["message_id"])]
         self.deleted.append((chat["id"], old["message_id"]))
         return True
