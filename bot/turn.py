@@ -95,12 +95,14 @@ class TurnRunner:
                     text = FALLBACK_REPLY
                 else:
                     files = await self._read_files(media_hashes(context, request))
-                    loop = await self._tools.loop(inbound, request)
+                    # The asker's own timezone, read once for the tools and the prompt.
+                    zone = await self._tools.user_zone(inbound)
+                    loop = await self._tools.loop(inbound, request, zone)
                     call = ReplyRequest(
                         system_stable=self._prompt_files.stable_prompt(),
                         system_turn=turn_system_prompt(
                             self._config, key, time.time(), inbound.sender_name)
-                        + await self._tools.notes(inbound),
+                        + await self._tools.notes(inbound, zone),
                         messages=conversation_turns(context, request, group=not key.is_direct,
                                                     zone=ZoneInfo(self._config.agent.timezone),
                                                     files=files),

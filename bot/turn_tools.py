@@ -53,19 +53,22 @@ class TurnTools:
             log.warning("user timezone unusable", error=f"{type(exc).__name__}: {exc}")
             return None
 
-    async def context(self, inbound: InboundMessage, request: StoredMessage) -> ToolContext:
-        zone = await self.user_zone(inbound) or self._config.agent.timezone
+    def context(self, inbound: InboundMessage, request: StoredMessage, zone: str | None) -> ToolContext:
+        """What the tools know of this turn; `zone`: the asker's own (`user_zone`), else the agent's."""
+        zone = zone or self._config.agent.timezone
         return ToolContext(
             session_key=inbound.session_key, chat=inbound.chat, user_id=inbound.sender_id,
             request_id=request.id, is_admin=self.is_admin(inbound),
             shared=not inbound.session_key.is_direct, now=self._clock(), timezone=zone,
         )
 
-    async def loop(self, inbound: InboundMessage, request: StoredMessage) -> ToolLoop | None:
+    async def loop(
+        self, inbound: InboundMessage, request: StoredMessage, zone: str | None
+    ) -> ToolLoop | None:
         """The loop for this request, or None when no tool is offered (a plain reply)."""
         if self._toolbox is None:
             return None
-        context = await self.context(inbound, request)
+        context = self.context(inbound, request, zone)
         offered = self._toolbox.offered(context)
         if not offered:
             return None
@@ -73,11 +76,11 @@ class TurnTools:
         return ToolLoop(self._brain, self._store, offered, context,
                         max_rounds=settings.max_tool_rounds, tool_timeout=settings.tool_timeout)
 
-    async def notes(self, inbound: InboundMessage) -> str:
-        """For the per-turn system prompt: the asking user's own timezone when they set one, and
-        their notes in private chats only (a group would read them too)."""
+    async def notes(self, inbound: InboundMessage, zone: str | None) -> str:
+        """For the per-turn system prompt: the asking user's own timezone (`zone`, from
+        `user_zone`) when they set one, and their notes in private chats only (a group would read
+        them too)."""
         parts = []
-        zone = await self.user_zone(inbound)
         try:
             if zone:
                 local = datetime.fromtimestamp(self._clock(), ZoneInfo(zone)).strftime("%A %Y-%m-%d %H:%M")
