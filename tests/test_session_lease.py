@@ -128,6 +128,26 @@ async def test_a_reply_to_a_request_another_instance_answered_is_refused_and_not
     assert [d.outbound.text for d in await first.pending_deliveries()] == ["re: from b"]
 
 
+async def test_a_preview_is_taken_while_a_reply_is_to_be_edited_into_it_or_was_sent_as_it(
+    two_stores: tuple[Store, Store],
+) -> None:
+    """The instance whose reply was refused may delete its preview message only when the reply
+    that answered took no hold of it: waiting in the outbox to be edited into it, or sent as it,
+    it is taken; another message, or another chat's, is not."""
+    first, second = two_stores
+    chat, other_chat = ChatRef("telegram", "5"), ChatRef("telegram", "6")
+    request = await first.append_inbound(message("5", 1))
+    assert request is not None
+    assert not await first.preview_taken(chat, "77")
+    reply = await second.append_reply(request.session_key, "re: from b", request_id=request.id,
+                                      deliver=OutboundMessage(chat, "re: from b", preview_id="77"))
+    assert await first.preview_taken(chat, "77")
+    assert not await first.preview_taken(chat, "78") and not await first.preview_taken(other_chat, "77")
+    await second.mark_delivered(reply.id, chat, ["77"])
+    await second.finish_delivery(reply.id)
+    assert await first.preview_taken(chat, "77")
+
+
 class HeldChat:
     """Two instances, A holding a chat while its first turn waits for `release`."""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from bot.config import parse_config
 from bot.embedding import unavailable_reason
@@ -134,19 +135,20 @@ async def test_a_file_holding_other_vectors_than_the_table_counts_is_replaced(st
     assert len(ids_in_file(store)) == 11
 
 
-async def test_a_folder_that_cannot_be_written_only_means_reading_the_table(
-    store: Store, caplog: pytest.LogCaptureFixture
-) -> None:
+async def test_a_folder_that_cannot_be_written_only_means_reading_the_table(store: Store) -> None:
     """With the vectors' folder unusable (here a plain file stands where it should be), every
     search still finds what the table holds, and the daemon says why once."""
     folder = store.vector_files().directory
     folder.parent.mkdir(parents=True, exist_ok=True)
     folder.write_text("in the way")
     ids = await stored_with_vectors(store, 6)
-    assert {i for i, _ in await search(store)} == set(ids)
-    store.drop_cached_vectors()
-    more = await stored_with_vectors(store, 2, seed=9)
-    assert {i for i, _ in await search(store)} == set(ids + more)
+    with capture_logs() as logs:
+        assert {i for i, _ in await search(store)} == set(ids)
+        store.drop_cached_vectors()
+        more = await stored_with_vectors(store, 2, seed=9)
+        assert {i for i, _ in await search(store)} == set(ids + more)
+    warnings = [entry for entry in logs if entry["log_level"] == "warning"]
+    assert len(warnings) == 1 and str(folder) == warnings[0]["folder"]
     assert folder.read_text() == "in the way"
 
 

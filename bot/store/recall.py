@@ -176,7 +176,7 @@ class Recall(Database):
         them is left out); the POOL x `limit` messages with the largest summed weight are scored
         with BM25's length factor (`bot.lexical.score`), ties going to the newer message. Nothing
         outside the session's searched range moves a score, so a replayed turn finds what it
-        found. Each term's postings are walked once. (`lexical_matches` and `turns_for` give the
+        found. Each term's postings are walked once. (`lexical_matches` and `turns_at` give the
         same in two reads, for when the turns wanted are known only once another source answers.)
         """
         terms = search_terms(session_key, text)
@@ -202,7 +202,7 @@ class Recall(Database):
         self, session_key: str, text: str, *, before_id: int, limit: int
     ) -> tuple[list[tuple[int, float]], TurnStarts]:
         """The matches `lexical_turns` finds, and where the session's turns start (see TurnStarts),
-        in one read: the turns are read once it is known which are wanted (`turns_for`, `turns_at`)."""
+        in one read: the turns are read once it is known which are wanted (`turns_at`)."""
         terms = search_terms(session_key, text) if limit > 0 else []
         if terms:
             rows = await self._conn.execute_fetchall(
@@ -219,26 +219,6 @@ class Recall(Database):
                          key=lambda m: (-m[1], -m[0]))
         listed = next((row[1] for row in rows if row[0] is None), None)
         return matches, TurnStarts.of(listed, before_id)
-
-    async def turns_for(
-        self, session_key: str, asked: Sequence[int], starts: TurnStarts
-    ) -> dict[int, list[StoredMessage]]:
-        """`turns_of` for `asked` (ascending, below `starts.before_id`), one read of the turns
-        `starts` places (and a `turns_of` of those it cannot: older than a long session's newest
-        TURN_STARTS turns)."""
-        spans: dict[int, int] = {}
-        older: list[int] = []
-        for message_id in asked:
-            span = starts.span(message_id)
-            if span is not None:
-                spans[span[0]] = span[1]
-            elif not starts.knows(message_id):
-                older.append(message_id)
-        turns = await self.turns_of(session_key, older, before_id=starts.before_id) if older else {}
-        if spans:
-            rows = await self._turn_rows(session_key, list(spans.items()))
-            turns.update(_group(rows, [i for i in asked if starts.span(i) is not None], max_len=MAX_TURN))
-        return turns
 
     async def turns_at(
         self, session_key: str, spans: Sequence[tuple[int, int]]

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import secrets
 import shutil
 import struct
 from pathlib import Path
@@ -88,7 +89,7 @@ class VectorFiles:
         ids, dim, rows = vectors
         data = _HEADER.pack(_MAGIC, dim) + _records(ids, dim, rows)
         path = self.path(session_key, model)
-        aside = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        aside = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
             if len(data) > _ON_LOOP_BYTES:
                 await asyncio.to_thread(_replace, aside, path, data)
