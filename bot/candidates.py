@@ -52,7 +52,7 @@ class Candidate:
     def record(self, chosen: bool) -> dict[str, Any]:
         """The candidate as the snapshot stores it (scores rounded so replay compares exactly)."""
         return {
-            "id": self.id,
+            "id": self.messages[0].id,
             "ids": [message.id for message in self.messages],
             "rank": self.rank,
             "score": round(self.score, 6),
@@ -114,12 +114,13 @@ def fuse(
         weight = WEIGHTS[name]
         for turn, score in sources.get(name, ()):
             kept = turn
-            for message in turn:  # most turns keep every message: no copy
-                if message.id in excluded:
-                    kept = tuple(m for m in turn if m.id not in excluded)
-                    break
-            if not kept:
-                continue
+            if excluded:
+                for message in turn:  # most turns keep every message: no copy
+                    if message.id in excluded:
+                        kept = tuple(m for m in turn if m.id not in excluded)
+                        break
+                if not kept:
+                    continue
             rank += 1
             key = turn[0].id
             known = found.get(key)
@@ -131,22 +132,20 @@ def fuse(
             union = unions.get(key)
             if union is None:
                 union = unions[key] = {message.id: message for message in known}
-            union.update((message.id, message) for message in kept)
+            for message in kept:
+                union[message.id] = message
             by_source = hits[key]
             if name not in by_source:
                 by_source[name] = Hit(rank, score)
                 fused[key] += weight / (RRF_K + rank)
     order = sorted(fused.items(), key=_fused_order)[:limit]
-    return [
-        Candidate(
-            messages=tuple(sorted(unions[key].values() if key in unions else found[key],
-                                  key=_message_id)),
-            hits=hits[key],
-            score=score,
-            rank=position,
-        )
-        for position, (key, score) in enumerate(order, start=1)
-    ]
+    pool = []
+    for position, (key, score) in enumerate(order, start=1):
+        union = unions.get(key)
+        # A turn comes oldest first; only a union of two sources' cuts needs ordering.
+        messages = found[key] if union is None else tuple(sorted(union.values(), key=_message_id))
+        pool.append(Candidate(messages, hits[key], score, position))
+    return pool
 
 
 def _fused_order(item: tuple[int, float]) -> tuple[float, int]:

@@ -234,7 +234,8 @@ class ContextBuilder:
         def rank(turns: Mapping[int, Sequence[StoredMessage]]) -> list[Candidate]:
             lookback = looked_back
             if lead is not None:
-                whole = next((turn for turn in turns.values() if any(m.id == lead for m in turn)), None)
+                whole = next((turn for turn in turns.values() if turn and turn[0].id <= lead <= turn[-1].id
+                              and any(m.id == lead for m in turn)), None)
                 if whole is not None:
                     lookback = [*looked_back[:-1], tuple(whole)]
             return fuse(

@@ -39,17 +39,8 @@ async def pool_of_recalled(
     reaching it may lose messages); `lead`: the window's leading reply, whose whole turn a match
     may hold.
     """
-    spans: dict[int, Span] = {}
-    older: list[int] = []  # ids older than the starts read (a very long session): read by id
-    for matches in found.values():
-        for message_id, _ in matches:
-            if message_id in spans:
-                continue
-            span = starts.span(message_id)
-            if span is not None:
-                spans[message_id] = span
-            elif not starts.knows(message_id):
-                older.append(message_id)
+    # `older`: ids older than the starts read (a very long session): read by id
+    spans, older = starts.spans(message_id for matches in found.values() for message_id, _ in matches)
     distinct = set(spans.values())
     if len(distinct) <= limit:  # every turn may make the cut
         wanted = distinct

@@ -57,6 +57,24 @@ async def test_a_match_s_turn_is_placed_by_the_starts_read_with_the_matches(stor
         made[7][0].id: expected[made[7][0].id]}
 
 
+async def test_a_malformed_row_leaves_only_itself_out_of_the_turns_read(store: Store) -> None:
+    """A row no write path stores (actions that are not a JSON list) is left out of its turn; the
+    turn's other messages and the other turns stay where they belong."""
+    channel = FakeChannel()
+    key = str(channel.key())
+    made = await conversation(store, channel, 6)
+    request = made[-1][0]
+    _, starts = await store.lexical_matches(key, "walrus", before_id=request.id, limit=5)
+    spans = [span for turn in made[1:4] if (span := starts.span(turn[0].id)) is not None]
+    whole = await store.turns_at(key, spans)
+    bad = made[2][1]
+    await store._conn.execute("UPDATE messages SET actions = '{\"a\": 1}' WHERE id = ?", (bad.id,))
+    read = await store.turns_at(key, spans)
+    assert read[made[2][0].id] == [m for m in whole[made[2][0].id] if m.id != bad.id]
+    assert read[made[1][0].id] == whole[made[1][0].id] == made[1]
+    assert read[made[3][0].id] == whole[made[3][0].id] == made[3]
+
+
 async def test_the_pool_is_the_one_every_turn_read_gives_and_only_its_turns_are_read(
     store: Store, store_backend: str,
 ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ BACKLOG_BATCH = 5_000  # older messages given their terms per transaction when t
 # Index pages one merge step may rewrite (about 1 MiB): a few milliseconds of holding the write lock.
 MERGE_PAGES = 256
 
+_M_COLUMNS = qualified_columns("m")  # the message columns of `messages m`
 _WEIGHT = "recall_weight"  # bot.lexical.term_weight, registered on the connection
 _FLOOR = "(SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0))"
 
@@ -138,11 +139,23 @@ class TurnStarts:
     def span(self, message_id: int) -> tuple[int, int] | None:
         """[start, stop) of the turn holding `message_id` (below `before_id`): its user message
         and the next one (or `before_id`); None when no start read is at or before it."""
-        index = bisect.bisect_right(self.ids, message_id) - 1
-        if index < 0:
-            return None
-        stop = self.ids[index + 1] if index + 1 < len(self.ids) else self.before_id
-        return self.ids[index], stop
+        return self.spans([message_id])[0].get(message_id)
+
+    def spans(self, message_ids: Iterable[int]) -> tuple[dict[int, tuple[int, int]], list[int]]:
+        """`span` of each id that has one, and the ids it cannot speak for (see `knows`), each
+        once: one pass for a build's ~60 matches."""
+        ids, last, bisect_right = self.ids, len(self.ids) - 1, bisect.bisect_right
+        spans: dict[int, tuple[int, int]] = {}
+        unknown: list[int] = []
+        for message_id in message_ids:
+            if message_id in spans:
+                continue
+            index = bisect_right(ids, message_id) - 1
+            if index >= 0:
+                spans[message_id] = (ids[index], ids[index + 1] if index < last else self.before_id)
+            elif not self.knows(message_id) and message_id not in unknown:
+                unknown.append(message_id)
+        return spans, unknown
 
     def knows(self, message_id: int) -> bool:
         """Whether `span` speaks for `message_id`: always when every start was read."""
@@ -190,7 +203,7 @@ class Recall(Database):
         rows = await self._conn.execute_fetchall(
             f"{_scored(len(terms))}, asked(id) AS ({asked}), {_TURNS} "
             f"SELECT 0, id, score, {blank} FROM scored UNION ALL "
-            f"SELECT 1, t.start, NULL, {qualified_columns('m')} {_TURN_ROWS} ORDER BY 1, 4",
+            f"SELECT 1, t.start, NULL, {_M_COLUMNS} {_TURN_ROWS} ORDER BY 1, 4",
             (*parameters, *extra),
         )
         matches = sorted(((int(r[1]), float(r[2])) for r in rows if r[0] == 0), key=lambda m: (-m[1], -m[0]))
@@ -228,13 +241,26 @@ class Recall(Database):
         if not spans:
             return {}
         rows = await self._turn_rows(session_key, spans)
-        return _group(rows, [start for start, _ in spans], max_len=MAX_TURN)
+        messages = rows_to_messages(row[1:] for row in rows)
+        if len(messages) == len(rows):  # each message by its row's start
+            pairs: Iterable[tuple[int, StoredMessage]] = zip([row[0] for row in rows], messages, strict=True)
+        else:  # a malformed row was left out
+            start_of = {row[1]: row[0] for row in rows}
+            pairs = ((start_of[message.id], message) for message in messages)
+        turns: dict[int, list[StoredMessage]] = {}
+        for start, message in pairs:
+            turn = turns.get(start)
+            if turn is None:
+                turns[start] = [message]
+            elif len(turn) < MAX_TURN:
+                turn.append(message)
+        return turns
 
     async def _turn_rows(self, session_key: str, spans: Sequence[tuple[int, int]]) -> list[Any]:
         """(start, message columns...) of every message in the turns, in id order."""
         values = ", ".join(f"(?{2 + 2 * index}, ?{3 + 2 * index})" for index in range(len(spans)))
         return list(await self._conn.execute_fetchall(
-            f"WITH t(start, stop) AS (VALUES {values}) SELECT t.start, {qualified_columns('m')} "
+            f"WITH t(start, stop) AS (VALUES {values}) SELECT t.start, {_M_COLUMNS} "
             "FROM t CROSS JOIN messages m ON m.session_key = ?1 AND m.origin = 'interactive' "
             "AND m.id >= t.start AND m.id < t.stop WHERE m.fallback = 0 ORDER BY m.id",
             (session_key, *(bound for span in spans for bound in span)),
@@ -274,7 +300,7 @@ class Recall(Database):
         values = ", ".join(f"(?{3 + index})" for index in range(len(asked)))
         rows = await self._conn.execute_fetchall(
             f"WITH asked(id) AS (VALUES {values}), {_TURNS} "
-            f"SELECT t.start, {qualified_columns('m')} {_TURN_ROWS} ORDER BY m.id",
+            f"SELECT t.start, {_M_COLUMNS} {_TURN_ROWS} ORDER BY m.id",
             (session_key, before_id, *asked),
         )
         return _group(list(rows), asked, max_len=max_len)

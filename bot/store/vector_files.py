@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import os
 import secrets
@@ -54,6 +55,15 @@ def _record(dim: int) -> Any:
     return np.dtype([("id", "<i8"), ("vector", "i1", (dim,))])
 
 
+@functools.lru_cache(maxsize=4096)
+def _file_path(directory: Path, session_key: str, model: str) -> Path:
+    """A session's file (named by hashes: any key is a safe name); memoised, as every search of a
+    session asks for it twice."""
+    model_part = hashlib.sha256(model.encode()).hexdigest()[:16]
+    session_part = hashlib.sha256(session_key.encode()).hexdigest()[:32]
+    return directory / model_part / session_part
+
+
 class VectorFiles:
     """The vector files of one database: read, written whole, appended to, cleared."""
 
@@ -62,9 +72,7 @@ class VectorFiles:
         self._warned = False
 
     def path(self, session_key: str, model: str) -> Path:
-        model_part = hashlib.sha256(model.encode()).hexdigest()[:16]
-        session_part = hashlib.sha256(session_key.encode()).hexdigest()[:32]
-        return self.directory / model_part / session_part
+        return _file_path(self.directory, session_key, model)
 
     def exists(self, session_key: str, model: str) -> bool:
         return self.path(session_key, model).is_file()
