@@ -98,7 +98,8 @@ def fuse(
     exclude: Iterable[int] = (),
     limit: int,
 ) -> list[Candidate]:
-    """The best `limit` turns of all sources by reciprocal rank fusion, best first.
+    """The best `limit` turns of all sources by reciprocal rank fusion, best first. Each source
+    gives its turns ranked, each turn's messages oldest first (as every source reads them).
 
     Messages in `exclude` (those already in the context) are taken out of every turn; a turn left
     empty is dropped. Two sources may cut the same turn differently (the window's edge, a long
@@ -142,7 +143,7 @@ def fuse(
     pool = []
     for position, (key, score) in enumerate(order, start=1):
         union = unions.get(key)
-        # A turn comes oldest first; only a union of two sources' cuts needs ordering.
+        # A turn comes oldest first; only a union of two sources' cuts needs sorting.
         messages = found[key] if union is None else tuple(sorted(union.values(), key=_message_id))
         pool.append(Candidate(messages, hits[key], score, position))
     return pool
