@@ -131,3 +131,33 @@ async def test_the_pool_is_the_one_every_turn_read_gives_and_only_its_turns_are_
                 distinct = {starts.span(i) for i, _ in lexical + semantic}
                 assert reads[0].count("), (") + 1 < len(distinct)
             statements.clear()
+
+
+async def test_matches_older_than_the_starts_read_are_placed_by_their_own_read(store: Store) -> None:
+    """In a session longer than the starts one read gives (only the newest are read), a match
+    older than every start read gets its turn by id, once even when both sources found it, and
+    the pool is still the one every matched turn gives."""
+    channel = FakeChannel()
+    key = str(channel.key())
+    made = await conversation(store, channel, 40)
+    request = made[-1][0]
+    _, every_start = await store.lexical_matches(key, "walrus", before_id=request.id, limit=5)
+    starts = TurnStarts(every_start.ids[-10:], False, request.id)  # as a cut-short read gives them
+    old, new = made[:25], made[-11:-1]
+    lexical = [(old[3][1].id, 0.9), (new[2][0].id, 0.8), (old[7][0].id, 0.7)]
+    semantic = [(old[3][1].id, 0.5), (new[5][-1].id, 0.4), (old[12][0].id, 0.3)]
+
+    spans, unknown = starts.spans(message_id for message_id, _ in lexical + semantic)
+    assert unknown == [old[3][1].id, old[7][0].id, old[12][0].id]
+    assert set(spans) == {new[2][0].id, new[5][-1].id}
+
+    def rank(turns: Mapping[int, Sequence[StoredMessage]]) -> list[Candidate]:
+        return fuse({"lexical": matched_turns(lexical, turns), "semantic": matched_turns(semantic, turns)},
+                    limit=40)
+
+    expected = rank(await store.turns_of(key, [i for i, _ in lexical + semantic], before_id=request.id))
+    pool = await pool_of_recalled(store, key, {"lexical": lexical, "semantic": semantic}, starts, rank,
+                                  limit=40, edge=None, lead=None, lookback=[])
+    assert [(c.messages, c.hits, c.score, c.rank) for c in pool] == [
+        (c.messages, c.hits, c.score, c.rank) for c in expected]
+    assert {c.id for c in pool} == {old[3][0].id, old[7][0].id, old[12][0].id, new[2][0].id, new[5][0].id}
