@@ -21,6 +21,7 @@ import structlog
 
 from bot.channel import Channel, Previewing, PreviewPosted, ReplyPreview
 from bot.messages import ChatRef
+from bot.session_lease import lease_lapsed
 from bot.store import Store
 
 log = structlog.get_logger("switchboard.preview")
@@ -160,6 +161,8 @@ class PreviewStream:
             await self._pause(last_update + self._surface.interval - loop.time())
             text = self._latest  # whatever arrived meanwhile goes out in this one update
             if self._closing.is_set() or not text.strip() or text == self._last_shown:
+                continue
+            if lease_lapsed():  # the chat may be another instance's now: the turn looks at the end
                 continue
             try:
                 posted = await self._surface.show(text)

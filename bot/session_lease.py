@@ -20,6 +20,8 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from contextvars import ContextVar
+from dataclasses import dataclass
 
 import structlog
 
@@ -35,6 +37,30 @@ LEASE_TTL = 15.0
 # the holder answers it.
 POLL_FIRST = 0.02
 POLL_CAP = 2.0
+# The share of a lease's ttl this instance counts on: the store measures expiry on the clock of the
+# instance taking the lease over, which may run a little ahead of this one's.
+TRUSTED_SHARE = 0.9
+
+
+@dataclass(slots=True)
+class _Held:
+    """A lease the work running in this task holds: no other instance takes it before `until`
+    (this process's monotonic clock) unless it was `lost`."""
+
+    until: float
+    lost: bool = False
+
+
+_HELD: ContextVar[_Held | None] = ContextVar("session_lease", default=None)
+
+
+def lease_lapsed() -> bool:
+    """Whether the session work running here outlived its lease: this instance stalled, or could
+    not renew it, past its ttl, so another may have taken the chat over and answered. Such work
+    looks before acting in the chat (a preview's edits would overwrite the other's reply). False
+    for work under no lease (a daemon with a store of its own)."""
+    held = _HELD.get()
+    return held is not None and (held.lost or time.monotonic() >= held.until)
 
 
 def instance_name() -> str:
@@ -57,16 +83,22 @@ class SessionLeases:
         """Take the session's lease (True) and keep it renewed until the block ends; while another
         instance holds it, wait, or with `wait=False` run the block at once without it (False)."""
         delay = POLL_FIRST
-        while not await self._store.take_lease(session_key, self.owner, self.ttl):
+        while True:
+            asked = time.monotonic()  # the store counts the ttl from a moment after this
+            if await self._store.take_lease(session_key, self.owner, self.ttl):
+                break
             if not wait:
                 yield False
                 return
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, POLL_CAP)
-        renewing = asyncio.create_task(self._renew(session_key), name=f"lease {session_key}")
+        held = _Held(asked + self.ttl * TRUSTED_SHARE)
+        token = _HELD.set(held)
+        renewing = asyncio.create_task(self._renew(session_key, held), name=f"lease {session_key}")
         try:
             yield True
         finally:
+            _HELD.reset(token)
             renewing.cancel()
             with suppress(asyncio.CancelledError):
                 await renewing
@@ -75,14 +107,25 @@ class SessionLeases:
             except Exception as exc:  # it expires on its own
                 log.warning("lease not dropped", session_key=session_key, error=_described(exc))
 
-    async def _renew(self, session_key: str) -> None:
+    async def _renew(self, session_key: str, held: _Held) -> None:
+        """Renew the lease every third of its ttl. Once it lapsed (a renewal too late, or refused),
+        it stays lost for the work under it, even should a renewal find it free again: another
+        instance may have answered in between."""
         while True:
             await asyncio.sleep(self.ttl / 3)
+            asked = time.monotonic()
+            lapsed = held.lost or asked >= held.until
             try:
-                if not await self._store.take_lease(session_key, self.owner, self.ttl):
-                    log.error("session lease lost while its work ran", session_key=session_key)
+                taken = await self._store.take_lease(session_key, self.owner, self.ttl)
             except Exception as exc:  # a store hiccup: the next renewal tries again
                 log.warning("lease not renewed", session_key=session_key, error=_described(exc))
+                continue
+            if taken and not lapsed:
+                held.until = asked + self.ttl * TRUSTED_SHARE
+            elif not held.lost:
+                held.lost = True
+                log.error("session lease lost while its work ran", session_key=session_key,
+                          taken_over=not taken)
 
     async def beat_once(self) -> None:
         """Tell the store this instance is alive now."""

@@ -28,6 +28,7 @@ from bot.outbox import Outbox
 from bot.preview import open_preview, typing_until
 from bot.prompt import PromptFiles, conversation_turns, media_hashes, turn_system_prompt
 from bot.semantic_recall import SemanticRecall
+from bot.session_lease import lease_lapsed
 from bot.store import Store, delivery_key
 from bot.tool_loop import ToolLoop
 from bot.tools.toolbox import ToolBox
@@ -150,7 +151,7 @@ class TurnRunner:
         full_text = f"{text}\n\n{NOTICE}" if notice else text
         # A preview message becomes the reply's first chunk; a half answer in it (the model failed
         # mid-stream) is replaced by whatever is sent instead.
-        preview_id = await preview.finish(full_text) if preview is not None else None
+        preview_id = await self._finish_preview(preview, full_text, request) if preview is not None else None
         outbound = OutboundMessage(inbound.chat, full_text, reply_to, preview_id=preview_id)
         send_started = time.perf_counter()
         # A reply the model did not write (the apology, a missing-key notice) is delivered and
@@ -349,6 +350,21 @@ class TurnRunner:
         except Exception as exc:  # the reply matters more than its explanation
             log.error("context snapshot not stored", session_key=key, request_id=request.id,
                       error=f"{type(exc).__name__}: {exc}")
+
+    async def _finish_preview(self, preview: ReplyPreview, final: str, request: StoredMessage) -> str | None:
+        """The preview message the reply takes over, edited to its final text. Not when this turn
+        outlived its session's lease and another instance answered meanwhile: that instance's reply
+        may have taken the message over, so it is left as it is (this reply is then refused), and
+        only its id is given back, as the request recorded it."""
+        if lease_lapsed():
+            try:
+                if request.id not in await self._store.waiting_ids(request.session_key):
+                    preview.abandon()
+                    return await self._store.preview_of(request.id)
+            except Exception as exc:  # unknown: storing the reply tells
+                log.warning("request's state unreadable", request_id=request.id,
+                            error=f"{type(exc).__name__}: {exc}")
+        return await preview.finish(final)
 
     async def _withdraw(self, preview: ReplyPreview, chat: ChatRef, preview_id: str) -> None:
         try:

@@ -15,7 +15,7 @@ from bot.errors import AlreadyAnsweredError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage, StoredMessage
 from bot.router import Router, TurnHandler
 from bot.session_key import build
-from bot.session_lease import SessionLeases
+from bot.session_lease import SessionLeases, lease_lapsed
 from bot.store import Instance, Store
 
 
@@ -98,6 +98,28 @@ async def test_a_lease_left_by_a_killed_instance_is_taken_over_when_it_expires(
     await asyncio.wait_for(router.idle(), 5)
     assert [name for name, _, _ in answered] == ["a"]
     await router.close(1.0)
+
+
+async def test_work_that_stalled_past_its_lease_takes_it_for_lost_even_once_renewed(
+    two_stores: tuple[Store, Store],
+) -> None:
+    """A daemon that stalls mid-work (its loop blocked, its renewals with it) past the lease's ttl
+    cannot know whether another instance answered meanwhile: its work finds the lease lapsed, and
+    still does after a renewal found the lease free and took it again. Work under no lease (a
+    daemon with a store of its own) never lapses."""
+    store, other = two_stores
+    key = str(build("main", "telegram", "direct", "5"))
+    assert not lease_lapsed()
+    async with SessionLeases(store, "host:1:a", ttl=1.5).hold(key):
+        await asyncio.sleep(0.8)  # renewed meanwhile (every 0.5 s)
+        assert not lease_lapsed()
+        time.sleep(1.6)  # noqa: ASYNC251 -- the stall: this loop blocked
+        assert lease_lapsed()
+        await asyncio.sleep(0.3)  # the renewal due during the stall runs: the lease had expired, so
+        assert not await other.take_lease(key, "host:2:b", 5.0)  # it took it again
+        assert lease_lapsed()
+    assert not lease_lapsed()
+    assert await other.take_lease(key, "host:2:b", 5.0)  # let go at the end
 
 
 async def test_instances_are_listed_by_their_heartbeats(two_stores: tuple[Store, Store]) -> None:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +19,7 @@ from bot.config import Config
 from bot.daemon import Daemon
 from bot.messages import ChatRef, OutboundMessage
 from bot.store import Store
+from bot.store.postgres import PostgresStore
 from bot.turn import FALLBACK_REPLY
 from channels.telegram_preview import edit_into
 from tests.harness import config_data, router_of
@@ -373,3 +377,64 @@ async def test_a_reply_dropped_as_answered_elsewhere_takes_its_preview_back(
     async with Store.open(config.database_path()) as store:
         replies = [m.text for m in await store.history(GROUP_KEY, 10) if m.role == "assistant"]
     assert replies == ["Because of the moon (from the other instance)."]
+
+
+OTHER_REPLY = "Because of the moon (from the other instance)."
+
+
+def _takes_over(url: str, state: Path, preview_id: str, done: list[str]) -> None:
+    """Another instance on the shared database, in a thread of its own: once the stalled one's lease
+    on the group has expired it takes the chat over and answers the waiting request, its reply
+    taking over the preview message (it found it recorded for the request), then lets go."""
+
+    async def run() -> None:
+        chat = ChatRef("telegram", "-100123")
+        async with PostgresStore.connect(url, state_path=state, label="other") as other:
+            deadline = time.monotonic() + 10
+            while not await other.take_lease(GROUP_KEY, "other:2:b", 5.0):
+                assert time.monotonic() < deadline, "the stalled instance's lease never expired"
+                await asyncio.sleep(0.05)
+            (waiting,) = await other.awaiting_requests(GROUP_KEY)
+            await other.append_reply(GROUP_KEY, OTHER_REPLY, request_id=waiting.message.id,
+                                     deliver=OutboundMessage(chat, OTHER_REPLY, preview_id=preview_id))
+            await other.drop_lease(GROUP_KEY, "other:2:b")
+        done.append("answered")
+
+    asyncio.run(run())
+
+
+async def test_a_turn_that_stalled_past_its_lease_leaves_the_preview_the_chat_s_new_holder_took(
+    tg: TelegramStandIn, api: AnthropicStandIn, make_config: MakeConfig, pg_url: str,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """Two instances on PostgreSQL. One streams its reply into a group's preview message and stalls
+    (its whole loop blocked: its lease renewals too) past the lease's ttl; meanwhile the other takes
+    the chat over and answers, its reply taking that preview message. Awake again, the first writes
+    none of its own text into the message (no edit, no final edit over the other's reply) and its
+    reply is dropped: the group sees one answer, the one stored."""
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", tg.token)
+    section = {"enabled": True, "base_url": tg.base_url, "allow_from": [42], "groups": [-100123]}
+    config = make_config(config_data(api, channels={"telegram": section}, anthropic={"timeout": 20.0},
+                                     database={"url": pg_url, "lease_ttl": 1.0}))
+    api.script(slowly(ANSWER, 4.0, parts=40))
+    done: list[str] = []
+    async with telegram_daemon(config) as daemon:
+        tg.push_message(GROUP, ADA, f"@{BOT} why are there tides?",
+                        entities=mention_entities(f"@{BOT} why are there tides?", BOT))
+        (preview,) = await tg.wait_for(lambda: tg.sent, timeout=10)
+        other = threading.Thread(target=_takes_over,
+                                 args=(pg_url, tmp_path / "other.db", str(preview.message_id), done))
+        other.start()
+        time.sleep(3.0)  # noqa: ASYNC251 -- the stall (the next edit was due 3.5 s after the preview)
+        other.join(10)
+        assert done == ["answered"]
+        await tg.wait_for(lambda: api.count == 1 and not router_of(daemon).sessions(), timeout=10)
+        await router_of(daemon).idle()
+
+    mine = [e.visible_text for e in tg.edits if e.message_id == preview.message_id
+            and e.visible_text != OTHER_REPLY]
+    assert mine == []  # nothing of this instance's reply written over the other's
+    assert tg.sent == [preview] and tg.deleted == []
+    async with PostgresStore.connect(pg_url, state_path=tmp_path / "view.db", label="view") as store:
+        replies = [m.text for m in await store.history(GROUP_KEY, 10) if m.role == "assistant"]
+    assert replies == [OTHER_REPLY]
