@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from bot.brain import Brain
 from bot.budget import Budget, context_window, cost, fit_budget, message_cost
-from bot.candidates import SOURCES, Candidate, chronological, fuse, lookback_turns, matched_turns
+from bot.candidates import SOURCES, Candidate, Source, chronological, fuse, lookback_turns, matched_turns
 from bot.config import Config, ConversationConfig, resolve_history_limit
 from bot.config.provider_check import main_model
 from bot.context import (
@@ -26,7 +26,7 @@ from bot.context import (
     tag,
 )
 from bot.messages import ChatRef, StoredMessage
-from bot.recalled_turns import pool_of_recalled
+from bot.recalled_turns import Plan, plan_reads, pool_of_recalled
 from bot.semantic_recall import SemanticRecall
 from bot.session_key import SessionKey
 from bot.store import CompactionRecord, Store
@@ -70,16 +70,31 @@ class LiveTriage:
         )
 
 
+class LatePlan:
+    """Which recalled turns to read, decided on SQLite's thread as soon as the words' search
+    answers, by `plan` once the builder has set it (it needs the window and the semantic matches,
+    known by then in nearly every build); None until then (the builder plans after the search)."""
+
+    plan: Callable[[list[tuple[int, float]], TurnStarts], Plan] | None = None
+
+    def __call__(self, lexical: list[tuple[int, float]], starts: TurnStarts) -> Plan | None:
+        plan = self.plan  # set on the event loop: read once
+        return None if plan is None else plan(lexical, starts)
+
+
 @dataclass(frozen=True, slots=True)
 class Found:
     """What recall found beyond the window: ranked (message id, score) matches, and their turns
-    (lexical recall alone) or where the session's turns start (with semantic recall: the turns are
-    read once the pool's cut is known)."""
+    (lexical recall alone); with semantic recall, the words' search still under way (`words`:
+    matches, turn starts, and the turns `late` planned), whose turns are read once the pool's cut
+    is known."""
 
     lexical: list[tuple[int, float]]
     semantic: list[tuple[int, float]]
     turns: dict[int, list[StoredMessage]]
-    starts: TurnStarts | None = None
+    words: asyncio.Future[tuple[list[tuple[int, float]], TurnStarts, Plan | None,
+                                dict[int, list[StoredMessage]]]] | None = None
+    late: LatePlan | None = None
     session: str = ""
 
 
@@ -230,6 +245,8 @@ class ContextBuilder:
         lead = looked_back[-1][0].id if looked_back and looked_back[-1][0].role == "assistant" else None
         excluded = [message.id for message in exclude]
         limit = self._conv.triage_max_candidates
+        matches: dict[Source, list[tuple[int, float]]] = {
+            "lexical": found.lexical, "semantic": found.semantic}
 
         def rank(turns: Mapping[int, Sequence[StoredMessage]]) -> list[Candidate]:
             lookback = looked_back
@@ -240,19 +257,24 @@ class ContextBuilder:
                     lookback = [*looked_back[:-1], tuple(whole)]
             return fuse(
                 {"lookback": [(turn, 0.0) for turn in lookback],
-                 "lexical": matched_turns(found.lexical, turns),
-                 "semantic": matched_turns(found.semantic, turns)},
+                 "lexical": matched_turns(matches["lexical"], turns),
+                 "semantic": matched_turns(matches["semantic"], turns)},
                 exclude=excluded, limit=limit,
             )
 
-        if found.starts is None:
+        if found.words is None or found.late is None:
             return rank(found.turns)
         kept = set(excluded)
+        edge = min(excluded, default=None)
+        lookback = [turn[0].id for turn in looked_back if any(m.id not in kept for m in turn)]
+        semantic = found.semantic
+        found.late.plan = lambda lexical, starts: plan_reads(
+            {"lexical": lexical, "semantic": semantic}, starts, limit=limit, lookback=lookback,
+            edge=edge, lead=lead)
+        matches["lexical"], starts, plan, read = await found.words
         return await pool_of_recalled(
-            self._store, found.session, {"lexical": found.lexical, "semantic": found.semantic},
-            found.starts, rank, limit=limit, edge=min(excluded, default=None), lead=lead,
-            lookback=[turn[0].id for turn in looked_back if any(m.id not in kept for m in turn)],
-        )
+            self._store, found.session, matches, starts, rank, limit=limit, lookback=lookback, edge=edge,
+            lead=lead, ahead=(plan, read) if plan is not None else None)
 
     async def _select(
         self, messages: list[StoredMessage], request: StoredMessage, found: Found, *, room: int
@@ -326,9 +348,10 @@ class ContextBuilder:
             lexical, turns = await self._store.lexical_turns(
                 session, request.text, before_id=request.id, limit=max(conv.recall_count, 0))
             return Found(lexical, [], turns)
-        semantic, (lexical, starts) = await asyncio.gather(
-            self._semantic.matches(session, request, limit=conv.semantic_count),
-            self._store.lexical_matches(
-                session, request.text, before_id=request.id, limit=max(conv.recall_count, 0)),
-        )
-        return Found(lexical, semantic, {}, starts, session)
+        late = LatePlan()
+        words = asyncio.ensure_future(self._store.lexical_then_turns(
+            session, request.text, before_id=request.id, limit=max(conv.recall_count, 0), plan=late))
+        # Awaited by the pool; should the build fail before, its error is the build's already.
+        words.add_done_callback(lambda done: done.cancelled() or done.exception())
+        semantic = await self._semantic.matches(session, request, limit=conv.semantic_count)
+        return Found([], semantic, {}, words, late, session)

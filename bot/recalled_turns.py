@@ -8,12 +8,15 @@ whose messages decide something: a turn reaching into the context's own messages
 it empty) and the one holding the window's leading replies. A stand-in counts in its source's
 ranking as its turn would (a turn older than the context's messages keeps its user message), so the
 pool is the one reading every turn gives; should a stand-in make the cut once the rest is read, it
-is read too and the pool ranked again.
+is read too and the pool ranked again. On SQLite the first read is planned on the store's thread as
+soon as the words' search answers, and read there too (`plan_reads`, `Recall.lexical_then_turns`):
+the event loop is not woken in between.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bot.candidates import RRF_K, WEIGHTS, Candidate, Source
@@ -27,19 +30,22 @@ Span = tuple[int, int]  # [start, stop): a turn's user message and the next one
 Ranker = Callable[[Mapping[int, Sequence[StoredMessage]]], list[Candidate]]
 
 
-async def pool_of_recalled(
-    store: Store, session: str, found: Mapping[Source, Sequence[tuple[int, float]]],
-    starts: TurnStarts, rank: Ranker, *, limit: int, lookback: Sequence[int], edge: int | None,
-    lead: int | None,
-) -> list[Candidate]:
-    """`rank` (the pool from each matched id's turn) as it is with every matched turn read.
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The pool's first read: each matched id's turn span, the matched ids older than the starts
+    read (read by id), and the spans that can make the cut."""
 
-    `found`: each recall source's ranked matches; `lookback`: the keys of the window's turns that
-    keep a message, newest first; `edge`: the oldest message already in the context (a turn
-    reaching it may lose messages); `lead`: the window's leading reply, whose whole turn a match
-    may hold.
-    """
-    # `older`: ids older than the starts read (a very long session): read by id
+    spans: dict[int, Span]
+    older: list[int]
+    wanted: frozenset[Span]
+
+
+def plan_reads(
+    found: Mapping[Source, Sequence[tuple[int, float]]], starts: TurnStarts, *, limit: int,
+    lookback: Sequence[int], edge: int | None, lead: int | None,
+) -> Plan:
+    """Which recalled turns to read first (the arguments as `pool_of_recalled` takes them). Pure:
+    the store may run it on its own thread, as soon as the words' search answers."""
     spans, older = starts.spans(message_id for matches in found.values() for message_id, _ in matches)
     distinct = set(spans.values())
     if len(distinct) <= limit:  # every turn may make the cut
@@ -48,9 +54,29 @@ async def pool_of_recalled(
         wanted = {span for span in distinct if (edge is not None and span[1] > edge)
                   or (lead is not None and span[0] <= lead < span[1])}
         wanted.update(_cut(found, spans, lookback, limit, edge))
-    read: dict[int, list[StoredMessage]] = {}
-    by_id = await store.turns_of(session, older, before_id=starts.before_id) if older else {}
-    by_start = dict(distinct)
+    return Plan(spans, older, frozenset(wanted))
+
+
+async def pool_of_recalled(
+    store: Store, session: str, found: Mapping[Source, Sequence[tuple[int, float]]],
+    starts: TurnStarts, rank: Ranker, *, limit: int, lookback: Sequence[int], edge: int | None,
+    lead: int | None, ahead: tuple[Plan, Mapping[int, list[StoredMessage]]] | None = None,
+) -> list[Candidate]:
+    """`rank` (the pool from each matched id's turn) as it is with every matched turn read.
+
+    `found`: each recall source's ranked matches; `lookback`: the keys of the window's turns that
+    keep a message, newest first; `edge`: the oldest message already in the context (a turn
+    reaching it may lose messages); `lead`: the window's leading reply, whose whole turn a match
+    may hold; `ahead`: the plan and the turns of it read already (`Recall.lexical_then_turns`).
+    """
+    if ahead is None:
+        plan, read = plan_reads(found, starts, limit=limit, lookback=lookback, edge=edge, lead=lead), {}
+    else:
+        plan, read = ahead[0], dict(ahead[1])
+    spans = plan.spans
+    by_id = await store.turns_of(session, plan.older, before_id=starts.before_id) if plan.older else {}
+    by_start = dict(spans.values())
+    wanted = set(plan.wanted)
     while True:
         unread = sorted(span for span in wanted if span[0] not in read)
         if unread:

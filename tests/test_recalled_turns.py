@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from bot.candidates import Candidate, fuse, lookback_turns, matched_turns
 from bot.messages import StoredMessage
-from bot.recalled_turns import pool_of_recalled
+from bot.recalled_turns import Plan, plan_reads, pool_of_recalled
 from bot.store import Store
 from bot.store.recall import TurnStarts
 from tests.fakes import FakeChannel
@@ -55,6 +55,31 @@ async def test_a_match_s_turn_is_placed_by_the_starts_read_with_the_matches(stor
     assert not newest.knows(made[0][0].id) and newest.knows(made[-3][-1].id)
     assert await store.turns_at(key, [starts.span(made[7][0].id) or (0, 0)]) == {
         made[7][0].id: expected[made[7][0].id]}
+
+
+async def test_the_words_search_then_the_planned_turns_come_in_one_call(store: Store) -> None:
+    """lexical_then_turns gives the matches and starts lexical_matches gives, calls the plan with
+    them, and reads the turns the plan wants as turns_at reads them; a plan that cannot say yet
+    (None) leaves the turns to the caller."""
+    channel = FakeChannel()
+    key = str(channel.key())
+    made = await conversation(store, channel, 30)
+    request = made[-1][0]
+    matches, starts = await store.lexical_matches(key, "walrus", before_id=request.id, limit=8)
+    seen: list[tuple[list[tuple[int, float]], TurnStarts]] = []
+
+    def plan(found: list[tuple[int, float]], read: TurnStarts) -> Plan:
+        seen.append((found, read))
+        return plan_reads({"lexical": found}, read, limit=3, lookback=[], edge=None, lead=None)
+
+    found, read, planned, turns = await store.lexical_then_turns(
+        key, "walrus", before_id=request.id, limit=8, plan=plan)
+    assert (found, read) == (matches, starts) and seen == [(matches, starts)]
+    assert planned is not None and len(planned.wanted) == 3  # the best three of eight turns
+    assert turns == await store.turns_at(key, sorted(planned.wanted))
+    assert set(turns) == {start for start, _ in planned.wanted}
+    assert await store.lexical_then_turns(key, "walrus", before_id=request.id, limit=8,
+                                          plan=lambda found, read: None) == (matches, starts, None, {})
 
 
 async def test_a_malformed_row_leaves_only_itself_out_of_the_turns_read(store: Store) -> None:

@@ -9,16 +9,29 @@ import asyncio
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Self
+from typing import Any, Self, TypeVar
 
 import aiosqlite
 
 from bot.errors import StoreError
 from bot.media_files import KeptFiles, MediaFiles, files_dir
 from bot.store.migrations import MIGRATIONS
+
+T = TypeVar("T")
+
+
+async def in_connection_thread(conn: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+    """`work(sqlite3 connection)` on the connection's own thread, as one item of its queue: several
+    statements, and the Python deciding between them, without the event loop between them.
+
+    aiosqlite has no public call for it; this uses the two its own calls are built on (`_execute`:
+    queue a function on the thread; `_conn`: the sqlite3 connection there).
+    """
+    runner: Any = conn
+    return await runner._execute(lambda: work(runner._conn))  # type: ignore[no-any-return]
 
 
 class Database:

@@ -19,7 +19,16 @@ from bot.lexical import SearchTerm, search_terms
 from bot.messages import StoredMessage
 from bot.store.history_search import TERM_HITS, HistorySearch
 from bot.store.messages import MESSAGE_COLUMNS, qualified_columns
-from bot.store.recall import SEARCHED_CAP, TURN_STARTS, Recall, TurnStarts, _group, _scored_parameters
+from bot.store.recall import (
+    SEARCHED_CAP,
+    TURN_STARTS,
+    P,
+    Planner,
+    Recall,
+    TurnStarts,
+    _group,
+    _scored_parameters,
+)
 
 _FLOOR = "(SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0))"
 
@@ -140,6 +149,16 @@ class PgRecall(Recall, HistorySearch):
         matches = sorted(((int(r[0]), float(r[1])) for r in rows if r[0] is not None),
                          key=lambda m: (-m[1], -m[0]))
         return matches, TurnStarts.of(next((r[2] for r in rows if r[0] is None), None), before_id)
+
+    async def lexical_then_turns(
+        self, session_key: str, text: str, *, before_id: int, limit: int, plan: Planner[P],
+    ) -> tuple[list[tuple[int, float]], TurnStarts, P | None, dict[int, list[StoredMessage]]]:
+        """See `Recall.lexical_then_turns`: here the two reads are two round trips."""
+        matches, starts = await self.lexical_matches(session_key, text, before_id=before_id, limit=limit)
+        planned = plan(matches, starts)
+        spans = sorted(planned.wanted) if planned is not None else []
+        turns = await self.turns_at(session_key, spans)
+        return matches, starts, planned, {start: turns.get(start, []) for start, _ in spans}
 
     async def _turn_rows(self, session_key: str, spans: Sequence[tuple[int, int]]) -> list[Any]:
         return list(await self._conn.execute_fetchall(

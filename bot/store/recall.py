@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import bisect
 import json
+import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import aiosqlite
 import structlog
 
 from bot.lexical import LENGTH, SearchTerm, index_terms, search_terms, term_weight
 from bot.messages import Origin, StoredMessage
-from bot.store.connection import Database
+from bot.store.connection import Database, in_connection_thread
 from bot.store.messages import MESSAGE_COLUMNS, qualified_columns, rows_to_messages
 
 log = structlog.get_logger("switchboard.store")
@@ -162,6 +163,18 @@ class TurnStarts:
         return self.complete or (bool(self.ids) and message_id >= self.ids[0])
 
 
+class Planned(Protocol):
+    """What a planner gives `lexical_then_turns`: the turns [start, stop) to read."""
+
+    @property
+    def wanted(self) -> Collection[tuple[int, int]]: ...
+
+
+P = TypeVar("P", bound=Planned)
+# Which turns to read, from the words' matches and the session's turn starts (None: not yet known).
+Planner = Callable[[list[tuple[int, float]], TurnStarts], P | None]
+
+
 class Recall(Database):
     """Lexical recall over per-session postings (`recall_terms` / `recall_fts`), ranked by `bot.lexical`.
 
@@ -216,22 +229,29 @@ class Recall(Database):
     ) -> tuple[list[tuple[int, float]], TurnStarts]:
         """The matches `lexical_turns` finds, and where the session's turns start (see TurnStarts),
         in one read: the turns are read once it is known which are wanted (`turns_at`)."""
-        terms = search_terms(session_key, text) if limit > 0 else []
-        if terms:
-            rows = await self._conn.execute_fetchall(
-                f"{_scored(len(terms))}, {_STARTS} SELECT id, score FROM scored UNION ALL "
-                "SELECT NULL, ids FROM starts",
-                _scored_parameters(session_key, before_id, limit, terms),
-            )
-        else:
-            rows = await self._conn.execute_fetchall(
-                f"WITH f(floor) AS MATERIALIZED (SELECT {_FLOOR}), {_STARTS} SELECT NULL, ids FROM starts",
-                (session_key, before_id),
-            )
-        matches = sorted(((int(r[0]), float(r[1])) for r in rows if r[0] is not None),
-                         key=lambda m: (-m[1], -m[0]))
-        listed = next((row[1] for row in rows if row[0] is None), None)
-        return matches, TurnStarts.of(listed, before_id)
+        sql, parameters = _matches_statement(session_key, text, before_id=before_id, limit=limit)
+        return _matches_and_starts(await self._conn.execute_fetchall(sql, parameters), before_id)
+
+    async def lexical_then_turns(
+        self, session_key: str, text: str, *, before_id: int, limit: int, plan: Planner[P],
+    ) -> tuple[list[tuple[int, float]], TurnStarts, P | None, dict[int, list[StoredMessage]]]:
+        """`lexical_matches`, then `plan` and the turns it wants (`turns_at`), on SQLite's thread in
+        one hand-off from the event loop: the loop is not woken between the words' search and the
+        turns' read (each hand-off costs ~0.05 ms each way). `plan` is called there with the
+        matches and the starts; None (it cannot say yet) leaves the turns to the caller. Gives the
+        matches, the starts, the plan and its turns by start."""
+        sql, parameters = _matches_statement(session_key, text, before_id=before_id, limit=limit)
+
+        def search_then_read(conn: sqlite3.Connection) -> tuple[Any, ...]:
+            matches, starts = _matches_and_starts(conn.execute(sql, parameters).fetchall(), before_id)
+            planned = plan(matches, starts)
+            spans = sorted(planned.wanted) if planned is not None else []
+            rows = conn.execute(*_turn_rows_sql(session_key, spans)).fetchall() if spans else []
+            return matches, starts, planned, spans, rows
+
+        matches, starts, planned, spans, rows = await in_connection_thread(self._conn, search_then_read)
+        turns = _turns_from_rows(rows)
+        return matches, starts, planned, {start: turns.get(start, []) for start, _ in spans}
 
     async def turns_at(
         self, session_key: str, spans: Sequence[tuple[int, int]]
@@ -240,31 +260,11 @@ class Recall(Database):
         their messages as `turns_of` gives them."""
         if not spans:
             return {}
-        rows = await self._turn_rows(session_key, spans)
-        messages = rows_to_messages(row[1:] for row in rows)
-        if len(messages) == len(rows):  # each message by its row's start
-            pairs: Iterable[tuple[int, StoredMessage]] = zip([row[0] for row in rows], messages, strict=True)
-        else:  # a malformed row was left out
-            start_of = {row[1]: row[0] for row in rows}
-            pairs = ((start_of[message.id], message) for message in messages)
-        turns: dict[int, list[StoredMessage]] = {}
-        for start, message in pairs:
-            turn = turns.get(start)
-            if turn is None:
-                turns[start] = [message]
-            elif len(turn) < MAX_TURN:
-                turn.append(message)
-        return turns
+        return _turns_from_rows(await self._turn_rows(session_key, spans))
 
     async def _turn_rows(self, session_key: str, spans: Sequence[tuple[int, int]]) -> list[Any]:
         """(start, message columns...) of every message in the turns, in id order."""
-        values = ", ".join(f"(?{2 + 2 * index}, ?{3 + 2 * index})" for index in range(len(spans)))
-        return list(await self._conn.execute_fetchall(
-            f"WITH t(start, stop) AS (VALUES {values}) SELECT t.start, {_M_COLUMNS} "
-            "FROM t CROSS JOIN messages m ON m.session_key = ?1 AND m.origin = 'interactive' "
-            "AND m.id >= t.start AND m.id < t.stop WHERE m.fallback = 0 ORDER BY m.id",
-            (session_key, *(bound for span in spans for bound in span)),
-        ))
+        return list(await self._conn.execute_fetchall(*_turn_rows_sql(session_key, spans)))
 
     async def merge_recall_index(self) -> None:
         """One bounded step of merging the index's segments towards one.
@@ -339,6 +339,53 @@ class Recall(Database):
         await self._optimize_recall_index()
         log.info("recall index: older messages indexed", messages=written,
                  seconds=round(time.perf_counter() - started, 1))
+
+
+def _matches_statement(
+    session_key: str, text: str, *, before_id: int, limit: int
+) -> tuple[str, tuple[object, ...]]:
+    """The words' search with the session's turn starts (`lexical_matches`), or the starts alone."""
+    terms = search_terms(session_key, text) if limit > 0 else []
+    if not terms:
+        return (f"WITH f(floor) AS MATERIALIZED (SELECT {_FLOOR}), {_STARTS} SELECT NULL, ids FROM starts",
+                (session_key, before_id))
+    return (f"{_scored(len(terms))}, {_STARTS} SELECT id, score FROM scored UNION ALL "
+            "SELECT NULL, ids FROM starts", _scored_parameters(session_key, before_id, limit, terms))
+
+
+def _matches_and_starts(rows: Iterable[Any], before_id: int) -> tuple[list[tuple[int, float]], TurnStarts]:
+    rows = list(rows)
+    matches = sorted(((int(r[0]), float(r[1])) for r in rows if r[0] is not None),
+                     key=lambda m: (-m[1], -m[0]))
+    listed = next((row[1] for row in rows if row[0] is None), None)
+    return matches, TurnStarts.of(listed, before_id)
+
+
+def _turn_rows_sql(session_key: str, spans: Sequence[tuple[int, int]]) -> tuple[str, tuple[object, ...]]:
+    """(start, message columns...) of every message in the turns [start, stop), in id order."""
+    values = ", ".join(f"(?{2 + 2 * index}, ?{3 + 2 * index})" for index in range(len(spans)))
+    return (f"WITH t(start, stop) AS (VALUES {values}) SELECT t.start, {_M_COLUMNS} "
+            "FROM t CROSS JOIN messages m ON m.session_key = ?1 AND m.origin = 'interactive' "
+            "AND m.id >= t.start AND m.id < t.stop WHERE m.fallback = 0 ORDER BY m.id",
+            (session_key, *(bound for span in spans for bound in span)))
+
+
+def _turns_from_rows(rows: Sequence[Any]) -> dict[int, list[StoredMessage]]:
+    """(start, message columns...) rows in id order as each start's turn."""
+    messages = rows_to_messages(row[1:] for row in rows)
+    if len(messages) == len(rows):  # each message by its row's start
+        pairs: Iterable[tuple[int, StoredMessage]] = zip([row[0] for row in rows], messages, strict=True)
+    else:  # a malformed row was left out
+        start_of = {row[1]: row[0] for row in rows}
+        pairs = ((start_of[message.id], message) for message in messages)
+    turns: dict[int, list[StoredMessage]] = {}
+    for start, message in pairs:
+        turn = turns.get(start)
+        if turn is None:
+            turns[start] = [message]
+        elif len(turn) < MAX_TURN:
+            turn.append(message)
+    return turns
 
 
 async def index_message(
