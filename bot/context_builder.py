@@ -30,7 +30,7 @@ from bot.recalled_turns import Plan, plan_reads, pool_of_recalled
 from bot.semantic_recall import SemanticRecall
 from bot.session_key import SessionKey
 from bot.store import CompactionRecord, Store
-from bot.store.recall import TurnStarts
+from bot.store.turn_starts import TurnStarts
 from bot.triage import triage
 
 _NO_UPPER_BOUND = 2**63 - 1  # SQLite's largest rowid

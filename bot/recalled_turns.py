@@ -24,7 +24,7 @@ from bot.messages import StoredMessage
 
 if TYPE_CHECKING:
     from bot.store import Store
-    from bot.store.recall import TurnStarts
+    from bot.store.turn_starts import TurnStarts
 
 Span = tuple[int, int]  # [start, stop): a turn's user message and the next one
 Ranker = Callable[[Mapping[int, Sequence[StoredMessage]]], list[Candidate]]

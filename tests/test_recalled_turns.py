@@ -10,7 +10,7 @@ from bot.candidates import Candidate, fuse, lookback_turns, matched_turns
 from bot.messages import StoredMessage
 from bot.recalled_turns import Plan, plan_reads, pool_of_recalled
 from bot.store import Store
-from bot.store.recall import TurnStarts
+from bot.store.turn_starts import TurnStarts
 from tests.fakes import FakeChannel
 
 FAR = 10**9

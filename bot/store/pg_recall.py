@@ -19,16 +19,8 @@ from bot.lexical import SearchTerm, search_terms
 from bot.messages import StoredMessage
 from bot.store.history_search import TERM_HITS, HistorySearch
 from bot.store.messages import MESSAGE_COLUMNS, qualified_columns
-from bot.store.recall import (
-    SEARCHED_CAP,
-    TURN_STARTS,
-    P,
-    Planner,
-    Recall,
-    TurnStarts,
-    _group,
-    _scored_parameters,
-)
+from bot.store.recall import SEARCHED_CAP, Recall, _group, _scored_parameters
+from bot.store.turn_starts import TURN_STARTS, P, Planner, TurnStarts
 
 _FLOOR = "(SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0))"
 

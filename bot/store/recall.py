@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import bisect
-import json
 import sqlite3
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import aiosqlite
 import structlog
@@ -17,6 +15,7 @@ from bot.lexical import LENGTH, SearchTerm, index_terms, search_terms, term_weig
 from bot.messages import Origin, StoredMessage
 from bot.store.connection import Database, in_connection_thread
 from bot.store.messages import MESSAGE_COLUMNS, qualified_columns, rows_to_messages
+from bot.store.turn_starts import TURN_STARTS, P, Planner, TurnStarts
 
 log = structlog.get_logger("switchboard.store")
 
@@ -52,7 +51,6 @@ _TURNS = (
 # The session's turn starts (interactive user messages above the floor and below ?2), newest first,
 # as one comma-separated list: one range of messages_turn_starts, where two seeks per asked id cost
 # ~8 µs each. At most TURN_STARTS, so a very long session's read stays short.
-TURN_STARTS = 2_000
 _STARTS = (
     "starts(ids) AS MATERIALIZED (SELECT group_concat(id) FROM (SELECT u.id FROM messages u "
     "INDEXED BY messages_turn_starts WHERE u.session_key = ?1 AND u.origin = 'interactive' "
@@ -118,61 +116,6 @@ def _group(rows: Sequence[Any], asked: Sequence[int], *, max_len: int) -> dict[i
         if index >= 0:
             turns[message_id] = groups[starts[index]][:max_len]
     return turns
-
-
-@dataclass(frozen=True, slots=True)
-class TurnStarts:
-    """Where a session's turns start: its interactive user messages above the context floor and
-    below `before_id`, ascending; every one when `complete`, else the newest TURN_STARTS."""
-
-    ids: Sequence[int]
-    complete: bool
-    before_id: int
-
-    @classmethod
-    def of(cls, listed: object, before_id: int) -> TurnStarts:
-        """From the comma-separated ids a read gave (None: there are none)."""
-        ids: list[int] = json.loads(f"[{listed}]") if listed else []
-        ids.reverse()  # read newest first
-        ids.sort()  # (in order already: a pass)
-        return cls(ids, len(ids) < TURN_STARTS, before_id)
-
-    def span(self, message_id: int) -> tuple[int, int] | None:
-        """[start, stop) of the turn holding `message_id` (below `before_id`): its user message
-        and the next one (or `before_id`); None when no start read is at or before it."""
-        return self.spans([message_id])[0].get(message_id)
-
-    def spans(self, message_ids: Iterable[int]) -> tuple[dict[int, tuple[int, int]], list[int]]:
-        """`span` of each id that has one, and the ids it cannot speak for (see `knows`), each
-        once: one pass for a build's ~60 matches."""
-        ids, last, bisect_right = self.ids, len(self.ids) - 1, bisect.bisect_right
-        spans: dict[int, tuple[int, int]] = {}
-        unknown: list[int] = []
-        for message_id in message_ids:
-            if message_id in spans:
-                continue
-            index = bisect_right(ids, message_id) - 1
-            if index >= 0:
-                spans[message_id] = (ids[index], ids[index + 1] if index < last else self.before_id)
-            elif not self.knows(message_id) and message_id not in unknown:
-                unknown.append(message_id)
-        return spans, unknown
-
-    def knows(self, message_id: int) -> bool:
-        """Whether `span` speaks for `message_id`: always when every start was read."""
-        return self.complete or (bool(self.ids) and message_id >= self.ids[0])
-
-
-class Planned(Protocol):
-    """What a planner gives `lexical_then_turns`: the turns [start, stop) to read."""
-
-    @property
-    def wanted(self) -> Collection[tuple[int, int]]: ...
-
-
-P = TypeVar("P", bound=Planned)
-# Which turns to read, from the words' matches and the session's turn starts (None: not yet known).
-Planner = Callable[[list[tuple[int, float]], TurnStarts], P | None]
 
 
 class Recall(Database):
