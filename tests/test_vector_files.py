@@ -74,7 +74,7 @@ async def test_after_a_restart_a_search_reads_the_file_not_the_vectors(store: St
     finally:
         await store._conn.set_trace_callback(None)
     assert again == first
-    assert not [s for s in statements if "vector" in s and "FROM embeddings" in s and "group_concat" in s]
+    assert not vector_reads(statements)
 
 
 async def test_new_vectors_are_appended_and_a_deleted_one_rewrites_the_file(store: Store) -> None:
@@ -95,6 +95,43 @@ async def test_new_vectors_are_appended_and_a_deleted_one_rewrites_the_file(stor
     found = {i for i, _ in await search(store)}
     assert gone not in found and found == set(ids) - {gone}
     assert ids_in_file(store) == [i for i in ids if i != gone]
+
+
+def vector_reads(statements: list[str]) -> list[str]:
+    return [s for s in statements if "vector" in s and "FROM embeddings" in s and "group_concat" in s]
+
+
+@pytest.mark.sqlite_only
+async def test_vectors_stored_for_a_session_in_memory_join_it_there_and_in_its_file(store: Store) -> None:
+    """Vectors the embed worker stores for a session searched before are added to its vectors in
+    memory and to its file: its next search (the next turn's) reads no vector from the database,
+    and finds what a fresh read finds. Vectors another writer stored meanwhile are not taken for
+    this store's own: the search then reads what the table gained."""
+    ids = await stored_with_vectors(store, 10)
+    await search(store)
+    ids += await stored_with_vectors(store, 4, seed=2)
+    statements: list[str] = []
+    await store._conn.set_trace_callback(statements.append)
+    try:
+        found = await search(store)
+    finally:
+        await store._conn.set_trace_callback(None)
+    assert vector_reads(statements) == [] and {i for i, _ in found} == set(ids)
+    assert ids_in_file(store) == ids
+    store.drop_cached_vectors()
+    assert await search(store) == found
+
+    async with Store.open(store.path) as other:  # another process writing the same database
+        ids += await stored_with_vectors(other, 2, seed=3)
+    ids += await stored_with_vectors(store, 2, seed=4)
+    statements.clear()
+    await store._conn.set_trace_callback(statements.append)
+    try:
+        found = await search(store)
+    finally:
+        await store._conn.set_trace_callback(None)
+    assert len(vector_reads(statements)) == 1 and {i for i, _ in found} == set(ids)
+    assert ids_in_file(store) == ids
 
 
 @pytest.mark.parametrize("damage", ["cut short", "not a vector file", "ids out of order", "empty"])

@@ -4,8 +4,10 @@ A search reads no vectors from the database when nothing changed: each session's
 are kept in memory (as stored, int8, with their norms) and in a file beside the database
 (`bot.store.vector_files`: one read where the table is a page per few vectors), both checked
 against the table by one row of `embedding_counts` (count, largest id and sum of ids in the
-session, kept by triggers), read with the context floor. New vectors are appended; anything else
-(a deleted message, a rebuild by another process) reloads the session from the table. numpy is
+session, kept by triggers), read with the context floor. Vectors this store saves for a session
+kept in memory join it at once (and its file), so the next turn's search reads none; newer ones
+found by a search are appended; anything else (a deleted message, a rebuild by another process)
+reloads the session from the table. numpy is
 imported only when vectors are read or searched (the `semantic` extra).
 """
 
@@ -13,13 +15,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bot.messages import StoredMessage
 from bot.store.connection import Database
 from bot.store.messages import MESSAGE_COLUMNS, rows_to_messages
 from bot.store.vector_files import VectorFiles, Vectors, vectors_dir
+from bot.store.vector_matrix import Matrix, appended, build_matrix, holds, vectors_of
 
 if TYPE_CHECKING:
     import numpy as np
@@ -45,26 +47,6 @@ _PENDING = (
 )
 
 
-@dataclass(slots=True)
-class _Matrix:
-    """One session's vectors of one model: ids ascending, int8 rows, 1/norm per row."""
-
-    ids: npt.NDArray[np.int64]
-    rows: npt.NDArray[np.int8]
-    scales: npt.NDArray[np.float32]
-    signature: tuple[int, int, int]  # (count, largest id, sum of ids) when loaded
-    # The rows as float32, as a fresh read computed them for the norms, until the search that
-    # follows the read takes them (not kept beyond it: four times the bytes).
-    floats: npt.NDArray[np.float32] | None = None
-    # Whether the session's vector file held exactly these when they were read or written here:
-    # newer vectors are then appended to it, else it is written whole.
-    filed: bool = False
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.ids.nbytes + self.rows.nbytes + self.scales.nbytes)
-
-
 class Embeddings(Database):
     """The `embeddings` table: pending work for the embed worker, vectors, and search within a session."""
 
@@ -84,7 +66,7 @@ class Embeddings(Database):
         "AND message_id > ?3 AND length(vector) = (SELECT length(vector) FROM embeddings "
         "WHERE session_key = ?1 AND model = ?2 AND message_id > ?3 ORDER BY message_id LIMIT 1)"
     )
-    _matrices: OrderedDict[tuple[str, str], _Matrix] | None = None
+    _matrices: OrderedDict[tuple[str, str], Matrix] | None = None
     _cached_bytes = 0  # of the matrices in `_matrices`, kept as they come and go
     _files: VectorFiles | None = None
 
@@ -129,6 +111,8 @@ class Embeddings(Database):
         replayed). A message deleted meanwhile gets none.
         """
         stored = 0
+        cached = sorted({session_key for _, session_key, _ in rows
+                         if self._matrices is not None and (session_key, model) in self._matrices})
         async with self._transaction():
             for message_id, session_key, vector in rows:
                 cursor = await self._conn.execute(
@@ -140,7 +124,37 @@ class Embeddings(Database):
                     (message_id, session_key, model, vector),
                 )
                 stored += max(cursor.rowcount, 0)
+            # The signatures as this transaction left them, for the sessions kept in memory.
+            signatures = {key: (await self._signature(key, model))[1] for key in cached}
+        for key, signature in signatures.items():
+            await self._extend_cached(key, model, signature, [(i, v) for i, k, v in rows if k == key])
         return stored
+
+    async def _extend_cached(
+        self, session_key: str, model: str, signature: tuple[int, int, int], added: list[tuple[int, bytes]],
+    ) -> None:
+        """Add the vectors just stored to the session's vectors in memory (and its file), when
+        they are exactly what the table gained: the session's next search then reads none (the
+        worker embeds the turn's messages before the next turn's search, which would read them)."""
+        import numpy as np
+
+        cached = self._matrices.get((session_key, model)) if self._matrices is not None else None
+        added.sort()
+        if cached is None or not added or not len(cached.ids) or added[0][0] <= int(cached.ids[-1]):
+            return
+        ids = [message_id for message_id, _ in added]
+        if signature != (cached.signature[0] + len(ids), ids[-1], cached.signature[2] + sum(ids)):
+            return  # not only these (another writer), or not all of them stored: the search reads
+        dim = cached.rows.shape[1]
+        if any(len(vector) != dim for _, vector in added):
+            return
+        newer = (np.array(ids, dtype=np.int64), dim,
+                 np.frombuffer(b"".join(vector for _, vector in added), dtype=np.int8).reshape(len(ids), dim))
+        matrix = appended(cached, *newer, signature=signature)
+        if matrix is None:
+            return
+        matrix.filed = cached.filed and await self.vector_files().append(session_key, model, newer)
+        self._keep((session_key, model), matrix)
 
     async def embedding_of(self, message_id: int, model: str) -> npt.NDArray[np.float32] | None:
         """A message's stored vector of `model` as a unit float32 vector, or None."""
@@ -217,7 +231,7 @@ class Embeddings(Database):
             )
             row = next(iter(found))
             floor, signature, blob = _signature_of(row[:5])
-            read = await self._session_matrix(session_key, model, signature, read=_vectors_of(*row[5:]))
+            read = await self._session_matrix(session_key, model, signature, read=vectors_of(*row[5:]))
             if read is not None and (blob is None or limit <= 0):
                 read.floats = None
         if blob is None:
@@ -267,7 +281,7 @@ class Embeddings(Database):
     async def _session_matrix(
         self, session_key: str, model: str, signature: tuple[int, int, int],
         *, read: Vectors | None = None, search: bool = True,
-    ) -> _Matrix | None:
+    ) -> Matrix | None:
         """The session's vectors, from memory when the table still matches, else from its file or
         (partly) the table; `read`: every vector of the session as `_vectors` read it just after
         `signature`, used when it holds exactly the counted vectors; `search`: a search follows
@@ -285,33 +299,42 @@ class Embeddings(Database):
             self._matrices.move_to_end(key)
             return cached
         files = self.vector_files()
-        matrix: _Matrix | None = None
-        older: _Matrix | None = None  # vectors known here that the table has newer ones after
-        if read is not None and _holds(read, signature):
-            matrix = _build(*read, signature=signature, floats=search)
+        matrix: Matrix | None = None
+        older: Matrix | None = None  # vectors known here that the table has newer ones after
+        if read is not None and holds(read, signature):
+            matrix = build_matrix(*read, signature=signature, floats=search)
             matrix.filed = await files.write(session_key, model, read)
         elif cached is not None and signature[0] > cached.signature[0] and signature[1] > cached.signature[1]:
             older = cached
         else:
             stored = await files.read(session_key, model)
-            if stored is not None and _holds(stored, signature):
-                matrix = _build(*stored, signature=signature, floats=search)
+            if stored is not None and holds(stored, signature):
+                matrix = build_matrix(*stored, signature=signature, floats=search)
                 matrix.filed = True
             elif stored is not None and 0 < len(stored[0]) < signature[0]:
-                older = _build(*stored, signature=signature)
+                older = build_matrix(*stored, signature=signature)
                 older.filed = True
         if older is not None and len(older.ids):
             newer = await self._vectors(session_key, model, after_id=int(older.ids[-1]))
             if (len(older.ids) + len(newer[0]) == signature[0]
                     and int(older.ids.sum()) + int(newer[0].sum()) == signature[2]):
-                matrix = _append(older, *newer, signature=signature)
+                matrix = appended(older, *newer, signature=signature)
             if matrix is not None:
                 matrix.filed = await (files.append(session_key, model, newer) if older.filed else
                                       files.write(session_key, model, (matrix.ids, newer[1], matrix.rows)))
         if matrix is None:
             read = await self._vectors(session_key, model, after_id=0)
-            matrix = _build(*read, signature=signature)
+            matrix = build_matrix(*read, signature=signature)
             matrix.filed = await files.write(session_key, model, read)
+        self._keep(key, matrix)
+        return matrix
+
+    def _keep(self, key: tuple[str, str], matrix: Matrix) -> None:
+        """Keep `matrix` as the session's vectors in memory, the least recently searched dropped
+        past CACHE_BYTES."""
+        if self._matrices is None:
+            self._matrices = OrderedDict()
+            self._cached_bytes = 0
         # What is there now (another build may have read it, or dropped it, while this one read).
         previous = self._matrices.pop(key, None)
         if previous is not None:
@@ -321,7 +344,6 @@ class Embeddings(Database):
         while self._cached_bytes > CACHE_BYTES and len(self._matrices) > 1:
             _, dropped = self._matrices.popitem(last=False)
             self._cached_bytes -= dropped.nbytes
-        return matrix
 
     def _forget(self, session_key: str, model: str) -> None:
         if self._matrices is not None:
@@ -335,10 +357,10 @@ class Embeddings(Database):
         vector was most of a cold read); a vector of another size than the first is left out
         (written by something else, it would break the matrix)."""
         found = await self._conn.execute_fetchall(self._ALL_VECTORS, (session_key, model, after_id))
-        read = _vectors_of(*next(iter(found)))
+        read = vectors_of(*next(iter(found)))
         if read is None:
             found = await self._conn.execute_fetchall(self._VECTORS, (session_key, model, after_id))
-            read = _vectors_of(*next(iter(found)))
+            read = vectors_of(*next(iter(found)))
         assert read is not None  # every vector read has the first one's size
         return read
 
@@ -346,55 +368,3 @@ class Embeddings(Database):
 def _signature_of(row: Any) -> tuple[int, tuple[int, int, int], bytes | None]:
     floor, count, largest, total, blob = row
     return int(floor), (int(count), int(largest), int(total)), None if blob is None else bytes(blob)
-
-
-def _holds(vectors: Vectors, signature: tuple[int, int, int]) -> bool:
-    """Whether `vectors` are exactly the ones the table counts (their number and sum of ids)."""
-    ids = vectors[0]
-    return len(ids) == signature[0] and int(ids.sum()) == signature[2]
-
-
-def _vectors_of(listed: Any, data: Any, dim: Any) -> Vectors | None:
-    """A vectors read's row as (ids ascending, size, rows); None when they are not all of the
-    first one's size."""
-    import numpy as np
-
-    if listed is None:
-        return np.zeros(0, dtype=np.int64), 0, np.zeros((0, 0), dtype=np.int8)
-    ids = np.fromstring(str(listed), dtype=np.int64, sep=",")  # 5x np.array(split)
-    data = bytes(data)
-    if len(data) != len(ids) * int(dim):
-        return None
-    rows = np.frombuffer(data, dtype=np.int8).reshape(len(ids), int(dim))
-    if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):  # the aggregate's order: keep pairs
-        order = np.argsort(ids, kind="stable")
-        ids, rows = ids[order], rows[order]
-    return ids, int(dim), rows
-
-
-def _build(
-    ids: Any, dim: int, rows: Any, *, signature: tuple[int, int, int], floats: bool = False
-) -> _Matrix:
-    """The matrix of a read; `floats`: with its float32 rows for the search about to follow."""
-    import numpy as np
-
-    # einsum, not linalg.norm(axis=1): the same sums (squares of int8 add up exactly in float32)
-    # at a twentieth of the cost, which is most of reading a session's vectors for the first time.
-    converted = rows.astype(np.float32)
-    norms = np.sqrt(np.einsum("ij,ij->i", converted, converted))
-    scales = (1.0 / np.maximum(norms, 1e-12)).astype(np.float32)
-    return _Matrix(ids, rows, scales, signature, converted if floats else None)
-
-
-def _append(
-    cached: _Matrix, ids: Any, dim: int, rows: Any, *, signature: tuple[int, int, int]
-) -> _Matrix | None:
-    import numpy as np
-
-    if not len(ids) or dim != cached.rows.shape[1]:
-        return None
-    extra = _build(ids, dim, rows, signature=signature)
-    return _Matrix(
-        np.concatenate([cached.ids, extra.ids]), np.concatenate([cached.rows, extra.rows]),
-        np.concatenate([cached.scales, extra.scales]), signature,
-    )
