@@ -49,6 +49,18 @@ async def search(store: Store, *, limit: int = 1000) -> list[tuple[int, float]]:
     return await store.semantic_matches(str(SESSION), query, model=MODEL, before_id=10**12, limit=limit)
 
 
+async def traced_search(store: Store) -> tuple[list[tuple[int, float]], int]:
+    """A search, and how many statements it made that read vectors from the table."""
+    statements: list[str] = []
+    await store._conn.set_trace_callback(statements.append)
+    try:
+        found = await search(store)
+    finally:
+        await store._conn.set_trace_callback(None)
+    return found, sum(1 for sql in statements
+                      if "vector" in sql and "FROM embeddings" in sql and "group_concat" in sql)
+
+
 def the_file(store: Store) -> Path:
     return store.vector_files().path(str(SESSION), MODEL)
 
@@ -67,14 +79,7 @@ async def test_after_a_restart_a_search_reads_the_file_not_the_vectors(store: St
     first = await search(store)
     assert ids_in_file(store) == ids
     store.drop_cached_vectors()  # as after a restart
-    statements: list[str] = []
-    await store._conn.set_trace_callback(statements.append)
-    try:
-        again = await search(store)
-    finally:
-        await store._conn.set_trace_callback(None)
-    assert again == first
-    assert not vector_reads(statements)
+    assert await traced_search(store) == (first, 0)
 
 
 async def test_new_vectors_are_appended_and_a_deleted_one_rewrites_the_file(store: Store) -> None:
@@ -97,10 +102,6 @@ async def test_new_vectors_are_appended_and_a_deleted_one_rewrites_the_file(stor
     assert ids_in_file(store) == [i for i in ids if i != gone]
 
 
-def vector_reads(statements: list[str]) -> list[str]:
-    return [s for s in statements if "vector" in s and "FROM embeddings" in s and "group_concat" in s]
-
-
 @pytest.mark.sqlite_only
 async def test_vectors_stored_for_a_session_in_memory_join_it_there_and_in_its_file(store: Store) -> None:
     """Vectors the embed worker stores for a session searched before are added to its vectors in
@@ -110,13 +111,8 @@ async def test_vectors_stored_for_a_session_in_memory_join_it_there_and_in_its_f
     ids = await stored_with_vectors(store, 10)
     await search(store)
     ids += await stored_with_vectors(store, 4, seed=2)
-    statements: list[str] = []
-    await store._conn.set_trace_callback(statements.append)
-    try:
-        found = await search(store)
-    finally:
-        await store._conn.set_trace_callback(None)
-    assert vector_reads(statements) == [] and {i for i, _ in found} == set(ids)
+    found, reads = await traced_search(store)
+    assert reads == 0 and {i for i, _ in found} == set(ids)
     assert ids_in_file(store) == ids
     store.drop_cached_vectors()
     assert await search(store) == found
@@ -124,13 +120,8 @@ async def test_vectors_stored_for_a_session_in_memory_join_it_there_and_in_its_f
     async with Store.open(store.path) as other:  # another process writing the same database
         ids += await stored_with_vectors(other, 2, seed=3)
     ids += await stored_with_vectors(store, 2, seed=4)
-    statements.clear()
-    await store._conn.set_trace_callback(statements.append)
-    try:
-        found = await search(store)
-    finally:
-        await store._conn.set_trace_callback(None)
-    assert len(vector_reads(statements)) == 1 and {i for i, _ in found} == set(ids)
+    found, reads = await traced_search(store)
+    assert reads == 1 and {i for i, _ in found} == set(ids)
     assert ids_in_file(store) == ids
 
 
