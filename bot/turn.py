@@ -356,15 +356,21 @@ class TurnRunner:
         outlived its session's lease and another instance answered meanwhile: that instance's reply
         may have taken the message over, so it is left as it is (this reply is then refused), and
         only its id is given back, as the request recorded it."""
-        if lease_lapsed():
-            try:
-                if request.id not in await self._store.waiting_ids(request.session_key):
-                    preview.abandon()
-                    return await self._store.preview_of(request.id)
-            except Exception as exc:  # unknown: storing the reply tells
-                log.warning("request's state unreadable", request_id=request.id,
-                            error=f"{type(exc).__name__}: {exc}")
-        return await preview.finish(final)
+        if not lease_lapsed():
+            return await preview.finish(final)
+        try:
+            answered = request.id not in await self._store.waiting_ids(request.session_key)
+        except Exception as exc:  # unknown: storing the reply tells
+            log.warning("request's state unreadable", request_id=request.id,
+                        error=f"{type(exc).__name__}: {exc}")
+            answered = False
+        if not answered:
+            return await preview.finish(final)
+        preview.abandon()
+        try:
+            return await self._store.preview_of(request.id)
+        except Exception:  # then nothing is taken back
+            return None
 
     async def _withdraw(self, preview: ReplyPreview, chat: ChatRef, preview_id: str) -> None:
         try:
