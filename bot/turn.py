@@ -359,12 +359,12 @@ class TurnRunner:
         if not lease_lapsed():
             return await preview.finish(final)
         try:
-            answered = request.id not in await self._store.waiting_ids(request.session_key)
+            waiting = await self._store.still_awaiting(request.id)
         except Exception as exc:  # unknown: storing the reply tells
             log.warning("request's state unreadable", request_id=request.id,
                         error=f"{type(exc).__name__}: {exc}")
-            answered = False
-        if not answered:
+            waiting = True
+        if waiting:
             return await preview.finish(final)
         preview.abandon()
         try:

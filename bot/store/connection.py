@@ -20,8 +20,10 @@ from bot.errors import StoreError
 from bot.media_files import KeptFiles, MediaFiles, files_dir
 from bot.store.migrations import MIGRATIONS
 
-T = TypeVar("T")
+# The page cache of the store's connection (see `Database.open`).
 PAGE_CACHE_KIB = 8192
+
+T = TypeVar("T")
 
 
 async def in_connection_thread(conn: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
