@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
@@ -125,6 +125,41 @@ def tag(messages: Iterable[StoredMessage], reason: Reason) -> list[ContextEntry]
     return [ContextEntry(message, reason) for message in messages]
 
 
+class Explanation:
+    """What a context's snapshot explains it with: the candidate records and the input hash.
+
+    Neither changes what the model is sent, and the turn reads them only when it stores the
+    snapshot, after the reply: a build hands over how to work them out (`later`), so the reply
+    request does not wait for ~40 records and a hash. They are worked out once, on first read,
+    from values the build no longer changes.
+    """
+
+    __slots__ = ("_candidates", "_input_hash", "_later")
+
+    def __init__(
+        self, input_hash: str = "", candidates: Sequence[dict[str, Any]] = (), *,
+        later: Callable[[], tuple[str, list[dict[str, Any]]]] | None = None,
+    ) -> None:
+        self._later = later
+        self._input_hash = input_hash
+        self._candidates = list(candidates)
+
+    def _settle(self) -> None:
+        if self._later is not None:
+            later, self._later = self._later, None
+            self._input_hash, self._candidates = later()
+
+    @property
+    def input_hash(self) -> str:
+        self._settle()
+        return self._input_hash
+
+    @property
+    def candidates(self) -> list[dict[str, Any]]:
+        self._settle()
+        return self._candidates
+
+
 @dataclass(frozen=True, slots=True)
 class Context:
     """The slice of history one reply is built from, and why each part is there."""
@@ -135,15 +170,13 @@ class Context:
     triage: TriageReport
     history_limit: int | None
     counts: dict[str, int] = field(default_factory=dict)
-    input_hash: str = ""
+    # The candidate pool's records and the input hash (`Explanation`).
+    explanation: Explanation = field(default_factory=Explanation, compare=False)
     # The latest compaction summary, sent as a leading block, and its record id.
     summary: str | None = None
     compaction_id: int | None = None
     trimmed: list[int] = field(default_factory=list)
     recalled: list[int] = field(default_factory=list)
-    # The candidate pool, best first: each older turn's sources, ranks and scores, and whether it
-    # went in (`Candidate.record`).
-    candidates: list[dict[str, Any]] = field(default_factory=list)
     # What triage picked (before the budget trimmed anything): replay answers triage with it.
     triaged: list[int] = field(default_factory=list)
     token_estimate: int = 0
@@ -154,6 +187,17 @@ class Context:
     chat: ChatRef | None = None
     status: Literal["ok", "failed"] = "ok"
     error: str | None = None
+
+    @property
+    def input_hash(self) -> str:
+        """A hash of everything selection depended on (`input_hash`): replay compares it."""
+        return self.explanation.input_hash
+
+    @property
+    def candidates(self) -> list[dict[str, Any]]:
+        """The candidate pool, best first: each older turn's sources, ranks and scores, and
+        whether it went in (`Candidate.record`)."""
+        return self.explanation.candidates
 
     @classmethod
     def failed(cls, error: str, chat: ChatRef | None = None) -> Context:

@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from bot.brain import Brain
 from bot.budget import Budget, context_window, cost, fit_budget, message_cost
@@ -16,6 +16,7 @@ from bot.config.provider_check import main_model
 from bot.context import (
     Context,
     ContextEntry,
+    Explanation,
     Reason,
     TriageReport,
     apply_recency,
@@ -192,18 +193,32 @@ class ContextBuilder:
             "included": len(fitted.kept),
             "scheduled_block": len(scheduled),
         }
-        records = [candidate.record(candidate.id in picked) for candidate in pool]
-        digest = input_hash(
-            self._config_fingerprint, limit, fetched, scheduled, reply_to,
-            candidates=records, compaction_id=compaction.id if compaction else None,
-        )
+        compaction_id = compaction.id if compaction else None
+        explanation = self._explanation(pool, picked, limit, fetched, scheduled, reply_to, compaction_id)
         return Context(
-            fitted.kept, scheduled, reply_to, report, limit, counts, digest,
-            summary=summary, compaction_id=compaction.id if compaction else None,
-            trimmed=fitted.trimmed, recalled=recalled, triaged=triaged, candidates=records,
+            fitted.kept, scheduled, reply_to, report, limit, counts, explanation,
+            summary=summary, compaction_id=compaction_id,
+            trimmed=fitted.trimmed, recalled=recalled, triaged=triaged,
             token_estimate=fitted.used, token_budget=self.budget.history_tokens,
             as_of=as_of, built_at=now, chat=chat,
         )
+
+    def _explanation(
+        self, pool: Sequence[Candidate], picked: set[int], limit: int | None,
+        fetched: Sequence[StoredMessage], scheduled: Sequence[StoredMessage],
+        reply_to: StoredMessage | None, compaction_id: int | None,
+    ) -> Explanation:
+        """The pool's records and the hash of what selection depended on, worked out when the
+        snapshot is stored: nothing here changes what the model is sent."""
+        config, scheduled = self._config_fingerprint, tuple(scheduled)
+
+        def explain() -> tuple[str, list[dict[str, Any]]]:
+            records = [candidate.record(candidate.id in picked) for candidate in pool]
+            digest = input_hash(config, limit, fetched, scheduled, reply_to, candidates=records,
+                                compaction_id=compaction_id)
+            return digest, records
+
+        return Explanation(later=explain)
 
     async def _reads(
         self, session: str, request: StoredMessage, pin: Pin | None, *, compaction: bool

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bot.config import load_config
-from bot.context import Context, ContextEntry, TriageReport
+from bot.context import Context, ContextEntry, Explanation, TriageReport
 from bot.messages import ChatRef, InboundMessage
 from bot.session_key import build
 from bot.store import Store
@@ -201,7 +201,8 @@ async def _prepare(db: Path) -> dict[str, int]:
 
         first_context = Context(
             entries=[], scheduled=[], reply_to=None, triage=TriageReport("skipped"),
-            history_limit=None, counts={"fetched": 0, "included": 0}, input_hash="0011223344556677",
+            history_limit=None, counts={"fetched": 0, "included": 0},
+            explanation=Explanation("0011223344556677"),
         )
         await store.record_snapshot(
             str(KEY), first.id, reply.id, first_context.snapshot(), first_context.input_hash
@@ -221,7 +222,7 @@ async def _prepare(db: Path) -> dict[str, int]:
             history_limit=10,
             counts={"fetched": 2, "within_history_limit": 2, "within_recency": 2, "included": 3,
                     "scheduled_block": 1},
-            input_hash="8899aabbccddeeff",
+            explanation=Explanation("8899aabbccddeeff"),
         )
         await store.record_snapshot(
             str(KEY), second.id, answer.id, second_context.snapshot(), second_context.input_hash

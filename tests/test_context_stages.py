@@ -11,6 +11,7 @@ import pytest
 from bot.context import (
     Context,
     ContextEntry,
+    Explanation,
     TriageReport,
     apply_recency,
     group_turns,
@@ -323,7 +324,7 @@ def test_snapshot_records_what_went_in_and_why() -> None:
         triage=report,
         history_limit=5,
         counts={"fetched": 4, "included": 3},
-        input_hash="abc123",
+        explanation=Explanation("abc123"),
     )
     snap = context.snapshot()
     assert snap["entries"] == [
@@ -370,10 +371,28 @@ def test_snapshot_says_whether_triage_ran(outcome: str, ran: bool) -> None:
     assert snap["history_limit"] is None
 
 
+def test_a_context_s_explanation_is_worked_out_once_when_first_read() -> None:
+    """The candidate records and the hash wait until the snapshot reads them (after the reply),
+    then stay what they were worked out as."""
+    calls: list[int] = []
+
+    def later() -> tuple[str, list[dict[str, object]]]:
+        calls.append(1)
+        return "abc", [{"id": 3, "ids": [3, 4], "chosen": True}]
+
+    context = Context([], [], None, TriageReport("skipped"), None, explanation=Explanation(later=later))
+    assert calls == []
+    assert context.snapshot()["hash"] == "abc"
+    assert context.candidates == [{"id": 3, "ids": [3, 4], "chosen": True}]
+    assert context.input_hash == "abc"
+    assert calls == [1]
+
+
 def test_snapshot_is_json_ready() -> None:
     """The snapshot survives a JSON round trip unchanged."""
     m = conversation("ua")
-    context = Context(tag(m, "all"), [], None, TriageReport("skipped"), None, {"fetched": 2}, "h")
+    context = Context(tag(m, "all"), [], None, TriageReport("skipped"), None, {"fetched": 2},
+                      Explanation("h"))
     snap = context.snapshot()
     assert json.loads(json.dumps(snap)) == snap
 
