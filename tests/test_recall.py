@@ -299,9 +299,8 @@ async def test_a_backlog_fill_cut_short_goes_on_where_it_stopped(tmp_path: Path)
 
 
 async def test_each_search_and_turn_read_is_one_statement(store: Store) -> None:
-    """lexical_turns (matches with their turns, and the turns of another source's ids) and
-    turns_of (here for 60 ids) each run a single SQL statement, and the turns lexical_turns gives
-    are those turns_of gives for its matches and the other ids."""
+    """lexical_turns (matches with their turns) and turns_of (here for 60 ids) each run a single
+    SQL statement, and the turns lexical_turns gives are those turns_of gives for its matches."""
     channel = FakeChannel()
     key = str(channel.key())
     asked = []
@@ -312,14 +311,10 @@ async def test_each_search_and_turn_read_is_one_statement(store: Store) -> None:
     await store._conn.set_trace_callback(statements.append)
     found, found_turns = await store.lexical_turns(key, "walrus", before_id=FAR, limit=20)
     turns = await store.turns_of(key, asked, before_id=FAR)
-    semantic = [asked[0], asked[1], found[0][0]]  # two the words missed, one they found too
-    also, also_turns = await store.lexical_turns(key, "walrus", before_id=FAR, limit=20, also=semantic)
     await store._conn.set_trace_callback(None)
     assert len(found) == 20 and len(found_turns) == 20 and len(turns) == 60
-    assert len([sql for sql in statements if not sql.startswith("--")]) == 3  # "--": FTS5's own reads
+    assert len([sql for sql in statements if not sql.startswith("--")]) == 2  # "--": FTS5's own reads
     assert found_turns == await store.turns_of(key, [i for i, _ in found], before_id=FAR)
-    assert also == found and len(also_turns) == 22
-    assert also_turns == await store.turns_of(key, [i for i, _ in found] + semantic, before_id=FAR)
 
 
 # -- turns -------------------------------------------------------------------------------------------------

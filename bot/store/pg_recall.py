@@ -80,10 +80,9 @@ _SCORED = (
     "AND m.origin = 'interactive' AND m.fallback = 0 ORDER BY score DESC, m.id DESC LIMIT ?7)"
 )
 _BLANK = ", ".join(["NULL"] * len(MESSAGE_COLUMNS.split(",")))
-# Matches (0, id, score) and their turns' messages (1, turn start, NULL, columns...); ?11 holds
-# the other ids whose turns are wanted too.
+# Matches (0, id, score) and their turns' messages (1, turn start, NULL, columns...).
 _LEXICAL_TURNS = (
-    f"{_SCORED}, asked(id) AS (SELECT id FROM scored UNION SELECT unnest(CAST(?11 AS BIGINT[]))), "
+    f"{_SCORED}, asked(id) AS (SELECT id FROM scored), "
     f"{_TURNS} SELECT 0, id, score, {_BLANK} FROM scored UNION ALL "
     f"SELECT 1, t.start, NULL, {qualified_columns('m')} {_TURN_ROWS} ORDER BY 1, 4"
 )
@@ -113,18 +112,17 @@ class PgRecall(Recall, HistorySearch):
     """Lexical recall and history search over `recall_postings`."""
 
     async def lexical_turns(
-        self, session_key: str, text: str, *, before_id: int, limit: int, also: Sequence[int] = ()
+        self, session_key: str, text: str, *, before_id: int, limit: int
     ) -> tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]:
         """See `Recall.lexical_turns`: the same matches, scores and turns."""
         terms = search_terms(session_key, text)
         if limit <= 0 or not terms:
-            return [], await self.turns_of(session_key, also, before_id=before_id)
-        extra = sorted({message_id for message_id in also if message_id < before_id})
+            return [], {}
         rows = await self._conn.execute_fetchall(_LEXICAL_TURNS, (
-            *_scored_parameters(session_key, before_id, limit, terms)[:8], *_ranges(terms), extra))
+            *_scored_parameters(session_key, before_id, limit, terms)[:8], *_ranges(terms)))
         matches = sorted(((int(r[1]), float(r[2])) for r in rows if r[0] == 0), key=lambda m: (-m[1], -m[0]))
         turns = _group([row[1:2] + row[3:] for row in rows if row[0] == 1],
-                       [message_id for message_id, _ in matches] + extra, max_len=6)
+                       [message_id for message_id, _ in matches], max_len=6)
         return matches, turns
 
     async def lexical_matches(

@@ -133,11 +133,10 @@ class Recall(Database):
         await self._fill_backlog()
 
     async def lexical_turns(
-        self, session_key: str, text: str, *, before_id: int, limit: int, also: Sequence[int] = ()
+        self, session_key: str, text: str, *, before_id: int, limit: int
     ) -> tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]:
         """(message id, score) of up to `limit` messages sharing words with `text`, best first,
-        and each one's whole turn (as `turns_of` gives it), in one read; the turns of the ids in
-        `also` (another source's matches) come in the same read.
+        and each one's whole turn (as `turns_of` gives it), in one read.
 
         Searched: the session's interactive messages above its context floor and below
         `before_id`, fallback replies left out. Each of the request's terms weighs its idf among
@@ -150,21 +149,17 @@ class Recall(Database):
         """
         terms = search_terms(session_key, text)
         if limit <= 0 or not terms:
-            return [], await self.turns_of(session_key, also, before_id=before_id)
+            return [], {}
         blank = ", ".join(["NULL"] * len(MESSAGE_COLUMNS.split(",")))
-        extra = sorted({message_id for message_id in also if message_id < before_id})
-        parameters = _scored_parameters(session_key, before_id, limit, terms)
-        values = ", ".join(f"(?{len(parameters) + 1 + index})" for index in range(len(extra)))
-        asked = "SELECT id FROM scored" + (f" UNION SELECT column1 FROM (VALUES {values})" if extra else "")
         rows = await self._conn.execute_fetchall(
-            f"{_scored(len(terms))}, asked(id) AS ({asked}), {_TURNS} "
+            f"{_scored(len(terms))}, asked(id) AS (SELECT id FROM scored), {_TURNS} "
             f"SELECT 0, id, score, {blank} FROM scored UNION ALL "
             f"SELECT 1, t.start, NULL, {_M_COLUMNS} {_TURN_ROWS} ORDER BY 1, 4",
-            (*parameters, *extra),
+            _scored_parameters(session_key, before_id, limit, terms),
         )
         matches = sorted(((int(r[1]), float(r[2])) for r in rows if r[0] == 0), key=lambda m: (-m[1], -m[0]))
         turns = _group([row[1:2] + row[3:] for row in rows if row[0] == 1],
-                       [message_id for message_id, _ in matches] + extra, max_len=MAX_TURN)
+                       [message_id for message_id, _ in matches], max_len=MAX_TURN)
         return matches, turns
 
     async def lexical_matches(
