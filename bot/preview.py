@@ -21,7 +21,7 @@ import structlog
 
 from bot.channel import Channel, Previewing, PreviewPosted, ReplyPreview
 from bot.messages import ChatRef
-from bot.session_lease import lease_lapsed
+from bot.session_lease import lease_lapsed, lease_retaken
 from bot.store import Store
 
 log = structlog.get_logger("switchboard.preview")
@@ -220,3 +220,43 @@ async def typing_until(
         done.set()
         with contextlib.suppress(Exception):
             await task
+
+
+class TakenOver(Exception):
+    """The turn stalled past its session's lease and another instance holds the chat now."""
+
+
+async def finish_preview(preview: ReplyPreview, final: str, request_id: int, store: Store) -> str | None:
+    """The preview message the reply takes over, edited to its final text. Not when the turn
+    outlived its session's lease: while another instance holds the chat (it answers the request
+    itself, picking up this preview message) the preview is left to it (TakenOver); once another
+    instance answered, whose reply may have taken the message over, it is left as it is (the reply
+    is then refused), and only its id is given back, as the request recorded it."""
+    if not lease_lapsed():
+        return await preview.finish(final)
+    if not await lease_retaken():
+        preview.abandon()
+        raise TakenOver
+    try:
+        waiting = await store.still_awaiting(request_id)
+    except Exception as exc:  # unknown: storing the reply tells
+        log.warning("request's state unreadable", request_id=request_id, error=f"{type(exc).__name__}: {exc}")
+        waiting = True
+    if waiting:
+        return await preview.finish(final)
+    preview.abandon()
+    try:
+        return await store.preview_of(request_id)
+    except Exception:  # then nothing is taken back
+        return None
+
+
+async def withdraw_preview(preview: ReplyPreview, chat: ChatRef, preview_id: str, store: Store) -> None:
+    """Delete a dropped reply's preview message, unless a stored reply took it over."""
+    try:
+        taken = await store.preview_taken(chat, preview_id)
+    except Exception as exc:  # unknown: better a stray preview than a deleted answer
+        log.warning("preview left in place", error=f"{type(exc).__name__}: {exc}")
+        return
+    if not taken:
+        await preview.withdraw()

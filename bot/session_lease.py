@@ -48,6 +48,8 @@ class _Held:
     (this process's monotonic clock) unless it was `lost`."""
 
     until: float
+    leases: SessionLeases
+    session_key: str
     lost: bool = False
 
 
@@ -61,6 +63,22 @@ def lease_lapsed() -> bool:
     for work under no lease (a daemon with a store of its own)."""
     held = _HELD.get()
     return held is not None and (held.lost or time.monotonic() >= held.until)
+
+
+async def lease_retaken() -> bool:
+    """For session work whose lease lapsed: whether it holds the lease again, taken afresh now
+    because no other instance holds it. False: another instance does, works on the chat (it answers
+    the requests still waiting, in order) and the lapsed work must leave the chat to it. True for
+    work whose lease never lapsed, or when the store cannot say (then the store's refusal of an
+    answered request still keeps a reply from being stored twice)."""
+    held = _HELD.get()
+    if held is None or not lease_lapsed():
+        return True
+    try:
+        return await held.leases.take_again(held.session_key)
+    except Exception as exc:
+        log.warning("lease not taken again", session_key=held.session_key, error=_described(exc))
+        return True
 
 
 def instance_name() -> str:
@@ -92,7 +110,7 @@ class SessionLeases:
                 return
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, POLL_CAP)
-        held = _Held(asked + self.ttl * TRUSTED_SHARE)
+        held = _Held(asked + self.ttl * TRUSTED_SHARE, self, session_key)
         token = _HELD.set(held)
         renewing = asyncio.create_task(self._renew(session_key, held), name=f"lease {session_key}")
         try:
@@ -106,6 +124,10 @@ class SessionLeases:
                 await asyncio.shield(self._store.drop_lease(session_key, self.owner))
             except Exception as exc:  # it expires on its own
                 log.warning("lease not dropped", session_key=session_key, error=_described(exc))
+
+    async def take_again(self, session_key: str) -> bool:
+        """Take the session's lease for this instance, unless another holds it (see `lease_retaken`)."""
+        return await self._store.take_lease(session_key, self.owner, self.ttl)
 
     async def _renew(self, session_key: str, held: _Held) -> None:
         """Renew the lease every third of its ttl. Once it lapsed (a renewal too late, or refused),

@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import structlog
 
 from bot.brain import Brain, Completion, ReplyRequest, TextSink
-from bot.channel import Channel, ReplyPreview
+from bot.channel import Channel
 from bot.compaction import NOTICE, Compactor
 from bot.config import Config
 from bot.config.provider_check import reply_timeout
@@ -23,12 +23,11 @@ from bot.context_builder import ContextBuilder
 from bot.embedding import Embedder
 from bot.errors import AlreadyAnsweredError, DeliveryError, MissingApiKeyError, ModelError
 from bot.media import MAX_INLINE_BYTES
-from bot.messages import AGENT_PROVIDER, ChatRef, InboundMessage, OutboundMessage, StoredMessage
+from bot.messages import AGENT_PROVIDER, InboundMessage, OutboundMessage, StoredMessage
 from bot.outbox import Outbox
-from bot.preview import open_preview, typing_until
+from bot.preview import TakenOver, finish_preview, open_preview, typing_until, withdraw_preview
 from bot.prompt import PromptFiles, conversation_turns, media_hashes, turn_system_prompt
 from bot.semantic_recall import SemanticRecall
-from bot.session_lease import lease_lapsed
 from bot.store import Store, delivery_key
 from bot.tool_loop import ToolLoop
 from bot.tools.toolbox import ToolBox
@@ -151,7 +150,15 @@ class TurnRunner:
         full_text = f"{text}\n\n{NOTICE}" if notice else text
         # A preview message becomes the reply's first chunk; a half answer in it (the model failed
         # mid-stream) is replaced by whatever is sent instead.
-        preview_id = await self._finish_preview(preview, full_text, request) if preview is not None else None
+        try:
+            preview_id = (await finish_preview(preview, full_text, request.id, self._store)
+                          if preview is not None else None)
+        except TakenOver:
+            # This turn stalled past its lease and another instance holds the chat now: it answers
+            # the request (streaming into the same preview message), so this reply touches nothing.
+            bound.warning("session taken over by another instance while this turn stalled; "
+                          "its reply dropped, the request left to that instance", request_id=request.id)
+            return
         outbound = OutboundMessage(inbound.chat, full_text, reply_to, preview_id=preview_id)
         send_started = time.perf_counter()
         # A reply the model did not write (the apology, a missing-key notice) is delivered and
@@ -167,7 +174,7 @@ class TurnRunner:
             bound.warning("request answered by another instance meanwhile; this reply dropped",
                           request_id=request.id)
             if preview is not None and preview_id is not None:
-                await self._withdraw(preview, inbound.chat, preview_id)
+                await withdraw_preview(preview, inbound.chat, preview_id, self._store)
             return
         if reply is None:
             # The model answered but the database would not take it: the user still gets the
@@ -350,36 +357,6 @@ class TurnRunner:
         except Exception as exc:  # the reply matters more than its explanation
             log.error("context snapshot not stored", session_key=key, request_id=request.id,
                       error=f"{type(exc).__name__}: {exc}")
-
-    async def _finish_preview(self, preview: ReplyPreview, final: str, request: StoredMessage) -> str | None:
-        """The preview message the reply takes over, edited to its final text. Not when this turn
-        outlived its session's lease and another instance answered meanwhile: that instance's reply
-        may have taken the message over, so it is left as it is (this reply is then refused), and
-        only its id is given back, as the request recorded it."""
-        if not lease_lapsed():
-            return await preview.finish(final)
-        try:
-            waiting = await self._store.still_awaiting(request.id)
-        except Exception as exc:  # unknown: storing the reply tells
-            log.warning("request's state unreadable", request_id=request.id,
-                        error=f"{type(exc).__name__}: {exc}")
-            waiting = True
-        if waiting:
-            return await preview.finish(final)
-        preview.abandon()
-        try:
-            return await self._store.preview_of(request.id)
-        except Exception:  # then nothing is taken back
-            return None
-
-    async def _withdraw(self, preview: ReplyPreview, chat: ChatRef, preview_id: str) -> None:
-        try:
-            taken = await self._store.preview_taken(chat, preview_id)
-        except Exception as exc:  # unknown: better a stray preview than a deleted answer
-            log.warning("preview left in place", error=f"{type(exc).__name__}: {exc}")
-            return
-        if not taken:
-            await preview.withdraw()
 
     async def _deliver_unstored(self, outbound: OutboundMessage) -> list[str]:
         channel = self._channels.get(outbound.chat.provider)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import pytest
@@ -15,25 +17,30 @@ from bot.errors import AlreadyAnsweredError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage, StoredMessage
 from bot.router import Router, TurnHandler
 from bot.session_key import build
-from bot.session_lease import SessionLeases, lease_lapsed
+from bot.session_lease import SessionLeases, lease_lapsed, lease_retaken
 from bot.store import Instance, Store
 
 
 @pytest.fixture
-async def two_stores(
+def connect(
     tmp_path: Path, store_backend: str, request: pytest.FixtureRequest
-) -> AsyncIterator[tuple[Store, Store]]:
-    """Two connections to one database (a file, as two daemons on one host would have, or one
-    PostgreSQL database, as daemons on several hosts would)."""
+) -> Callable[[str], AbstractAsyncContextManager[Store]]:
+    """Opens a connection to one database, given a name for the instance it stands for (a file,
+    as daemons on one host would share, or one PostgreSQL database, as daemons on several hosts)."""
     if store_backend == "postgres":
         from bot.store.postgres import PostgresStore
 
         url = request.getfixturevalue("pg_url")
-        async with PostgresStore.connect(url, state_path=tmp_path / "a.db", label=url) as first, \
-                PostgresStore.connect(url, state_path=tmp_path / "b.db", label=url) as second:
-            yield first, second
-        return
-    async with Store.open(tmp_path / "shared.db") as first, Store.open(tmp_path / "shared.db") as second:
+        return lambda name: PostgresStore.connect(url, state_path=tmp_path / f"{name}.db", label=url)
+    return lambda name: Store.open(tmp_path / "shared.db")
+
+
+@pytest.fixture
+async def two_stores(
+    connect: Callable[[str], AbstractAsyncContextManager[Store]],
+) -> AsyncIterator[tuple[Store, Store]]:
+    """Two connections to one database."""
+    async with connect("a") as first, connect("b") as second:
         yield first, second
 
 
@@ -120,6 +127,34 @@ async def test_work_that_stalled_past_its_lease_takes_it_for_lost_even_once_rene
         assert lease_lapsed()
     assert not lease_lapsed()
     assert await other.take_lease(key, "host:2:b", 5.0)  # let go at the end
+
+
+async def test_work_whose_lease_lapsed_takes_it_again_only_while_no_other_instance_holds_it(
+    two_stores: tuple[Store, Store], connect: Callable[[str], AbstractAsyncContextManager[Store]],
+) -> None:
+    """After a stall past the ttl, work asks before acting in the chat: while another instance
+    holds the lease the chat is that one's (False); once it let go, the work takes the lease again
+    (True, and the other cannot take it then). Work whose lease never lapsed needs no asking."""
+    store, other = two_stores
+    key = str(build("main", "telegram", "direct", "6"))
+
+    def another_instance_takes_the_chat() -> None:  # in a thread: this loop is blocked
+        async def take() -> None:
+            async with connect("c") as third:
+                assert await third.take_lease(key, "host:2:b", 5.0)
+
+        asyncio.run(take())
+
+    assert await lease_retaken()  # no lease at all
+    async with SessionLeases(store, "host:1:a", ttl=1.5).hold(key):
+        assert await lease_retaken()
+        taker = threading.Thread(target=lambda: (time.sleep(1.6), another_instance_takes_the_chat()))
+        taker.start()
+        taker.join(10)  # the stall: this loop blocked (its renewals with it) past the ttl
+        assert not await lease_retaken()
+        await other.drop_lease(key, "host:2:b")
+        assert await lease_retaken()
+        assert not await other.take_lease(key, "host:2:b", 5.0)
 
 
 async def test_instances_are_listed_by_their_heartbeats(two_stores: tuple[Store, Store]) -> None:

@@ -382,18 +382,23 @@ async def test_a_reply_dropped_as_answered_elsewhere_takes_its_preview_back(
 OTHER_REPLY = "Because of the moon (from the other instance)."
 
 
-def _takes_over(url: str, state: Path, preview_id: str, done: list[str]) -> None:
+def _takes_over(url: str, state: Path, preview_id: str, done: list[str],
+                answer_when: threading.Event | None = None) -> None:
     """Another instance on the shared database, in a thread of its own: once the stalled one's lease
-    on the group has expired it takes the chat over and answers the waiting request, its reply
-    taking over the preview message (it found it recorded for the request), then lets go."""
+    on the group has expired it takes the chat over and answers the waiting request (once
+    `answer_when` is set, if given: until then it holds the chat), its reply taking over the
+    preview message (it found it recorded for the request), then lets go."""
 
     async def run() -> None:
         chat = ChatRef("telegram", "-100123")
         async with PostgresStore.connect(url, state_path=state, label="other") as other:
             deadline = time.monotonic() + 10
-            while not await other.take_lease(GROUP_KEY, "other:2:b", 5.0):
+            while not await other.take_lease(GROUP_KEY, "other:2:b", 15.0):
                 assert time.monotonic() < deadline, "the stalled instance's lease never expired"
                 await asyncio.sleep(0.05)
+            done.append("took the chat")
+            if answer_when is not None:
+                assert await asyncio.to_thread(answer_when.wait, 15)
             (waiting,) = await other.awaiting_requests(GROUP_KEY)
             await other.append_reply(GROUP_KEY, OTHER_REPLY, request_id=waiting.message.id,
                                      deliver=OutboundMessage(chat, OTHER_REPLY, preview_id=preview_id))
@@ -427,13 +432,53 @@ async def test_a_turn_that_stalled_past_its_lease_leaves_the_preview_the_chat_s_
         other.start()
         time.sleep(3.0)  # noqa: ASYNC251 -- the stall (the next edit was due 3.5 s after the preview)
         other.join(10)
-        assert done == ["answered"]
+        assert done == ["took the chat", "answered"]
         await tg.wait_for(lambda: api.count == 1 and not router_of(daemon).sessions(), timeout=10)
         await router_of(daemon).idle()
 
     mine = [e.visible_text for e in tg.edits if e.message_id == preview.message_id
             and e.visible_text != OTHER_REPLY]
     assert mine == []  # nothing of this instance's reply written over the other's
+    assert tg.sent == [preview] and tg.deleted == []
+    async with PostgresStore.connect(pg_url, state_path=tmp_path / "view.db", label="view") as store:
+        replies = [m.text for m in await store.history(GROUP_KEY, 10) if m.role == "assistant"]
+    assert replies == [OTHER_REPLY]
+
+
+async def test_a_turn_that_stalled_past_its_lease_leaves_the_chat_to_the_instance_holding_it(
+    tg: TelegramStandIn, api: AnthropicStandIn, make_config: MakeConfig, pg_url: str,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """As above, but the other instance still holds the chat, not yet answered, when the stalled one
+    finishes its reply: that reply is neither written into the preview message (which the holder
+    streams into) nor stored; the holder's answer is the one the group keeps."""
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", tg.token)
+    section = {"enabled": True, "base_url": tg.base_url, "allow_from": [42], "groups": [-100123]}
+    config = make_config(config_data(api, channels={"telegram": section}, anthropic={"timeout": 20.0},
+                                     database={"url": pg_url, "lease_ttl": 1.0}))
+    api.script(slowly(ANSWER, 4.0, parts=40))
+    done: list[str] = []
+    answer_now = threading.Event()
+    async with telegram_daemon(config) as daemon:
+        tg.push_message(GROUP, ADA, f"@{BOT} why are there tides?",
+                        entities=mention_entities(f"@{BOT} why are there tides?", BOT))
+        (preview,) = await tg.wait_for(lambda: tg.sent, timeout=10)
+        other = threading.Thread(target=_takes_over, args=(
+            pg_url, tmp_path / "other.db", str(preview.message_id), done, answer_now))
+        other.start()
+        time.sleep(3.0)  # noqa: ASYNC251 -- the stall (the next edit was due 3.5 s after the preview)
+        assert done == ["took the chat"]
+        await tg.wait_for(lambda: api.count == 1 and not router_of(daemon).sessions(), timeout=10)
+        await router_of(daemon).idle()
+        async with PostgresStore.connect(pg_url, state_path=tmp_path / "look.db", label="look") as store:
+            assert [m.role for m in await store.history(GROUP_KEY, 10)] == ["user"]  # nothing stored
+        answer_now.set()
+        await asyncio.to_thread(other.join, 10)
+        assert done == ["took the chat", "answered"]
+
+    mine = [e.visible_text for e in tg.edits if e.message_id == preview.message_id
+            and e.visible_text != OTHER_REPLY]
+    assert mine == []  # nothing of this instance's reply in the message the holder answers in
     assert tg.sent == [preview] and tg.deleted == []
     async with PostgresStore.connect(pg_url, state_path=tmp_path / "view.db", label="view") as store:
         replies = [m.text for m in await store.history(GROUP_KEY, 10) if m.role == "assistant"]
