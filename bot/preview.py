@@ -21,7 +21,7 @@ import structlog
 
 from bot.channel import Channel, Previewing, PreviewPosted, ReplyPreview
 from bot.messages import ChatRef
-from bot.session_lease import lease_lapsed, lease_retaken
+from bot.session_lease import lease_lapsed
 from bot.store import Store
 
 log = structlog.get_logger("switchboard.preview")
@@ -222,21 +222,13 @@ async def typing_until(
             await task
 
 
-class TakenOver(Exception):
-    """The turn stalled past its session's lease and another instance holds the chat now."""
-
-
 async def finish_preview(preview: ReplyPreview, final: str, request_id: int, store: Store) -> str | None:
     """The preview message the reply takes over, edited to its final text. Not when the turn
-    outlived its session's lease: while another instance holds the chat (it answers the request
-    itself, picking up this preview message) the preview is left to it (TakenOver); once another
-    instance answered, whose reply may have taken the message over, it is left as it is (the reply
-    is then refused), and only its id is given back, as the request recorded it."""
+    outlived its session's lease (and took it again, `lease_retaken`) and another instance
+    answered meanwhile: that instance's reply may have taken the message over, so it is left as
+    it is (the reply is then refused), and only its id is given back, as the request recorded it."""
     if not lease_lapsed():
         return await preview.finish(final)
-    if not await lease_retaken():
-        preview.abandon()
-        raise TakenOver
     try:
         waiting = await store.still_awaiting(request_id)
     except Exception as exc:  # unknown: storing the reply tells

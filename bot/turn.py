@@ -25,9 +25,10 @@ from bot.errors import AlreadyAnsweredError, DeliveryError, MissingApiKeyError, 
 from bot.media import MAX_INLINE_BYTES
 from bot.messages import AGENT_PROVIDER, InboundMessage, OutboundMessage, StoredMessage
 from bot.outbox import Outbox
-from bot.preview import TakenOver, finish_preview, open_preview, typing_until, withdraw_preview
+from bot.preview import finish_preview, open_preview, typing_until, withdraw_preview
 from bot.prompt import PromptFiles, conversation_turns, media_hashes, turn_system_prompt
 from bot.semantic_recall import SemanticRecall
+from bot.session_lease import lease_retaken
 from bot.store import Store, delivery_key
 from bot.tool_loop import ToolLoop
 from bot.tools.toolbox import ToolBox
@@ -148,17 +149,18 @@ class TurnRunner:
         # stored as conversation: it is about the chat, not part of it).
         notice = await self._compaction_notice(str(key))
         full_text = f"{text}\n\n{NOTICE}" if notice else text
-        # A preview message becomes the reply's first chunk; a half answer in it (the model failed
-        # mid-stream) is replaced by whatever is sent instead.
-        try:
-            preview_id = (await finish_preview(preview, full_text, request.id, self._store)
-                          if preview is not None else None)
-        except TakenOver:
+        if not await lease_retaken():
             # This turn stalled past its lease and another instance holds the chat now: it answers
             # the request (streaming into the same preview message), so this reply touches nothing.
+            if preview is not None:
+                preview.abandon()
             bound.warning("session taken over by another instance while this turn stalled; "
                           "its reply dropped, the request left to that instance", request_id=request.id)
             return
+        # A preview message becomes the reply's first chunk; a half answer in it (the model failed
+        # mid-stream) is replaced by whatever is sent instead.
+        preview_id = (await finish_preview(preview, full_text, request.id, self._store)
+                      if preview is not None else None)
         outbound = OutboundMessage(inbound.chat, full_text, reply_to, preview_id=preview_id)
         send_started = time.perf_counter()
         # A reply the model did not write (the apology, a missing-key notice) is delivered and

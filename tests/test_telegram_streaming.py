@@ -382,7 +382,7 @@ async def test_a_reply_dropped_as_answered_elsewhere_takes_its_preview_back(
 OTHER_REPLY = "Because of the moon (from the other instance)."
 
 
-def _takes_over(url: str, state: Path, preview_id: str, done: list[str],
+def _takes_over(url: str, state: Path, preview_id: str | None, done: list[str],
                 answer_when: threading.Event | None = None) -> None:
     """Another instance on the shared database, in a thread of its own: once the stalled one's lease
     on the group has expired it takes the chat over and answers the waiting request (once
@@ -445,15 +445,18 @@ async def test_a_turn_that_stalled_past_its_lease_leaves_the_preview_the_chat_s_
     assert replies == [OTHER_REPLY]
 
 
+@pytest.mark.parametrize("streaming", ["auto", "off"])
 async def test_a_turn_that_stalled_past_its_lease_leaves_the_chat_to_the_instance_holding_it(
     tg: TelegramStandIn, api: AnthropicStandIn, make_config: MakeConfig, pg_url: str,
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, streaming: str,
 ) -> None:
     """As above, but the other instance still holds the chat, not yet answered, when the stalled one
     finishes its reply: that reply is neither written into the preview message (which the holder
-    streams into) nor stored; the holder's answer is the one the group keeps."""
+    streams into) nor stored nor sent; the holder's answer is the one the group keeps. The same
+    with streaming off (no preview)."""
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", tg.token)
-    section = {"enabled": True, "base_url": tg.base_url, "allow_from": [42], "groups": [-100123]}
+    section = {"enabled": True, "base_url": tg.base_url, "allow_from": [42], "groups": [-100123],
+               "streaming": streaming}
     config = make_config(config_data(api, channels={"telegram": section}, anthropic={"timeout": 20.0},
                                      database={"url": pg_url, "lease_ttl": 1.0}))
     api.script(slowly(ANSWER, 4.0, parts=40))
@@ -462,9 +465,15 @@ async def test_a_turn_that_stalled_past_its_lease_leaves_the_chat_to_the_instanc
     async with telegram_daemon(config) as daemon:
         tg.push_message(GROUP, ADA, f"@{BOT} why are there tides?",
                         entities=mention_entities(f"@{BOT} why are there tides?", BOT))
-        (preview,) = await tg.wait_for(lambda: tg.sent, timeout=10)
+        if streaming == "auto":
+            (preview,) = await tg.wait_for(lambda: tg.sent, timeout=10)
+            preview_id = str(preview.message_id)
+        else:
+            await tg.wait_for(lambda: api.count == 1, timeout=10)  # the reply is being written
+            await asyncio.sleep(0.5)
+            preview_id = None
         other = threading.Thread(target=_takes_over, args=(
-            pg_url, tmp_path / "other.db", str(preview.message_id), done, answer_now))
+            pg_url, tmp_path / "other.db", preview_id, done, answer_now))
         other.start()
         time.sleep(3.0)  # noqa: ASYNC251 -- the stall (the next edit was due 3.5 s after the preview)
         assert done == ["took the chat"]
@@ -476,10 +485,13 @@ async def test_a_turn_that_stalled_past_its_lease_leaves_the_chat_to_the_instanc
         await asyncio.to_thread(other.join, 10)
         assert done == ["took the chat", "answered"]
 
-    mine = [e.visible_text for e in tg.edits if e.message_id == preview.message_id
-            and e.visible_text != OTHER_REPLY]
-    assert mine == []  # nothing of this instance's reply in the message the holder answers in
-    assert tg.sent == [preview] and tg.deleted == []
+    if streaming == "auto":
+        mine = [e.visible_text for e in tg.edits if e.message_id == preview.message_id
+                and e.visible_text != OTHER_REPLY]
+        assert mine == []  # nothing of this instance's reply in the message the holder answers in
+        assert tg.sent == [preview] and tg.deleted == []
+    else:
+        assert tg.sent == [] and tg.edits == []  # this instance sent nothing
     async with PostgresStore.connect(pg_url, state_path=tmp_path / "view.db", label="view") as store:
         replies = [m.text for m in await store.history(GROUP_KEY, 10) if m.role == "assistant"]
     assert replies == [OTHER_REPLY]
