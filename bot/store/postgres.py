@@ -9,7 +9,6 @@ records, chat commands) decide who stored something first.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
@@ -20,6 +19,8 @@ from bot.errors import StoreError
 from bot.media_files import KeptFiles
 from bot.messages import ChatRef, StoredMessage
 from bot.store import Store
+from bot.store.compactions import COMPACTION_COLUMNS, latest_compaction_sql
+from bot.store.messages import MESSAGE_COLUMNS, recent_sql, rows_to_messages, scheduled_sql
 from bot.store.pg_connection import PgConnection
 from bot.store.pg_files import PgKeptFiles
 from bot.store.pg_living import LIVING_LOCKS, living_lock
@@ -30,6 +31,21 @@ from bot.store.records import CompactionRecord
 
 if TYPE_CHECKING:
     import aiosqlite
+
+_MESSAGE_WIDTH = len(MESSAGE_COLUMNS.split(","))
+_COMPACTION_AT = 1 + _MESSAGE_WIDTH  # where a row's compaction columns start
+# `ContextReads`' statement in PostgreSQL's terms: a union's columns need a type each, so every row
+# carries the message columns and then the compaction's, NULL where they are not its own; the
+# compaction's row comes first, as PostgreSQL types a chain of unions a pair at a time (a column
+# NULL in both of the first two would be typed text). Tagged 0 history, 1 scheduled, 2 compaction.
+_CONTEXT_READS = (
+    f"SELECT 2{', NULL' * _MESSAGE_WIDTH}, * FROM ({latest_compaction_sql(limit='?6')}) AS c "
+    f"UNION ALL SELECT 0, *{', NULL' * len(COMPACTION_COLUMNS.split(','))} FROM ("
+    + recent_sql(origin="'interactive'", before="?2", after="0", limit="?3")
+    + f") AS r UNION ALL SELECT 1, *{', NULL' * len(COMPACTION_COLUMNS.split(','))} FROM ("
+    + scheduled_sql(after=None, before="?4", limit="?5")
+    + ") AS s"
+)
 
 # Any number, the same in every Switchboard: held while one instance migrates, so others wait.
 _MIGRATION_LOCK = 0x5357_4D49
@@ -176,13 +192,19 @@ class PostgresStore(PgRecall, PgTables, Store):
         self, session_key: str, *, before_id: int, limit: int, request_id: int,
         scheduled: int, compaction: bool,
     ) -> tuple[CompactionRecord | None, list[StoredMessage], list[StoredMessage]]:
-        """See `ContextReads.context_reads`: here the three reads side by side (on connections of
-        the pool), not one union (its columns would need a type each)."""
-        return await asyncio.gather(
-            self.latest_compaction(session_key) if compaction else _none(),
-            self.scheduled_between(session_key, after_id=None, before_id=request_id, limit=scheduled),
-            self.recent_messages(session_key, before_id=before_id, limit=limit),
+        """See `ContextReads.context_reads`: the same one read (one round trip to the server, not
+        three), each row with the message columns, then the compaction's."""
+        rows = await self._conn.execute_fetchall(
+            _CONTEXT_READS,
+            (session_key, before_id, limit, request_id, max(scheduled, 0), int(compaction)),
         )
+        parts: tuple[list[Any], ...] = ([], [], [])
+        for row in rows:
+            parts[row[0]].append(row)
+        latest = parts[2][0][_COMPACTION_AT:] if parts[2] else None
+        history, block = ([row[1:_COMPACTION_AT] for row in sorted(part, key=_second)] for part in parts[:2])
+        return (CompactionRecord(*latest) if latest else None, rows_to_messages(block),
+                rows_to_messages(history))
 
     def _one_write(self) -> AbstractAsyncContextManager[None]:
         # Autocommit: the statement is its own transaction (or joins the one bound to this task).
@@ -218,5 +240,5 @@ class PostgresStore(PgRecall, PgTables, Store):
         return [(f'"{table}"', f'"{column}"') for table, column in rows]
 
 
-async def _none() -> None:
-    return None
+def _second(row: Any) -> int:
+    return int(row[1])
