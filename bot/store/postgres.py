@@ -202,7 +202,8 @@ class PostgresStore(PgRecall, PgTables, Store):
         for row in rows:
             parts[row[0]].append(row)
         latest = parts[2][0][_COMPACTION_AT:] if parts[2] else None
-        history, block = ([row[1:_COMPACTION_AT] for row in sorted(part, key=_second)] for part in parts[:2])
+        history, block = ([row[1:_COMPACTION_AT] for row in sorted(part, key=_message_id_of)]
+                          for part in parts[:2])
         return (CompactionRecord(*latest) if latest else None, rows_to_messages(block),
                 rows_to_messages(history))
 
@@ -240,5 +241,5 @@ class PostgresStore(PgRecall, PgTables, Store):
         return [(f'"{table}"', f'"{column}"') for table, column in rows]
 
 
-def _second(row: Any) -> int:
+def _message_id_of(row: Any) -> int:
     return int(row[1])
