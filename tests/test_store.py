@@ -359,3 +359,19 @@ async def test_context_reads_use_indexes(store: Store) -> None:
         assert "SCAN m " not in f"{plan} ", (sql, plan)
         assert "SCAN provider_messages" not in plan, (sql, plan)
         assert "TEMP B-TREE" not in plan, (sql, plan)
+
+
+@pytest.mark.sqlite_only
+async def test_the_compaction_check_reads_the_index_alone(store: Store) -> None:
+    """Whether a session is due for compaction is asked after every turn: its count of the
+    uncompacted history's messages and tokens reads only an index, never each message's row (a
+    long chat's thousands of rows per turn on SQLite's one thread)."""
+    await _conversation(store, 30)
+
+    async def reads() -> None:
+        assert await store.history_tokens(str(DM), after_id=0) == (60, sum(
+            m.token_estimate for m in await store.recent_messages(str(DM), before_id=2**62, limit=100)))
+
+    statements = await _traced(store, reads)
+    (plan,) = _plans(store.path, statements[:1])
+    assert "COVERING INDEX messages_session_origin" in plan, plan
