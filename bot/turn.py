@@ -145,10 +145,6 @@ class TurnRunner:
         facts["fallback"] = fallback and partial is None
         await self._record_usage(str(key), inbound.sender_id, completion, context)
 
-        # Told once, under the first reply after the session was compacted (the note is not
-        # stored as conversation: it is about the chat, not part of it).
-        notice = await self._compaction_notice(str(key))
-        full_text = f"{text}\n\n{NOTICE}" if notice else text
         if not await lease_retaken():
             # This turn stalled past its lease and another instance holds the chat now: it answers
             # the request (streaming into the same preview message), so this reply touches nothing.
@@ -157,6 +153,10 @@ class TurnRunner:
             bound.warning("session taken over by another instance while this turn stalled; "
                           "its reply dropped, the request left to that instance", request_id=request.id)
             return
+        # Told once, under the first reply after the session was compacted (the note is not
+        # stored as conversation: it is about the chat, not part of it).
+        notice = await self._compaction_notice(str(key))
+        full_text = f"{text}\n\n{NOTICE}" if notice else text
         # A preview message becomes the reply's first chunk; a half answer in it (the model failed
         # mid-stream) is replaced by whatever is sent instead.
         preview_id = (await finish_preview(preview, full_text, request.id, self._store)

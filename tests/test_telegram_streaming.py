@@ -452,7 +452,8 @@ async def test_a_turn_that_stalled_past_its_lease_leaves_the_chat_to_the_instanc
 ) -> None:
     """As above, but the other instance still holds the chat, not yet answered, when the stalled one
     finishes its reply: that reply is neither written into the preview message (which the holder
-    streams into) nor stored nor sent; the holder's answer is the one the group keeps. The same
+    streams into) nor stored nor sent, and takes nothing meant for the reply that is (the notice
+    of a compaction written meanwhile); the holder's answer is the one the group keeps. The same
     with streaming off (no preview)."""
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", tg.token)
     section = {"enabled": True, "base_url": tg.base_url, "allow_from": [42], "groups": [-100123],
@@ -472,6 +473,11 @@ async def test_a_turn_that_stalled_past_its_lease_leaves_the_chat_to_the_instanc
             await tg.wait_for(lambda: api.count == 1, timeout=10)  # the reply is being written
             await asyncio.sleep(0.5)
             preview_id = None
+        async with PostgresStore.connect(pg_url, state_path=tmp_path / "c.db", label="c") as store:
+            (request,) = [m for m in await store.history(GROUP_KEY, 10) if m.role == "user"]
+            assert await store.record_compaction(
+                GROUP_KEY, summary="tides", last_summarised_id=request.id, first_kept_message_id=request.id,
+                tokens_before=10, tokens_after=2, model="m", replaces=None) is not None
         other = threading.Thread(target=_takes_over, args=(
             pg_url, tmp_path / "other.db", preview_id, done, answer_now))
         other.start()
@@ -481,6 +487,7 @@ async def test_a_turn_that_stalled_past_its_lease_leaves_the_chat_to_the_instanc
         await router_of(daemon).idle()
         async with PostgresStore.connect(pg_url, state_path=tmp_path / "look.db", label="look") as store:
             assert [m.role for m in await store.history(GROUP_KEY, 10)] == ["user"]  # nothing stored
+            assert await store.take_compaction_notice(GROUP_KEY) is not None  # still to be told
         answer_now.set()
         await asyncio.to_thread(other.join, 10)
         assert done == ["took the chat", "answered"]

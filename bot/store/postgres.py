@@ -38,11 +38,12 @@ _COMPACTION_AT = 1 + _MESSAGE_WIDTH  # where a row's compaction columns start
 # carries the message columns and then the compaction's, NULL where they are not its own; the
 # compaction's row comes first, as PostgreSQL types a chain of unions a pair at a time (a column
 # NULL in both of the first two would be typed text). Tagged 0 history, 1 scheduled, 2 compaction.
+_NO_COMPACTION = ", NULL" * len(COMPACTION_COLUMNS.split(","))
 _CONTEXT_READS = (
     f"SELECT 2{', NULL' * _MESSAGE_WIDTH}, * FROM ({latest_compaction_sql(limit='?6')}) AS c "
-    f"UNION ALL SELECT 0, *{', NULL' * len(COMPACTION_COLUMNS.split(','))} FROM ("
+    f"UNION ALL SELECT 0, *{_NO_COMPACTION} FROM ("
     + recent_sql(origin="'interactive'", before="?2", after="0", limit="?3")
-    + f") AS r UNION ALL SELECT 1, *{', NULL' * len(COMPACTION_COLUMNS.split(','))} FROM ("
+    + f") AS r UNION ALL SELECT 1, *{_NO_COMPACTION} FROM ("
     + scheduled_sql(after=None, before="?4", limit="?5")
     + ") AS s"
 )
