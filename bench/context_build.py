@@ -186,7 +186,7 @@ def generate_db(
         conn.executemany(
             "INSERT INTO messages (id, session_key, role, origin, sender_id, sender_name, text, "
             "provider_message_id, reply_to_id, actions, job_id, created_at, token_estimate, "
-            "fallback) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "fallback, request_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
         conn.executemany(
@@ -216,20 +216,21 @@ def generate_db(
             sender = str(20_000 + rng.randrange(5)) if key.kind == "group" else key.peer
             provider_id = str(message_id)
             row = (message_id, texts[s], "user", "interactive", sender, f"User{sender[-1]}", text,
-                   provider_id, None, None, None, created, estimate_tokens(text), 0)
+                   provider_id, None, None, None, created, estimate_tokens(text), 0, None)
             links.append((PROVIDER, key.peer, provider_id, message_id))
             last_user[s] = row
             turns[s] += 1
             next_role[s] = "assistant"
         elif rng.random() < 0.03:
             row = (message_id, texts[s], "assistant", "scheduled", None, None, text, None, None,
-                   None, f"job-{s % 7}", created, estimate_tokens(text), 0)
+                   None, f"job-{s % 7}", created, estimate_tokens(text), 0, None)
         else:
             fallback = int(rng.random() < 0.005)
             if fallback:
                 text = "Sorry, I couldn't answer that just now. Please try again in a moment."
+            # A reply names the request it answers (as the daemon stores it).
             row = (message_id, texts[s], "assistant", "interactive", None, None, text, None, None,
-                   None, None, created, estimate_tokens(text), fallback)
+                   None, None, created, estimate_tokens(text), fallback, last_user[s][0])
             next_role[s] = "user"
         rows.append(row)
         index(row)
@@ -251,7 +252,7 @@ def generate_db(
         created = now - 1.0 + offset * 1e-6
         sender = str(20_000 + rng.randrange(5)) if key.kind == "group" else key.peer
         row = (message_id, texts[s], "user", "interactive", sender, f"User{sender[-1]}", text,
-               str(message_id), None, None, None, created, estimate_tokens(text), 0)
+               str(message_id), None, None, None, created, estimate_tokens(text), 0, None)
         links.append((PROVIDER, key.peer, str(message_id), message_id))
         rows.append(row)
         index(row)

@@ -1,8 +1,9 @@
-"""search_history's cost: the built-in tool run against a generated database, for a user with one
-private chat and for a user who wrote in every group (bench/context_build.py's generator: groups
-have five members, so a group member's search spans a tenth of all sessions).
+"""search_history's cost: the built-in tool run against a generated database, in a private chat, in
+a group, and (`[tools] search_scope = "user"`) in the private chat of a person who wrote in every
+group (bench/context_build.py's generator: groups have five members, so that search spans a tenth
+of all sessions, of which it may read only that person's own messages).
 
-Prints median, p95 and max in ms of the whole tool call (sessions of the user, lexical matches
+Prints median, p95 and max in ms of the whole tool call (the sessions it may read, lexical matches
 in each, the ownership filter, formatting) and of its parts. No target: the figures say whether a
 tool call costs a noticeable share of a reply's seconds.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import random
 import statistics
@@ -37,33 +39,41 @@ def figures(name: str, values: list[float]) -> str:
 
 
 async def run(db: Path, samples: int) -> None:
-    config = bench_config(db)
     rng = random.Random(11)
     async with Store.open(db) as store:
-        tool = history_tool(store, lambda: config, None)
         words = [row[0] for row in await store._conn.execute_fetchall(
             "SELECT text FROM messages WHERE role = 'user' ORDER BY random() LIMIT 500")]
-        users = {"a private-chat user (1 session)": ("10000", "direct", "10000"),
-                 "a group member (every group)": ("20003", "group", "10009")}
-        for label, (user, kind, peer) in users.items():
+        # (user, chat kind, chat, search_scope)
+        cases = {"a private-chat user": ("10000", "direct", "10000", "session"),
+                 "a group member in a group": ("20003", "group", "10009", "session"),
+                 "search_scope user, a member of every group": ("20003", "direct", "20003", "user")}
+        for label, (user, kind, peer, scope) in cases.items():
+            base = bench_config(db)
+            config = base.model_copy(update={"tools": base.tools.model_copy(update={"search_scope": scope})})
+            tool = history_tool(store, functools.partial(lambda c: c, config), None)
             key = build(AGENT, PROVIDER, kind, peer)
             context = ToolContext(key, ChatRef(PROVIDER, peer), user, 0, False, kind != "direct",
                                   time.time(), "UTC")
-            sessions = await store.user_sessions(AGENT, PROVIDER, user)
+            sessions = [str(key)]
+            if scope == "user":
+                sessions += await store.user_sessions(AGENT, PROVIDER, user)
             whole: list[float] = []
-            parts: dict[str, list[float]] = {"user_sessions": [], "lexical_history": []}
+            parts: dict[str, list[float]] = {"lexical_history": []}
+            if scope == "user":
+                parts["user_sessions"] = []
             for _ in range(samples):
                 query = " ".join(rng.sample(rng.choice(words).split(), 3))
                 started = time.perf_counter()
                 await tool.run({"query": query}, context)
                 whole.append((time.perf_counter() - started) * 1000)
-                started = time.perf_counter()
-                await store.user_sessions(AGENT, PROVIDER, user)
-                parts["user_sessions"].append((time.perf_counter() - started) * 1000)
+                if scope == "user":
+                    started = time.perf_counter()
+                    await store.user_sessions(AGENT, PROVIDER, user)
+                    parts["user_sessions"].append((time.perf_counter() - started) * 1000)
                 started = time.perf_counter()
                 await store.lexical_history(sessions, query, limit=32)
                 parts["lexical_history"].append((time.perf_counter() - started) * 1000)
-            print(f"{label}: {len(sessions)} sessions")
+            print(f"{label}: {len(sessions)} sessions searched")
             print(figures("whole tool call", whole))
             for name, values in parts.items():
                 print(figures(name, values))

@@ -3,12 +3,17 @@
 A conversation between agents A and B is two sessions, one per side: `agent:B:agent:direct:A` holds
 what A wrote to B (B answers there), `agent:A:agent:direct:B` what B wrote to A. The chat of a side
 is "<owner>/<peer>" ('/' never appears in an agent id), so a reply sent to the chat "B/A" is B
-writing to A. Each message passed carries its hop in its id ("h2-…"): the id is stored with the
-message, so the hop survives a restart and shows in `switchboard history` and the snapshots.
+writing to A. What A writes from one of its chats (`message_agent`) is a conversation of its own,
+the thread `…:thread:<tag of that chat>` on both sides: B answers from what was said for that chat
+alone, so nothing A was told in one person's private chat reaches another chat through B (the
+privacy rule of `bot.tools.scope`); a job delivering to an agent writes outside any thread. Each
+message passed carries its hop in its id ("h2-…"): the id is stored with the message, so the hop
+survives a restart and shows in `switchboard history` and the snapshots.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from bot.messages import AGENT_PROVIDER, ChatRef
@@ -17,9 +22,9 @@ from bot.session_key import SessionKey, build
 _HOP = re.compile(r"^h([0-9]+)-")
 
 
-def agent_chat(owner: str, peer: str) -> ChatRef:
-    """The chat of `owner`'s side of its conversation with `peer`."""
-    return ChatRef(AGENT_PROVIDER, f"{owner}/{peer}")
+def agent_chat(owner: str, peer: str, thread: str | None = None) -> ChatRef:
+    """The chat of `owner`'s side of its conversation with `peer` (for the chat `thread` tags)."""
+    return ChatRef(AGENT_PROVIDER, f"{owner}/{peer}", thread)
 
 
 def chat_agents(chat: ChatRef) -> tuple[str, str] | None:
@@ -30,9 +35,15 @@ def chat_agents(chat: ChatRef) -> tuple[str, str] | None:
     return owner, peer
 
 
-def agent_session(owner: str, peer: str) -> SessionKey:
+def agent_session(owner: str, peer: str, thread: str | None = None) -> SessionKey:
     """`owner`'s session with `peer`: where what `peer` writes to `owner` is stored and answered."""
-    return build(owner, AGENT_PROVIDER, "direct", peer)
+    return build(owner, AGENT_PROVIDER, "direct", peer, thread=thread)
+
+
+def origin_thread(origin: str) -> str:
+    """The thread of the conversation an agent writes from the session `origin`: a short, stable
+    name that tells nothing of the chat."""
+    return hashlib.sha256(origin.encode()).hexdigest()[:16]
 
 
 def hop_message_id(hop: int, name: str) -> str:

@@ -93,7 +93,7 @@ def delivery_chat(key: SessionKey, chat: str | None = None) -> ChatRef:
     """Where a channel sends a session's messages; `chat` names it when the key cannot."""
     platform = key.provider.partition(".")[0]
     if platform == AGENT_PROVIDER:
-        return agent_chat(key.agent_id, key.peer)
+        return agent_chat(key.agent_id, key.peer, key.suffix_id if key.suffix_kind == "thread" else None)
     if platform == "telegram":
         thread = key.suffix_id if key.suffix_kind == "topic" else None
         return ChatRef(key.provider, chat or key.peer, None if thread == _TELEGRAM_GENERAL_TOPIC else thread)

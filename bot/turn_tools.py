@@ -17,6 +17,7 @@ from bot.store import Store
 from bot.tool_loop import LoopOutcome, ToolLoop
 from bot.tools.base import ToolContext
 from bot.tools.notes import notes_block
+from bot.tools.scope import is_person
 from bot.tools.toolbox import ToolBox
 
 log = structlog.get_logger("switchboard.tools")
@@ -79,13 +80,14 @@ class TurnTools:
     async def notes(self, inbound: InboundMessage, zone: str | None) -> str:
         """For the per-turn system prompt: the asking user's own timezone (`zone`, from
         `user_zone`) when they set one, and their notes in private chats only (a group would read
-        them too)."""
+        them too; an agent writing to another is no person: its chats with another agent are
+        apart, one per conversation it writes from)."""
         parts = []
         try:
             if zone:
                 local = datetime.fromtimestamp(self._clock(), ZoneInfo(zone)).strftime("%A %Y-%m-%d %H:%M")
                 parts.append(f"The person asking uses the timezone {zone} (their time now: {local}).")
-            if inbound.session_key.is_direct:
+            if inbound.session_key.is_direct and is_person(inbound.chat.provider, inbound.sender_id):
                 notes = await self._store.notes_of(inbound.chat.provider, inbound.sender_id)
                 name = inbound.sender_name or "the user"
                 parts.append(notes_block(notes, name, self._config.tools.notes_max_chars))

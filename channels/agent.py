@@ -22,7 +22,7 @@ from contextlib import AbstractAsyncContextManager
 
 import structlog
 
-from bot.agent_chat import agent_chat, agent_session, chat_agents, hop_message_id, hop_of
+from bot.agent_chat import agent_chat, agent_session, chat_agents, hop_message_id, hop_of, origin_thread
 from bot.channel import ChunkSent, Intake
 from bot.config import Config
 from bot.errors import AgentMessageRefused, DeliveryError
@@ -73,6 +73,7 @@ class AgentChannel:
         if message.skip_chunks:
             return []  # one chunk, passed on before a restart
         sender, to = pair
+        thread = message.chat.thread_id
         waiter = self._waiting.pop(message.reply_to_id or "", None)
         if waiter is not None and not waiter.done():
             waiter.set_result(message.text)
@@ -81,7 +82,7 @@ class AgentChannel:
         name = message.delivery_key or uuid.uuid4().hex
         message_id = hop_message_id(hop_of(message.reply_to_id) + 1, name)
         try:
-            await self._pass(sender, to, message.text, message_id, message.reply_to_id)
+            await self._pass(sender, to, message.text, message_id, message.reply_to_id, thread)
         except AgentMessageRefused as exc:
             log.info(f"agent message not passed on: {exc.reason}", sender=sender, to=to,
                      provider_message_id=message_id, detail=str(exc))
@@ -90,14 +91,15 @@ class AgentChannel:
             await on_chunk(0, message_id)
         return [message_id]
 
-    async def ask(self, sender: str, to: str, text: str, hop: int) -> str:
-        """Pass a message from `sender` to `to` at `hop` and wait for `to`'s answer (cancel to stop
-        waiting: the answer then comes to `sender`'s session as a message)."""
+    async def ask(self, sender: str, to: str, text: str, hop: int, origin: str) -> str:
+        """Pass a message from `sender`, writing from its session `origin`, to `to` at `hop` and wait
+        for `to`'s answer (cancel to stop waiting: the answer then comes to `sender`'s session with
+        `to` for that origin, as a message)."""
         message_id = hop_message_id(hop, uuid.uuid4().hex)
         answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._waiting[message_id] = answer
         try:
-            await self._pass(sender, to, text, message_id, None)
+            await self._pass(sender, to, text, message_id, None, origin_thread(origin))
             return await answer
         finally:
             self._waiting.pop(message_id, None)
@@ -121,7 +123,9 @@ class AgentChannel:
             raise AgentMessageRefused("rate limit", f"{sender} has reached its limit of "
                                       f"{limits.per_pair_per_hour} messages an hour to {to}; try again later")
 
-    async def _pass(self, sender: str, to: str, text: str, message_id: str, reply_to: str | None) -> None:
+    async def _pass(
+        self, sender: str, to: str, text: str, message_id: str, reply_to: str | None, thread: str | None
+    ) -> None:
         self.check(sender, to, hop_of(message_id))
         intake = await self._intake_ready()
         try:
@@ -129,7 +133,8 @@ class AgentChannel:
         except KeyError:
             name = sender
         await intake.submit(InboundMessage(
-            session_key=agent_session(to, sender), chat=agent_chat(to, sender), sender_id=sender,
+            session_key=agent_session(to, sender, thread), chat=agent_chat(to, sender, thread),
+            sender_id=sender,
             sender_name=name, text=text, provider_message_id=message_id, reply_to_id=reply_to,
             sent_at=self._clock(),
         ))

@@ -4,11 +4,13 @@ limit, and one agent writing too often to another is refused."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bot.agent_chat import origin_thread
 from bot.config import Config, load_config
 from bot.store import Store
 from tests.fakes import FakeChannel
@@ -20,6 +22,9 @@ from tests.test_tool_loop import results, tool_names
 MakeConfig = Callable[[dict[str, Any]], Config]
 WORK_SIDE = "agent:work:agent:direct:main"  # what main writes to work, answered by work
 MAIN_SIDE = "agent:main:agent:direct:work"  # what work writes to main, answered by main
+DM = "agent:main:fake:direct:42"
+# What main writes to work from the user's private chat: a conversation of that chat's own.
+WORK_SIDE_OF_DM = f"{WORK_SIDE}:thread:{origin_thread(DM)}"
 
 
 def two_agents(api: AnthropicStandIn, make_config: MakeConfig, tmp_path: Path, **sections: Any) -> Config:
@@ -57,13 +62,38 @@ async def test_an_agent_asks_another_and_answers_the_user_with_its_answer(
     assert result["content"] == "Tickets 17 and 18." and "is_error" not in result
     assert [m.text for m in channel.sent] == ["Work says tickets 17 and 18 are open."]
 
-    request, reply = await view.history(WORK_SIDE, 10)
+    assert await view.history(WORK_SIDE, 10) == []
+    request, reply = await view.history(WORK_SIDE_OF_DM, 10)
     assert (request.role, request.sender_id, request.sender_name) == ("user", "main", "Main")
     assert request.provider_message_id is not None and request.provider_message_id.startswith("h1-")
     assert (reply.role, reply.text) == ("assistant", "Tickets 17 and 18.")
-    (snapshot,) = await view.snapshots(WORK_SIDE)
+    (snapshot,) = await view.snapshots(WORK_SIDE_OF_DM)
     assert snapshot.snapshot["reply_call"]["request"]["provider_message_id"] == request.provider_message_id
     assert await view.history(MAIN_SIDE, 10) == []
+
+
+async def test_another_agent_never_answers_a_group_from_what_it_was_told_in_a_private_chat(
+    api: AnthropicStandIn, make_config: MakeConfig, tmp_path: Path, view: Store
+) -> None:
+    """main passes Ada's pin to work from her private chat; asked from a group later, work answers
+    in a conversation of that group's own: the pin is nowhere in what its model is sent."""
+    api.script(ask_work("Keep this: Ada's bank pin is 4921."), Text("Kept."), Text("Passed on."),
+               ask_work("What is Ada's pin?"), Text("I was not told one here."), Text("No idea."),
+               model=MODEL)
+    channel = FakeChannel()
+    config = two_agents(api, make_config, tmp_path, tools={"shared_writes": "everyone"})
+    async with daemon_with(config, channel) as daemon:
+        await say(daemon, channel, "tell work my pin is 4921")
+        await say(daemon, channel, "@main what is my pin?", kind="group", peer="-100")
+
+    answered_in_group = reply_requests(api)[4]
+    assert last_user_line(answered_in_group) == "What is Ada's pin?"
+    assert "4921" not in json.dumps(answered_in_group.body)
+    group_side = f"{WORK_SIDE}:thread:{origin_thread('agent:main:fake:group:-100')}"
+    assert [m.text for m in await view.history(group_side, 10)] == [
+        "What is Ada's pin?", "I was not told one here."]
+    assert [m.text for m in await view.history(WORK_SIDE_OF_DM, 10)] == [
+        "Keep this: Ada's bank pin is 4921.", "Kept."]
 
 
 async def test_a_job_delivered_to_an_agent_goes_back_and_forth_until_the_hop_limit(
@@ -119,7 +149,7 @@ async def test_writing_to_an_agent_too_often_or_to_no_agent_is_a_tool_error(
     assert first["content"] == "work: first"
     assert rate["is_error"] and "limit of 1 messages an hour to work" in str(rate["content"])
     assert unknown["is_error"] and "there is no agent 'nobody'" in str(unknown["content"])
-    assert [m.text for m in await view.history(WORK_SIDE, 10)] == ["first", "work: first"]
+    assert [m.text for m in await view.history(WORK_SIDE_OF_DM, 10)] == ["first", "work: first"]
     assert [m.text for m in channel.sent] == ["done 1", "done 2", "done 3"]
 
 

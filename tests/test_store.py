@@ -92,6 +92,29 @@ async def test_migrations_recorded_and_not_reapplied(tmp_path: Path) -> None:
     assert again == first
 
 
+async def test_replies_stored_before_migration_20_learn_their_request_from_their_snapshot(
+    tmp_path: Path,
+) -> None:
+    """A reply stored before replies named their request gets it from its turn's snapshot when the
+    database is brought up to date, so it stays its asker's in history search."""
+    path = tmp_path / "s.db"
+    async with Store.open(path) as store:
+        request = await store.append_inbound(inbound("what is the tide?"))
+        assert request is not None
+        reply = await store.append_reply(str(DM), "High at six.", request_id=request.id)
+        await store.record_snapshot(str(DM), request.id, reply.id, {}, "h")
+    with _plain(path) as conn:
+        assert conn.execute("SELECT request_id FROM messages WHERE id = ?", (reply.id,)).fetchone() == (
+            request.id,)
+        conn.execute("DELETE FROM schema_migrations WHERE version = 20")
+        conn.execute("ALTER TABLE messages DROP COLUMN request_id")
+    async with Store.open(path):
+        pass
+    with _plain(path) as conn:
+        rows = conn.execute("SELECT id, request_id FROM messages ORDER BY id").fetchall()
+    assert rows == [(request.id, None), (reply.id, request.id)]
+
+
 async def test_newer_database_is_refused(tmp_path: Path) -> None:
     """A database migrated by a newer Switchboard is refused with a StoreError saying so."""
     path = tmp_path / "s.db"

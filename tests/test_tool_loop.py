@@ -10,6 +10,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bot.brain import AnthropicBrain
 from bot.config import Config
 from bot.daemon import Daemon
@@ -196,20 +198,21 @@ async def test_notes_reach_the_next_system_prompt_of_their_user_only(
     assert code == 0 and "vegetarian" not in out
 
 
+@pytest.mark.parametrize("scope", ["session", "user"])
 async def test_history_search_never_returns_another_users_messages(
-    api: AnthropicStandIn, make_config: MakeConfig, channel: FakeChannel
+    api: AnthropicStandIn, make_config: MakeConfig, channel: FakeChannel, scope: str
 ) -> None:
-    """In a group both users spoke of their flat; Ada's search finds her own words (there and in
-    her private chat) and never Bea's."""
+    """In a group both users spoke of their flat; Ada's search in her private chat finds her own
+    words there only where `search_scope = "user"` lets it, and never Bea's."""
     api.script(ToolUse((("search_history", {"query": "flat"}),)), Text("Found it."), model=MODEL)
-    async with daemon(make_config(config_data(api)), channel) as made:
+    async with daemon(make_config(config_data(api, tools={"search_scope": scope})), channel) as made:
         group = {"kind": "group", "peer": "-100", "starts_turn": False}
         await say(made, channel, "my flat has a red door", sender="42", name="Ada", **group)
         await say(made, channel, "my flat in Berlin is secret", sender="7", name="Bea", **group)
         await say(made, channel, "what did I say about the flat?")
 
     (result,) = results(reply_requests(api)[-1])
-    assert "red door" in result["content"]
+    assert ("red door" in result["content"]) == (scope == "user")
     assert "Berlin" not in result["content"] and "secret" not in result["content"]
 
 

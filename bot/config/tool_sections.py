@@ -62,3 +62,6 @@ class ToolsConfig(Section):
     max_notes: Annotated[int, Field(ge=1, le=1000)] = 50
     # `search_history`: most matches one call returns.
     search_results: Annotated[int, Field(ge=1, le=50)] = 8
+    # What `search_history` reads (`bot.tools.scope`): "session", the chat it runs in alone; "user",
+    # in a private chat also the person's own messages in their other chats (never others' words).
+    search_scope: Literal["session", "user"] = "session"

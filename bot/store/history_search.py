@@ -1,5 +1,5 @@
-"""History search for one user: the sessions they wrote in, words matched there, and only what is
-theirs (their own messages and the agent's replies to them), never another person's."""
+"""History search for one person: words matched in the sessions a tool may read (`bot.tools.scope`
+decides which), and of those only what is theirs: never another person's words."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ SEARCHED_CAP = 10_000
 
 
 class HistorySearch(Database):
-    """Reads for the `search_history` tool; every read is bounded to the asking user."""
+    """Reads for the `search_history` tool; every read is bounded to the asking person."""
 
     async def user_sessions(self, agent_id: str, provider: str, user_id: str) -> list[str]:
         """Every session of this agent and provider where `user_id` wrote a message."""
@@ -59,25 +59,28 @@ class HistorySearch(Database):
         )]
 
     async def owned_messages(
-        self, message_ids: Sequence[int], sessions: Sequence[str], user_id: str, *,
-        since: float | None = None, until: float | None = None,
+        self, message_ids: Sequence[int], session_key: str, user_id: str, *, private: bool,
+        elsewhere: Sequence[str] = (), since: float | None = None, until: float | None = None,
     ) -> list[StoredMessage]:
-        """Of these ids, the messages in `sessions` that belong to `user_id`: their own, and the
-        agent's replies whose turn they started; within [since, until), fallback replies left out."""
+        """Of these ids, those that belong to `user_id`, within [since, until), fallback replies
+        left out: in `session_key` their own messages and the replies answering their requests (a
+        reply's stored link to its request decides, not who wrote last; every reply of a `private`
+        chat, whose one participant they are); in the `elsewhere` sessions their own messages only."""
         ids = sorted(set(message_ids))
-        if not ids or not sessions:
+        if not ids:
             return []
         id_marks = ", ".join("?" for _ in ids)
-        session_marks = ", ".join("?" for _ in sessions)
+        others = [key for key in elsewhere if key != session_key]
+        other_marks = ", ".join("?" for _ in others) or "NULL"
         rows = await self._conn.execute_fetchall(
             f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id IN ({id_marks}) "
-            f"AND m.session_key IN ({session_marks}) AND m.origin = 'interactive' AND m.fallback = 0 "
-            "AND m.created_at >= ? AND m.created_at < ? AND ("
-            "(m.role = 'user' AND m.sender_id = ?) OR (m.role = 'assistant' AND (SELECT u.sender_id "
-            "FROM messages u WHERE u.session_key = m.session_key AND u.origin = 'interactive' "
-            "AND u.role = 'user' AND u.id < m.id ORDER BY u.id DESC LIMIT 1) = ?)) ORDER BY m.id",
-            (*ids, *sessions, since if since is not None else float("-inf"),
-             until if until is not None else float("inf"), user_id, user_id),
+            "AND m.origin = 'interactive' AND m.fallback = 0 AND m.created_at >= ? AND m.created_at < ? "
+            "AND ((m.session_key = ? AND ((m.role = 'user' AND m.sender_id = ?) OR (m.role = 'assistant' "
+            "AND (? OR (SELECT u.sender_id FROM messages u WHERE u.id = m.request_id) = ?)))) "
+            f"OR (m.session_key IN ({other_marks}) AND m.role = 'user' AND m.sender_id = ?)) ORDER BY m.id",
+            (*ids, since if since is not None else float("-inf"),
+             until if until is not None else float("inf"), session_key, user_id, private, user_id,
+             *others, user_id),
         )
         return rows_to_messages(rows)
 

@@ -111,6 +111,7 @@ class Messages(Database):
                 actions=tuple(actions),
                 job_id=job_id,
                 fallback=fallback,
+                request_id=request_id,
             )
             if deliver is not None:
                 chat = deliver.chat
@@ -254,8 +255,10 @@ async def insert_message(
     chat: ChatRef | None = None,
     fallback: bool = False,
     media: tuple[Media, ...] = (),
+    request_id: int | None = None,
 ) -> StoredMessage:
-    """Add one message and count it in its session, inside the caller's transaction.
+    """Add one message and count it in its session, inside the caller's transaction; a reply's
+    `request_id` is the request it answers.
 
     Interactive messages get their recall terms, except a fallback reply (never recalled)."""
     now = time.time()
@@ -270,14 +273,14 @@ async def insert_message(
     inserted = await conn.execute_fetchall(
         "INSERT INTO messages (session_key, role, origin, sender_id, sender_name, text, "
         "provider_message_id, reply_to_id, actions, job_id, created_at, token_estimate, "
-        "awaiting_reply, chat_id, thread_id, fallback, media) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        "awaiting_reply, chat_id, thread_id, fallback, media, request_id) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         (
             session_key, role, origin, sender_id, sender_name, text, provider_message_id,
             reply_to_id, json.dumps(list(actions)) if actions else None, job_id,
             created_at, tokens, int(awaiting_reply),
             chat.chat_id if chat else None, chat.thread_id if chat else None, int(fallback),
-            encode(media),
+            encode(media), request_id,
         ),
     )
     message_id = int(next(iter(inserted))[0])

@@ -432,4 +432,11 @@ PG_MIGRATIONS: list[str] = [
     DROP INDEX messages_session_origin;
     CREATE INDEX messages_session_origin ON messages(session_key, origin, id) INCLUDE (token_estimate);
     """,
+    # 20: a reply names the request it answers (see `migrations`), learnt from the snapshots for
+    # replies stored before.
+    """
+    ALTER TABLE messages ADD COLUMN request_id BIGINT;
+    UPDATE messages SET request_id = s.request_message_id FROM context_snapshots s
+        WHERE s.reply_message_id = messages.id AND messages.role = 'assistant';
+    """,
 ]

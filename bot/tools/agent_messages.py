@@ -1,9 +1,11 @@
 """The message_agent tool: an agent writes to another agent of the daemon and reads its answer.
 
-The message reaches the other agent as an inbound message of its session with the writer
-(`agent:<to>:agent:direct:<from>`), answered by its own turn runner like any message; the tool
-waits for that answer and returns it. An answer that comes after the tool stopped waiting goes to
-the writer's session with the other agent instead, as a message it answers there. Offered only
+The message reaches the other agent as an inbound message of its session with the writer for the
+chat it is written from (`agent:<to>:agent:direct:<from>:thread:<tag>`, `bot.agent_chat`), answered
+by its own turn runner like any message; the tool waits for that answer and returns it. An answer
+that comes after the tool stopped waiting goes to the writer's session with the other agent for
+that chat instead, as a message it answers there. One conversation per chat: the other agent never
+answers one chat from what it was told for another. Offered only
 when the config has more than one agent.
 """
 
@@ -27,8 +29,9 @@ MAX_TEXT = 8000  # characters: a question or a briefing, not a document
 class AgentPost(Protocol):
     """What the agent channel offers the tool (channels/agent.py)."""
 
-    async def ask(self, sender: str, to: str, text: str, hop: int) -> str:
-        """Pass a message and wait for the answer; AgentMessageRefused when it may not pass."""
+    async def ask(self, sender: str, to: str, text: str, hop: int, origin: str) -> str:
+        """Pass a message written from the session `origin` and wait for the answer (the
+        conversation is that origin's alone); AgentMessageRefused when it may not pass."""
         ...
 
 
@@ -55,7 +58,7 @@ class AgentMessageTools:
             name="message_agent",
             description=(
                 "Write to another agent of this assistant and get its answer (it answers as itself, "
-                f"from its own conversation with you). The agents: {', '.join(agents)}. If its answer "
+                f"from what you told it for this chat). The agents: {', '.join(agents)}. If its answer "
                 "takes too long, it comes later as a message in your conversation with that agent."
             ),
             input_schema={
@@ -95,7 +98,7 @@ class AgentMessageTools:
         if not isinstance(channel, AgentPost):
             return ToolResult.error("messages between agents are not running in this daemon")
         try:
-            answer = await channel.ask(me, to, text, hop)
+            answer = await channel.ask(me, to, text, hop, str(key))
         except AgentMessageRefused as exc:
             return ToolResult.error(str(exc))
         return ToolResult(content=answer, summary=f"{to} answered: {answer}")

@@ -1,5 +1,6 @@
-"""`search_history`: what the asking user said (and was answered) in any chat, by words and, with
-the semantic extra, by meaning; never another person's messages."""
+"""`search_history`: what the asking person said (and was answered) in this chat, by words and, with
+the semantic extra, by meaning; in their private chat, with `search_scope = "user"`, also their own
+messages elsewhere. What it may read is `bot.tools.scope`'s to say; never another person's words."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from bot.embedding import Embedder
 from bot.session_key import parse
 from bot.store import Store
 from bot.tools.base import FunctionTool, ToolContext, ToolResult
+from bot.tools.scope import read_scope
 
 MATCH_CHARS = 300
 FUSION_K = 60  # reciprocal rank fusion, as context candidates use
@@ -30,16 +32,21 @@ def history_tool(store: Store, config: Callable[[], Config], embedder: Embedder 
             until = _moment(arguments.get("until"), zone, end=True)
         except ValueError as exc:
             return ToolResult.error(str(exc))
-        limit = config().tools.search_results
-        sessions = await store.user_sessions(context.session_key.agent_id, context.chat.provider,
-                                             context.user_id)
+        settings = config().tools
+        limit = settings.search_results
+        scope = read_scope(context, settings.search_scope)
+        elsewhere = await store.user_sessions(context.session_key.agent_id, context.chat.provider,
+                                              context.user_id) if scope.elsewhere else []
+        sessions = [scope.session_key, *(key for key in elsewhere if key != scope.session_key)]
         ranked = await store.lexical_history(sessions, query, limit=limit * 4)
         scores = {message_id: 1 / (FUSION_K + rank) for rank, (message_id, _) in enumerate(ranked, 1)}
         if embedder is not None:
             nearest = await _semantic(store, embedder, sessions, query, limit * 4)
             for rank, message_id in enumerate(nearest, 1):
                 scores[message_id] = scores.get(message_id, 0.0) + 1 / (FUSION_K + rank)
-        found = await store.owned_messages(list(scores), sessions, context.user_id, since=since, until=until)
+        found = await store.owned_messages(list(scores), scope.session_key, scope.user_id,
+                                           private=scope.private, elsewhere=sessions[1:],
+                                           since=since, until=until)
         found.sort(key=lambda m: (-scores[m.id], -m.id))
         found = sorted(found[:limit], key=lambda m: m.id)
         if not found:
@@ -58,9 +65,10 @@ def history_tool(store: Store, config: Callable[[], Config], embedder: Embedder 
 
     return FunctionTool(
         "search_history",
-        "Search what the user you are talking to wrote earlier (and what you answered them), in "
-        "this chat and their other chats with you, by words and meaning. Dates are in the user's "
-        "timezone (YYYY-MM-DD or YYYY-MM-DDTHH:MM).",
+        "Search what the user you are talking to wrote earlier in this chat (and what you "
+        "answered them), by words and meaning; in a private chat, if the admin allows it, also "
+        "their own messages in their other chats with you. Dates are in the user's timezone "
+        "(YYYY-MM-DD or YYYY-MM-DDTHH:MM).",
         {"type": "object", "properties": {
             "query": {"type": "string", "description": "what to look for"},
             "since": {"type": "string", "description": "only messages from this date or time on"},

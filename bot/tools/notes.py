@@ -8,12 +8,17 @@ from typing import Any
 from bot.config import Config
 from bot.store import Store, UserNote
 from bot.tools.base import FunctionTool, ToolContext, ToolResult
+from bot.tools.scope import is_person
 
 NOTE_CHARS = 500
+NO_PERSON = ("notes belong to a person; this message was sent on behalf of a group, a channel or "
+             "an agent, which keeps none")
 
 
 def note_tools(store: Store, config: Callable[[], Config]) -> list[FunctionTool]:
     async def remember(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+        if not is_person(context.chat.provider, context.user_id):
+            return ToolResult.error(NO_PERSON)
         note = " ".join(str(arguments["note"]).split())
         if not note:
             return ToolResult.error("the note is empty")
@@ -27,6 +32,8 @@ def note_tools(store: Store, config: Callable[[], Config]) -> list[FunctionTool]
         return ToolResult(f"Kept as note #{kept.id}.", f"note #{kept.id} kept")
 
     async def forget(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+        if not is_person(context.chat.provider, context.user_id):
+            return ToolResult.error(NO_PERSON)
         note_id = int(arguments["note_id"])
         if not await store.forget_note(context.chat.provider, context.user_id, note_id):
             return ToolResult.error(f"this user has no note #{note_id}")
