@@ -685,6 +685,15 @@ def report(run: Run) -> list[str]:
         lines.append(f"  SIGKILLs inside a send window (the platform had a reply whose id was not recorded): "
                      f"{len(hit)} of {len(kills)}, {sum(c.in_window for c in kills)} replies; delivered "
                      f"replies whose id was never recorded at the end {len(tally.unrecorded)}")
+    windows = send_windows(run.cycles)
+    if windows:
+        ordered = sorted(windows)
+        p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+        lines.append(f"  send window under this load (the daemon's `record_ms`: platform answered → id "
+                     f"committed), {len(windows)} replies: median {statistics.median(windows):.2f} ms, "
+                     f"p99 {p99:.2f} ms, max {ordered[-1]:.2f} ms")
+    per_thousand = 1000 * len(tally.answered_twice) / max(len(tally.pushed), 1)
+    lines.append(f"  doubles per 1 000 messages: {per_thousand:.1f}")
     lines.append(f"  replies stored but never delivered {len(tally.undelivered_replies)}"
                  f"{_some(tally.undelivered_replies)}; requests still awaiting a reply {tally.awaiting}; "
                  f"integrity_check: {tally.integrity}")
@@ -699,6 +708,20 @@ def report(run: Run) -> list[str]:
     lines.append(f"  targets (0 lost, 0 never answered, 0 answered twice): "
                  f"{'met' if not missed else 'MISSED: ' + missed}{why}")
     return lines
+
+
+def send_windows(cycles: list[Cycle]) -> list[float]:
+    """Every turn's `record_ms` (its longest chunk's send window) over every cycle's log."""
+    found = []
+    for cycle in cycles:
+        for line in cycle.log.read_text(encoding="utf-8", errors="replace").splitlines():
+            if '"record_ms"' not in line:
+                continue
+            with contextlib.suppress(ValueError):
+                value = json.loads(line).get("record_ms")
+                if isinstance(value, int | float):
+                    found.append(float(value))
+    return found
 
 
 def log_summary(cycles: list[Cycle]) -> str:

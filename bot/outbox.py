@@ -10,6 +10,7 @@ for a passing reason (network, a server error) is tried again while the daemon r
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping
 
 import structlog
@@ -51,19 +52,25 @@ class Outbox:
         """Mark a reply as queued for sending (released when `deliver` finishes with it)."""
         self._busy.add(message_id)
 
-    async def deliver(self, message_id: int, outbound: OutboundMessage) -> list[str]:
+    async def deliver(
+        self, message_id: int, outbound: OutboundMessage, windows: list[float] | None = None
+    ) -> list[str]:
         """Send a stored reply from its first undelivered chunk; the platform ids sent now.
 
         Failures are logged, never raised: a permanent one (blocked, no permission) takes the
-        reply out of the outbox, any other leaves it for the next start.
+        reply out of the outbox, any other leaves it for the next start. `windows` gets, per chunk,
+        the ms from the platform's answer to its id's commit: the send window, in which a crash
+        leaves a message the platform shows and the store does not know it sent.
         """
         self._busy.add(message_id)
         try:
-            return await self._deliver(message_id, outbound)
+            return await self._deliver(message_id, outbound, windows)
         finally:
             self._busy.discard(message_id)
 
-    async def _deliver(self, message_id: int, outbound: OutboundMessage) -> list[str]:
+    async def _deliver(
+        self, message_id: int, outbound: OutboundMessage, windows: list[float] | None
+    ) -> list[str]:
         chat = outbound.chat
         channel = self._channels.get(chat.provider)
         if channel is None:
@@ -72,8 +79,11 @@ class Outbox:
             return []
 
         async def record(index: int, provider_id: str) -> None:
+            answered = time.perf_counter()
             await self._retrying(lambda: self._store.record_chunk(message_id, chat, index, provider_id),
                                  "chunk delivered but not recorded", message_id)
+            if windows is not None:
+                windows.append((time.perf_counter() - answered) * 1000)
 
         try:
             sent = await channel.send(outbound, record)

@@ -163,6 +163,7 @@ class TurnRunner:
                       if preview is not None else None)
         outbound = OutboundMessage(inbound.chat, full_text, reply_to, preview_id=preview_id)
         send_started = time.perf_counter()
+        windows: list[float] = []
         # A reply the model did not write (the apology, a missing-key notice) is delivered and
         # kept, but never sent back to the model as something the agent said.
         try:
@@ -187,7 +188,7 @@ class TurnRunner:
                 await self._attach_tool_calls(request.id, reply.id)
             await self._snapshot(str(key), request, reply, context, facts)
             delivered = await self._outbox.deliver(
-                reply.id, dataclasses.replace(outbound, delivery_key=delivery_key(reply.id))
+                reply.id, dataclasses.replace(outbound, delivery_key=delivery_key(reply.id)), windows
             )
 
         triage = context.triage
@@ -197,6 +198,8 @@ class TurnRunner:
             model=completion.model if completion else model,
             provider=completion.provider if completion else None,
             send_ms=round((time.perf_counter() - send_started) * 1000, 1),
+            # The longest of its chunks' send windows (platform answered → id committed).
+            record_ms=round(max(windows), 2) if windows else None,
             request_id=request.id,
             reply_id=reply.id if reply is not None else None,
             context_messages=len(context.entries),

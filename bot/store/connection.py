@@ -5,7 +5,6 @@ Every concern of the store is a `Database` with its own methods; `Store` mixes t
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
 import time
@@ -19,6 +18,7 @@ import aiosqlite
 from bot.errors import StoreError
 from bot.media_files import KeptFiles, MediaFiles, files_dir
 from bot.store.migrations import MIGRATIONS
+from bot.store.write_lock import WriteLock
 
 # The page cache of the store's connection (see `Database.open`).
 PAGE_CACHE_KIB = 8192
@@ -58,7 +58,7 @@ class Database:
         self.path = path
         # One connection is shared by every coroutine: a write transaction must not interleave
         # with another coroutine's statements.
-        self._write_lock = asyncio.Lock()
+        self._write_lock = WriteLock()
 
     @classmethod
     @asynccontextmanager

@@ -84,11 +84,14 @@ class PostgresStore(PgRecall, PgTables, Store):
         "AND objid = hashtext({instance})::oid AND objsubid = 2))"
     )
 
-    def __init__(self, conn: PgConnection, path: Path, label: str) -> None:
+    def __init__(self, conn: PgConnection, path: Path, label: str, records: PgConnection | None = None) -> None:
         # PgConnection offers the part of aiosqlite's connection the mixins call.
         super().__init__(cast("aiosqlite.Connection", conn), path)
         self._pg = conn
         self._label = label
+        # Connections of their own for `record_chunk`, so a sent chunk's record never waits for
+        # one of the pool's, behind every other statement of a loaded daemon.
+        self._records = records or conn
 
     @property
     def label(self) -> str:
@@ -121,21 +124,27 @@ class PostgresStore(PgRecall, PgTables, Store):
             await first.close()
         except psycopg.Error as exc:
             raise StoreError(f"cannot open database {label}: {' '.join(str(exc).split())}") from exc
-        pool = AsyncConnectionPool(url, kwargs=kwargs, min_size=1, max_size=max_connections,
+        # One of the `max_connections` is kept for the records of sent chunks (`record_chunk`).
+        pool = AsyncConnectionPool(url, kwargs=kwargs, min_size=1, max_size=max(max_connections - 1, 1),
                                    open=False, name="switchboard")
+        records = AsyncConnectionPool(url, kwargs=kwargs, min_size=1, max_size=1, open=False,
+                                      name="switchboard-records")
         try:
             await pool.open(wait=True, timeout=15)
+            await records.open(wait=True, timeout=15)
         except Exception as exc:
             await pool.close()
+            await records.close()
             raise StoreError(f"cannot open database {label}: {exc}") from exc
         try:
-            store = cls(PgConnection(pool), state_path, label)
+            store = cls(PgConnection(pool), state_path, label, PgConnection(records))
             try:
                 await store._migrate()
             except psycopg.Error as exc:
                 raise StoreError(f"cannot prepare database {label}: {str(exc).strip()}") from exc
             yield store
         finally:
+            await records.close()
             await pool.close()
 
     async def _apply_migrations(self) -> None:
@@ -178,9 +187,10 @@ class PostgresStore(PgRecall, PgTables, Store):
     async def record_chunk(
         self, message_id: int, chat: ChatRef, index: int, provider_message_id: str
     ) -> None:
-        """As on SQLite, in one statement: one round trip from the platform's answer to the record
-        that the chunk was sent (a daemon killed in between sends it again when taken over)."""
-        await self._conn.execute(
+        """As on SQLite, in one statement on a connection kept for these records: one round trip
+        from the platform's answer to the record that the chunk was sent, waiting for no other
+        statement (a daemon killed in between sends it again when taken over)."""
+        await self._records.execute(
             "WITH sent AS (UPDATE outbox SET chunks_sent = GREATEST(chunks_sent, ?) WHERE message_id = ?), "
             "named AS (UPDATE messages SET provider_message_id = COALESCE(provider_message_id, ?) "
             "WHERE id = ?) INSERT INTO provider_messages (provider, chat_id, provider_message_id, "

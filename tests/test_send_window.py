@@ -1,0 +1,38 @@
+"""The send window: a chunk's platform id is committed ahead of the writes already waiting, so a
+crash just after Telegram created the message (no idempotency key: a restart would send it again)
+finds it recorded as often as the store can make it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bot.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.session_key import build
+from bot.store import Store
+
+CHAT = ChatRef("telegram", "42")
+DM = build("main", "telegram", "direct", 42)
+
+
+async def test_a_sent_chunk_is_recorded_ahead_of_writes_already_waiting(store: Store) -> None:
+    """Fifty turns' writes were queued before it; the chunk's id is committed before most of them
+    (behind at most the writes already running), and the outbox knows the chunk was sent."""
+    request = await store.append_inbound(InboundMessage(DM, CHAT, "42", "Ada", "hello", "1"))
+    assert request is not None
+    reply = await store.append_reply(str(DM), "hi", request_id=request.id,
+                                     deliver=OutboundMessage(CHAT, "hi"))
+    others = [build("main", "telegram", "direct", 100 + n) for n in range(50)]
+    writes = [asyncio.create_task(store.append_inbound(InboundMessage(
+        key, ChatRef("telegram", key.peer), key.peer, "Someone", f"message {n}", str(n))))
+        for n, key in enumerate(others)]
+    for _ in range(5):  # every write reaches the store and waits its turn
+        await asyncio.sleep(0)
+
+    await store.record_chunk(reply.id, CHAT, 0, "900")
+    finished_first = sum(write.done() for write in writes)
+    await asyncio.gather(*writes)
+
+    assert finished_first < 15, f"{finished_first} of 50 queued writes went first"
+    (pending,) = await store.pending_deliveries(reply.id)
+    assert pending.outbound.skip_chunks == 1
+    assert [m.provider_message_id for m in await store.history(str(DM), 10)] == ["1", "900"]
