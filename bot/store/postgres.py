@@ -84,7 +84,9 @@ class PostgresStore(PgRecall, PgTables, Store):
         "AND objid = hashtext({instance})::oid AND objsubid = 2))"
     )
 
-    def __init__(self, conn: PgConnection, path: Path, label: str, records: PgConnection | None = None) -> None:
+    def __init__(
+        self, conn: PgConnection, path: Path, label: str, records: PgConnection | None = None
+    ) -> None:
         # PgConnection offers the part of aiosqlite's connection the mixins call.
         super().__init__(cast("aiosqlite.Connection", conn), path)
         self._pg = conn
