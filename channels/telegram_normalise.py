@@ -12,6 +12,12 @@ chat's settings need no mention. Commands are `/word` at the start of the text; 
 `/word` is taken only when it is one of ours (or addressed `/word@bot`), since it may be meant for
 another bot. Channel posts and messages without a sender are ignored; text is the message's text or
 caption.
+
+Senders: a person is their user id. A group message sent on behalf of a chat (an anonymous admin,
+a channel posting in a group, a linked channel's automatic forward) arrives from a user id Telegram
+shares between all such messages everywhere (GroupAnonymousBot, Channel_Bot, 777000), so its sender
+is the chat in `sender_chat`: `chat:<chatId>`, named by the chat's title. The core knows such
+identities by that prefix; no allowlist or admin entry can name one.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from bot.commands import is_known, parse_command
 from bot.config import TelegramConfig
 from bot.messages import ChatRef, InboundMessage
 from bot.session_key import build
+from bot.tools.scope import CHAT_SENDER_PREFIX
 
 PLATFORM = "telegram"  # the default bot's channel name; extra accounts are "telegram.<name>"
 GENERAL_TOPIC = "1"  # a forum message without a thread id belongs to the General topic
@@ -45,16 +52,32 @@ class BotIdentity:
 
 def admit(message: Message, config: TelegramConfig) -> Verdict:
     """Whether a message may be stored and answered; a refused DM may get one polite line."""
-    sender = message.from_user
-    if sender is None:
-        return "ignore"
     if message.chat.type == ChatType.PRIVATE:
+        sender = message.from_user
+        if sender is None:
+            return "ignore"
         if allows(config.dm_policy, config.allow_from, str(sender.id)):
             return "accept"
         return "pair" if config.dm_policy == "pairing" else "refuse"
     if message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP):
+        if sender_of(message) is None:
+            return "ignore"
         return "accept" if allows(config.group_policy, config.groups, str(message.chat.id)) else "ignore"
     return "ignore"  # channel posts
+
+
+def sender_of(message: Message) -> tuple[str, str] | None:
+    """(sender id, name) of a message: the chat it was sent on behalf of, outside private chats,
+    else the user; None without either."""
+    on_behalf = message.sender_chat
+    if on_behalf is not None and message.chat.type != ChatType.PRIVATE:
+        name = on_behalf.title or on_behalf.username or on_behalf.full_name
+        chat_sender = f"{CHAT_SENDER_PREFIX}{on_behalf.id}"
+        return chat_sender, name or chat_sender
+    user = message.from_user
+    if user is None:
+        return None
+    return str(user.id), user.full_name or user.username or str(user.id)
 
 
 def message_text(message: Message) -> tuple[str, dict[MessageEntity, str]]:
@@ -72,7 +95,7 @@ def to_inbound(
 ) -> InboundMessage | None:
     """Normalise an admitted message; None when it has no text to read and (`media`) no attachment.
     `provider` is the name of the channel (bot) it came through."""
-    sender = message.from_user
+    sender = sender_of(message)
     text, entities = message_text(message)
     if sender is None or not (text.strip() or media):
         return None
@@ -80,7 +103,7 @@ def to_inbound(
     private = chat.type == ChatType.PRIVATE
     thread: str | None = None
     if private:
-        key = build(agent_id, provider, "direct", sender.id)
+        key = build(agent_id, provider, "direct", sender[0])
     elif chat.is_forum:
         thread = str(message.message_thread_id) if message.is_topic_message else None
         key = build(agent_id, provider, "group", chat.id, topic=thread or GENERAL_TOPIC)
@@ -99,8 +122,8 @@ def to_inbound(
     return InboundMessage(
         session_key=key,
         chat=ChatRef(provider, str(chat.id), thread),
-        sender_id=str(sender.id),
-        sender_name=sender.full_name or sender.username or str(sender.id),
+        sender_id=sender[0],
+        sender_name=sender[1],
         text=text,
         provider_message_id=str(message.message_id),
         reply_to_id=str(replied.message_id) if replied is not None else None,

@@ -182,3 +182,91 @@ def test_chunks_fit_telegram_counting_utf16_units_after_rendering() -> None:
         visible = chunk  # plain text renders as itself
         assert len(visible.encode("utf-16-le")) // 2 <= 4096
     assert "".join(chunks).replace("\n", "") == reply.replace("\n", "")
+
+
+# -- messages sent on behalf of a chat: Telegram's shared service senders ----------------------------
+
+ANONYMOUS_ADMIN = user(1087968824, "Group", "GroupAnonymousBot", is_bot=True)
+CHANNEL_BOT = user(136817688, "Channel", "Channel_Bot", is_bot=True)
+TELEGRAM = user(777000, "Telegram")
+NEWS = {"id": -100555, "type": "channel", "title": "News", "username": "news_channel"}
+OTHER_GROUP = group_chat(-100999, "Strangers", supergroup=True)
+
+
+def on_behalf_of(chat: dict[str, Any], sender: dict[str, Any], sender_chat: dict[str, Any], text: str,
+                 **fields: Any) -> dict[str, Any]:
+    return message(chat, sender, text, **fields) | {"sender_chat": sender_chat}
+
+
+def automatic_forward(chat: dict[str, Any], text: str) -> dict[str, Any]:
+    data = on_behalf_of(chat, TELEGRAM, NEWS, text) | {"is_automatic_forward": True}
+    origin = {"type": "channel", "date": data["date"], "chat": NEWS, "message_id": 77}
+    return data | {"forward_origin": origin}
+
+
+@pytest.mark.parametrize(
+    ("data", "sender_id", "name"),
+    [
+        (on_behalf_of(GROUP, ANONYMOUS_ADMIN, GROUP, "hi"), "chat:-100123", "Friends"),
+        (on_behalf_of(GROUP, CHANNEL_BOT, NEWS, "hi"), "chat:-100555", "News"),
+        (automatic_forward(GROUP, "hi"), "chat:-100555", "News"),
+        (on_behalf_of(GROUP, CHANNEL_BOT, {"id": -100556, "type": "channel", "username": "untitled"},
+                      "hi"), "chat:-100556", "untitled"),
+    ],
+    ids=["anonymous-admin", "channel-in-group", "automatic-forward", "channel-without-title"],
+)
+def test_a_message_sent_on_behalf_of_a_chat_is_that_chats_not_the_shared_service_users(
+    data: dict[str, Any], sender_id: str, name: str
+) -> None:
+    """An anonymous admin, a channel posting in a group or a linked channel's forward is sent by
+    `chat:<sender_chat id>`, named by that chat, never by Telegram's shared service user id."""
+    section = config()
+    assert admit(tg(data), section) == "accept"
+    inbound = normalise(data)
+    assert (inbound.sender_id, inbound.sender_name) == (sender_id, name)
+    assert str(inbound.session_key) == "agent:main:telegram:group:-100123"
+    assert inbound.chat.chat_id == "-100123"
+
+
+def test_anonymous_admins_of_two_groups_are_two_senders() -> None:
+    """The same GroupAnonymousBot user in two groups is two identities, one per group."""
+    first = normalise(on_behalf_of(GROUP, ANONYMOUS_ADMIN, GROUP, "hi"))
+    second = normalise(on_behalf_of(OTHER_GROUP, ANONYMOUS_ADMIN, OTHER_GROUP, "hi"), group_policy="open")
+    assert (first.sender_id, second.sender_id) == ("chat:-100123", "chat:-100999")
+    assert "1087968824" not in {first.sender_id, second.sender_id}
+
+
+def test_an_anonymous_admin_is_heard_only_in_allowed_groups_and_starts_turns_when_addressed() -> None:
+    """An anonymous admin's message is admitted by the group's allowlist like anyone's, and a mention
+    of the bot or a reply to it starts a turn while plain chatter does not."""
+    assert admit(tg(on_behalf_of(OTHER_GROUP, ANONYMOUS_ADMIN, OTHER_GROUP, "hi")), config()) == "ignore"
+    text = "@switchboard_bot what now?"
+    mention = normalise(on_behalf_of(GROUP, ANONYMOUS_ADMIN, GROUP, text,
+                                     entities=mention_entities(text, "switchboard_bot")))
+    replied = message(GROUP, BOT_USER, "an earlier answer", message_id=3)
+    reply = normalise(on_behalf_of(GROUP, ANONYMOUS_ADMIN, GROUP, "and then?", reply_to=replied))
+    chatter = normalise(on_behalf_of(GROUP, ANONYMOUS_ADMIN, GROUP, "just chatting"))
+    assert (mention.starts_turn, reply.starts_turn, chatter.starts_turn) == (True, True, False)
+    command = normalise(on_behalf_of(GROUP, ANONYMOUS_ADMIN, GROUP, "/status",
+                                     entities=command_entities("/status")))
+    assert command.command == "status" and command.sender_id == "chat:-100123"
+
+
+def test_a_group_message_with_only_a_sender_chat_is_still_that_chats() -> None:
+    """Should Telegram ever leave out the stand-in user, a group message on behalf of a chat is kept
+    under that chat; a private message without a user is still ignored."""
+    data = on_behalf_of(GROUP, ANONYMOUS_ADMIN, GROUP, "hi")
+    del data["from"]
+    assert admit(tg(data), config()) == "accept"
+    assert normalise(data).sender_id == "chat:-100123"
+    dm = message(private_chat(ADA), ADA, "hi")
+    del dm["from"]
+    assert admit(tg(dm), config()) == "ignore"
+    assert normalise(dm) is None
+
+
+def test_a_private_chat_is_its_user_whatever_else_it_carries() -> None:
+    """A private chat is always its user's: the session and the sender are the user id."""
+    inbound = normalise(on_behalf_of(private_chat(ADA), ADA, NEWS, "hi"))
+    assert (inbound.sender_id, inbound.sender_name) == ("42", "Ada")
+    assert str(inbound.session_key) == "agent:main:telegram:direct:42"

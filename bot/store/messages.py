@@ -238,23 +238,11 @@ class Messages(Database):
 
 
 async def insert_message(
-    conn: aiosqlite.Connection,
-    *,
-    session_key: str,
-    role: Role,
-    origin: Origin,
-    text: str,
-    created_at: float,
-    sender_id: str | None = None,
-    sender_name: str | None = None,
-    provider_message_id: str | None = None,
-    reply_to_id: str | None = None,
-    actions: tuple[str, ...] = (),
-    job_id: str | None = None,
-    awaiting_reply: bool = False,
-    chat: ChatRef | None = None,
-    fallback: bool = False,
-    media: tuple[Media, ...] = (),
+    conn: aiosqlite.Connection, *, session_key: str, role: Role, origin: Origin, text: str,
+    created_at: float, sender_id: str | None = None, sender_name: str | None = None,
+    provider_message_id: str | None = None, reply_to_id: str | None = None,
+    actions: tuple[str, ...] = (), job_id: str | None = None, awaiting_reply: bool = False,
+    chat: ChatRef | None = None, fallback: bool = False, media: tuple[Media, ...] = (),
     request_id: int | None = None,
 ) -> StoredMessage:
     """Add one message and count it in its session, inside the caller's transaction; a reply's
