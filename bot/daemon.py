@@ -246,7 +246,8 @@ class Daemon(DaemonHealth):
     async def quarantine(self, provider: str, ref: str | None, raw: str, error: str) -> None:
         assert self._store is not None, "the daemon has not started"
         await self._store.quarantine(provider, ref, raw, error)
-        log.warning("unparseable update quarantined", channel=provider, ref=ref, error=error)
+        # Not only unparseable updates: also one that failed to store twice the same way.
+        log.warning("update quarantined", channel=provider, ref=ref, error=error)
 
     async def pair(self, provider: str, chat_id: str, user_id: str, user_name: str | None) -> bool:
         assert self._store is not None, "the daemon has not started"

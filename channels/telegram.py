@@ -4,54 +4,42 @@ python-telegram-bot provides the bot (requests, rate limiter, types); updates ar
 `channels.telegram_intake`, which confirms each only once it is committed, or (mode = "webhook")
 received by `channels.telegram_webhook`, which answers Telegram only once it is committed; both
 hand each raw update to the same `_take`. Normalising and gating each message is
-`channels.telegram_normalise`. Edits are ignored: only new messages are asked for
-(`allowed_updates=["message"]`), so what the model saw is what was stored.
+`channels.telegram_normalise`, sending `channels.telegram_send`. Edits are ignored: only new
+messages are asked for (`allowed_updates=["message"]`), so what the model saw is what was stored.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import structlog
-from telegram import BotCommand, Message, ReplyParameters, Update
-from telegram.constants import ChatAction, ChatType
-from telegram.error import (
-    BadRequest,
-    Forbidden,
-    InvalidToken,
-    NetworkError,
-    RetryAfter,
-    TelegramError,
-    TimedOut,
-)
+from telegram import BotCommand, Message, Update
+from telegram.constants import ChatType
+from telegram.error import InvalidToken, TelegramError
 from telegram.ext import Application, BaseRateLimiter
 
 from bot.access import TEXT_ONLY_REPLY, RefusalNotices, refused_dm_reply
 from bot.channel import ChunkSent, Intake, PreviewPosted, ReplyPreview
 from bot.commands import COMMANDS
 from bot.config import TelegramConfig
-from bot.errors import DeliveryError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.preview import PreviewStream
-from channels.telegram_html import html_or_plain, telegram_chunks
+from channels.telegram_html import telegram_chunks
 from channels.telegram_intake import UpdatePoller
 from channels.telegram_media import carries_media, file_base_url, with_media
 from channels.telegram_normalise import PLATFORM, BotIdentity, Verdict, admit, to_inbound
-from channels.telegram_preview import TelegramPreview, edit_into
+from channels.telegram_preview import TelegramPreview
+from channels.telegram_quarantine import RepeatedFailures, raw_json, reason, update_ref
 from channels.telegram_request import AiohttpRequest, default_rate_limiter
+from channels.telegram_send import keep_typing, not_a_chat, send_reply
 from channels.telegram_webhook import WebhookServer
 
 log = structlog.get_logger("switchboard.telegram")
 
-# Telegram shows "typing…" for about five seconds; refresh a little sooner, and never forever.
-TYPING_REFRESH = 4.0
-TYPING_CAP = 120.0
-SEND_ATTEMPTS = 3
 # The updates asked for, polled or by webhook alike.
 ALLOWED_UPDATES = ("message",)
 
@@ -82,6 +70,7 @@ class TelegramChannel:
                                        self._updates_request)
         self._bot: BotIdentity | None = None
         self._intake: Intake | None = None
+        self._failures = RepeatedFailures()
         self._updates = self._update_source(poll_timeout, webhook_secret)
         self._notices = RefusalNotices()
         self._notice_tasks: set[asyncio.Task[None]] = set()
@@ -130,7 +119,7 @@ class TelegramChannel:
         if config.mode == "webhook":
             if config.webhook_url is None or secret is None:
                 raise ValueError("webhook mode needs webhook_url and the webhook secret")
-            return WebhookServer(self._app.bot, self._take, listen=config.webhook_listen,
+            return WebhookServer(self._app.bot, self._take, self._quarantine, listen=config.webhook_listen,
                                  url=config.webhook_url, secret=secret, allowed_updates=ALLOWED_UPDATES,
                                  on_connected=self._connected, channel=self.provider)
         return UpdatePoller(self._app.bot, self._updates_request, self._take, poll_timeout=poll_timeout,
@@ -174,11 +163,23 @@ class TelegramChannel:
     # -- receiving ----------------------------------------------------------------------
 
     async def _take(self, raw: Any) -> None:
-        """Commit one raw update: submit it, skip it, or quarantine it when it does not parse.
+        """Commit one raw update: submit it, skip it, or quarantine it (see `channels.telegram_quarantine`).
 
-        Raises only when the intake could not store it (or, for a stranger under the pairing
-        policy, could not look them up), so that it is fetched again.
+        Raises only when it could not be committed, so that it comes again; a second failure in a
+        row for the same reason quarantines it instead.
         """
+        try:
+            await self._commit(raw)
+        except Exception as exc:
+            if not self._failures.repeated(raw, exc):
+                raise
+            await self._quarantine(raw, exc)
+        else:
+            self._failures.forget(raw)
+
+    async def _commit(self, raw: Any) -> None:
+        """Submit one update, skip it, or quarantine it when it does not parse; raises when the
+        intake could not store it (or, for a stranger under the pairing policy, look them up)."""
         assert self._intake is not None
         try:
             message = self._message(raw)
@@ -205,11 +206,9 @@ class TelegramChannel:
         if told is not None:
             self._notify(message.chat.id, told)
 
-    async def _quarantine(self, raw: Any, exc: Exception) -> None:
+    async def _quarantine(self, raw: Any, exc: BaseException) -> None:
         assert self._intake is not None
-        update_id = raw.get("update_id") if isinstance(raw, dict) else None
-        await self._intake.quarantine(self.provider, None if update_id is None else str(update_id),
-                                      json.dumps(raw, ensure_ascii=False), f"{type(exc).__name__}: {exc}")
+        await self._intake.quarantine(self.provider, update_ref(raw), raw_json(raw), reason(exc))
 
     def _message(self, raw: Any) -> Message | None:
         if not isinstance(raw, dict):
@@ -265,98 +264,28 @@ class TelegramChannel:
     # -- sending ------------------------------------------------------------------------
 
     async def send(self, message: OutboundMessage, on_chunk: ChunkSent | None = None) -> list[str]:
-        chat = message.chat
-        sent: list[str] = []
-        for index, chunk in enumerate(telegram_chunks(message.text)):
-            if index < message.skip_chunks:
-                continue
-            reply = None
-            if index == 0 and message.reply_to_id is not None:
-                reply = ReplyParameters(int(message.reply_to_id), allow_sending_without_reply=True)
-            try:
-                if index == 0 and message.preview_id is not None and await edit_into(
-                    self._app.bot, chat, int(message.preview_id), chunk
-                ):
-                    sent_id = message.preview_id  # the preview message is the first chunk
-                else:
-                    sent_id = str((await self._send_chunk(chat, chunk, reply)).message_id)
-            except TelegramError as exc:
-                permanent = isinstance(exc, Forbidden | BadRequest)
-                if isinstance(exc, Forbidden):
-                    log.warning("the chat blocked the bot or removed it", chat_id=chat.chat_id)
-                raise DeliveryError(
-                    f"Telegram refused the message: {type(exc).__name__}: {exc}",
-                    sent_ids=sent, permanent=permanent,
-                ) from exc
-            sent.append(sent_id)
-            if on_chunk is not None:
-                await on_chunk(index, sent_id)
-        return sent
+        return await send_reply(self._app.bot, message, on_chunk)
 
     def preview(
         self, chat: ChatRef, reply_to_id: str | None, *, resume_id: str | None = None,
         on_posted: PreviewPosted | None = None,
     ) -> ReplyPreview | None:
         """A draft in private chats, else a message edited in place; None with streaming off."""
-        if self._config.streaming == "off":
-            return None
+        if self._config.streaming == "off" or not_a_chat(chat) is not None:
+            return None  # nowhere to preview: send() refuses the reply
         surface = TelegramPreview(self._app.bot, chat, reply_to_id, private=int(chat.chat_id) > 0,
                                   no_drafts=self._no_drafts, chunks=telegram_chunks, resume_id=resume_id)
         return PreviewStream(surface, name=f"preview {chat.chat_id}", on_posted=on_posted)
 
-    async def _send_chunk(self, chat: ChatRef, chunk: str, reply: ReplyParameters | None) -> Message:
-        async def call(text: str, mode: str | None) -> Message:
-            return await self._send_retrying(chat, text, mode, reply)
-
-        sent: Message = await html_or_plain(call, chunk)
-        return sent
-
-    async def _send_retrying(
-        self, chat: ChatRef, text: str, parse_mode: str | None, reply: ReplyParameters | None
-    ) -> Message:
-        # Connection failures are retried: the request never arrived. A timeout is not, since
-        # the message may have been delivered and must not arrive twice. 429s are the limiter's.
-        for attempt in range(1, SEND_ATTEMPTS + 1):
-            try:
-                sent: Message = await self._app.bot.send_message(
-                    int(chat.chat_id), text, parse_mode=parse_mode,
-                    message_thread_id=int(chat.thread_id) if chat.thread_id else None,
-                    reply_parameters=reply,
-                )
-                return sent
-            except (TimedOut, RetryAfter, BadRequest):  # BadRequest is a NetworkError in PTB
-                raise
-            except NetworkError as exc:
-                if attempt == SEND_ATTEMPTS:
-                    raise
-                log.warning("telegram send failed; retrying", attempt=attempt, error=str(exc))
-                await asyncio.sleep(0.5 * attempt)
-        raise AssertionError("unreachable")
-
     @asynccontextmanager
     async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
-        task = asyncio.create_task(self._keep_typing(chat), name=f"typing {chat.chat_id}")
+        task = asyncio.create_task(keep_typing(self._app.bot, chat), name=f"typing {chat.chat_id}")
         try:
             yield
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-    async def _keep_typing(self, chat: ChatRef) -> None:
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + TYPING_CAP
-        while loop.time() < give_up:
-            try:
-                await self._app.bot.send_chat_action(
-                    int(chat.chat_id), ChatAction.TYPING,
-                    message_thread_id=int(chat.thread_id) if chat.thread_id else None,
-                )
-            except Forbidden:
-                return
-            except TelegramError as exc:
-                log.debug("typing action failed", chat_id=chat.chat_id, error=str(exc))
-            await asyncio.sleep(TYPING_REFRESH)
 
 
 def _build_application(

@@ -23,6 +23,8 @@ from telegram.request import BaseRequest, RequestData
 from telegram.request._requestparameter import RequestParameter
 from telegram.warnings import PTBDeprecationWarning
 
+from channels.telegram_quarantine import reason
+
 # Takes one raw update; returns once it is committed (stored, deliberately skipped or
 # quarantined) and raises when it was not, so that it is fetched again.
 Take = Callable[[Any], Awaitable[None]]
@@ -155,8 +157,9 @@ class UpdatePoller:
             try:
                 await self._take(raw)
             except Exception as exc:
+                # A second failure for the same reason comes back quarantined (`_take`).
                 self._log.warning("telegram update not stored; fetching it again", update_id=update_id,
-                            error=f"{type(exc).__name__}: {exc}")
+                                  error=reason(exc))
                 return False
             if isinstance(update_id, int) and not isinstance(update_id, bool):
                 self._offset = max(self._offset, update_id + 1)

@@ -9,22 +9,25 @@ to `TelegramError`s), so this class only moves bytes and translates transport fa
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 import aiohttp
 from telegram._utils.defaultvalue import DefaultValue
-from telegram.error import NetworkError, TimedOut
+from telegram.error import NetworkError, TelegramError, TimedOut
 from telegram.ext import AIORateLimiter, BaseRateLimiter
 from telegram.request import BaseRequest, RequestData
 
 if TYPE_CHECKING:
-    from telegram._utils.types import ODVInput
+    from telegram._utils.types import JSONDict, ODVInput
 
 __all__ = ["AiohttpRequest"]
 
 _FORM: Final = {"Content-Type": "application/x-www-form-urlencoded"}
+# How much of an answer that is no JSON its error quotes.
+_EXCERPT: Final = 200
 
 
 class AiohttpRequest(BaseRequest):
@@ -96,6 +99,23 @@ class AiohttpRequest(BaseRequest):
         """Close the session and its connections; safe to call twice."""
         if self._session is not None and not self._session.closed:
             await self._session.close()
+
+    @staticmethod
+    def parse_json_payload(payload: bytes) -> JSONDict:
+        """Telegram's JSON answer, as BaseRequest parses it, but quiet when it is none.
+
+        BaseRequest logs an answer that is no JSON at ERROR with a traceback before raising, so a
+        file server's 404 page became a stack in the log though the failure is handled (a download
+        becomes a placeholder, a poll is retried, each with its own warning). The error raised is
+        what the caller reports; for a failed call PTB also quotes the answer in it.
+        """
+        text = payload.decode("utf-8", "replace")
+        try:
+            parsed: JSONDict = json.loads(text)
+        except (ValueError, RecursionError) as exc:  # nested too deep for the parser is no JSON either
+            excerpt = text[:_EXCERPT] + ("…" if len(text) > _EXCERPT else "")
+            raise TelegramError(f"Invalid server response: {excerpt!r}") from exc
+        return parsed
 
     async def do_request(
         self,

@@ -4,8 +4,11 @@ Telegram POSTs each update to the URL given to setWebhook, with our secret in th
 X-Telegram-Bot-Api-Secret-Token header, and posts it again later whenever the answer is not 2xx.
 So each update goes to the same `take` as a polled one (parse, gate, store or quarantine) and the
 answer waits for it: 200 once committed, 500 when it could not be stored (Telegram redelivers; the
-store ignores a message it already has), 503 while stopping. No request depends on another or on
-anything this process remembers, so any number of daemons may sit behind one load balancer.
+store ignores a message it already has), 503 while stopping. A body that cannot even be read as
+JSON (not JSON, nested too deep for the parser, too big) is quarantined and answered 200: Telegram
+would post it again forever. No request depends on another or on anything this process remembers
+(beyond spotting an update that fails twice the same way), so any number of daemons may sit
+behind one load balancer.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import asyncio
 import contextlib
 import hmac
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,8 +28,15 @@ from telegram.error import InvalidToken, RetryAfter, TelegramError
 
 from bot.config.fields import split_listen
 from channels.telegram_intake import Backoff, Take, retry_after_seconds
+from channels.telegram_quarantine import reason
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+# Keeps a body that is no update (as text) with the reason it could not be read; raises when it
+# could not be kept.
+SetAside = Callable[[Any, BaseException], Awaitable[None]]
+# What reading a body as JSON can raise: not JSON or not UTF-8 (ValueError), brackets nested deeper
+# than the parser's recursion limit, or more than memory holds.
+UNREADABLE = (ValueError, RecursionError, MemoryError)
 # Seconds a stopping server still waits for aiohttp's own shutdown once every update in hand is in.
 CLOSE_TIMEOUT = 1.0
 
@@ -38,6 +48,7 @@ class WebhookServer:
         self,
         bot: Bot,
         take: Take,
+        set_aside: SetAside,
         *,
         listen: str,
         url: str,
@@ -49,6 +60,7 @@ class WebhookServer:
         self._log = structlog.get_logger("switchboard.telegram", channel=channel)
         self._bot = bot
         self._take = take
+        self._set_aside = set_aside
         self._host, self._port = split_listen(listen)
         self._url = url
         self._path = urlsplit(url).path or "/"
@@ -143,13 +155,20 @@ class WebhookServer:
         self._inflight += 1  # counted before the first await, so stop() waits for this one
         self._drained.clear()
         try:
-            raw = _decoded(await request.read())
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge as exc:  # the reason says how big; the body is not read
+                return await self._unreadable("<a body over the size limit>", exc)
+            try:
+                raw = json.loads(body)
+            except UNREADABLE as exc:
+                return await self._unreadable(body.decode("utf-8", errors="replace"), exc)
             update_id = raw.get("update_id") if isinstance(raw, dict) else None
             try:
                 await self._take(raw)
             except Exception as exc:
                 self._log.warning("telegram update not stored; Telegram sends it again", update_id=update_id,
-                                  error=f"{type(exc).__name__}: {exc}")
+                                  error=reason(exc))
                 return web.Response(status=500, text="not stored")
             return web.Response(status=200)
         finally:
@@ -157,15 +176,18 @@ class WebhookServer:
             if not self._inflight:
                 self._drained.set()
 
+    async def _unreadable(self, text: str, exc: BaseException) -> web.Response:
+        """Quarantine a body that is no update; 200 once kept, so that Telegram stops posting it."""
+        try:
+            await self._set_aside(text, exc)
+        except Exception as failed:
+            self._log.warning("unreadable telegram webhook body not quarantined; Telegram sends it again",
+                              error=reason(failed))
+            return web.Response(status=500, text="not stored")
+        return web.Response(status=200)
+
     async def _close(self) -> None:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
 
-
-def _decoded(body: bytes) -> Any:
-    """The update's JSON; a body that is not JSON is handed over as text (and so quarantined)."""
-    try:
-        return json.loads(body)
-    except ValueError:
-        return body.decode("utf-8", errors="replace")

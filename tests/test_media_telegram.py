@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import re
 import stat
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from bot.config import Config
 from bot.media_files import files_dir
@@ -224,3 +226,29 @@ async def test_files_are_private_under_the_state_directory_and_kept_once(
     assert {stat.S_IMODE(d.stat().st_mode) for d in (root, kept[0].parent)} == {0o700}
     first, second = [m for m in await history(config) if m.role == "user"]
     assert first.media[0].sha256 == second.media[0].sha256 == kept[0].name
+
+
+async def test_a_file_gone_from_the_file_server_logs_one_warning_and_keeps_the_message(
+    tg: TelegramStandIn, api: AnthropicStandIn, media_config: Callable[..., Config],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A download answered 404 with a page that is no JSON is one warning line without a traceback
+    (python-telegram-bot logs nothing), and the message is stored and answered with a placeholder."""
+    config = media_config()
+    tg.answer_next("file", "<html><body><h1>404 Not Found</h1></body></html>", status=404)
+    caplog.set_level(logging.WARNING)
+    with capture_logs() as logs:
+        async with telegram_daemon(config):
+            pushed = await exchange(tg, 1, caption="look", photo=tg.photo_sizes((1280, 960, LARGE_JPEG)))
+            await tg.wait_for(lambda: tg.confirmed_offset > pushed["update_id"])
+
+    loud = [e for e in logs if e["log_level"] not in ("debug", "info")]
+    assert [(e["event"], e["log_level"]) for e in loud] == [
+        ("file download failed; the message is stored with a note", "warning")]
+    assert "exc_info" not in loud[0] and "404" in loud[0]["error"]
+    assert [(r.name, r.levelname, r.getMessage()[:60]) for r in caplog.records] == []
+    (request,) = reply_requests(api)
+    assert last_turn_text(request).endswith(
+        "[photo: 1280×960 — could not be opened: the download failed]\nlook")
+    (stored, _) = await history(config)
+    assert stored.media[0].status == "failed"

@@ -18,11 +18,12 @@ from bot.brain import AnthropicBrain
 from bot.commands import COMMANDS
 from bot.config import Config
 from bot.daemon import Daemon, build_channels
-from bot.errors import ConfigError
-from bot.messages import ChatRef, InboundMessage
+from bot.errors import ConfigError, DeliveryError
+from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.session_key import build
 from bot.store import Store
 from channels.telegram import TelegramChannel
+from tests.fakes import RecordingIntake
 from tests.harness import (
     API_KEY,
     FAST,
@@ -43,6 +44,7 @@ from tests.standins.telegram_api import (
     private_chat,
     user,
 )
+from tests.test_telegram_intake import running as channel_running
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 ADA = user(42, "Ada", "ada")
@@ -452,7 +454,7 @@ async def test_an_unparseable_update_is_quarantined_once_and_the_others_are_answ
     assert (provider, ref, json.loads(raw)) == ("telegram", str(bad["update_id"]), bad)
     assert error == "TypeError: `members_only` is a required argument since Bot API 10.0"
     loud = [e for e in logs if e["log_level"] not in ("debug", "info")]
-    assert [(e["event"], e["ref"]) for e in loud] == [("unparseable update quarantined", ref)]
+    assert [(e["event"], e["ref"]) for e in loud] == [("update quarantined", ref)]
     assert "exc_info" not in loud[0]
     assert caplog.records == []  # nothing from python-telegram-bot either
     fetched = [c for c in tg.calls_of("getUpdates")
@@ -508,3 +510,22 @@ async def test_another_chat_is_answered_while_a_compact_waits_on_the_model(
         tg.push_message(private_chat(BEA), BEA, "hello while Ada waits")
         await tg.wait_for(lambda: texts_to(tg, 7) == ["re: hello while Ada waits"])
         assert texts_to(tg, 42) == []  # the compact is still waiting on the model
+
+
+async def test_a_chat_id_that_is_no_number_is_refused_as_a_permanent_delivery_error(
+    tg: TelegramStandIn,
+) -> None:
+    """Sending to a Telegram chat id that is no number fails with a permanent DeliveryError naming
+    the chat, and nothing reaches Telegram; "typing…" and the streamed preview there do nothing."""
+    chat = ChatRef("telegram", "@news")
+    async with channel_running(tg, RecordingIntake()) as channel:
+        with pytest.raises(DeliveryError) as refused:
+            await channel.send(OutboundMessage(chat, "hello"))
+        async with channel.typing(chat):
+            await asyncio.sleep(0.05)
+        preview = channel.preview(chat, None)
+
+    assert refused.value.permanent and refused.value.sent_ids == []
+    assert "'@news'" in str(refused.value)
+    assert preview is None
+    assert tg.calls_of("sendMessage") == [] and tg.calls_of("sendChatAction") == []

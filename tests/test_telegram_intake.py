@@ -147,26 +147,26 @@ async def test_an_unparseable_update_is_quarantined_and_the_rest_of_its_batch_go
 
 
 class FlakyIntake(RecordingIntake):
-    """Fails to store the message with text `failing` for its first `times` submissions."""
+    """Fails to store the message with text `failing` once with each of `errors`, in turn."""
 
-    def __init__(self, failing: str, times: int) -> None:
+    def __init__(self, failing: str, *errors: Exception) -> None:
         super().__init__()
-        self.failing, self.left, self.failures = failing, times, 0
+        self.failing, self.errors, self.failures = failing, list(errors), 0
 
     async def submit(self, inbound: InboundMessage) -> None:
-        if inbound.text == self.failing and self.left > 0:
-            self.left -= 1
+        if inbound.text == self.failing and self.errors:
             self.failures += 1
-            raise RuntimeError("database is locked")
+            raise self.errors.pop(0)
         await super().submit(inbound)
 
 
 async def test_an_update_the_intake_could_not_store_is_not_confirmed_and_comes_again(
     tg: TelegramStandIn,
 ) -> None:
-    """While submit fails the offset stays at that update; once it works, it and the rest are
-    submitted once each, in order."""
-    intake = FlakyIntake("second", times=2)
+    """While submit fails, each time for another reason (a failure that is not the update's own),
+    the offset stays at that update; once it works, it and the rest are submitted once each, in
+    order, and nothing is quarantined."""
+    intake = FlakyIntake("second", RuntimeError("database is locked"), OSError("disk I/O error"))
     with capture_logs() as logs:
         async with running(tg, intake):
             first, second, *_ = [push_text(tg, text) for text in ("first", "second", "third", "fourth")]
@@ -176,11 +176,14 @@ async def test_an_update_the_intake_could_not_store_is_not_confirmed_and_comes_a
             await tg.wait_for(lambda: len(intake.received) == 4)
 
     assert texts(intake) == ["first", "second", "third", "fourth"]
+    assert intake.quarantined == []
     assert len(handed_out(tg, second["update_id"])) == 3
     assert len(handed_out(tg, first["update_id"])) == 1
     retries = [e for e in logs if e["event"] == "telegram update not stored; fetching it again"]
     assert [(e["update_id"], e["error"]) for e in retries] == [
-        (second["update_id"], "RuntimeError: database is locked")] * 2
+        (second["update_id"], "RuntimeError: database is locked"),
+        (second["update_id"], "OSError: disk I/O error"),
+    ]
 
 
 class ClosingIntake(RecordingIntake):

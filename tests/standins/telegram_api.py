@@ -93,7 +93,8 @@ class _Fault:
     chat_id: int | str | None
     times: int
     drop: bool = False
-    body: JSON | None = None  # a raw answer (any envelope, even a malformed one) instead of an error
+    # A raw answer instead of an error: any envelope (even a malformed one), or text that is no JSON.
+    body: JSON | str | None = None
     delay: float = 0.0  # a slow answer: served normally after this many seconds
 
 
@@ -424,9 +425,10 @@ class TelegramStandIn:
                                         ("migrate_to_chat_id", migrate_to_chat_id)) if v is not None}
         self._faults.append(_Fault(method.lower(), status, description, parameters, chat_id, times))
 
-    def answer_next(self, method: str, body: JSON, *, status: int = 200, times: int = 1) -> None:
-        """Answer the next `times` calls of `method` with `body` as it is, e.g. `{"ok": True}` without
-        a result, or a getMe user without `is_bot`: what a broken proxy or a newer API might send."""
+    def answer_next(self, method: str, body: JSON | str, *, status: int = 200, times: int = 1) -> None:
+        """Answer the next `times` calls of `method` (or "file", a download) with `body` as it is, e.g.
+        `{"ok": True}` without a result, a getMe user without `is_bot`, or a text that is no JSON:
+        what a broken proxy, a newer API or a web server's error page might send."""
         self._faults.append(_Fault(method.lower(), status, "", {}, None, times, body=body))
 
     def delay_next(self, method: str, seconds: float, *, times: int = 1) -> None:
@@ -575,6 +577,8 @@ class TelegramStandIn:
             if request.transport is not None:
                 request.transport.abort()
             return web.Response(status=500)  # never written: the client sees a dropped connection
+        if fault is not None and isinstance(fault.body, str):
+            return _raw(call, fault.status, fault.body)
         if fault is not None and fault.body is not None:
             call.failed = fault.status >= 300 or fault.body.get("ok") is not True
             call.result = fault.body.get("result")
@@ -807,6 +811,8 @@ class TelegramStandIn:
         if request.match_info["token"] != self.token:
             return _error(call, 401, "Unauthorized")
         fault = self._take_fault("file", None)
+        if fault is not None and isinstance(fault.body, str):
+            return _raw(call, fault.status, fault.body)
         if fault is not None:
             return _error(call, fault.status, fault.description)
         data = next((d for _, p, d in self.files.values() if p == path), None)
@@ -843,6 +849,12 @@ def _decode_value(key: str, value: Any) -> Any:
         return json.loads(value)
     except ValueError:
         return value
+
+
+def _raw(call: Call, status: int, text: str) -> web.Response:
+    """A scripted answer that is no JSON at all (an HTML or plain-text error page)."""
+    call.failed = status >= 300
+    return web.Response(text=text, status=status)
 
 
 def _error(call: Call, status: int, description: str, parameters: JSON | None = None) -> web.Response:
