@@ -43,7 +43,8 @@ class Intake(Protocol):
         ...
 
     async def quarantine(self, provider: str, ref: str | None, raw: str, error: str) -> None:
-        """Keep an update that could not be parsed, with its error, and let intake go on.
+        """Keep an update that could not be parsed (or stored, twice the same way), with its
+        error, and let intake go on.
 
         Raises like `submit` when it could not be kept: the update must then be fetched again.
         """
@@ -137,4 +138,20 @@ class Previewing(Protocol):
         `resume_id`: a preview message an interrupted earlier turn left, edited instead of posting
         a new one; `on_posted` is told the id of a preview message when one is posted.
         """
+        ...
+
+
+@runtime_checkable
+class MessageProbe(Protocol):
+    """A channel that can ask its platform whether a message is the bot's own without changing it:
+    how a send in doubt is found instead of repeated where the platform has no idempotency key
+    (`bot.sent_probe`)."""
+
+    def shares_ids(self, chat: ChatRef, other_chat_id: str) -> bool:
+        """Whether message ids in `other_chat_id` come from the same sequence as `chat`'s."""
+        ...
+
+    async def is_own(self, chat: ChatRef, message_id: int) -> bool | None:
+        """True: `message_id` is the bot's own message in `chat`; False: it is not (someone else's,
+        or none there); None: the platform did not say."""
         ...

@@ -4,20 +4,23 @@ A reply enters the outbox in the transaction that stores it and leaves it once e
 delivered (or can never be: the chat blocked the bot). A crash in between leaves it there, and
 the next start sends the chunks still missing, without asking the model again; a send that failed
 for a passing reason (network, a server error) is tried again while the daemon runs
-(`bot.resume.redeliver`).
+(`bot.resume.redeliver`). Sent again, a reply's chunk that may have arrived without its id being
+recorded is first looked for where the channel can (`bot.sent_probe`): found, it is not repeated.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
 import structlog
 
-from bot.channel import Channel
+from bot.channel import Channel, MessageProbe
 from bot.errors import DeliveryError
 from bot.messages import OutboundMessage
+from bot.sent_probe import candidates, sent_as
 from bot.store import PendingDelivery, Store
 
 log = structlog.get_logger("switchboard.outbox")
@@ -25,6 +28,8 @@ log = structlog.get_logger("switchboard.outbox")
 # Bookkeeping writes after a chunk was delivered are retried this many times (a locked database
 # clears in moments); giving up means a restart may send that chunk again.
 RECORD_ATTEMPTS = 3
+# A reply's chunks found already sent, at most, before the rest is sent (a long reply has a few).
+MAX_FOUND_CHUNKS = 16
 
 
 class Outbox:
@@ -103,6 +108,36 @@ class Outbox:
                              "delivered reply not cleared", message_id)
         return sent
 
+    async def deliver_again(self, message_id: int, outbound: OutboundMessage) -> list[str]:
+        """`deliver` a reply that was sent before, or may have been: its chunks the platform turns
+        out to have (`found_sent`) are recorded, not sent a second time."""
+        return await self.deliver(message_id, await self.found_sent(message_id, outbound))
+
+    async def found_sent(self, message_id: int, outbound: OutboundMessage) -> OutboundMessage:
+        """The reply with the chunks its channel finds it already sent (`bot.sent_probe`) recorded
+        and skipped; as it was where the channel cannot tell (or need not: a preview is edited)."""
+        chat = outbound.chat
+        channel = self._channels.get(chat.provider)
+        if not isinstance(channel, MessageProbe) or outbound.preview_id is not None:
+            return outbound
+        skip = outbound.skip_chunks
+        for _ in range(MAX_FOUND_CHUNKS):
+            try:
+                nearby = await self._store.sends_nearby(message_id, chat.provider, chat.chat_id)
+                ids = candidates(channel, chat, nearby)
+                found = await sent_as(channel, chat, ids) if ids else None
+                if found is None:
+                    break
+                await self._store.record_chunk(message_id, chat, skip, str(found))
+            except Exception as exc:  # sending again beats not sending
+                log.warning("send in doubt not searched for; sent again", reply_id=message_id,
+                            error=f"{type(exc).__name__}: {exc}")
+                break
+            log.info("send in doubt found: not sent again", reply_id=message_id, chunk=skip,
+                     provider_message_id=str(found), ids_asked=len(ids or ()))
+            skip += 1
+        return dataclasses.replace(outbound, skip_chunks=skip)
+
     async def send_left_over(self, session_key: str) -> int:
         """Send the session's replies still in the outbox, oldest first; how many there were.
 
@@ -114,7 +149,7 @@ class Outbox:
         for delivery in left:
             log.info("reply left in the outbox sent first", session_key=session_key,
                      reply_id=delivery.message_id)
-            await self.deliver(delivery.message_id, delivery.outbound)
+            await self.deliver_again(delivery.message_id, delivery.outbound)
         return len(left)
 
     @staticmethod

@@ -237,6 +237,6 @@ def _resend(outbox: Outbox, channel: Channel, delivery: PendingDelivery) -> Work
             if current is None:
                 return
             outbound = current.outbound
-        await outbox.deliver(delivery.message_id, outbound)
+        await outbox.deliver_again(delivery.message_id, outbound)
 
     return run

@@ -33,6 +33,7 @@ from channels.telegram_intake import UpdatePoller
 from channels.telegram_media import carries_media, file_base_url, with_media
 from channels.telegram_normalise import PLATFORM, BotIdentity, Verdict, admit, to_inbound
 from channels.telegram_preview import TelegramPreview
+from channels.telegram_probe import is_own_message, shares_ids
 from channels.telegram_quarantine import RepeatedFailures, raw_json, reason, update_ref
 from channels.telegram_request import AiohttpRequest, default_rate_limiter
 from channels.telegram_send import keep_typing, not_a_chat, send_reply
@@ -262,6 +263,13 @@ class TelegramChannel:
             log.warning("notice not delivered", chat_id=chat_id, error=str(exc))
 
     # -- sending ------------------------------------------------------------------------
+
+    def shares_ids(self, chat: ChatRef, other_chat_id: str) -> bool:
+        """`bot.channel.MessageProbe`: see `channels.telegram_probe`."""
+        return shares_ids(chat.chat_id, other_chat_id)
+
+    async def is_own(self, chat: ChatRef, message_id: int) -> bool | None:
+        return await is_own_message(self._app.bot, chat.chat_id, message_id)
 
     async def send(self, message: OutboundMessage, on_chunk: ChunkSent | None = None) -> list[str]:
         return await send_reply(self._app.bot, message, on_chunk)

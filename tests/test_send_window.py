@@ -1,6 +1,7 @@
-"""The send window: a chunk's platform id is committed ahead of the writes already waiting, so a
-crash just after Telegram created the message (no idempotency key: a restart would send it again)
-finds it recorded as often as the store can make it."""
+"""The send window and sends in doubt: a chunk's platform id is committed ahead of the writes
+already waiting, so a crash just after Telegram created the message (no idempotency key: a restart
+would send it again) finds it recorded as often as the store can make it; and what the store knows
+around a chunk whose id was never recorded."""
 
 from __future__ import annotations
 
@@ -36,3 +37,25 @@ async def test_a_sent_chunk_is_recorded_ahead_of_writes_already_waiting(store: S
     (pending,) = await store.pending_deliveries(reply.id)
     assert pending.outbound.skip_chunks == 1
     assert [m.provider_message_id for m in await store.history(str(DM), 10)] == ["1", "900"]
+
+
+async def test_what_the_store_knows_around_a_send_in_doubt(store: Store) -> None:
+    """A reply's next chunk comes after its request's platform id (then after its own last chunk);
+    the ids recorded nearby are known, and another reply of the chat still unsent is a doubt."""
+    request = await store.append_inbound(InboundMessage(DM, CHAT, "42", "Ada", "hello", "7"))
+    other = await store.append_inbound(InboundMessage(
+        build("main", "telegram", "direct", 43), ChatRef("telegram", "43"), "43", "Bo", "hi", "8"))
+    assert request is not None and other is not None
+    reply = await store.append_reply(str(DM), "hi", request_id=request.id,
+                                     deliver=OutboundMessage(CHAT, "hi"))
+
+    nearby = await store.sends_nearby(reply.id, "telegram", "42")
+    assert (nearby.floor, nearby.doubts) == (7, 0)
+    assert {("42", 7), ("43", 8)} <= nearby.known
+
+    await store.record_chunk(reply.id, CHAT, 0, "9")
+    assert (await store.sends_nearby(reply.id, "telegram", "42")).floor == 9
+    later = await store.append_inbound(InboundMessage(DM, CHAT, "42", "Ada", "and?", "10"))
+    assert later is not None
+    await store.append_reply(str(DM), "more", request_id=later.id, deliver=OutboundMessage(CHAT, "more"))
+    assert (await store.sends_nearby(reply.id, "telegram", "42")).doubts == 1

@@ -221,8 +221,8 @@ def show_status(args: argparse.Namespace) -> int:
     for server in reply.get("mcp_servers", []):
         print(mcp_status_line(server))
     if reply.get("quarantined"):
-        print(f"quarantined updates: {reply['quarantined']} (could not be parsed; kept raw in the "
-              "database's quarantine table)")
+        print(f"quarantined updates: {reply['quarantined']} (could not be parsed or stored; kept raw "
+              "in the database's quarantine table)")
     failure = reply.get("last_error")
     print(f"last error: {failure.get('timestamp', '')} {failure.get('event')}"
           + (f": {failure['error']}" if failure.get("error") else "") if failure else "last error: none")

@@ -33,6 +33,7 @@ from bot.store.records import (
 )
 from bot.store.reminders import Reminder, ReminderLimitError, Reminders, ReminderStatus, reminder_id
 from bot.store.schedule_runs import ScheduleRuns
+from bot.store.sends_in_doubt import SendsInDoubt, SendsNearby
 from bot.store.snapshots import Snapshots
 from bot.store.tables import Tables
 from bot.store.tool_calls import StoredToolCall, ToolCalls
@@ -42,6 +43,7 @@ from bot.store.usage import Usage, UsageRecord
 class Store(
     Messages, ContextReads, Recall, Embeddings, Delivery, Snapshots, Compactions, ScheduleRuns,
     Maintenance, Pairings, Usage, ToolCalls, People, HistorySearch, Reminders, Leases, Tables,
+    SendsInDoubt,
 ):
     """Conversation history in one SQLite file (WAL, foreign keys on, mode 0600).
 
@@ -67,6 +69,7 @@ __all__ = [
     "RunStatus",
     "RunTrigger",
     "ScheduleRun",
+    "SendsNearby",
     "SessionSummary",
     "SnapshotRecord",
     "Store",

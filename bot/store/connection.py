@@ -37,6 +37,11 @@ async def in_connection_thread(conn: aiosqlite.Connection, work: Callable[[sqlit
     return await runner._execute(lambda: work(runner._conn))  # type: ignore[no-any-return]
 
 
+def like_prefix(prefix: str) -> str:
+    """A LIKE pattern (with ESCAPE '\\') matching what starts with `prefix`, taken literally."""
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
 class Database:
     """One aiosqlite connection to one SQLite file (WAL, foreign keys on, mode 0600)."""
 

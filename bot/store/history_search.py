@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from bot.lexical import SearchTerm, search_terms, term_weight
 from bot.messages import StoredMessage
-from bot.store.connection import Database
+from bot.store.connection import Database, like_prefix
 from bot.store.messages import MESSAGE_COLUMNS, rows_to_messages
 
 # Newest matches read per term and session; older ones beyond this are not searched.
@@ -24,7 +24,7 @@ class HistorySearch(Database):
         rows = await self._conn.execute_fetchall(
             "SELECT DISTINCT session_key FROM messages WHERE sender_id = ? AND role = 'user' "
             "AND session_key LIKE ? ESCAPE '\\' ORDER BY session_key",
-            (user_id, _like_prefix(f"agent:{agent_id}:{provider}:")),
+            (user_id, like_prefix(f"agent:{agent_id}:{provider}:")),
         )
         return [str(row[0]) for row in rows]
 
@@ -83,7 +83,3 @@ class HistorySearch(Database):
              *others, user_id),
         )
         return rows_to_messages(rows)
-
-
-def _like_prefix(prefix: str) -> str:
-    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"

@@ -96,6 +96,9 @@ class _Fault:
     # A raw answer instead of an error: any envelope (even a malformed one), or text that is no JSON.
     body: JSON | str | None = None
     delay: float = 0.0  # a slow answer: served normally after this many seconds
+    # Served (a message is created), but the answer waits for this event: a crash meanwhile leaves
+    # the bot without the id of a message the chat shows.
+    hold: asyncio.Event | None = None
 
 
 class _ApiError(Exception):
@@ -354,7 +357,7 @@ class TelegramStandIn:
         self._methods: dict[str, _Handler] = {
             "getme": self._get_me, "deletewebhook": self._delete_webhook, "getupdates": self._get_updates,
             "sendmessage": self._send_message, "editmessagetext": self._edit_message_text,
-            "deletemessage": self._delete_message,
+            "deletemessage": self._delete_message, "editmessagereplymarkup": self._edit_reply_markup,
             "sendmessagedraft": self._send_message_draft,
             "sendchataction": self._send_chat_action, "setmycommands": self._set_my_commands,
             "getmycommands": self._get_my_commands, "close": self._true, "logout": self._true,
@@ -435,6 +438,13 @@ class TelegramStandIn:
         """Answer the next `times` calls of `method` normally, but only after `seconds`."""
         self._faults.append(_Fault(method.lower(), 200, "", {}, None, times, delay=seconds))
 
+    def hold_next(self, method: str) -> asyncio.Event:
+        """Serve the next call of `method` (sendMessage creates its message) but hold the answer
+        until the event returned is set."""
+        release = asyncio.Event()
+        self._faults.append(_Fault(method.lower(), 200, "", {}, None, 1, hold=release))
+        return release
+
     def drop_next(self, method: str, times: int = 1) -> None:
         """Abort the connection of the next `times` calls of `method` without answering."""
         self._faults.append(_Fault(method.lower(), 0, "", {}, None, times, drop=True))
@@ -448,16 +458,19 @@ class TelegramStandIn:
         self.draft_refusals[chat_id] = description
 
     def next_message_id(self, chat_id: int) -> int:
-        """Message ids are per chat and shared by inbound and outbound messages, like Telegram's."""
-        self._last_ids[chat_id] += 1
-        return self._last_ids[chat_id]
+        """Message ids are shared by inbound and outbound messages, like Telegram's: one sequence
+        across the bot's private chats and basic groups, one per supergroup or channel."""
+        sequence = _sequence(chat_id)
+        self._last_ids[sequence] += 1
+        return self._last_ids[sequence]
 
     def push(self, update_kind: str, msg: JSON) -> JSON:
         """Queue an update carrying `msg` under `update_kind` and wake long polls; returns the update."""
         chat_id = msg["chat"]["id"]
         self._chats[chat_id] = msg["chat"]
         self._messages[(chat_id, msg["message_id"])] = msg
-        self._last_ids[chat_id] = max(self._last_ids[chat_id], msg["message_id"])
+        sequence = _sequence(chat_id)
+        self._last_ids[sequence] = max(self._last_ids[sequence], msg["message_id"])
         return self.push_raw({update_kind: msg})
 
     def push_raw(self, update: JSON) -> JSON:
@@ -572,6 +585,9 @@ class TelegramStandIn:
         if fault is not None and fault.delay:
             await asyncio.sleep(fault.delay)
             fault = None
+        held = fault.hold if fault is not None else None
+        if held is not None:
+            fault = None
         if fault is not None and fault.drop:
             call.failed = True
             if request.transport is not None:
@@ -589,6 +605,8 @@ class TelegramStandIn:
             result = await handler(params)
         except _ApiError as exc:
             return _error(call, exc.status, exc.description)
+        if held is not None:
+            await held.wait()
         call.result = result
         return web.json_response({"ok": True, "result": result})
 
@@ -761,6 +779,22 @@ class TelegramStandIn:
         self.edits.append(self._record(msg, p, None))
         return msg
 
+    async def _edit_reply_markup(self, p: JSON) -> JSON:
+        """editMessageReplyMarkup: the bot's own message only; the same markup again (none on a
+        message without one) is refused as not modified, as Telegram does."""
+        chat, old = self._own_message(p, "edit", "edited")
+        markup = p.get("reply_markup") or None
+        if markup == old.get("reply_markup"):
+            raise _ApiError(400, "Bad Request: message is not modified: specified new message content and "
+                                 "reply markup are exactly the same as a current content and reply markup "
+                                 "of the message")
+        msg = {k: v for k, v in old.items() if k != "reply_markup"} | {"edit_date": int(time.time())}
+        if markup is not None:
+            msg["reply_markup"] = markup
+        self._messages[(chat["id"], msg["message_id"])] = msg
+        self.edits.append(self._record(msg, p, None))
+        return msg
+
     async def _delete_message(self, p: JSON) -> bool:
         """deleteMessage: a bot deletes its own messages in any chat (others' only as an admin,
         which this bot never is); a second delete finds nothing."""
@@ -849,6 +883,12 @@ def _decode_value(key: str, value: Any) -> Any:
         return json.loads(value)
     except ValueError:
         return value
+
+
+def _sequence(chat_id: int) -> int:
+    """Whose message ids a chat's are: its own (a supergroup or channel, -100…) or the bot's one
+    sequence across private chats and basic groups (0)."""
+    return chat_id if str(chat_id).startswith("-100") else 0
 
 
 def _raw(call: Call, status: int, text: str) -> web.Response:
