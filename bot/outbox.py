@@ -99,10 +99,13 @@ class Outbox:
             if exc.permanent:
                 await self._retrying(lambda: self._store.finish_delivery(message_id),
                                      "undeliverable reply not cleared", message_id)
+            else:
+                await self._noted_failed(message_id)
             return exc.sent_ids
         except Exception as exc:  # a send failure must not lose the stored reply
             log.error("delivery failed", reply_id=message_id, error=f"{type(exc).__name__}: {exc}",
                       kept_for_restart=True)
+            await self._noted_failed(message_id)
             return []
         await self._retrying(lambda: self._store.finish_delivery(message_id),
                              "delivered reply not cleared", message_id)
@@ -127,6 +130,9 @@ class Outbox:
                 ids = candidates(channel, chat, nearby)
                 found = await sent_as(channel, chat, ids) if ids else None
                 if found is None:
+                    log.info("send in doubt not found; sent again", reply_id=message_id, chunk=skip,
+                             ids_asked=len(ids or ()), other_doubts=nearby.doubts,
+                             searchable=ids is not None)
                     break
                 await self._store.record_chunk(message_id, chat, skip, str(found))
             except Exception as exc:  # sending again beats not sending
@@ -151,6 +157,10 @@ class Outbox:
                      reply_id=delivery.message_id)
             await self.deliver_again(delivery.message_id, delivery.outbound)
         return len(left)
+
+    async def _noted_failed(self, message_id: int) -> None:
+        await self._retrying(lambda: self._store.note_delivery_failed(message_id),
+                             "failed delivery not noted", message_id)
 
     @staticmethod
     async def _retrying(write: Callable[[], Awaitable[None]], what: str, message_id: int) -> None:

@@ -59,3 +59,17 @@ async def test_what_the_store_knows_around_a_send_in_doubt(store: Store) -> None
     assert later is not None
     await store.append_reply(str(DM), "more", request_id=later.id, deliver=OutboundMessage(CHAT, "more"))
     assert (await store.sends_nearby(reply.id, "telegram", "42")).doubts == 1
+
+
+async def test_a_waiting_request_is_a_doubt_only_once_the_reply_s_send_failed(store: Store) -> None:
+    """Until a reply's send fails, the chat's next turn cannot have started, so a request waiting
+    behind it posted no preview; after a failed send it may have, and the search must doubt it."""
+    request = await store.append_inbound(InboundMessage(DM, CHAT, "42", "Ada", "hello", "7"))
+    assert request is not None
+    reply = await store.append_reply(str(DM), "hi", request_id=request.id,
+                                     deliver=OutboundMessage(CHAT, "hi"))
+    assert await store.append_inbound(InboundMessage(DM, CHAT, "42", "Ada", "and?", "8")) is not None
+
+    assert (await store.sends_nearby(reply.id, "telegram", "42")).doubts == 0
+    await store.note_delivery_failed(reply.id)
+    assert (await store.sends_nearby(reply.id, "telegram", "42")).doubts == 1

@@ -106,8 +106,9 @@ async def test_replies_stored_before_migration_20_learn_their_request_from_their
     with _plain(path) as conn:
         assert conn.execute("SELECT request_id FROM messages WHERE id = ?", (reply.id,)).fetchone() == (
             request.id,)
-        conn.execute("DELETE FROM schema_migrations WHERE version = 20")
+        conn.execute("DELETE FROM schema_migrations WHERE version >= 20")  # back to schema 19
         conn.execute("ALTER TABLE messages DROP COLUMN request_id")
+        conn.execute("ALTER TABLE outbox DROP COLUMN failed_at")
     async with Store.open(path):
         pass
     with _plain(path) as conn:

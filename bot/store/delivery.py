@@ -137,6 +137,13 @@ class Delivery(Database):
         async with self._write_lock.first():
             await in_connection_thread(self._conn, record)
 
+    async def note_delivery_failed(self, message_id: int) -> None:
+        """A send of this reply failed for a passing reason: it stays in the outbox, and the
+        session's next turn may go ahead of it (`SendsInDoubt.sends_nearby` then doubts more)."""
+        async with self._one_write():
+            await self._conn.execute("UPDATE outbox SET failed_at = ? WHERE message_id = ?",
+                                     (time.time(), message_id))
+
     async def finish_delivery(self, message_id: int) -> None:
         """The reply left the outbox: every chunk was delivered, or it never will be."""
         async with self._one_write():

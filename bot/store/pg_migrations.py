@@ -439,4 +439,8 @@ PG_MIGRATIONS: list[str] = [
     UPDATE messages SET request_id = s.request_message_id FROM context_snapshots s
         WHERE s.reply_message_id = messages.id AND messages.role = 'assistant';
     """,
+    # 21: when a reply's send last failed for a passing reason (see `migrations`).
+    """
+    ALTER TABLE outbox ADD COLUMN failed_at DOUBLE PRECISION;
+    """,
 ]

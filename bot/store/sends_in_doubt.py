@@ -62,11 +62,13 @@ class SendsInDoubt(Database):
             "OR session_key LIKE ? ESCAPE '\\')",
             (reply_id - REACH, reply_id, float(created_at) - 600, base, like_prefix(base + ":")))
         unsent = int(next(iter(found))[0])
-        # A request still waiting may have a preview posted whose id was not recorded yet.
+        # After a failed send of the reply, the chat's next turns may have run: a request still
+        # waiting may have a preview message posted whose id was not recorded yet.
         found = await self._conn.execute_fetchall(
             "SELECT COUNT(*) FROM messages WHERE awaiting_reply = 1 AND id <> COALESCE(?, 0) "
-            "AND (session_key = ? OR session_key LIKE ? ESCAPE '\\')",
-            (request_id, base, like_prefix(base + ":")))
+            "AND (session_key = ? OR session_key LIKE ? ESCAPE '\\') AND EXISTS (SELECT 1 FROM "
+            "outbox WHERE message_id = ? AND failed_at IS NOT NULL)",
+            (request_id, base, like_prefix(base + ":"), reply_id))
         waiting = int(next(iter(found))[0])
         found = await self._conn.execute_fetchall(
             "SELECT COUNT(*) FROM chat_commands WHERE status = 'pending' AND provider = ? "
