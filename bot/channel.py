@@ -151,6 +151,11 @@ class MessageProbe(Protocol):
         """Whether message ids in `other_chat_id` come from the same sequence as `chat`'s."""
         ...
 
+    async def caught_up(self) -> None:
+        """Returns once the messages that waited at the platform while the daemon was away are
+        stored: their ids are then known, and not asked about."""
+        ...
+
     async def is_own(self, chat: ChatRef, message_id: int) -> bool | None:
         """True: `message_id` is the bot's own message in `chat`; False: it is not (someone else's,
         or none there); None: the platform did not say."""

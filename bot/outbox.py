@@ -11,6 +11,7 @@ recorded is first looked for where the channel can (`bot.sent_probe`): found, it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -30,6 +31,8 @@ log = structlog.get_logger("switchboard.outbox")
 RECORD_ATTEMPTS = 3
 # A reply's chunks found already sent, at most, before the rest is sent (a long reply has a few).
 MAX_FOUND_CHUNKS = 16
+# How long a search for a send in doubt waits for the messages that waited at the platform.
+CATCH_UP_WAIT = 10.0
 
 
 class Outbox:
@@ -124,6 +127,8 @@ class Outbox:
         if not isinstance(channel, MessageProbe) or outbound.preview_id is not None:
             return outbound
         skip = outbound.skip_chunks
+        with contextlib.suppress(TimeoutError):  # the backlog's ids would each be asked about
+            await asyncio.wait_for(channel.caught_up(), CATCH_UP_WAIT)
         for _ in range(MAX_FOUND_CHUNKS):
             try:
                 nearby = await self._store.sends_nearby(message_id, chat.provider, chat.chat_id)

@@ -23,8 +23,7 @@ log = structlog.get_logger("switchboard.outbox")
 
 # The most ids one chunk's search may ask about: past that, the chunk is sent again.
 MAX_PROBES = 32
-# Ids past the newest one the store knows that the chunk may have taken, besides one for each
-# reply in the outbox (each may have taken one).
+# Ids past the newest one the store knows that the chunk may have taken.
 SLACK = 4
 
 
@@ -34,7 +33,7 @@ def candidates(probe: MessageProbe, chat: ChatRef, nearby: SendsNearby) -> list[
     if nearby.floor is None or nearby.doubts:
         return None
     known = {number for chat_id, number in nearby.known if probe.shares_ids(chat, chat_id)}
-    ceiling = max([nearby.floor, *known]) + SLACK + nearby.in_flight
+    ceiling = max([nearby.floor, *known]) + SLACK
     found = [n for n in range(nearby.floor + 1, ceiling + 1) if n not in known]
     return found if len(found) <= MAX_PROBES else None
 

@@ -268,6 +268,12 @@ class TelegramChannel:
         """`bot.channel.MessageProbe`: see `channels.telegram_probe`."""
         return shares_ids(chat.chat_id, other_chat_id)
 
+    async def caught_up(self) -> None:
+        """Polling: until the updates that waited at Telegram are stored; a webhook has no backlog
+        to wait for (Telegram posts it as it can)."""
+        if isinstance(self._updates, UpdatePoller):
+            await self._updates.caught_up.wait()
+
     async def is_own(self, chat: ChatRef, message_id: int) -> bool | None:
         return await is_own_message(self._app.bot, chat.chat_id, message_id)
 

@@ -80,6 +80,8 @@ class UpdatePoller:
         self._stopping = asyncio.Event()
         self._running = False
         self._done = asyncio.Event()
+        # Set once a batch smaller than a full one is taken: what waited at Telegram is stored.
+        self.caught_up = asyncio.Event()
 
     @property
     def offset(self) -> int:
@@ -143,6 +145,8 @@ class UpdatePoller:
                     self._log.info("telegram polling recovered")
                 failing = False
                 if await self._hand_over(batch):
+                    if len(batch) < BATCH_LIMIT:
+                        self.caught_up.set()
                     backoff.reset()
                     continue
                 delay = backoff.next()

@@ -24,8 +24,6 @@ class SendsNearby:
     floor: int | None
     known: frozenset[tuple[str, int]]
     doubts: int
-    # Replies of the platform in the outbox: each may have taken an id past every recorded one.
-    in_flight: int = 0
 
 
 class SendsInDoubt(Database):
@@ -76,9 +74,7 @@ class SendsInDoubt(Database):
             "SELECT COUNT(*) FROM chat_commands WHERE status = 'pending' AND provider = ? "
             "AND chat_id = ?", (provider, chat_id))
         commands = int(next(iter(found))[0])
-        found = await self._conn.execute_fetchall("SELECT COUNT(*) FROM outbox WHERE provider = ?",
-                                                  (provider,))
-        return SendsNearby(floor, frozenset(known), unsent + waiting + commands, int(next(iter(found))[0]))
+        return SendsNearby(floor, frozenset(known), unsent + waiting + commands)
 
 
 def _number(platform_id: object) -> int | None:
