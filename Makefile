@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= config.toml
 
-.PHONY: run chat init test lint bench clean install semantic
+.PHONY: run chat init test lint bench clean install semantic man
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -65,11 +65,16 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/multi_instance.py
 	$(BIN)/python bench/mcp_soak.py
 	$(BIN)/python bench/provider_overhead.py
+	$(BIN)/python bench/cli_start.py
+
+# The man page, rendered from the command's argparse parser; not kept in git. Read: man ./switchboard.1
+man: $(VENV)/.installed
+	$(BIN)/python -m bot.cli.manpage switchboard.1
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
-# System-wide service (needs root; see README "Operations"). Creates the `switchboard` user, a venv
+# System-wide service (needs root; see docs/operations.md). Creates the `switchboard` user, a venv
 # with the app under $(PREFIX), the unit, and /etc/switchboard/{config.toml,env} unless present.
 PREFIX ?= /opt/switchboard
 ETC ?= /etc/switchboard
@@ -80,7 +85,7 @@ install:
 	id -u switchboard >/dev/null 2>&1 || useradd --system --home-dir /var/lib/switchboard \
 		--no-create-home --shell /usr/sbin/nologin switchboard
 	install -d -m 0755 $(PREFIX)
-	cp -r bot channels pyproject.toml README.md config.toml.example $(PREFIX)/
+	cp -r bot channels docs pyproject.toml README.md config.toml.example $(PREFIX)/
 	$(PYTHON) -m venv $(PREFIX)/.venv
 	$(PREFIX)/.venv/bin/python -m pip install --quiet $(PREFIX)
 	install -d -m 0755 $(ETC)

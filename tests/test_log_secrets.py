@@ -13,7 +13,7 @@ import pytest
 import structlog
 
 from bot.brain import AnthropicBrain
-from bot.cli import _logging
+from bot.cli.base import setup_logging as _logging
 from bot.config import Config
 from tests.harness import config_data, running
 from tests.standins.anthropic_api import AnthropicStandIn

@@ -236,7 +236,7 @@ async def test_service_notifies_reloads_on_sighup_and_stops_on_sigterm_losing_no
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None,
-                    reason="systemd-analyze is not installed (Debian: systemd); see README, Operations")
+                    reason="systemd-analyze is not installed (Debian: systemd); see docs/operations.md")
 def test_the_unit_file_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     """`systemd-analyze verify` accepts the shipped unit once its ExecStart points at an installed binary."""
     unit = tmp_path / "switchboard.service"
@@ -251,7 +251,7 @@ def test_the_unit_file_passes_systemd_analyze_verify(tmp_path: Path) -> None:
 
 def test_the_unit_file_has_what_a_supervised_hardened_service_needs() -> None:
     """Type=notify with a watchdog, restart on failure, SIGHUP reload, its own user and state directory,
-    secrets from an environment file, and the sandboxing the README promises."""
+    secrets from an environment file, and the sandboxing docs/operations.md promises."""
     expected: dict[str, Any] = {
         "Type": "notify", "Restart": "on-failure", "ExecReload": "/bin/kill -HUP $MAINPID",
         "User": "switchboard", "StateDirectory": "switchboard", "NoNewPrivileges": "yes",

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from bot.brain import AnthropicBrain
-from bot.cli import _logging
+from bot.cli.base import setup_logging as _logging
 from bot.config import Config, check_startable, load_config
 from bot.daemon import Daemon, build_channels
 from bot.errors import ConfigError

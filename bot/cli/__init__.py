@@ -8,18 +8,12 @@ and the platform libraries the daemon loads.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from bot.cli.access import approve, deny, list_pairings, pairing_usage, show_usage
 from bot.cli.base import DEFAULT_CONFIG
-from bot.cli.base import setup_logging as _logging  # noqa: F401  (tests/test_log_secrets.py)
-from bot.cli.daemon_commands import chat, check_config, init, reload, run, show_status
-from bot.cli.db import backup, copy, db_usage, embed, prune
-from bot.cli.history import compact_session, list_sessions, replay_turn, show_context, show_history
-from bot.cli.jobs import list_jobs, run_job
-from bot.cli.notes import list_notes
 from bot.errors import BotError, ConfigError
 
 __all__ = ["main"]
@@ -28,7 +22,7 @@ __all__ = ["main"]
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     try:
-        code = args.func(args)
+        code = _command(args.func)(args)
     except ConfigError as exc:
         print(f"switchboard: {exc}", file=sys.stderr)
         code = 2
@@ -38,6 +32,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         code = 130
     sys.exit(code)
+
+
+def _command(func: str) -> Any:
+    """The function a command runs, "module:function" in bot.cli, imported only now: `--version`,
+    `status` or a refused config must not load the store, the model SDKs or the platforms."""
+    module, _, name = func.partition(":")
+    return getattr(importlib.import_module(f"bot.cli.{module}"), name)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -123,7 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"switchboard {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, func: object, help_text: str, parent: Any = sub) -> argparse.ArgumentParser:
+    def add(name: str, func: str, help_text: str, parent: Any = sub) -> argparse.ArgumentParser:
         command: argparse.ArgumentParser = parent.add_parser(
             name.split()[-1], parents=[common], help=help_text, description=help_text,
             epilog=_examples(name), formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -131,18 +132,18 @@ def _parser() -> argparse.ArgumentParser:
         command.set_defaults(func=func)
         return command
 
-    add("run", run, "run the daemon with every enabled channel")
-    add("chat", chat, "talk to the agent on this terminal")
-    add("init", init, "write config.toml from the documented example")
-    check = add("check-config", check_config,
+    add("run", "daemon_commands:run", "run the daemon with every enabled channel")
+    add("chat", "daemon_commands:chat", "talk to the agent on this terminal")
+    add("init", "daemon_commands:init", "write config.toml from the documented example")
+    check = add("check-config", "daemon_commands:check_config",
                 "check a config file as `run` would (values, tokens, channels) without starting anything")
     check.add_argument("path", nargs="?", help="config file (default: --config)")
-    sessions = add("sessions", list_sessions, "list sessions with message counts and last activity")
+    sessions = add("sessions", "history:list_sessions", "list sessions with message counts and last activity")
     sessions.add_argument("--agent", metavar="ID", help="only this agent's sessions")
-    history = add("history", show_history, "show a session's newest messages")
+    history = add("history", "history:show_history", "show a session's newest messages")
     history.add_argument("session_key", metavar="SESSION_KEY", help=SESSION_KEY_HELP)
     history.add_argument("--limit", type=_positive, default=20, help="messages to show (20)")
-    context = add("context", show_context,
+    context = add("context", "history:show_context",
                   "show what went into a turn's context and why, the model call and the reply")
     context.add_argument("session_key", metavar="SESSION_KEY", help=SESSION_KEY_HELP)
     context.add_argument("--turn", type=_turn, default=None, metavar="N",
@@ -150,60 +151,62 @@ def _parser() -> argparse.ArgumentParser:
     context.add_argument("--full", action="store_true", help="whole texts, not one line each")
     context.add_argument("--json", action="store_true",
                          help="the whole record (snapshot, reply call, texts) as JSON, for scripts")
-    replay = add("replay", replay_turn,
+    replay = add("replay", "history:replay_turn",
                  "build a turn's context again from the stored log and config; exit 1 if it differs")
     replay.add_argument("session_key", metavar="SESSION_KEY", help=SESSION_KEY_HELP)
     replay.add_argument("--turn", type=_turn, default=None, metavar="N",
                         help="turn number from 1; negative counts from the newest (default: newest)")
-    compact = add("compact", compact_session,
+    compact = add("compact", "history:compact_session",
                   "summarise a session's older messages now (the full history stays stored)")
     compact.add_argument("session_key", metavar="SESSION_KEY", help=SESSION_KEY_HELP)
-    jobs = add("jobs", list_jobs, "list scheduled jobs with their next run and last status")
+    jobs = add("jobs", "jobs:list_jobs", "list scheduled jobs with their next run and last status")
     jobs_sub = jobs.add_subparsers(dest="jobs_command", metavar="run")
-    run_job_cmd = add("jobs run", run_job,
+    run_job_cmd = add("jobs run", "jobs:run_job",
                       "ask the running daemon to run a job now, delivered as configured",
                       jobs_sub)
     run_job_cmd.add_argument("job_id", metavar="ID",
                              help="the job's id in [[schedules]] (see `switchboard jobs`)")
     run_job_cmd.add_argument("--wait", type=_seconds, default=120.0, metavar="SECONDS",
                              help="how long to wait for the outcome (default 120; 0: do not wait)")
-    status = add("status", show_status,
+    status = add("status", "daemon_commands:show_status",
                  "show whether the daemon runs: channels, queues, schedules, last error")
     status.add_argument("--json", action="store_true", help="print the daemon's answer as JSON")
-    add("reload", reload, "make the running daemon re-read its config file (as SIGHUP does)")
-    db = add("db", db_usage, "database care: backup, prune, embed, copy")
+    add("reload", "daemon_commands:reload",
+        "make the running daemon re-read its config file (as SIGHUP does)")
+    db = add("db", "db:db_usage", "database care: backup, prune, embed, copy")
     db_sub = db.add_subparsers(dest="db_command", metavar="backup|prune|embed|copy")
-    backup_cmd = add("db backup", backup, "copy the database, safely while it runs", db_sub)
+    backup_cmd = add("db backup", "db:backup", "copy the database, safely while it runs", db_sub)
     backup_cmd.add_argument("path", help="the new backup file")
     backup_cmd.add_argument("--force", action="store_true", help="replace the file if it exists")
-    prune_cmd = add("db prune", prune, "delete old conversation messages that no limit still needs, "
+    prune_cmd = add("db prune", "db:prune", "delete old conversation messages that no limit still needs, "
                     "and kept pictures and files that no stored message refers to", db_sub)
     prune_cmd.add_argument("--older-than", type=_positive, metavar="DAYS",
                            help="only messages older than this many days (without it: only files go)")
     prune_cmd.add_argument("--dry-run", action="store_true", help="show what would go, delete nothing")
-    embed_cmd = add("db embed", embed, "compute the sentence vectors semantic recall needs for messages "
+    embed_cmd = add("db embed", "db:embed", "compute the sentence vectors semantic recall needs for messages "
                     "that lack one (the [semantic] extra)", db_sub)
     embed_cmd.add_argument("--rebuild", action="store_true",
                            help="drop every stored vector and compute them all again")
-    copy_cmd = add("db copy", copy, "copy the whole database into a new, empty one (SQLite onto "
+    copy_cmd = add("db copy", "db:copy", "copy the whole database into a new, empty one (SQLite onto "
                    "PostgreSQL, or PostgreSQL into an SQLite file) and count every table on both sides",
                    db_sub)
     copy_cmd.description = COPY_DESCRIPTION
     copy_cmd.add_argument("--to", required=True, metavar="URL|PATH",
                           help="a postgresql:// URL without a password (PGPASSWORD or ~/.pgpass give "
                                "it; the database must be empty), or an SQLite file (new or empty)")
-    pairing = add("pairing", pairing_usage, "let strangers in by the code they were sent "
+    pairing = add("pairing", "access:pairing_usage", "let strangers in by the code they were sent "
                   '(dm_policy = "pairing"): list, approve, deny')
     pairing_sub = pairing.add_subparsers(dest="pairing_command", metavar="list|approve|deny")
-    add("pairing list", list_pairings, "every pairing request and decision, newest first", pairing_sub)
-    for verb, func, what in (("approve", approve, "let a user in now (no reload needed)"),
-                             ("deny", deny, "refuse a request, or take back an approval (--user)")):
+    add("pairing list", "access:list_pairings", "every pairing request and decision, newest first",
+        pairing_sub)
+    for verb, func, what in (("approve", "access:approve", "let a user in now (no reload needed)"),
+                             ("deny", "access:deny", "refuse a request, or take back an approval (--user)")):
         decide = add(f"pairing {verb}", func, what, pairing_sub)
         decide.add_argument("code", nargs="?", metavar="CODE", help="the code the user was sent")
         decide.add_argument("--user", metavar="PROVIDER:ID", help="a user by id, e.g. telegram:123456789")
-    notes = add("notes", list_notes, "the notes users asked the agent to keep (the remember tool)")
+    notes = add("notes", "notes:list_notes", "the notes users asked the agent to keep (the remember tool)")
     notes.add_argument("user", nargs="?", metavar="USER", help="only this user: PROVIDER:ID")
-    usage = add("usage", show_usage, "tokens in and out and the estimated cost of model calls")
+    usage = add("usage", "access:show_usage", "tokens in and out and the estimated cost of model calls")
     usage.add_argument("--by", choices=("user", "session", "day", "model", "kind"), default="session",
                        help="how to group the calls (default: session)")
     usage.add_argument("--days", type=_positive, default=None, metavar="N",

@@ -91,7 +91,7 @@ def utc_time(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-# -- operations: status, reload, database care (see README "Operations") -----------------------
+# -- operations: status, reload, database care (see docs/operations.md) ------------------------
 
 
 def format_duration(seconds: float) -> str:
