@@ -267,3 +267,56 @@ def test_run_on_a_terminal_without_config_starts_on_the_defaults(tmp_path: Path)
     notice = stderr.splitlines()[0]
     assert notice.startswith("switchboard: no config.toml here, so running on the built-in defaults")
     assert f"database {database}" in notice and "`make init`" in notice
+
+
+# -- papercuts of the first ten minutes (issue 34) ----------------------------------------------
+
+
+async def _database(path: Path) -> None:
+    from bot.store import Store
+
+    async with Store.open(path):
+        pass
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
+    """`switchboard pairing list | head -1`: the reader has closed the pipe when the output is
+    written; no BrokenPipeError traceback, exit 0."""
+    _write(tmp_path, "")
+    asyncio.run(_database(tmp_path / "data" / "bot.db"))
+    environ = dict(os.environ)
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environ.get("PYTHONPATH")]))
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line
+    try:
+        result = subprocess.run([sys.executable, "-m", "bot", "pairing", "list"], cwd=tmp_path,
+                                env=environ, stdout=write_end, stderr=subprocess.PIPE, text=True,
+                                timeout=120, check=False)
+    finally:
+        os.close(write_end)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
+
+
+@pytest.mark.parametrize("args", [("notes", "42"), ("pairing", "approve"),
+                                  ("pairing", "deny", "K7QPM3XD", "--user", "telegram:1")])
+def test_usage_errors_the_parser_cannot_see_exit_2(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """`notes 42` (not PROVIDER:ID) and `pairing approve` with neither or both of a code and --user
+    are usage errors: one line naming the command and its help, exit 2, before any config is read."""
+    result = switchboard(tmp_path, *args)  # no config.toml here: the usage is wrong first
+    assert result.returncode == 2, result.stderr
+    line = _one_line(result.stderr)
+    assert line.startswith(f"switchboard {args[0]}: ") and f"`switchboard {args[0]} --help`" in line
+
+
+def test_the_config_can_be_named_by_an_environment_variable(tmp_path: Path) -> None:
+    """From another folder, `$SWITCHBOARD_CONFIG` names the config (`status` finds the daemon's
+    state); without it the error says how to name one."""
+    _write(tmp_path, "")
+    asyncio.run(_database(tmp_path / "data" / "bot.db"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    lost = switchboard(elsewhere, "sessions")
+    assert lost.returncode == 2 and "SWITCHBOARD_CONFIG" in _one_line(lost.stderr)
+    found = switchboard(elsewhere, "sessions", env={"SWITCHBOARD_CONFIG": str(tmp_path / "config.toml")})
+    assert found.returncode == 0, found.stderr

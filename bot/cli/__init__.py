@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from bot.cli.base import DEFAULT_CONFIG
+from bot.cli.base import CONFIG_VARIABLE, UsageError, default_config
 from bot.errors import BotError, ConfigError
 
 __all__ = ["main"]
@@ -23,9 +24,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     try:
         code = _command(args.func)(args)
+        sys.stdout.flush()  # here, where a reader gone away is caught, not at exit
     except ConfigError as exc:
         print(f"switchboard: {exc}", file=sys.stderr)
         code = 2
+    except UsageError as exc:
+        print(f"switchboard {args.command}: {exc} (see `switchboard {args.command} --help`)",
+              file=sys.stderr)
+        code = 2
+    except BrokenPipeError:
+        # The reader went away (`switchboard status | head -1`): nothing more to say to it, and
+        # Python's own flush at exit must not fail on the closed pipe either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
     except BotError as exc:
         print(f"switchboard: {exc}", file=sys.stderr)
         code = 1
@@ -114,8 +125,8 @@ def _version() -> str:
 
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", default=DEFAULT_CONFIG, metavar="PATH",
-                        help="config file (default: ./config.toml)")
+    common.add_argument("--config", default=default_config(), metavar="PATH",
+                        help=f"config file (default: ${CONFIG_VARIABLE}, else ./config.toml)")
     parser = _Parser(
         prog="switchboard", description="A multi-channel, Claude-backed chat bot daemon.",
         epilog="Exit status: 0 done, 1 failed, 2 config or usage error, 3 no daemon running "

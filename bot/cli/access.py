@@ -11,7 +11,7 @@ import sys
 import time
 from zoneinfo import ZoneInfo
 
-from bot.cli.base import load_config_file, on_database, open_store, utc_time
+from bot.cli.base import UsageError, load_config_file, on_database, open_store, utc_time
 from bot.errors import BotError
 
 
@@ -55,9 +55,9 @@ def deny(args: argparse.Namespace) -> int:
 def _decide(args: argparse.Namespace, *, approve: bool) -> int:
     from bot.store import PairingError
 
-    config = load_config_file(args)
     if (args.code is None) == (args.user is None):
-        raise BotError("name a pairing code, or a user with --user PROVIDER:ID (not both)")
+        raise UsageError("name a pairing code, or a user with --user PROVIDER:ID (not both)")
+    config = load_config_file(args)
     target = _user(args.user, list(config.chat_sections)) if args.user is not None else None
 
     async def decide() -> None:
@@ -85,8 +85,8 @@ def _user(text: str, channels: list[str]) -> tuple[str, str]:
     """A user of one bot: pairing is per bot, so an extra account's users are "telegram.work:ID"."""
     provider, _, user_id = text.partition(":")
     if provider not in channels or not user_id.lstrip("-").isdigit():
-        raise BotError(f"--user takes PROVIDER:ID, e.g. telegram:123456789 (provider one of "
-                       f"{', '.join(channels)}), not {text!r}")
+        raise UsageError(f"--user takes PROVIDER:ID, e.g. telegram:123456789 (provider one of "
+                         f"{', '.join(channels)}), not {text!r}")
     return provider, user_id
 
 

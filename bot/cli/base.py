@@ -20,6 +20,17 @@ if TYPE_CHECKING:
 
 
 DEFAULT_CONFIG = "config.toml"
+# Names the config file for commands run anywhere (`status` from another folder, scripts, the unit).
+CONFIG_VARIABLE = "SWITCHBOARD_CONFIG"
+
+
+def default_config() -> str:
+    """The config file when --config is not given: $SWITCHBOARD_CONFIG, else ./config.toml."""
+    return os.environ.get(CONFIG_VARIABLE) or DEFAULT_CONFIG
+
+
+class UsageError(BotError):
+    """The command was called wrongly (an argument argparse cannot check): exit 2, as argparse's."""
 
 
 # `switchboard status` and `reload` exit 3 when no daemon runs, as `systemctl status` does for a
@@ -34,8 +45,8 @@ def load_config_file(args: argparse.Namespace) -> Config:
     if config is None:
         raise ConfigError(
             args.config, None,
-            "not found; create one with `switchboard init` (or `make init`), then set the "
-            "environment variables it lists",
+            f"not found; create one with `switchboard init` (or `make init`) and set the "
+            f"environment variables it lists, or name yours with --config or ${CONFIG_VARIABLE}",
         )
     return config
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from bot.cli.base import load_config_file, on_database, open_store, utc_time
-from bot.errors import BotError
+from bot.cli.base import UsageError, load_config_file, on_database, open_store, utc_time
 
 
 def list_notes(args: argparse.Namespace) -> int:
-    config = load_config_file(args)
     user: str | None = args.user
     if user is not None and (":" not in user or not all(user.split(":", 1))):
-        raise BotError(f"{user!r} is not a user; expected PROVIDER:ID, e.g. telegram:123456789")
+        raise UsageError(f"{user!r} is not a user; expected PROVIDER:ID, e.g. telegram:123456789")
+    config = load_config_file(args)
 
     async def show() -> None:
         async with open_store(config) as store:
