@@ -38,8 +38,10 @@ run: $(VENV)/.installed
 chat: $(VENV)/.installed
 	$(BIN)/switchboard chat --config $(CONFIG)
 
+# A config already there is kept, and that is no failure of `make init`.
 init: $(VENV)/.installed
-	$(BIN)/switchboard init --config $(CONFIG)
+	@if [ -e $(CONFIG) ]; then echo "$(CONFIG) already exists; leaving it as it is"; \
+	else $(BIN)/switchboard init --config $(CONFIG); fi
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -n 2

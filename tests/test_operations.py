@@ -9,6 +9,7 @@ import re
 import socket
 import sqlite3
 import stat
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from bot.notify import Notifier
 from bot.session_key import build
 from bot.store import Store
 from tests.fakes import FakeChannel
+from tests.test_cli import ROOT
 from tests.harness import (
     API_KEY,
     config_data,
@@ -396,6 +398,35 @@ async def test_status_and_reload_over_the_control_socket(api: AnthropicStandIn, 
     assert reload == {"ok": True, "reloaded": True, "changed": [], "restart_required": []}
     assert unknown["ok"] is False and "unknown command" in unknown["error"]
     assert not sock.exists()
+
+
+async def test_reload_says_what_it_applied_and_what_waits_for_a_restart(
+    api: AnthropicStandIn, config_file: Any, tmp_path: Path
+) -> None:
+    """`switchboard reload` after editing a key only a restart applies says so, not "changed
+    nothing" and then "restart to apply"; an edit applied at once is named as applied."""
+    path = config_file()
+    config = load_config(path)
+    async with daemon_with(config, FakeChannel()):
+        config_file(anthropic={"model": "test-model-2"})
+        waits = await _switchboard(tmp_path, "reload", "--config", str(path))
+        config_file(anthropic={"model": "test-model-2"}, conversation={"history_limit": 7})
+        applied = await _switchboard(tmp_path, "reload", "--config", str(path))
+    assert waits == (0, f"reloaded {path}: nothing applied now\n"
+                        "changed, but applied only by a restart of the daemon: anthropic\n")
+    assert applied[0] == 0 and applied[1].startswith(f"reloaded {path}: applied conversation\n")
+
+
+async def _switchboard(cwd: Path, *args: str) -> tuple[int, str]:
+    """The command as a subprocess, off the event loop the daemon under test runs on."""
+    environ = dict(os.environ)
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environ.get("PYTHONPATH")]))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", *args, cwd=cwd, env=environ,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None, err
+    return process.returncode, out.decode()
 
 
 async def test_status_shows_queued_work_per_session(api: AnthropicStandIn, config_file: Any) -> None:

@@ -262,7 +262,11 @@ def reload(args: argparse.Namespace) -> int:
         print(f"switchboard: reload rejected, the old config stays in force: {reply['error']}",
               file=sys.stderr)
         return 1
-    print(f"reloaded {config.source}: changed {', '.join(reply['changed']) or 'nothing'}")
-    if reply["restart_required"]:
-        print(f"note: restart the daemon to apply {', '.join(reply['restart_required'])}")
+    changed, later = reply["changed"], reply["restart_required"]
+    if changed:
+        print(f"reloaded {config.source}: applied {', '.join(changed)}")
+    else:
+        print(f"reloaded {config.source}: {'nothing applied now' if later else 'nothing changed'}")
+    if later:
+        print(f"changed, but applied only by a restart of the daemon: {', '.join(later)}")
     return 0
