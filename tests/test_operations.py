@@ -30,7 +30,6 @@ from bot.notify import Notifier
 from bot.session_key import build
 from bot.store import Store
 from tests.fakes import FakeChannel
-from tests.test_cli import ROOT
 from tests.harness import (
     API_KEY,
     config_data,
@@ -46,6 +45,7 @@ from tests.harness import (
 from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
 from tests.standins.telegram_api import TelegramStandIn, private_chat
 from tests.standins.telegram_api import user as tg_user
+from tests.test_cli import ROOT
 
 
 def toml(data: dict[str, Any]) -> str:
