@@ -69,6 +69,16 @@ def test_reload_checks_the_file_before_asking_the_daemon(tmp_path: Path, config_
     assert "conversation.history_limit" in _one_line(result.stderr)
 
 
+def test_db_backup_into_a_missing_folder_names_the_folder(tmp_path: Path, config_file: Path) -> None:
+    """A backup into a folder that does not exist fails in one line naming that folder, not the
+    partial file a backup is first written to."""
+    fill(tmp_path / "data" / "bot.db", sessions=1, turns=1)
+    result = switchboard(tmp_path, "db", "backup", "nowhere/copy.db")
+    assert result.returncode == 1
+    line = _one_line(result.stderr)
+    assert "the folder nowhere does not exist" in line and "partial" not in line
+
+
 def test_db_backup_writes_a_private_checked_copy_and_never_overwrites(
     tmp_path: Path, config_file: Path
 ) -> None:

@@ -195,3 +195,20 @@ async def test_a_chosen_model_the_admin_no_longer_allows_falls_back_to_the_defau
 
     assert shown.startswith(f"This chat's model: {MODEL} (the default).")
     assert [r.model for r in api.requests] == [MODEL]
+
+
+def test_the_default_models_are_priced_out_of_the_box() -> None:
+    """With no [prices] in the file, usage of the default models shows a cost, not "no price";
+    an entry for a model replaces its built-in price and adds others."""
+    from bot.config import parse_config
+    from bot.store.usage import UsageRecord
+    from bot.usage import describe, total
+
+    config = parse_config({}, "<defaults>")
+    calls = [UsageRecord("agent:main:console:direct:local", "local", "reply", config.anthropic.model,
+                         1_000_000, 100_000),
+             UsageRecord("agent:main:console:direct:local", "local", "triage", config.anthropic.fast_model,
+                         1_000_000, 0)]
+    assert describe(total(calls, config.prices)).endswith("2 calls, about 5.5000")
+    mine = parse_config({"prices": {config.anthropic.model: {"input": 1.0, "output": 1.0}}}, "<file>")
+    assert describe(total(calls[:1], mine.prices)).endswith("1 call, about 1.1000")

@@ -42,6 +42,8 @@ def backup(args: argparse.Namespace) -> int:
     target = Path(args.path)
     if target.exists() and not args.force:
         raise BotError(f"{target} already exists; choose a new file or pass --force to replace it")
+    if not target.parent.is_dir():
+        raise BotError(f"cannot back up to {target}: the folder {target.parent} does not exist")
     # Written beside the target, then renamed: a failed backup never leaves half a file behind.
     partial = target.with_name(f".{target.name}.partial")
     partial.unlink(missing_ok=True)
@@ -60,7 +62,9 @@ def backup(args: argparse.Namespace) -> int:
         count, files = on_database(config, copy)
         os.replace(partial, target)
     except (OSError, sqlite3.Error) as exc:
-        raise BotError(f"backup to {target} failed: {exc}") from exc
+        # Named by the file asked for, not by the partial file it is written to first.
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise BotError(f"backup to {target} failed: {reason}") from exc
     finally:
         partial.unlink(missing_ok=True)
     if files.target != files.source:

@@ -9,7 +9,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from bot.config.agent_sections import AgentEntry, AgentMessagesConfig, BindingConfig
 from bot.config.channel_sections import ChannelsConfig, ConsoleConfig, DiscordConfig, TelegramConfig
@@ -43,6 +43,12 @@ from bot.schedule_spec import delivery_key
 from bot.session_key import SessionKey
 
 ROLES = ROLE_NAMES
+# The default models' prices per million tokens (the example config's [anthropic] models), so
+# usage shows a cost out of the box; `[prices."<model>"]` replaces one or adds others.
+DEFAULT_PRICES = {
+    "claude-sonnet-5-5": ModelPrice(input=3.0, output=15.0),
+    "claude-haiku-5-5": ModelPrice(input=1.0, output=5.0),
+}
 
 
 class Config(Section):
@@ -61,8 +67,9 @@ class Config(Section):
     tools: ToolsConfig = ToolsConfig()
     reminders: RemindersConfig = RemindersConfig()
     mcp_servers: list[McpServerConfig] = Field(default_factory=list)
-    # Per model id: what a million tokens cost, for the usage estimates (/usage, `switchboard usage`).
-    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    # Per model id: what a million tokens cost, for the usage estimates (/usage, `switchboard usage`);
+    # the default models' are built in (an entry for the same model replaces it).
+    prices: dict[str, ModelPrice] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
     # Model services by name, and which of them answers each role (`bot.config.provider_sections`).
     providers: dict[ProviderName, ProviderConfig] = Field(default_factory=dict)
     roles: RolesConfig = RolesConfig()
@@ -72,6 +79,11 @@ class Config(Section):
     agent_messages: AgentMessagesConfig = AgentMessagesConfig()
     # Where the file was read from; relative paths inside it are resolved against its folder.
     source: str = Field(default="<defaults>", exclude=True)
+
+    @field_validator("prices", mode="after")
+    @classmethod
+    def _with_default_prices(cls, prices: dict[str, ModelPrice]) -> dict[str, ModelPrice]:
+        return {**DEFAULT_PRICES, **prices}
 
     def database_path(self) -> Path:
         """The database file: configured path, else $XDG_STATE_HOME/switchboard, else ./state."""
