@@ -85,7 +85,8 @@ class Agents:
             shown.append({
                 "id": agent,
                 "name": config.for_agent(agent).agent.name,
-                "channels": sorted(name for name, owner in routing.channel_agents.items() if owner == agent),
+                "channels": sorted(name for name, owner in routing.channel_agents.items() if owner == agent
+                                   and (name != "console" or config.channels.console.enabled)),
                 "bindings": sum(1 for route in routing.routes if route.binding.agent == agent),
                 "running": sum(1 for running, _ in mine if running),
                 "waiting": sum(waiting for _, waiting in mine),

@@ -142,7 +142,7 @@ async def test_pairing_is_per_bot_and_the_cli_approves_a_user_of_an_account(
         statuses = {(p.provider, p.user_id): p.status for p in await store.pairings()}
     assert statuses == {("telegram.work", "666"): "approved", ("telegram", "666"): "pending"}
 
-    assert await cli(config, "pairing", "approve", "--user", "telegram.home:666", toml=ACCOUNT) == 1
+    assert await cli(config, "pairing", "approve", "--user", "telegram.home:666", toml=ACCOUNT) == 2
     assert "provider one of telegram, telegram.work, discord" in capsys.readouterr().err
 
 

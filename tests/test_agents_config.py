@@ -104,6 +104,8 @@ def test_a_bad_agent_or_binding_names_its_key(change: dict[str, Any], key: str, 
 
 
 def test_check_config_prints_the_routing_table_and_a_bad_binding_in_one_line(tmp_path: Path) -> None:
+    """check-config prints the bindings in match order and each enabled channel's agent, never a
+    disabled channel's; a binding to an unknown agent is one line naming it."""
     path = tmp_path / "config.toml"
     path.write_text(
         '[[agents]]\nid = "family"\n'
@@ -114,6 +116,9 @@ def test_check_config_prints_the_routing_table_and_a_bad_binding_in_one_line(tmp
     table = result.stdout.split("routing (first match wins, most specific first):\n")[1].splitlines()
     assert table[:2] == ["  user 42, on telegram -> main   (bindings[1])",
                          "  chat -100123 -> family   (bindings[0])"]
+    # No route through a disabled bot: only the console is on here.
+    assert [line for line in table if line.startswith("  anything else on")] == [
+        "  anything else on console -> main"]
     path.write_text('[[agents]]\nid = "family"\n[[bindings]]\nagent = "famliy"\nchat = "-100123"\n',
                     encoding="utf-8")
     result = switchboard(tmp_path, "check-config", str(path))

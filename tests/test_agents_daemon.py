@@ -104,7 +104,7 @@ async def test_each_message_goes_to_its_agents_session_and_prompt(
         assert result.matches and result.rebuilt.history_limit == 1
     agents = {agent["id"]: agent for agent in status["agents"]}
     assert agents["family"]["name"] == "Hearth" and agents["family"]["bindings"] == 1
-    assert agents["main"]["channels"] == ["console", "discord", "telegram"]
+    assert agents["main"]["channels"] == ["console"]  # telegram and discord are not enabled here
 
 
 async def test_reload_adds_and_removes_an_agent_without_stopping_the_others(

@@ -128,8 +128,10 @@ class Config(Section):
         return delivery_key(job.deliver_to, self.channel_agent(provider))
 
     def routing(self) -> Routing:
-        """Which agent each message goes to: `[[bindings]]`, then each channel's `agent`."""
-        channels = ["console", *self.chat_sections]
+        """Which agent each message goes to: `[[bindings]]`, then each channel's `agent`; only
+        channels that can receive anything (the console, which `chat` starts anyway, and the enabled
+        bots), so `status` and `check-config` show no route through a disabled one."""
+        channels = ["console", *(name for name, section in self.chat_sections.items() if section.enabled)]
         return Routing(self.bindings, {name: self.channel_agent(name) for name in channels}, self.agent.id)
 
     def agent_ids(self) -> list[str]:
