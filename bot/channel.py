@@ -160,3 +160,11 @@ class MessageProbe(Protocol):
         """True: `message_id` is the bot's own message in `chat`; False: it is not (someone else's,
         or none there); None: the platform did not say."""
         ...
+
+
+@runtime_checkable
+class Announcing(Protocol):
+    """A channel that tells its person which channels the daemon started (the console: the log
+    goes to a file while it has the terminal)."""
+
+    def started(self, channels: list[str]) -> None: ...

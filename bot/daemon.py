@@ -14,7 +14,7 @@ import structlog
 
 from bot.agents import Agents
 from bot.brain import Brain
-from bot.channel import CatchUpPoint, Channel
+from bot.channel import Announcing, CatchUpPoint, Channel
 from bot.config import Config, MediaConfig, load_config
 from bot.control import serving, socket_path
 from bot.daemon_health import DaemonHealth
@@ -125,7 +125,8 @@ class Daemon(DaemonHealth):
             self.tool_sources += [BuiltinTools(store, lambda: self.config, embedder), self.reminder_tools,
                                   self.mcp, AgentMessageTools(store, lambda: self.config, self._by_provider)]
             agents = self.agents = Agents(store, self._by_provider, outbox, brain=self._brain, stack=stack,
-                                          embedder=embedder, tool_sources=self.tool_sources)
+                                          embedder=embedder, tool_sources=self.tool_sources,
+                                          misconfigured=self.misconfigured)
             if self._brain is None and not config.uses_providers() and config.anthropic.api_key() is None:
                 log.warning("no Anthropic API key: replies will be the fallback message",
                             env=config.anthropic.api_key_env)
@@ -170,6 +171,9 @@ class Daemon(DaemonHealth):
             self.started.set()
             log.info("started", channels=[c.provider for c in self.channels],
                      database=store.label, agents=config.agent_ids())
+            for channel in self.channels:
+                if isinstance(channel, Announcing):
+                    channel.started([c.provider for c in self.channels])
             waiter = asyncio.create_task(self.stop_requested.wait())
             if self._until_input_ends:
                 await asyncio.wait([waiter, *self._channels.tasks], return_when=asyncio.FIRST_COMPLETED)

@@ -35,7 +35,8 @@ def build_channels(config: Config, *, console: bool, platforms: bool = True) -> 
     if console:
         agent = config.for_agent(config.channel_agent("console")).agent  # who the console talks to
         built.append(
-            ConsoleChannel(agent.id, agent_name=agent.name, user_name=config.channels.console.user_name)
+            ConsoleChannel(agent.id, agent_name=agent.name, user_name=config.channels.console.user_name,
+                           detachable=platforms)
         )
     if platforms:
         built.extend(platform_channel(config, name) for name, section in config.chat_sections.items()

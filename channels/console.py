@@ -45,6 +45,7 @@ class ConsoleChannel:
         reader: asyncio.StreamReader | None = None,
         output: TextIO | None = None,
         interactive: bool | None = None,
+        detachable: bool = False,
     ) -> None:
         self.session_key = build(agent_id, PROVIDER, "direct", PEER)
         self.chat = ChatRef(PROVIDER, PEER)
@@ -57,6 +58,9 @@ class ConsoleChannel:
         self._interactive = interactive
         self._terminal: TerminalConsole | None = None
         self._stopped = asyncio.Event()
+        # `switchboard run`: the daemon serves other channels and can go on without this one, so
+        # Ctrl-D asks whether to stop it or only leave; under `chat` Ctrl-D ends the chat.
+        self._detachable = detachable
 
     async def run(self, intake: Intake) -> None:
         if self._interactive:
@@ -86,12 +90,31 @@ class ConsoleChannel:
                 await self._stopped.wait()
                 return
             if text is None:  # Ctrl-D, or the daemon is stopping
+                if self._detachable and not self._stopped.is_set():
+                    await self._leave(terminal)
                 return
             text = text.strip()
             if len(text.encode()) > MAX_MESSAGE_BYTES:
                 self._notice(too_long(len(text.encode()), MAX_MESSAGE_BYTES))
             elif text:
                 await intake.submit(self._inbound(text))
+
+    async def _leave(self, terminal: TerminalConsole) -> None:
+        """Ctrl-D under `run`: stop the daemon (yes, or Ctrl-D again) or only close the console."""
+        answer = await terminal.ask("Stop Switchboard too? [y/N] (no: only this console closes) ")
+        if answer is None or answer.strip().lower() in ("y", "yes"):
+            signal.raise_signal(signal.SIGTERM)  # the daemon's own clean stop
+            await self._stopped.wait()
+            return
+        terminal.notice("Console closed; Switchboard goes on running here (Ctrl-C stops it).")
+
+    def started(self, channels: list[str]) -> None:
+        """Say, on the terminal, which channels the daemon started (the log is in a file)."""
+        if self._terminal is not None or self._interactive:
+            others = [name for name in channels if name != PROVIDER]
+            running = ", ".join(others) if others else "no other channel"
+            self._notice(f"Running: {running}, and this console. Ctrl-D closes it"
+                         + (" or stops Switchboard." if self._detachable else "."))
 
     def _inbound(self, text: str) -> InboundMessage:
         name = parse_command(text)

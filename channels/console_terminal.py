@@ -62,6 +62,13 @@ class TerminalConsole:
         except EOFError:
             return None
 
+    async def ask(self, question: str) -> str | None:
+        """One answer typed at `question`; None at Ctrl-D."""
+        try:
+            return await PromptSession[str]().prompt_async(question, handle_sigint=False)
+        except EOFError:
+            return None
+
     def close(self) -> None:
         """End a prompt in progress (the daemon is stopping); read() then returns None."""
         app = self._session.app
@@ -74,7 +81,7 @@ class TerminalConsole:
         console = Console(file=buffer, force_terminal=True, width=max(20, width), highlight=False,
                           emoji=False)
         console.print(f"[bold cyan]{_escape(self._agent_name)}[/]")
-        console.print(Padding(Markdown(text, hyperlinks=False), (0, 0, 0, 2)))
+        console.print(Padding(Markdown(hard_breaks(text), hyperlinks=False), (0, 0, 0, 2)))
         print_formatted_text(ANSI(buffer.getvalue()), end="")
 
     def notice(self, text: str) -> None:
@@ -122,6 +129,21 @@ class TerminalConsole:
             event.current_buffer.insert_text(data)
 
         return bindings
+
+
+def hard_breaks(text: str) -> str:
+    """Markdown whose line breaks stay breaks, as a chat shows them (a command's answer, a list
+    the model wrote line by line); Markdown alone would join lines into one paragraph. Fenced code
+    is left as it is."""
+    lines = text.split("\n")
+    fenced = False
+    for index, line in enumerate(lines[:-1]):
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+            continue
+        if not fenced and line.strip() and lines[index + 1].strip():
+            lines[index] = line.rstrip() + "  "  # CommonMark's hard line break (ignored at a block's end)
+    return "\n".join(lines)
 
 
 def _escape(text: str) -> str:

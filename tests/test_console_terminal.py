@@ -13,6 +13,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,19 @@ class Pane:
 @pytest.fixture
 async def chat(tmp_path: Path, api: AnthropicStandIn) -> AsyncIterator[Pane]:
     """`python -m bot chat --config <file>` in a 120x40 tmux pane; its exit status goes to a file."""
+    async with _pane(tmp_path, api, "chat") as pane:
+        yield pane
+
+
+@pytest.fixture
+async def run_here(tmp_path: Path, api: AnthropicStandIn) -> AsyncIterator[Pane]:
+    """`python -m bot run` on a terminal (as `make run`), the console attached, in a tmux pane."""
+    async with _pane(tmp_path, api, "run") as pane:
+        yield pane
+
+
+@asynccontextmanager
+async def _pane(tmp_path: Path, api: AnthropicStandIn, command_name: str) -> AsyncIterator[Pane]:
     api.default = markdown_echo
     config = tmp_path / "config.toml"
     config.write_text(f"""
@@ -112,7 +126,7 @@ enabled = "off"
 [logging]
 level = "INFO"
 """, encoding="utf-8")
-    command = (f"{shlex.quote(sys.executable)} -m bot chat --config {shlex.quote(str(config))}; "
+    command = (f"{shlex.quote(sys.executable)} -m bot {command_name} --config {shlex.quote(str(config))}; "
                f"echo $? > {shlex.quote(str(tmp_path / 'exit'))}; sleep 600")
     env = {key: value for key, value in os.environ.items() if not key.startswith("TMUX")}
     env.update({
@@ -204,3 +218,31 @@ async def test_ctrl_c_stops_chat_cleanly(chat: Pane, tmp_path: Path) -> None:
     assert await exit_status(tmp_path) == 0
     log_path = tmp_path / "state" / "switchboard.log"
     assert "stopping" in [json.loads(line)["event"] for line in log_path.read_text().splitlines()]
+
+
+async def test_run_on_a_terminal_says_what_runs_renders_line_breaks_and_asks_at_ctrl_d(
+    run_here: Pane, tmp_path: Path
+) -> None:
+    """`make run` with the console: it says which channels run, a command's answer keeps its
+    lines, and Ctrl-D asks whether to stop: "n" closes only the console (it says so and the daemon
+    goes on), and Ctrl-C then stops it cleanly."""
+    await run_here.wait_text("Running: no other channel, and this console. Ctrl-D closes it or stops "
+                             "Switchboard.")
+    await run_here.prompt()
+    await run_here.type("/help")
+    await run_here.keys("Enter")
+    screen = await run_here.wait_text("/whoami")
+    lines = [line.strip() for line in screen.splitlines()]
+    assert any(line.startswith("/reset") for line in lines), screen  # one command a line
+    assert any(line.startswith("/status") for line in lines), screen
+
+    await run_here.prompt()
+    await run_here.keys("C-d")
+    await run_here.wait_text("Stop Switchboard too? [y/N]")
+    await run_here.type("n")
+    await run_here.keys("Enter")
+    await run_here.wait_text("Console closed; Switchboard goes on running here (Ctrl-C stops it).")
+    await asyncio.sleep(0.5)
+    assert not (tmp_path / "exit").exists()  # still running
+    await run_here.keys("C-c")
+    assert await exit_status(tmp_path) == 0
