@@ -40,7 +40,7 @@ async def test_context_shows_texts_reasons_and_the_reply_call(
     assert code == 0, err
     lines = out.splitlines()
     assert lines[1] == "request: Ada: and now?"
-    assert re.fullmatch(rf"model {MODEL}  tokens 10 in, 5 out  1 attempt  [\d.]+ ms", lines[2]), lines[2]
+    assert re.fullmatch(rf"model {MODEL}  tokens 10 in, 5 out  1 model call  [\d.]+ ms", lines[2]), lines[2]
     assert re.fullmatch(r"system prompt \d+ chars; prompt files: soul SOUL.md \(22 chars\)", lines[3])
     assert "reply: re: and now?" in lines
     assert not any(line.startswith("FAILED") for line in lines)
@@ -162,3 +162,22 @@ async def test_context_shows_the_candidate_pool(
     best = lines[header + 2]
     row = r"\s+1  #1\s+0\.\d{4}  -\s+1 \d+\.\d{3}\s+-\s+no\s+Ada: my gym locker combination is 4711"
     assert re.fullmatch(row, best), best
+
+
+async def test_a_tool_loop_shows_as_model_calls_not_attempts(
+    api: AnthropicStandIn, channel: FakeChannel, db: Path, tmp_path: Path
+) -> None:
+    """A reply that called a tool took two model calls: `context` says "2 model calls", not "2
+    attempts" (which read as a call retried), and lists the call."""
+    from tests.standins.anthropic_api import Text, ToolUse
+
+    api.script(ToolUse((("current_time", {}),)), Text("It is late."), model=MODEL)
+    path = tmp_path / "config.toml"
+    config = await written_config(path, config_data(api, database={"path": str(db)}))
+    async with daemon_with(config, channel) as daemon:
+        await say(daemon, channel, "what time is it?")
+    code, out, err = await switchboard_cli(tmp_path, "context", str(channel.key()), "--config", str(path))
+    assert code == 0, err
+    assert re.search(r"  2 model calls  [\d.]+ ms", out), out
+    assert "attempt" not in out, out
+    assert "  round 1: current_time" in out, out

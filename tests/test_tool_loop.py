@@ -314,7 +314,7 @@ async def test_actions_follow_the_reply_in_later_context_and_in_switchboard_cont
     code, out, err = await switchboard_cli(tmp_path, "context", "agent:main:fake:direct:42", "--turn", "1",
                                            "--config", str(tmp_path / "config.toml"))
     assert code == 0, err
-    assert 'round 0: book_table(time="19:00") → table #7 at 19:00' in out
+    assert 'round 1: book_table(time="19:00") → table #7 at 19:00' in out
     assert "1 call in 1 round" in out
     code, out, err = await switchboard_cli(tmp_path, "replay", "agent:main:fake:direct:42",
                                            "--config", str(tmp_path / "config.toml"))

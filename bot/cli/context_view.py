@@ -172,7 +172,7 @@ def _reply_call_lines(snap: dict[str, Any]) -> list[str]:
     if not call.get("called"):
         return [f"model {call.get('model')}: not called (the context could not be built)"]
     attempts = call.get("attempts")
-    tried = f"{attempts} attempt{'s' if attempts != 1 else ''}" if attempts else "failed"
+    tried = _calls(attempts, call.get("tools"))
     stop = f"  stopped: {call['stop_reason']}" if call.get("stop_reason") not in (None, "end_turn") else ""
     files = ", ".join(
         f"{f.get('name')} {Path(str(f.get('file'))).name} "
@@ -191,6 +191,18 @@ def _reply_call_lines(snap: dict[str, Any]) -> list[str]:
     ]
 
 
+def _calls(attempts: Any, tools: Any) -> str:
+    """How many model calls the reply took: one per tool round and one for the answer, and the
+    attempts beyond those that were retries (a tool loop is not a retried call)."""
+    if not attempts:
+        return "failed"
+    rounds = int(tools.get("rounds") or 0) if isinstance(tools, dict) else 0
+    calls = min(rounds + 1, int(attempts))
+    retried = int(attempts) - calls
+    return (f"{calls} model call{'s' if calls != 1 else ''}"
+            + (f" ({retried} retr{'ies' if retried != 1 else 'y'})" if retried else ""))
+
+
 def _tool_lines(tools: Any) -> list[str]:
     """The turn's tool use: what was offered, each call as its action, and any transcript repair."""
     if not isinstance(tools, dict):
@@ -207,7 +219,8 @@ def _tool_lines(tools: Any) -> list[str]:
         took = f"{call['duration_ms']} ms" if call.get("duration_ms") is not None else "-"
         notes = (" ERROR" if call.get("is_error") else "") + (" (sent again after a restart)"
                                                                 if call.get("resumed") else "")
-        lines.append(f"  round {call.get('round')}: {action}  [{took}]{notes}")
+        number = call["round"] + 1 if isinstance(call.get("round"), int) else "?"  # stored from 0
+        lines.append(f"  round {number}: {action}  [{took}]{notes}")
     for repair in tools.get("repairs") or []:
         what = {"closed_call": "a call without its result was closed as interrupted",
                 "dropped_result": "a result without its call was dropped"}.get(str(repair.get("kind")),
