@@ -68,6 +68,9 @@ EXAMPLES = {
     "chat": ["switchboard chat", "echo 'hello' | switchboard chat"],
     "init": ["switchboard init", "switchboard init --config ~/.config/switchboard/config.toml"],
     "check-config": ["switchboard check-config", "switchboard check-config /etc/switchboard/config.toml"],
+    "doctor": ["switchboard doctor",
+               "sudo -u switchboard switchboard doctor --config /etc/switchboard/config.toml",
+               "switchboard doctor --timeout 30   # a slow network"],
     "sessions": ["switchboard sessions", "switchboard sessions --agent work"],
     "history": ["switchboard history agent:main:console:direct:local --limit 5"],
     "context": ["switchboard context agent:main:telegram:direct:123456789",
@@ -149,6 +152,10 @@ def _parser() -> argparse.ArgumentParser:
     check = add("check-config", "daemon_commands:check_config",
                 "check a config file as `run` would (values, tokens, channels) without starting anything")
     check.add_argument("path", nargs="?", help="config file (default: --config)")
+    doctor = add("doctor", "doctor:doctor", "check that everything works: config, database, each key and "
+                 "model, bot tokens, MCP servers, service, clock; one line each with what to do")
+    doctor.add_argument("--timeout", type=_doctor_timeout, default=10.0, metavar="SECONDS",
+                        help="how long each check may take (default 10)")
     sessions = add("sessions", "history:list_sessions", "list sessions with message counts and last activity")
     sessions.add_argument("--agent", metavar="ID", help="only this agent's sessions")
     history = add("history", "history:show_history", "show a session's newest messages")
@@ -237,6 +244,13 @@ def _turn(text: str) -> int:
     if value == 0:
         raise argparse.ArgumentTypeError("turns count from 1 (negative counts back from the newest); "
                                          "there is no turn 0")
+    return value
+
+
+def _doctor_timeout(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 600:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError("a number of seconds above 0, at most 600")
     return value
 
 

@@ -1,4 +1,5 @@
-"""Local aiohttp stand-in of the Anthropic Messages API (POST /v1/messages) for the real SDK."""
+"""Local aiohttp stand-in of the Anthropic Messages API (POST /v1/messages) and its Models API
+(GET /v1/models, GET /v1/models/{model_id}) for the real SDK."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 import math
 import re
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
@@ -139,9 +140,14 @@ def _chunks(text: str, parts: int = 3) -> list[str]:
 class AnthropicStandIn:
     """`async with AnthropicStandIn() as api:` serves the Messages API on 127.0.0.1:<free port>."""
 
-    def __init__(self, *, valid_keys: set[str] | None = None) -> None:
+    def __init__(self, *, valid_keys: set[str] | None = None, models: Iterable[str] | None = None) -> None:
         self.requests: list[RecordedRequest] = []
         self.valid_keys: set[str] | None = valid_keys
+        # The model ids this API knows. None: every id (any model answers, none is listed); a set:
+        # the Models API lists and retrieves only these, and a message for another model gets the
+        # 404 not_found_error ("model: <id>") the real API answers.
+        self.models: set[str] | None = set(models) if models is not None else None
+        self.model_lookups: list[str] = []  # the path (and query) of every Models API request
         self.default: Callable[[RecordedRequest], Response] = lambda rec: Text("ok")
         self._queues: defaultdict[str | None, deque[Response]] = defaultdict(deque)
         self._ids = itertools.count(1)
@@ -152,6 +158,8 @@ class AnthropicStandIn:
     async def __aenter__(self) -> AnthropicStandIn:
         app = web.Application()
         app.router.add_post("/v1/messages", self._handle)
+        app.router.add_get("/v1/models", self._list_models)
+        app.router.add_get("/v1/models/{model_id}", self._get_model)
         # handler_cancellation: a client that times out and disconnects cancels its slow handler.
         self._runner = web.AppRunner(
             app, handler_cancellation=True, shutdown_timeout=0.1, access_log=None
@@ -234,7 +242,51 @@ class AnthropicStandIn:
         problem = _content_problem(parsed["messages"]) or _tools_problem(parsed)
         if problem is not None:
             return self._error(Error(400, "invalid_request_error", problem))
+        if self.models is not None and model not in self.models:
+            return self._error(Error(404, "not_found_error", f"model: {model}"))
         return await self._respond(request, rec, self._next_response(rec))
+
+    # -- the Models API
+
+    def _key_refused(self, request: web.Request) -> web.Response | None:
+        """The 401 the API answers a missing or wrong key with (either header style), or None."""
+        auth = request.headers.get("authorization", "")
+        key = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+        if not key or (self.valid_keys is not None and key not in self.valid_keys):
+            return self._error(Error(401, "authentication_error", "invalid x-api-key"))
+        return None
+
+    def _model_info(self, model_id: str) -> dict[str, Any]:
+        return {"type": "model", "id": model_id, "display_name": model_id,
+                "created_at": "2025-01-01T00:00:00Z", "lifecycle": "active", "deprecated_at": None,
+                "retires_at": None, "max_input_tokens": 200000, "max_tokens": 64000}
+
+    async def _get_model(self, request: web.Request) -> web.Response:
+        self.model_lookups.append(request.path_qs)
+        model_id = request.match_info["model_id"]
+        refused = self._key_refused(request)
+        if refused is not None:
+            return refused
+        if self.models is not None and model_id not in self.models:
+            return self._error(Error(404, "not_found_error", f"model: {model_id}"))
+        return web.json_response(self._model_info(model_id), headers={"request-id": self._request_id()})
+
+    async def _list_models(self, request: web.Request) -> web.Response:
+        """One page of the known models (newest first on the real API; sorted here), with
+        `limit` (default 20) and the `after_id` cursor."""
+        self.model_lookups.append(request.path_qs)
+        refused = self._key_refused(request)
+        if refused is not None:
+            return refused
+        ids = sorted(self.models or ())
+        after = request.query.get("after_id")
+        if after in ids:
+            ids = ids[ids.index(after) + 1:]
+        limit = int(request.query.get("limit", "20"))
+        page = ids[:limit]
+        body = {"data": [self._model_info(i) for i in page], "has_more": len(ids) > limit,
+                "first_id": page[0] if page else None, "last_id": page[-1] if page else None}
+        return web.json_response(body, headers={"request-id": self._request_id()})
 
     async def _respond(
         self, request: web.Request, rec: RecordedRequest, response: Response

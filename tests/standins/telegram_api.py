@@ -658,7 +658,22 @@ class TelegramStandIn:
             info |= {"url": self.webhook.url, "max_connections": self.webhook.max_connections}
             if self.webhook.allowed_updates is not None:
                 info["allowed_updates"] = sorted(self.webhook.allowed_updates)
+            info |= self._last_webhook_error(self.webhook.url)
         return info
+
+    def _last_webhook_error(self, url: str) -> JSON:
+        """Telegram's `last_error_date` (unix time) and `last_error_message` of the newest failed
+        delivery to `url`, kept after later successes as Telegram keeps them; {} when none failed.
+        An attempt without an answer reads "Connection refused" (the sender cannot tell a refused
+        connection from a dropped one)."""
+        failed = [a for a in self.webhook_attempts if a.url == url and not a.ok]
+        if not failed:
+            return {}
+        last = failed[-1]
+        message = ("Connection refused" if last.status is None
+                   else f"Wrong response from the webhook: {last.status} {_phrase(last.status)}")
+        return {"last_error_date": int(time.time() - (time.monotonic() - last.time)),
+                "last_error_message": message}
 
     async def _get_updates(self, p: JSON) -> list[JSON]:
         if self.webhook is not None:
@@ -889,6 +904,13 @@ def _sequence(chat_id: int) -> int:
     """Whose message ids a chat's are: its own (a supergroup or channel, -100…) or the bot's one
     sequence across private chats and basic groups (0)."""
     return chat_id if str(chat_id).startswith("-100") else 0
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Unknown"
 
 
 def _raw(call: Call, status: int, text: str) -> web.Response:

@@ -1,0 +1,131 @@
+"""`doctor`'s platform checks: each Telegram bot's token (getMe) and, in webhook mode, the webhook
+Telegram has on record; each Discord bot's token (a REST login, no gateway session) and the
+privileged intents its application has enabled.
+
+The platform libraries are imported inside the checks, only for a channel that is enabled.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from typing import TYPE_CHECKING
+
+from bot.cli.finding import Finding, failed, passed
+from bot.config.root import channel_key
+
+if TYPE_CHECKING:
+    from bot.config import DiscordConfig, TelegramConfig
+
+# A webhook delivery that failed longer ago than this is history, not a problem now.
+RECENT_WEBHOOK_ERROR = 3600.0
+
+# Each privileged intent: its application flags (either one means enabled; "_limited" is what a bot
+# in fewer than 100 servers has) and its name in the Developer Portal.
+_PRIVILEGED = {
+    "message_content": ("gateway_message_content", "Message Content Intent"),
+    "members": ("gateway_guild_members", "Server Members Intent"),
+    "presences": ("gateway_presence", "Presence Intent"),
+}
+
+
+async def check_telegram(name: str, section: TelegramConfig, *, daemon_running: bool) -> Finding:
+    """getMe with the bot's token; with mode = "webhook", also getWebhookInfo."""
+    from telegram import Bot
+    from telegram.error import InvalidToken, NetworkError, TelegramError
+
+    env = section.token_env
+    token = os.environ.get(env, "").strip()
+    if not token:
+        return failed(name, f"environment variable {env} is not set", f"export the bot token from "
+                      f"@BotFather in {env}, or set {channel_key(name)}.enabled = false")
+    bot = Bot(token, base_url=section.base_url)
+    try:
+        await bot.initialize()  # getMe
+        detail = f"@{bot.username} answers (getMe)"
+        if section.mode == "webhook":
+            return _webhook(name, section, detail, await bot.get_webhook_info(), daemon_running)
+        return passed(name, detail)
+    except InvalidToken:  # its message quotes the token: not shown
+        return failed(name, f"Telegram refused the token in {env} (revoked, or mistyped)",
+                      "get the bot's current token from @BotFather (/mybots → API Token) and export "
+                      f"it in {env}")
+    except NetworkError as exc:  # BadRequest and TimedOut are network errors too
+        return failed(name, f"no good answer from {section.base_url} ({type(exc).__name__}: {exc.message})",
+                      f"check the network, a proxy, or {channel_key(name)}.base_url")
+    except TelegramError as exc:
+        return failed(name, f"Telegram answered {type(exc).__name__}: {exc.message}",
+                      "try again later; if it persists, see the log")
+    finally:
+        await bot.shutdown()
+
+
+def _webhook(name: str, section: TelegramConfig, detail: str, info: object, daemon_running: bool) -> Finding:
+    """What Telegram's getWebhookInfo says about the webhook this channel serves."""
+    from telegram import WebhookInfo
+
+    assert isinstance(info, WebhookInfo)
+    want = section.webhook_url
+    key = channel_key(name)
+    if not info.url:
+        if daemon_running:
+            return failed(name, f"{detail}; no webhook is set although the daemon runs",
+                          "restart the daemon; its log says why setWebhook failed")
+        return passed(name, f"{detail}; no webhook set yet (the daemon sets {want} when it starts)")
+    if info.url != want:
+        return failed(name, f"{detail}; Telegram posts updates to {info.url}, not {want}",
+                      f"restart the daemon (it sets {key}.webhook_url at start), or correct that key")
+    waiting = f"{info.pending_update_count} update{'s' if info.pending_update_count != 1 else ''} waiting"
+    error_at = info.last_error_date.timestamp() if info.last_error_date else None
+    if error_at is not None and time.time() - error_at < RECENT_WEBHOOK_ERROR:
+        ago = int(max(0.0, time.time() - error_at))
+        return failed(name, f"{detail}; Telegram's last delivery to {want} failed {ago} s ago "
+                            f"({info.last_error_message}); {waiting}",
+                      f"make {want} reach {key}.webhook_listen ({section.webhook_listen}): proxy, "
+                      "TLS certificate, firewall")
+    return passed(name, f"{detail}; webhook {want} set, {waiting}")
+
+
+async def check_discord(name: str, section: DiscordConfig) -> Finding:
+    """A REST login with the bot's token, and the privileged intents the channel asks for enabled."""
+    import aiohttp
+
+    with warnings.catch_warnings():
+        # discord.py imports the stdlib audioop (deprecated since 3.11) for voice, which we never use.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import discord
+    # The intents the channel itself connects with, so this check asks for exactly those.
+    from channels.discord_normalise import default_intents
+
+    env = section.token_env
+    token = os.environ.get(env, "").strip()
+    if not token:
+        return failed(name, f"environment variable {env} is not set",
+                      f"export the bot token in {env}, or set {channel_key(name)}.enabled = false")
+    intents = default_intents()
+    client = discord.Client(intents=intents)
+    try:
+        async with client:
+            await client.login(token)
+            flags = client.application_flags
+            user = client.user
+    except discord.LoginFailure:
+        return failed(name, f"Discord refused the token in {env} (401 Unauthorized: reset, or mistyped)",
+                      f"Developer Portal → your application → Bot → Reset Token, and export it in {env}")
+    except discord.HTTPException as exc:
+        return failed(name, f"Discord answered HTTP {exc.status}: {exc.text}",
+                      "try again later; if it persists, see discordstatus.com")
+    except (aiohttp.ClientError, OSError) as exc:
+        return failed(name, f"cannot reach Discord ({type(exc).__name__}: {exc})",
+                      "check the network or a proxy")
+    missing = [portal for intent, (flag, portal) in _PRIVILEGED.items() if getattr(intents, intent)
+               and not (getattr(flags, flag) or getattr(flags, f"{flag}_limited"))]
+    who = f"{user} (id {user.id})" if user is not None else "the bot"
+    if missing:
+        return failed(name, f"{who} logs in, but {' and '.join(missing)} is off for it (Discord then closes "
+                            "the gateway with 4014)",
+                      f"Developer Portal → your application → Bot → Privileged Gateway Intents: turn on "
+                      f"{' and '.join(missing)}")
+    wanted = [portal for intent, (_, portal) in _PRIVILEGED.items() if getattr(intents, intent)]
+    return passed(name, f"{who} logs in" + (f"; {', '.join(wanted)} enabled" if wanted else ""))
