@@ -20,6 +20,7 @@ from bot.compaction import Compactor
 from bot.config import Config
 from bot.embedding import Embedder
 from bot.messages import InboundMessage, StoredMessage
+from bot.misconfiguration import Misconfigurations
 from bot.outbox import Outbox
 from bot.providers import build_brain
 from bot.store import Store
@@ -36,7 +37,7 @@ class Agents:
     def __init__(
         self, store: Store, channels: Mapping[str, Channel], outbox: Outbox, *,
         brain: Brain | None, stack: AsyncExitStack, embedder: Embedder | None,
-        tool_sources: Sequence[ToolSource],
+        tool_sources: Sequence[ToolSource], misconfigured: Misconfigurations | None = None,
     ) -> None:
         self._store = store
         self._channels = channels
@@ -45,6 +46,8 @@ class Agents:
         self._stack = stack  # closes the brains built here when the daemon stops
         self._embedder = embedder
         self._tool_sources = tool_sources
+        # Refused keys, unknown models, no credit: told once an hour, kept for status.
+        self._misconfigured = misconfigured or Misconfigurations(channels)
         self._brains: dict[str, Brain] = {}  # by the roles they answer for
         self.runners: dict[str, TurnRunner] = {}
         self._retired: dict[str, TurnRunner] = {}
@@ -55,7 +58,7 @@ class Agents:
             return self._given
         roles = config.roles.model_dump_json()
         if roles not in self._brains:
-            built, closing = build_brain(config)
+            built, closing = build_brain(config, self._misconfigured)
             self._stack.push_async_callback(closing.aclose)
             self._brains[roles] = built
         return self._brains[roles]
@@ -66,7 +69,8 @@ class Agents:
         for agent in config.agent_ids():
             own = config.for_agent(agent)
             runners[agent] = TurnRunner(own, self._store, self.brain(own), self._channels, self._outbox,
-                                        embedder=self._embedder, tools=ToolBox(own.tools, self._tool_sources))
+                                        embedder=self._embedder, tools=ToolBox(own.tools, self._tool_sources),
+                                        misconfigured=self._misconfigured)
         removed = {agent: runner for agent, runner in self.runners.items() if agent not in runners}
         self._retired = {**{a: r for a, r in self._retired.items() if a not in runners}, **removed}
         self.runners = runners

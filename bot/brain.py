@@ -29,6 +29,14 @@ from anthropic.types import (
 
 from bot.config import AnthropicConfig
 from bot.errors import MissingApiKeyError, ModelError
+from bot.misconfiguration import (
+    Misconfiguration,
+    Misconfigurations,
+    ProblemKind,
+    ProviderFacts,
+    problem_kind,
+    told,
+)
 
 log = structlog.get_logger("switchboard.brain")
 
@@ -98,11 +106,17 @@ class AnthropicBrain:
     """Claude through the official SDK; our own bounded retries under one deadline per call.
 
     The SDK's own retries are off: it honours any `retry-after` with no cap, which an
-    interactive reply cannot afford.
+    interactive reply cannot afford. A refusal only the admin can fix (a refused key, an unknown
+    model, no credit) is told to `misconfigured` and raised with what to fix.
     """
 
-    def __init__(self, config: AnthropicConfig, api_key: str | None) -> None:
+    def __init__(
+        self, config: AnthropicConfig, api_key: str | None, *, name: str = "anthropic",
+        misconfigured: Misconfigurations | None = None,
+    ) -> None:
         self._config = config
+        self._facts = ProviderFacts(name, config.base_url, config.api_key_env)
+        self._misconfigured = misconfigured
         self._client: anthropic.AsyncAnthropic | None = None
         if api_key:
             self._client = anthropic.AsyncAnthropic(
@@ -132,6 +146,7 @@ class AnthropicBrain:
             {"type": "text", "text": request.system_turn},
         ]
         messages = cast(list[MessageParam], request.messages)
+        model = request.model or self._config.model
         attempts = 0
 
         async def attempt(timeout: float) -> Completion:
@@ -146,7 +161,7 @@ class AnthropicBrain:
                 extra["tool_choice"] = request.tool_choice
             return await _stream_reply(
                 client.with_options(timeout=timeout),
-                model=request.model or self._config.model,
+                model=model,
                 max_tokens=self._config.max_tokens,
                 system=system,
                 messages=messages,
@@ -154,7 +169,7 @@ class AnthropicBrain:
                 extra=extra,
             )
 
-        return await self._with_retries(attempt, request.deadline, "reply")
+        return await self._with_retries(attempt, request.deadline, "reply", model)
 
     async def complete(
         self, prompt: str, *, system: str, model: str, deadline: float, max_tokens: int = 256
@@ -178,7 +193,7 @@ class AnthropicBrain:
                 cache_read_tokens=usage.cache_read_input_tokens or 0,
             )
 
-        return await self._with_retries(attempt, deadline, "fast completion")
+        return await self._with_retries(attempt, deadline, "fast completion", model)
 
     def _require_client(self) -> anthropic.AsyncAnthropic:
         if self._client is None:
@@ -188,20 +203,25 @@ class AnthropicBrain:
         return self._client
 
     async def _with_retries(
-        self, call: Callable[[float], Awaitable[Completion]], deadline: float, what: str
+        self, call: Callable[[float], Awaitable[Completion]], deadline: float, what: str, model: str
     ) -> Completion:
-        return await with_retries(call, deadline, what, self._config.max_retries + 1, _classify)
+        return await told(self._misconfigured, with_retries(
+            call, deadline, what, self._config.max_retries + 1, _classify,
+            blame=lambda kind, error: self._facts.problem(kind, model, error)))
 
 
-Classifier = Callable[[Exception], tuple[bool, float | None, str]]
+# (retryable, server-suggested wait, short description, the misconfiguration it shows if any)
+Classifier = Callable[[Exception], tuple[bool, float | None, str, ProblemKind | None]]
+Blame = Callable[[ProblemKind, str], Misconfiguration]
 
 
 async def with_retries(
     call: Callable[[float], Awaitable[Completion]], deadline: float, what: str, attempts: int,
-    classify: Classifier,
+    classify: Classifier, *, blame: Blame,
 ) -> Completion:
     """At most `attempts` calls, each given the time left, with backoff (or the server's
-    retry-after) between them, all before `deadline`; a ModelError when none succeeds."""
+    retry-after) between them, all before `deadline`; a ModelError when none succeeds (with the
+    misconfiguration `blame` names when the refusal was one)."""
     last_error = "no attempt made"
     for attempt in range(1, attempts + 1):
         remaining = deadline - time.monotonic()
@@ -215,7 +235,9 @@ async def with_retries(
             last_error = "timed out"
             break
         except Exception as exc:
-            retryable, wait_hint, last_error = classify(exc)
+            retryable, wait_hint, last_error, kind = classify(exc)
+            if kind is not None:
+                raise ModelError(f"{what} failed: {last_error}", problem=blame(kind, last_error)) from exc
             if not retryable:
                 raise ModelError(f"{what} failed: {last_error}", retryable=False) from exc
             if attempt == attempts:
@@ -310,20 +332,22 @@ def tell(on_text: TextSink | None, text: str) -> None:
         log.warning("reply preview failed", error=f"{type(exc).__name__}: {exc}")
 
 
-def _classify(exc: Exception) -> tuple[bool, float | None, str]:
-    """(retryable, server-suggested wait, short description) for a failed call."""
+def _classify(exc: Exception) -> tuple[bool, float | None, str, ProblemKind | None]:
+    """(retryable, server-suggested wait, short description, misconfiguration) for a failed call."""
     if isinstance(exc, anthropic.APIStatusError):
         status = exc.status_code
-        kind = getattr(exc, "type", None) or type(exc).__name__
+        error_type = getattr(exc, "type", None)
+        kind = error_type or type(exc).__name__
         if status == 200:  # a mid-stream error event, e.g. overloaded_error
-            return True, None, f"stream error ({kind})"
-        return status in RETRYABLE_STATUS, _retry_after(exc), f"HTTP {status} ({kind})"
+            return True, None, f"stream error ({kind})", None
+        problem = problem_kind(status, error_type, None, getattr(exc, "api_message", None))
+        return status in RETRYABLE_STATUS, _retry_after(exc), f"HTTP {status} ({kind})", problem
     if isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
-        return True, None, f"connection error ({type(exc).__name__})"
+        return True, None, f"connection error ({type(exc).__name__})", None
     if isinstance(exc, IncompleteStreamError):
-        return True, None, str(exc)
+        return True, None, str(exc), None
     if isinstance(exc, json.JSONDecodeError):  # a stream event the SDK could not decode: cut short
-        return True, None, f"malformed stream event ({exc.msg})"
+        return True, None, f"malformed stream event ({exc.msg})", None
     raise exc
 
 
@@ -354,8 +378,10 @@ class BrainsByModel:
         if resolved == self._config.model:
             return self._main
         if resolved not in self._others:
+            notices = self._main._misconfigured if isinstance(self._main, AnthropicBrain) else None
             self._others[resolved] = AnthropicBrain(
-                self._config.model_copy(update={"model": resolved}), self._config.api_key()
+                self._config.model_copy(update={"model": resolved}), self._config.api_key(),
+                misconfigured=notices,
             )
         return self._others[resolved]
 

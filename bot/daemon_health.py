@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import os
 import time
 from typing import Any
@@ -15,6 +16,7 @@ from bot.agents import Agents
 from bot.channel import Channel
 from bot.config import Config
 from bot.log import last_error
+from bot.misconfiguration import Misconfigurations
 from bot.notify import Notifier
 from bot.router import Router
 from bot.scheduler import Scheduler
@@ -41,6 +43,12 @@ class DaemonHealth:
     _by_provider: dict[str, Channel]
     _notifier: Notifier
     _ready_timeout: float
+
+    @functools.cached_property
+    def misconfigured(self) -> Misconfigurations:
+        """Refused keys and tokens, unknown models, spent balances: told once an hour, kept for status
+        (channels reach it as their intake's `misconfigured`)."""
+        return Misconfigurations(self._by_provider)
 
     def channel_state(self, channel: Channel) -> str:
         """starting, connected, restarting, stopping, stopped or error (for `switchboard status`)."""
@@ -72,7 +80,7 @@ class DaemonHealth:
     async def status(self) -> dict[str, Any]:
         """What `switchboard status` shows: channels, queues, schedules, the last error."""
         router = self.router
-        channels = self._channels.status()
+        channels = [self._with_misconfiguration(entry) for entry in self._channels.status()]
         sessions = router.sessions() if router is not None else {}
         return {
             "pid": os.getpid(),
@@ -91,11 +99,20 @@ class DaemonHealth:
             },
             "schedules": await self.scheduler.job_states() if self.scheduler is not None else [],
             "mcp_servers": self.mcp.status(),
+            "providers": self.misconfigured.providers(),
             "quarantined": await self._store.quarantine_count() if self._store is not None else 0,
             "last_error": last_error(),
             "last_reload": self.reloads[-1] if self.reloads else None,
             "instances": await self._instances(),
         }
+
+    def _with_misconfiguration(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """A channel that stopped over a misconfiguration (a refused token) shows it, with the fix,
+        as its last error; once it runs again (a reload with a new token) it no longer does."""
+        problem = self.misconfigured.latest("channel", entry["provider"])
+        if problem is None or entry["state"] not in ("stopped", "error"):
+            return entry
+        return {**entry, "error": problem["error"], "fix": problem["fix"]}
 
     async def _instances(self) -> list[dict[str, Any]]:
         """The daemons sharing this store that beat lately ([] when the store is this one's alone)."""

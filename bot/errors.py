@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bot.misconfiguration import Misconfiguration
+
 
 class BotError(Exception):
     """Root of Switchboard's own errors; the CLI turns these into exit codes."""
@@ -32,10 +37,18 @@ class AlreadyAnsweredError(StoreError):
 
 
 class ModelError(BotError):
-    """The model provider could not produce a reply within the retries and deadline allowed."""
+    """The model provider could not produce a reply within the retries and deadline allowed.
 
-    def __init__(self, message: str, *, retryable: bool = True) -> None:
-        self.retryable = retryable
+    `problem` is set when the provider refused for a reason only the admin can fix (a refused key,
+    an unknown model, no credit; its `kind` says which): waiting will not help, and it says what
+    to do. Without one the failure may pass (an outage, a timeout, a rate limit).
+    """
+
+    def __init__(
+        self, message: str, *, retryable: bool = True, problem: Misconfiguration | None = None
+    ) -> None:
+        self.retryable = retryable and problem is None
+        self.problem = problem
         super().__init__(message)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx2
@@ -27,6 +28,7 @@ from bot.brain import (
 )
 from bot.budget import estimate_tokens
 from bot.config.provider_sections import ProviderConfig
+from bot.misconfiguration import Misconfigurations, ProblemKind, ProviderFacts, problem_kind, told
 from bot.openai_messages import STOP_REASONS, chat_messages, chat_tool_choice, chat_tools, tool_use_blocks
 
 log = structlog.get_logger("switchboard.brain")
@@ -38,10 +40,14 @@ NO_KEY = "no-key"
 class OpenAIBrain:
     """One OpenAI-compatible endpoint; `model` is the model a reply uses unless the request names one."""
 
-    def __init__(self, name: str, config: ProviderConfig, model: str) -> None:
+    def __init__(
+        self, name: str, config: ProviderConfig, model: str, *, misconfigured: Misconfigurations | None = None
+    ) -> None:
         self.name = name
         self._config = config
         self._model = model
+        self._facts = ProviderFacts(name, config.url(), config.api_key_env)
+        self._misconfigured = misconfigured
         self._client = openai.AsyncOpenAI(
             api_key=config.api_key() or NO_KEY, base_url=config.url(), max_retries=0,
             timeout=config.timeout,
@@ -79,8 +85,7 @@ class OpenAIBrain:
                 tell(on_text, "")  # a retry writes the reply anew
             return await self._stream(model, messages, self._config.max_tokens, timeout, on_text, extra)
 
-        return await with_retries(attempt, request.deadline, "reply", self._config.max_retries + 1,
-                                  classify)
+        return await self._with_retries(attempt, request.deadline, "reply", model)
 
     async def complete(
         self, prompt: str, *, system: str, model: str, deadline: float, max_tokens: int = 256
@@ -90,8 +95,7 @@ class OpenAIBrain:
         async def attempt(timeout: float) -> Completion:
             return await self._stream(model, messages, max_tokens, timeout, None, {})
 
-        return await with_retries(attempt, deadline, "fast completion", self._config.max_retries + 1,
-                                  classify)
+        return await self._with_retries(attempt, deadline, "fast completion", model)
 
     async def transcribe(self, data: bytes, name: str, mime: str | None, model: str) -> str:
         """The words of an audio file, from /audio/transcriptions (whisper.cpp, faster-whisper,
@@ -103,9 +107,15 @@ class OpenAIBrain:
             result = await create(model=model, file=(name, data, mime or "application/octet-stream"))
             return Completion(str(getattr(result, "text", "")), model, provider=self.name)
 
-        completion = await with_retries(attempt, deadline, "transcription", self._config.max_retries + 1,
-                                        classify)
+        completion = await self._with_retries(attempt, deadline, "transcription", model)
         return completion.text
+
+    async def _with_retries(
+        self, call: Callable[[float], Awaitable[Completion]], deadline: float, what: str, model: str
+    ) -> Completion:
+        return await told(self._misconfigured, with_retries(
+            call, deadline, what, self._config.max_retries + 1, classify,
+            blame=lambda kind, error: self._facts.problem(kind, model, error)))
 
     async def _stream(
         self, model: str, messages: list[dict[str, Any]], max_tokens: int, timeout: float,
@@ -152,19 +162,22 @@ class OpenAIBrain:
                           provider=self.name)
 
 
-def classify(exc: Exception) -> tuple[bool, float | None, str]:
-    """(retryable, server-suggested wait, short description), as `bot.brain` does for Anthropic."""
+def classify(exc: Exception) -> tuple[bool, float | None, str, ProblemKind | None]:
+    """(retryable, server-suggested wait, short description, misconfiguration), as `bot.brain`
+    does for Anthropic."""
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
-        return status in RETRYABLE_STATUS, _retry_after(exc), f"HTTP {status} ({type(exc).__name__})"
+        problem = problem_kind(status, exc.type, exc.code, exc.message)
+        return (status in RETRYABLE_STATUS, _retry_after(exc), f"HTTP {status} ({type(exc).__name__})",
+                problem)
     if isinstance(exc, openai.APIConnectionError | httpx2.TransportError):
-        return True, None, f"connection error ({type(exc).__name__})"
+        return True, None, f"connection error ({type(exc).__name__})", None
     if isinstance(exc, openai.APIError):  # an error object inside the stream
-        return True, None, f"stream error ({exc.message})"
+        return True, None, f"stream error ({exc.message})", None
     if isinstance(exc, IncompleteStreamError):
-        return True, None, str(exc)
+        return True, None, str(exc), None
     if isinstance(exc, json.JSONDecodeError):
-        return True, None, f"malformed stream chunk ({exc.msg})"
+        return True, None, f"malformed stream chunk ({exc.msg})", None
     raise exc
 
 

@@ -29,9 +29,10 @@ from bot.brain import (
 from bot.config import AnthropicConfig, Config
 from bot.config.provider_sections import ROLE_NAMES, ProviderConfig, split_spec
 from bot.errors import ModelError
+from bot.misconfiguration import Misconfigurations
 from bot.voice import Transcribe
 
-if TYPE_CHECKING:  # the openai SDK loads only when a provider of that kind is used (0.35 s a start)
+if TYPE_CHECKING:  # the openai SDK loads only when a provider of that kind is configured (0.4-3 s)
     from bot.openai_brain import OpenAIBrain
 
 log = structlog.get_logger("switchboard.brain")
@@ -44,13 +45,23 @@ class _Closable(Protocol):
 
 
 class RoleBrain:
-    """Every provider's brain, built when first used and closed with `aclose`."""
+    """Every provider's brain, built when first used and closed with `aclose`.
 
-    def __init__(self, config: Config) -> None:
+    The SDK of each kind configured is imported here, when the daemon starts: imported inside the
+    first call it would spend that call's deadline (seconds on a loaded machine) on the event loop.
+    """
+
+    def __init__(self, config: Config, *, misconfigured: Misconfigurations | None = None) -> None:
         self._config = config
         self._providers = config.all_providers()
         self._chains = {role: config.role_chain(role) for role in ROLE_NAMES}
         self._brains: dict[str, AnthropicBrain | OpenAIBrain] = {}
+        self._misconfigured = misconfigured
+        self._openai: type[OpenAIBrain] | None = None
+        if any(settings.kind == "openai" for settings in self._providers.values()):
+            from bot.openai_brain import OpenAIBrain
+
+            self._openai = OpenAIBrain
 
     async def aclose(self) -> None:
         for brain in self._brains.values():
@@ -61,12 +72,12 @@ class RoleBrain:
         if name not in self._brains:
             settings = self._providers[name]
             if settings.kind == "openai":
-                from bot.openai_brain import OpenAIBrain
-
-                self._brains[name] = OpenAIBrain(name, settings, "")
+                assert self._openai is not None  # imported at start for every openai-kind provider
+                self._brains[name] = self._openai(name, settings, "", misconfigured=self._misconfigured)
             else:
                 self._brains[name] = AnthropicBrain(_as_anthropic(self._config, name, settings),
-                                                    self._api_key(name, settings))
+                                                    self._api_key(name, settings), name=name,
+                                                    misconfigured=self._misconfigured)
         return self._brains[name]
 
     def chain(self, role: str) -> list[Link]:
@@ -117,8 +128,10 @@ class RoleBrain:
         on_text: TextSink | None,
     ) -> Completion:
         """Each link in turn until one answers; every link but the last gets at most its
-        provider's timeout, so a dead first provider leaves the next one time to answer."""
+        provider's timeout, so a dead first provider leaves the next one time to answer. When none
+        does, a misconfigured link's error is raised before a passing one: fixing it would help."""
         failure: ModelError | None = None
+        misconfigured: ModelError | None = None
         for position, link in enumerate(links):
             until = deadline
             if position < len(links) - 1:
@@ -129,11 +142,14 @@ class RoleBrain:
                 completion = await call(link, until)
             except ModelError as exc:
                 failure = exc
+                if exc.problem is not None and misconfigured is None:
+                    misconfigured = exc
                 if position < len(links) - 1:
                     log.warning("provider failed; the next in the chain answers", provider=link[0],
                                 model=link[1], next=links[position + 1][0], error=str(exc))
                 continue
             return dataclasses.replace(completion, provider=link[0])
+        failure = misconfigured or failure
         raise failure if failure is not None else ModelError("no provider configured for this role")
 
     async def transcribe(self, data: bytes, name: str, mime: str | None) -> str:
@@ -188,12 +204,15 @@ def _as_anthropic(config: Config, name: str, settings: ProviderConfig) -> Anthro
     return config.anthropic.model_copy(update=values)
 
 
-def build_brain(config: Config) -> tuple[Brain, _Closable]:
-    """The daemon's brain: by role when [providers] or [roles] is set, else the one Anthropic brain."""
+def build_brain(
+    config: Config, misconfigured: Misconfigurations | None = None
+) -> tuple[Brain, _Closable]:
+    """The daemon's brain: by role when [providers] or [roles] is set, else the one Anthropic
+    brain; a refusal only the admin can fix is told to `misconfigured`."""
     if config.uses_providers():
-        brain = RoleBrain(config)
+        brain = RoleBrain(config, misconfigured=misconfigured)
         return brain, brain
-    single = AnthropicBrain(config.anthropic, config.anthropic.api_key())
+    single = AnthropicBrain(config.anthropic, config.anthropic.api_key(), misconfigured=misconfigured)
     return single, single
 
 

@@ -24,6 +24,7 @@ from bot.embedding import Embedder
 from bot.errors import AlreadyAnsweredError, DeliveryError, MissingApiKeyError, ModelError
 from bot.media import MAX_INLINE_BYTES
 from bot.messages import AGENT_PROVIDER, InboundMessage, OutboundMessage, StoredMessage
+from bot.misconfiguration import Misconfigurations
 from bot.outbox import Outbox
 from bot.preview import finish_preview, open_preview, typing_until, withdraw_preview
 from bot.prompt import PromptFiles, conversation_turns, media_hashes, turn_system_prompt
@@ -37,6 +38,8 @@ from bot.usage import record_usage
 
 log = structlog.get_logger("switchboard.turn")
 
+# What the user gets when the model failed in a way that may pass (an outage, a timeout); a
+# misconfiguration (a refused key, an unknown model, no credit) says so instead (`Misconfiguration.reply`).
 FALLBACK_REPLY = "I couldn't reach the model, try again in a moment."
 # Storing a reply is retried briefly (a locked database clears in moments) before it is sent unstored.
 STORE_ATTEMPTS = 3
@@ -49,11 +52,13 @@ class TurnRunner:
     def __init__(
         self, config: Config, store: Store, brain: Brain, channels: Mapping[str, Channel],
         outbox: Outbox | None = None, embedder: Embedder | None = None, tools: ToolBox | None = None,
+        misconfigured: Misconfigurations | None = None,
     ) -> None:
         self._config = config
         self._store = store
         self._brain = brain
         self._channels = channels
+        self._misconfigured = misconfigured or Misconfigurations(channels)
         self._outbox = outbox or Outbox(store, channels)
         semantic = SemanticRecall(store, embedder) if embedder is not None else None
         self._context = ContextBuilder(config, store, brain, semantic=semantic)
@@ -79,6 +84,7 @@ class TurnRunner:
                   else contextlib.nullcontext())
         completion: Completion | None = None
         error: str | None = None
+        apology = FALLBACK_REPLY  # the reply when the model gave none
         call: ReplyRequest | None = None
         loop: ToolLoop | None = None
         model = await self._session_model(str(key))
@@ -119,16 +125,19 @@ class TurnRunner:
                     text = completion.text.strip() or "(no reply)"
             except ModelError as exc:
                 error = str(exc)
+                if exc.problem is not None:  # "not set up", not "try again"; the admin is told the fix
+                    apology = exc.problem.reply()
+                    await self._misconfigured.report(exc.problem)
                 # On the console the admin is the user: say what to set. Chats get the apology
                 # (no configuration detail reaches a chat).
                 local = inbound.chat.provider == "console"
-                text = error if local and isinstance(exc, MissingApiKeyError) else FALLBACK_REPLY
+                text = error if local and isinstance(exc, MissingApiKeyError) else apology
             except Exception as exc:  # a bug or surprise in the provider path still gets a reply
                 bound.exception("model call crashed")
                 error = f"{type(exc).__name__}: {exc}"
                 text = FALLBACK_REPLY
         model_ms = (time.perf_counter() - model_started) * 1000
-        fallback = completion is None and text == FALLBACK_REPLY
+        fallback = completion is None and text == apology
         facts = self._reply_facts(call, completion, error, fallback=fallback, model_ms=model_ms)
         facts["model"] = completion.model if completion else model
         facts["provider"] = completion.provider if completion else None
@@ -269,7 +278,7 @@ class TurnRunner:
         try:
             return await self._ask(call, on_text, loop)
         except ModelError as exc:
-            if not with_files or exc.retryable or isinstance(exc, MissingApiKeyError):
+            if not with_files or exc.retryable or exc.problem or isinstance(exc, MissingApiKeyError):
                 raise
             log.warning("the model refused the files; answering from their placeholders", error=str(exc))
             return await self._ask(dataclasses.replace(call, messages=placeholders_only()), on_text, loop)

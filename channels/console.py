@@ -70,7 +70,7 @@ class ConsoleChannel:
 
     async def _run_lines(self, intake: Intake) -> None:
         reader = self._reader or await _stdin_reader()
-        async for text in _lines(reader, self._stopped, self._notice):
+        async for text in _lines(reader, self._stopped, self.notice):
             if text:
                 await intake.submit(self._inbound(text))
 
@@ -95,7 +95,7 @@ class ConsoleChannel:
                 return
             text = text.strip()
             if len(text.encode()) > MAX_MESSAGE_BYTES:
-                self._notice(too_long(len(text.encode()), MAX_MESSAGE_BYTES))
+                self.notice(too_long(len(text.encode()), MAX_MESSAGE_BYTES))
             elif text:
                 await intake.submit(self._inbound(text))
 
@@ -113,7 +113,7 @@ class ConsoleChannel:
         if self._terminal is not None or self._interactive:
             others = [name for name in channels if name != PROVIDER]
             running = ", ".join(others) if others else "no other channel"
-            self._notice(f"Running: {running}, and this console. Ctrl-D closes it"
+            self.notice(f"Running: {running}, and this console. Ctrl-D closes it"
                          + (" or stops Switchboard." if self._detachable else "."))
 
     def _inbound(self, text: str) -> InboundMessage:
@@ -128,7 +128,8 @@ class ConsoleChannel:
             command=name if name is not None and is_known(name) else None,
         )
 
-    def _notice(self, text: str) -> None:
+    def notice(self, text: str) -> None:
+        """A line that is not a reply (a refused paste, a setup problem, what runs)."""
         if self._terminal is not None:
             self._terminal.notice(text)
         else:

@@ -27,6 +27,7 @@ from bot.chunking import split_message
 from bot.config import DiscordConfig
 from bot.errors import DeliveryError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.misconfiguration import report, token_refused
 from bot.preview import PreviewStream
 from channels import discord_normalise
 from channels.discord_catch_up import CatchUp
@@ -143,14 +144,16 @@ class DiscordChannel:
                     return not self._stopped.is_set()
             return False
         except discord.LoginFailure:
-            log.error("Discord rejected the bot token; the channel stays off", channel=self.provider,
-                      token_env=self._config.token_env)
+            await self._token_refused("HTTP 401 at login")
         except discord.PrivilegedIntentsRequired:
             log.error("Discord refused the Message Content intent; enable it for the bot in the Developer "
                       "Portal (Bot → Privileged Gateway Intents); the channel stays off")
         except discord.ConnectionClosed as exc:
-            log.error("Discord closed the gateway for good; the channel stays off", code=exc.code,
-                      reason=exc.reason)
+            if exc.code == 4004:  # the gateway's "Authentication failed": the token was revoked
+                await self._token_refused("the gateway closed with 4004 Authentication failed")
+            else:
+                log.error("Discord closed the gateway for good; the channel stays off", code=exc.code,
+                          reason=exc.reason)
         except discord.DiscordServerError as exc:
             log.warning("Discord server error at login", status=exc.status, error=exc.text)
             return True
@@ -161,6 +164,13 @@ class DiscordChannel:
                 log.warning("Discord connection failed", error=f"{type(exc).__name__}: {exc}")
             return True
         return False
+
+    async def _token_refused(self, detail: str) -> None:
+        """A revoked or mistyped token: the channel is off; the admin is told what to do (the log,
+        the console, `status`)."""
+        await report(self._core, token_refused(
+            "Discord", self.provider, self._config.token_env, detail,
+            "Developer Portal → Applications → the bot → Bot → Reset Token"))
 
     def reconfigure(self, config: DiscordConfig) -> None:
         """Apply a reloaded section (access lists, mentions, reply age) to messages from now on.

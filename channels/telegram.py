@@ -27,6 +27,7 @@ from bot.channel import ChunkSent, Intake, PreviewPosted, ReplyPreview
 from bot.commands import COMMANDS
 from bot.config import TelegramConfig
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.misconfiguration import report, token_refused
 from bot.preview import PreviewStream
 from channels.telegram_html import telegram_chunks
 from channels.telegram_intake import UpdatePoller
@@ -87,7 +88,8 @@ class TelegramChannel:
             me = self._app.bot
             self._bot = BotIdentity(me.id, me.username)
             await self._register_commands()
-            if not await self._updates.run():  # returns at once when stop() came first
+            if not await self._updates.run():  # returns at once (True) when stop() came first
+                await self._token_refused("the Bot API answered 401/404 while running")
                 return
             # Until cancelled: after stop() the bot still sends the replies of turns in flight.
             await asyncio.get_running_loop().create_future()
@@ -102,8 +104,7 @@ class TelegramChannel:
                 await self._app.initialize()
                 return True
             except InvalidToken:
-                log.error("Telegram rejected the bot token; the channel stays off",
-                          channel=self.provider, token_env=self._config.token_env)
+                await self._token_refused("the Bot API answered getMe with 401/404")
                 return False
             except TelegramError as exc:
                 await self._app.bot.shutdown()  # initialize() leaves its HTTP client open on failure
@@ -113,6 +114,13 @@ class TelegramChannel:
                 await asyncio.wait_for(self._stopped.wait(), delay)
             delay = min(delay * 2, 60.0)
         return False
+
+    async def _token_refused(self, detail: str) -> None:
+        """A revoked or mistyped token (401/404 on any call): the channel is off; the admin is told
+        what to do (the log, the console, `status`)."""
+        await report(self._intake, token_refused(
+            "Telegram", self.provider, self._config.token_env, detail,
+            "from @BotFather: /mybots → the bot → API Token"))
 
     def _update_source(self, poll_timeout: float, secret: str | None) -> UpdatePoller | WebhookServer:
         """Where updates come from: getUpdates, or Telegram's POSTs to our webhook server."""

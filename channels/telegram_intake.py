@@ -117,8 +117,7 @@ class UpdatePoller:
                     webhook_checked = True
                 # The first request does not wait, so `connected` means Telegram answered.
                 batch = await self._fetch_unless_stopped(self._poll_timeout if connected else 0)
-            except InvalidToken:
-                self._log.error("Telegram rejected the bot token; the channel stays off")
+            except InvalidToken:  # the channel tells the admin (channels/telegram.py)
                 return False
             except RetryAfter as exc:
                 delay = retry_after_seconds(exc)

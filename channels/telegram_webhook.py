@@ -126,8 +126,7 @@ class WebhookServer:
                 await self._bot.set_webhook(self._url, secret_token=self._secret.decode(),
                                             allowed_updates=self._allowed_updates,
                                             drop_pending_updates=False)
-            except InvalidToken:
-                self._log.error("Telegram rejected the bot token; the channel stays off")
+            except InvalidToken:  # the channel tells the admin (channels/telegram.py)
                 return False
             except RetryAfter as exc:
                 delay = retry_after_seconds(exc)

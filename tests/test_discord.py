@@ -485,13 +485,15 @@ def logged() -> Iterator[list[dict[str, Any]]]:
 async def test_a_rejected_token_turns_the_channel_off_without_leaking_it(
     dc: DiscordStandIn, make_config: MakeConfig, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A 401 at login is one clear error naming the variable; run() returns and the token is not logged."""
+    """A 401 at login is one clear warning naming the variable to fix; run() returns and the token
+    is not logged."""
     channel = make_channel(make_config({}), token="WRONG.SECRET")
     with logged() as logs:
         await asyncio.wait_for(channel.run(RecordingIntake()), 5)
-    (error,) = [e for e in logs if e["log_level"] == "error"]
-    assert error["event"].startswith("Discord rejected the bot token")
-    assert error["token_env"] == "DISCORD_BOT_TOKEN"
+    assert [e for e in logs if e["log_level"] == "error"] == []
+    (warning,) = [e for e in logs if e["log_level"] == "warning"]
+    assert warning["event"].startswith("Discord rejected the bot token")
+    assert "DISCORD_BOT_TOKEN" in warning["fix"]
     assert "WRONG.SECRET" not in repr(logs) + caplog.text
     assert not channel.ready.is_set()
 

@@ -316,7 +316,8 @@ async def test_polling_errors_are_waited_out_with_one_line_each(
 
 
 async def test_a_token_revoked_while_polling_turns_the_channel_off(tg: TelegramStandIn) -> None:
-    """A 401 from getUpdates ends the channel with one error line; its HTTP clients are closed."""
+    """A 401 from getUpdates ends the channel with one warning saying where to put a new token;
+    its HTTP clients are closed."""
     channel = make_channel(tg)
     intake = RecordingIntake()
     with capture_logs() as logs:
@@ -325,8 +326,10 @@ async def test_a_token_revoked_while_polling_turns_the_channel_off(tg: TelegramS
         tg.fail_next("getUpdates", status=401, description="Unauthorized")
         tg.push_message(private_chat(ADA), ADA, "anyone?")
         await asyncio.wait_for(task, 5)
-    (line,) = [e for e in logs if e["log_level"] == "error"]
-    assert line["event"] == "Telegram rejected the bot token; the channel stays off"
+    assert [e for e in logs if e["log_level"] == "error"] == []
+    (line,) = [e for e in logs if e["log_level"] == "warning"]
+    assert line["event"].startswith("Telegram rejected the bot token") and "stays off" in line["event"]
+    assert "TELEGRAM_BOT_TOKEN" in line["fix"]
     await channel.stop()  # after the end, stop() has nothing to wait for
     with no_unclosed_session():
         del channel, task

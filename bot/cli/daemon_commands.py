@@ -200,12 +200,16 @@ def show_status(args: argparse.Namespace) -> int:
         print(f"agent {agent['id']} ({agent['name']}): channels {channels}{bindings}; "
               f"{agent['running']} running, {agent['waiting']} waiting")
     for channel in reply["channels"]:
-        error = f"  (last error: {channel['error']})" if channel["error"] else ""
+        fix = f"; fix: {channel['fix']}" if channel.get("fix") else ""  # a refused token says what to do
+        error = f"  (last error: {channel['error']}{fix})" if channel["error"] else ""
         restarts = channel.get("restarts", 0)
         restarted = f", restarted {restarts} time{'s' if restarts != 1 else ''}" if restarts else ""
         shards = channel.get("shards")  # a Discord bot split over several daemons
         runs = (f", shards {', '.join(map(str, shards['ids']))} of {shards['count']}" if shards else "")
         print(f"channel {channel['provider']}: {channel['state']}{runs}{restarted}{error}")
+    for provider in reply.get("providers", []):  # a refused key, an unknown model, no credit
+        print(f"provider {provider['name']}: last error {utc_time(provider['at'])}: {provider['error']}; "
+              f"fix: {provider['fix']}")
     queue = reply["queue"]
     print(f"queue: {queue['pending']} message(s) in {len(queue['sessions'])} session(s)")
     for key, state in sorted(queue["sessions"].items()):
