@@ -293,3 +293,17 @@ def _scheduled_block(messages: Sequence[StoredMessage], zone: tzinfo) -> str:
 def _quote(text: str, limit: int = 200) -> str:
     flat = " ".join(text.split())
     return "«" + (flat if len(flat) <= limit else flat[: limit - 1] + "…") + "»"
+
+
+def system_parts(
+    stable_chars: int, files: Sequence[dict[str, Any]], turn_parts: Sequence[tuple[str, int]]
+) -> list[dict[str, Any]]:
+    """The system prompt part by part with its size in characters, for `switchboard context`: the
+    agent's own words ([agent] and the prompt files' frame), each prompt file, then this turn's
+    parts (where and when, the asker's timezone and notes, the tool definitions)."""
+    included = [f for f in files if not f.get("left_out")]
+    own = stable_chars - sum(int(f.get("chars") or 0) for f in included)
+    return [{"part": "the agent's instructions ([agent], prompt files' frame)", "chars": max(own, 0)},
+            *({"part": f"prompt file {f.get('name')}", "source": str(f.get("file")),
+               "chars": int(f.get("chars") or 0)} for f in included),
+            *({"part": label, "chars": chars} for label, chars in turn_parts)]

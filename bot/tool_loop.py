@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -89,6 +90,9 @@ class ToolLoop:
         self._store = store
         self._tools = {tool.name: tool for tool in tools}
         self._definitions = definitions(tools)
+        # What the definitions add to every request (`switchboard context` shows it).
+        self.definitions_chars = len(json.dumps(self._definitions))
+        self.offered = len(self._definitions)
         self._context = context
         self._max_rounds = max_rounds
         self._tool_timeout = tool_timeout

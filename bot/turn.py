@@ -27,7 +27,7 @@ from bot.messages import AGENT_PROVIDER, InboundMessage, OutboundMessage, Stored
 from bot.misconfiguration import Misconfigurations
 from bot.outbox import Outbox
 from bot.preview import finish_preview, open_preview, typing_until, withdraw_preview
-from bot.prompt import PromptFiles, conversation_turns, media_hashes, turn_system_prompt
+from bot.prompt import PromptFiles, conversation_turns, media_hashes, system_parts, turn_system_prompt
 from bot.semantic_recall import SemanticRecall
 from bot.session_lease import lease_retaken
 from bot.store import Store, delivery_key
@@ -87,6 +87,7 @@ class TurnRunner:
         apology = FALLBACK_REPLY  # the reply when the model gave none
         call: ReplyRequest | None = None
         loop: ToolLoop | None = None
+        parts: list[tuple[str, int]] = []  # the per-turn system prompt's parts, for the snapshot
         model = await self._session_model(str(key))
         async with typing:
             try:
@@ -105,11 +106,16 @@ class TurnRunner:
                     # The asker's own timezone, read once for the tools and the prompt.
                     zone = await self._tools.user_zone(inbound)
                     loop = await self._tools.loop(inbound, request, zone)
+                    where = turn_system_prompt(self._config, key, time.time(), inbound.sender_name)
+                    personal = await self._tools.notes(inbound, zone)
+                    parts = [("where and when (this chat, the time)", len(where)),
+                             *((label, len(text)) for label, text in personal)]
+                    if loop is not None:
+                        parts.append((f"tool definitions ({loop.offered} offered)",
+                                      loop.definitions_chars))
                     call = ReplyRequest(
                         system_stable=self._prompt_files.stable_prompt(),
-                        system_turn=turn_system_prompt(
-                            self._config, key, time.time(), inbound.sender_name)
-                        + await self._tools.notes(inbound, zone),
+                        system_turn=where + "".join("\n\n" + text for _, text in personal),
                         messages=conversation_turns(context, request, group=not key.is_direct,
                                                     zone=ZoneInfo(self._config.agent.timezone),
                                                     files=files),
@@ -138,7 +144,8 @@ class TurnRunner:
                 text = FALLBACK_REPLY
         model_ms = (time.perf_counter() - model_started) * 1000
         fallback = completion is None and text == apology
-        facts = self._reply_facts(call, completion, error, fallback=fallback, model_ms=model_ms)
+        facts = self._reply_facts(call, completion, error, fallback=fallback, model_ms=model_ms,
+                                  turn_parts=parts)
         facts["model"] = completion.model if completion else model
         facts["provider"] = completion.provider if completion else None
         # Which message this answers, as its channel named it (a message between agents carries its
@@ -339,7 +346,7 @@ class TurnRunner:
 
     def _reply_facts(
         self, call: ReplyRequest | None, completion: Completion | None, error: str | None, *,
-        fallback: bool, model_ms: float,
+        fallback: bool, model_ms: float, turn_parts: Sequence[tuple[str, int]] = (),
     ) -> dict[str, Any]:
         """What the reply call did, recorded beside the context so an admin can see why a turn
         said what it said. Not part of selection: replay leaves it out of the comparison."""
@@ -348,6 +355,9 @@ class TurnRunner:
             "model": completion.model if completion else self._config.anthropic.model,
             "system_prompt_chars": len(call.system_stable) + len(call.system_turn) if call else None,
             "prompt_files": self._prompt_files.included() if call else [],
+            # Every part of the system prompt with its size, the prompt files' apart (above).
+            "system_parts": system_parts(len(call.system_stable), self._prompt_files.included(),
+                                         turn_parts) if call else [],
             "tokens_in": completion.input_tokens if completion else 0,
             "tokens_out": completion.output_tokens if completion else 0,
             "cache_write_tokens": completion.cache_write_tokens if completion else 0,

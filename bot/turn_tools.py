@@ -77,23 +77,27 @@ class TurnTools:
         return ToolLoop(self._brain, self._store, offered, context,
                         max_rounds=settings.max_tool_rounds, tool_timeout=settings.tool_timeout)
 
-    async def notes(self, inbound: InboundMessage, zone: str | None) -> str:
-        """For the per-turn system prompt: the asking user's own timezone (`zone`, from
-        `user_zone`) when they set one, and their notes in private chats only (a group would read
-        them too; an agent writing to another is no person: its chats with another agent are
-        apart, one per conversation it writes from)."""
-        parts = []
+    async def notes(self, inbound: InboundMessage, zone: str | None) -> list[tuple[str, str]]:
+        """For the per-turn system prompt, as (what it is, text): the asking user's own timezone
+        (`zone`, from `user_zone`) when they set one, and their notes in private chats only (a group
+        would read them too; an agent writing to another is no person: its chats with another agent
+        are apart, one per conversation it writes from)."""
+        parts: list[tuple[str, str]] = []
         try:
             if zone:
                 local = datetime.fromtimestamp(self._clock(), ZoneInfo(zone)).strftime("%A %Y-%m-%d %H:%M")
-                parts.append(f"The person asking uses the timezone {zone} (their time now: {local}).")
+                parts.append((f"the asker's timezone (set_timezone: {zone})",
+                              f"The person asking uses the timezone {zone} (their time now: {local})."))
             if inbound.session_key.is_direct and is_person(inbound.chat.provider, inbound.sender_id):
                 notes = await self._store.notes_of(inbound.chat.provider, inbound.sender_id)
                 name = inbound.sender_name or "the user"
-                parts.append(notes_block(notes, name, self._config.tools.notes_max_chars))
+                block = notes_block(notes, name, self._config.tools.notes_max_chars)
+                if block:
+                    parts.append((f"notes of {inbound.chat.provider}:{inbound.sender_id} "
+                                  f"({len(notes)}, remember)", block))
         except Exception as exc:  # the reply matters more than the notes
             log.warning("user notes unreadable", error=f"{type(exc).__name__}: {exc}")
-        return "".join("\n\n" + part for part in parts if part)
+        return parts
 
 
 def partial_reply(outcome: LoopOutcome | None) -> str | None:

@@ -181,3 +181,29 @@ async def test_a_tool_loop_shows_as_model_calls_not_attempts(
     assert re.search(r"  2 model calls  [\d.]+ ms", out), out
     assert "attempt" not in out, out
     assert "  round 1: current_time" in out, out
+
+
+async def test_context_names_every_part_of_the_system_prompt_with_its_size(
+    api: AnthropicStandIn, channel: FakeChannel, db: Path, tmp_path: Path
+) -> None:
+    """Knowledge that came from the system prompt can be traced: `context` lists the agent's
+    instructions, each prompt file, where and when, the asker's notes and the tool definitions,
+    each with its size."""
+    from tests.standins.anthropic_api import Text, ToolUse
+
+    (tmp_path / "SOUL.md").write_text("You like weather talk.", encoding="utf-8")
+    api.script(ToolUse((("remember", {"note": "Ada is vegetarian"}),)), Text("Noted."), Text("Soup."),
+               model=MODEL)
+    path = tmp_path / "config.toml"
+    config = await written_config(path, config_data(api, agent={"soul_file": "SOUL.md"},
+                                                    database={"path": str(db)}))
+    async with daemon_with(config, channel) as daemon:
+        await say(daemon, channel, "remember that I'm vegetarian")
+        await say(daemon, channel, "what should I cook?")
+    code, out, err = await switchboard_cli(tmp_path, "context", str(channel.key()), "--config", str(path))
+    assert code == 0, err
+    for part in (r"the agent's instructions", r"prompt file soul  \(SOUL\.md\)",
+                 r"where and when \(this chat, the time\)", r"notes of fake:42 \(1, remember\)",
+                 r"tool definitions \(\d+ offered\)"):
+        assert re.search(rf"^\s+\d+ chars  {part}", out, re.M), (part, out)
+    assert re.search(r"^\s+22 chars  prompt file soul", out, re.M), out

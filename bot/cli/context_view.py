@@ -187,8 +187,19 @@ def _reply_call_lines(snap: dict[str, Any]) -> list[str]:
         f"model {call.get('model')}  tokens {call.get('tokens_in', 0)} in, {call.get('tokens_out', 0)} out"
         f"{cached}  {tried}  {call.get('model_ms', 0)} ms{stop}",
         f"system prompt {call.get('system_prompt_chars')} chars; prompt files: {files}",
+        *_part_lines(call.get("system_parts")),
         *_tool_lines(call.get("tools")),
     ]
+
+
+def _part_lines(parts: Any) -> list[str]:
+    """Each part of the system prompt with its size, so knowledge that came from it (a note, a
+    prompt file) can be traced."""
+    if not isinstance(parts, list):
+        return []
+    return [f"  {int(part.get('chars') or 0):>6} chars  {part.get('part')}"
+            + (f"  ({Path(str(part['source'])).name})" if part.get("source") else "")
+            for part in parts if isinstance(part, dict)]
 
 
 def _calls(attempts: Any, tools: Any) -> str:
