@@ -28,6 +28,7 @@ from bot.misconfiguration import Misconfigurations
 from bot.outbox import Outbox
 from bot.preview import finish_preview, open_preview, typing_until, withdraw_preview
 from bot.prompt import PromptFiles, conversation_turns, media_hashes, system_parts, turn_system_prompt
+from bot.replay_settings import selection_settings
 from bot.semantic_recall import SemanticRecall
 from bot.session_lease import lease_retaken
 from bot.store import Store, delivery_key
@@ -375,7 +376,8 @@ class TurnRunner:
     ) -> None:
         try:
             await self._store.record_snapshot(
-                key, request.id, reply.id, {**context.snapshot(), REPLY_CALL: facts},
+                key, request.id, reply.id,
+                {**context.snapshot(), REPLY_CALL: facts, "settings": selection_settings(self._config)},
                 context.input_hash,
             )
         except Exception as exc:  # the reply matters more than its explanation

@@ -185,7 +185,8 @@ async def test_replay_matches_real_turns_and_reports_a_config_change(
     keep_logging: None,
 ) -> None:
     """`switchboard replay KEY --turn N` says match (exit 0) for real turns, one with a recalled fact picked
-    by triage and one trimmed to the budget; after lookback_count changes it says MISMATCH (exit 1)."""
+    by triage and one trimmed to the budget; after lookback_count changes it says MISMATCH (exit 1) and
+    names the setting that changed."""
     config_path = tmp_path / "config.toml"
     config = await written_config(config_path, scenario_config(api, db))
     key = str(channel.key())
@@ -230,6 +231,7 @@ async def test_replay_matches_real_turns_and_reports_a_config_change(
     code, out, _ = await cli("replay", key, "--turn", "3", "--config", str(config_path))
     assert code == 1
     assert "MISMATCH" in out.splitlines()
+    assert "setting changed since: conversation.lookback_count: 20 then, 10 now" in out.splitlines()
     assert out.splitlines()[-2] != "only recorded: -"  # the shorter lookback leaves messages out
 
 

@@ -81,6 +81,7 @@ def show_context(args: argparse.Namespace) -> int:
 def replay_turn(args: argparse.Namespace) -> int:
     from bot.brain import AnthropicBrain
     from bot.replay import replay
+    from bot.replay_settings import changed_settings
 
     config = load_config_file(args)
     setup_logging(config, quiet=True)  # skipped rows and snapshots are warned about on stderr
@@ -92,6 +93,7 @@ def replay_turn(args: argparse.Namespace) -> int:
             # No key: replay never calls a model (triage answers come from the snapshot).
             result = await replay(config, store, AnthropicBrain(config.anthropic, None), key,
                                   args.turn or 0)
+            gone = [i for i in result.recorded_ids if await store.message_by_id(i) is None]
         record, rebuilt = result.record, result.rebuilt
         print(f"turn {record.turn}: hash recorded {record.hash or '(none)'}, "
               f"rebuilt {rebuilt.input_hash}")
@@ -104,6 +106,10 @@ def replay_turn(args: argparse.Namespace) -> int:
         print("MISMATCH")
         if record.snapshot.get("status") == "failed":
             print(f"the turn failed to build its context: {record.snapshot.get('error')}")
+        for line in changed_settings(record.snapshot.get("settings"), config.for_session(key)):
+            print(f"setting changed since: {line}")
+        for message_id in gone:
+            print(f"input gone since: message #{message_id} is no longer stored (pruned)")
         print("only recorded: " + (" ".join(f"#{i}" for i in missing) or "-"))
         print("only rebuilt:  " + (" ".join(f"#{i}" for i in extra) or "-"))
         return 1
