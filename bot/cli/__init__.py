@@ -66,7 +66,9 @@ SESSION_KEY_HELP = ("a session, as `switchboard sessions` lists them: agent:<id>
 EXAMPLES = {
     "run": ["switchboard run", "switchboard run --config /etc/switchboard/config.toml"],
     "chat": ["switchboard chat", "echo 'hello' | switchboard chat"],
-    "init": ["switchboard init", "switchboard init --config ~/.config/switchboard/config.toml"],
+    "init": ["switchboard init   # on a terminal: a few questions, then config.toml and switchboard.env",
+             "switchboard init --config ~/.config/switchboard/config.toml",
+             "switchboard init --upgrade   # add this version's new keys, commented out"],
     "check-config": ["switchboard check-config", "switchboard check-config /etc/switchboard/config.toml"],
     "doctor": ["switchboard doctor",
                "sudo -u switchboard switchboard doctor --config /etc/switchboard/config.toml",
@@ -148,7 +150,11 @@ def _parser() -> argparse.ArgumentParser:
 
     add("run", "daemon_commands:run", "run the daemon with every enabled channel")
     add("chat", "daemon_commands:chat", "talk to the agent on this terminal")
-    add("init", "daemon_commands:init", "write config.toml from the documented example")
+    init = add("init", "daemon_commands:init", "write config.toml: on a terminal by a few questions "
+               "(channels, keys and tokens, model, who may write), else as the documented example")
+    init.add_argument("--upgrade", action="store_true",
+                      help="bring an existing file up to this version: add its new keys commented out, "
+                           "name the keys it no longer knows")
     check = add("check-config", "daemon_commands:check_config",
                 "check a config file as `run` would (values, tokens, channels) without starting anything")
     check.add_argument("path", nargs="?", help="config file (default: --config)")

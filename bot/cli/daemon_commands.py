@@ -105,9 +105,18 @@ def init(args: argparse.Namespace) -> int:
     from bot.config import load_config
 
     target = Path(args.config)
+    if args.upgrade:
+        from bot.cli.config_upgrade import upgrade
+
+        return upgrade(target, example_config_text())
     if target.exists():
-        print(f"switchboard: {target} already exists; leaving it as it is", file=sys.stderr)
+        print(f"switchboard: {target} already exists; leaving it as it is (`switchboard init --upgrade` "
+              "adds the keys this version brings)", file=sys.stderr)
         return 1
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        from bot.cli.guided_setup import guided_setup
+
+        return guided_setup(target, example_config_text())
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(example_config_text(), encoding="utf-8")

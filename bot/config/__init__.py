@@ -4,8 +4,8 @@ Every name is importable from here. Behind it, a module per concern: `fields` (t
 types and the base section), `sections` (agent, Anthropic, conversation and the other daemon-wide
 sections), `channel_sections` (console, Telegram, Discord), `schedule_sections` (`[scheduler]` and
 `[[schedules]]`), `mcp_sections` (`[[mcp_servers]]`), `root` (`Config`, `check_startable`,
-`resolve_history_limit`) and `loading` (`load_config`, `parse_config` and the errors that name
-the key).
+`resolve_history_limit`), `env_file` (`[secrets]`: secrets read from a 0600 file of NAME=value
+lines) and `loading` (`load_config`, `parse_config` and the errors that name the key).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from bot.config.channel_sections import (
     DmConfig,
     TelegramConfig,
 )
+from bot.config.env_file import SecretsConfig
 from bot.config.fields import (
     MAX_REPLY_TOKENS,
     DmPolicy,
@@ -84,6 +85,7 @@ __all__ = [
     "RouterConfig",
     "ScheduleConfig",
     "SchedulerConfig",
+    "SecretsConfig",
     "SemanticConfig",
     "TelegramConfig",
     "ToolRule",

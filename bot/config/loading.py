@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from bot.config.agent_check import check_agents
+from bot.config.env_file import apply_env_file
 from bot.config.fields import MAX_INT, SECRET_IN_FILE
 from bot.config.mcp_sections import duplicate_name
 from bot.config.provider_check import check_roles, with_provider_prices
@@ -21,7 +22,8 @@ from bot.errors import ConfigError
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
-    """Read and validate a config file, raising ConfigError with the file and key on any problem."""
+    """Read and validate a config file, raising ConfigError with the file and key on any problem;
+    the variables of its env file (`[secrets] env_file`) not already set are put in the environment."""
     shown = str(path)
     try:
         raw = Path(path).read_bytes()
@@ -35,7 +37,12 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(shown, None, f"is not valid TOML: {exc}") from None
     config = parse_config(data, shown)
     # Pin the file's folder now: relative paths in it must not depend on a later working directory.
-    return config.model_copy(update={"source": str(Path(path).absolute())})
+    config = config.model_copy(update={"source": str(Path(path).absolute())})
+    if config.secrets.env_file is not None:
+        # Here, where every command and a reload read the file: each `*_env` name is then looked
+        # up in the environment as before, wherever it is read.
+        apply_env_file(config.resolve(config.secrets.env_file), shown)
+    return config
 
 
 def parse_config(data: dict[str, Any], source: str) -> Config:

@@ -13,6 +13,7 @@ from pydantic import Field, field_validator
 
 from bot.config.agent_sections import AgentEntry, AgentMessagesConfig, BindingConfig
 from bot.config.channel_sections import ChannelsConfig, ConsoleConfig, DiscordConfig, TelegramConfig
+from bot.config.env_file import SecretsConfig
 from bot.config.fields import Section
 from bot.config.mcp_sections import McpServerConfig
 from bot.config.provider_sections import (
@@ -54,6 +55,8 @@ DEFAULT_PRICES = {
 class Config(Section):
     agent: AgentConfig = AgentConfig()
     database: DatabaseConfig = DatabaseConfig()
+    # Where secrets come from besides the environment: an env file beside config.toml.
+    secrets: SecretsConfig = SecretsConfig()
     anthropic: AnthropicConfig = AnthropicConfig()
     conversation: ConversationConfig = ConversationConfig()
     semantic: SemanticConfig = SemanticConfig()
