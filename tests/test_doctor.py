@@ -11,7 +11,6 @@ import logging
 import os
 import sqlite3
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -280,14 +279,14 @@ async def test_telegram_webhook_state(
 async def test_each_check_has_a_timeout_and_they_run_at_once(
     write: Write, tg: TelegramStandIn, dc: DiscordStandIn
 ) -> None:
-    """A server that does not answer costs its check's timeout, not the whole run's; the line says so."""
-    tg.delay_next("getMe", 3.0)
-    started = time.monotonic()
-    code, lines = await doctor(write(tg), "--timeout", "0.5")
-    assert time.monotonic() - started < 2.5
+    """A server that never answers costs its check's timeout, not the whole run (which ends while
+    that request still hangs); the line says so, and the other checks answer as usual."""
+    hanging = tg.hold_next("getMe")  # never released: Telegram never answers this one
+    code, lines = await doctor(write(tg), "--timeout", "5")
+    assert not hanging.is_set()
     assert code == 1
     assert failures(lines) == [
-        "✗ telegram: no answer within 0.5 s — check the network (or allow longer: --timeout)"]
+        "✗ telegram: no answer within 5 s — check the network (or allow longer: --timeout)"]
 
 
 async def test_the_running_daemons_view(write: Write, dc: DiscordStandIn, database: Path) -> None:
