@@ -320,3 +320,18 @@ def test_the_config_can_be_named_by_an_environment_variable(tmp_path: Path) -> N
     assert lost.returncode == 2 and "SWITCHBOARD_CONFIG" in _one_line(lost.stderr)
     found = switchboard(elsewhere, "sessions", env={"SWITCHBOARD_CONFIG": str(tmp_path / "config.toml")})
     assert found.returncode == 0, found.stderr
+
+
+def test_make_init_twice_keeps_the_config_without_a_make_error(tmp_path: Path) -> None:
+    """`make init` writes config.toml once; a second time it says the file stays as it is and
+    exits 0, not a red `make: *** … Error 1`."""
+    config = tmp_path / "config.toml"
+    first = subprocess.run(["make", "-s", "-C", str(ROOT), "init", f"CONFIG={config}"],
+                           capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+    assert first.returncode == 0, first.stderr
+    written = config.read_text(encoding="utf-8")
+    again = subprocess.run(["make", "-s", "-C", str(ROOT), "init", f"CONFIG={config}"],
+                           capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+    assert again.returncode == 0, again.stderr
+    assert "already exists; leaving it as it is" in again.stdout and "Error" not in again.stderr
+    assert config.read_text(encoding="utf-8") == written
