@@ -4,6 +4,7 @@ one in a pseudo-terminal (pexpect)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 import subprocess
@@ -16,6 +17,8 @@ import pytest
 
 from bot.cli.guided_setup import PLATFORMS, Answers, compose, env_file_for
 from bot.config import check_startable, load_config, parse_config
+from tests.standins.anthropic_api import AnthropicStandIn
+from tests.standins.telegram_api import TelegramStandIn
 
 ROOT = Path(__file__).resolve().parents[1]
 PASTED = "7654321:AAFtoken-pasted-into-the-terminal_x9"
@@ -43,10 +46,9 @@ def _answer(child: pexpect.spawn, question: str, answer: str) -> None:
     child.send(answer + "\r")
 
 
-def test_guided_init_writes_config_and_env_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A full guided setup on a terminal (Telegram with a pasted token, the Anthropic key from the
-    environment, an allowlist) writes a config that loads, names the variables and holds no secret,
-    and a 0600 env file with the pasted token that the daemon's config loading reads."""
+def _guided_run(tmp_path: Path) -> tuple[int | None, str]:
+    """`switchboard init` in a pseudo-terminal: Telegram with a pasted token, the Anthropic key from
+    the environment, the default model, an allowlist, no doctor; (exit status, what it showed)."""
     child = pexpect.spawn(sys.executable, ["-m", "bot", "init"], cwd=str(tmp_path), encoding="utf-8",
                           env=_environment(ANTHROPIC_API_KEY=FROM_ENV), dimensions=(50, 200),
                           timeout=TIMEOUT)
@@ -66,8 +68,41 @@ def test_guided_init_writes_config_and_env_file(tmp_path: Path, monkeypatch: pyt
         child.expect(pexpect.EOF)
     finally:
         child.close()
-    shown = "".join(transcript)
-    assert child.exitstatus == 0, shown
+    return child.exitstatus, "".join(transcript)
+
+
+async def test_doctor_after_a_guided_setup_passes_the_key_and_names_the_refused_token(tmp_path: Path) -> None:
+    """After a guided setup, doctor against the stand-ins of the Messages API and the Bot API (the
+    file pointed at them) accepts the Anthropic key taken from the environment and names the pasted
+    Telegram token, which the Bot API refuses, in one line: exit 1."""
+    status, shown = await asyncio.to_thread(_guided_run, tmp_path)
+    assert status == 0, shown
+    async with AnthropicStandIn(valid_keys={FROM_ENV}) as api, \
+            TelegramStandIn(token="1234567:AAnother-token-the-bot-has-now") as tg:
+        config = tmp_path / "config.toml"
+        text = config.read_text(encoding="utf-8")
+        text = text.replace('# base_url = "https://api.anthropic.com"', f'base_url = "{api.base_url}"', 1)
+        text = text.replace('base_url = "https://api.telegram.org/bot"', f'base_url = "{tg.base_url}"', 1)
+        config.write_text(text, encoding="utf-8")
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot", "doctor", cwd=tmp_path, env=_environment(ANTHROPIC_API_KEY=FROM_ENV),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(process.communicate(), 120)
+    lines = out.decode().splitlines()
+    assert process.returncode == 1, (out.decode(), err.decode())
+    accepted = "✓ provider anthropic: key in ANTHROPIC_API_KEY accepted"
+    assert any(line.startswith(accepted) for line in lines), lines
+    refused = [line for line in lines if line.startswith("✗")]
+    assert len(refused) == 1 and refused[0].startswith("✗ telegram: Telegram refused the token"), lines
+    assert PASTED not in out.decode() and FROM_ENV not in out.decode()
+
+
+def test_guided_init_writes_config_and_env_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full guided setup on a terminal (Telegram with a pasted token, the Anthropic key from the
+    environment, an allowlist) writes a config that loads, names the variables and holds no secret,
+    and a 0600 env file with the pasted token that the daemon's config loading reads."""
+    status, shown = _guided_run(tmp_path)
+    assert status == 0, shown
     assert PASTED not in shown and FROM_ENV not in shown  # hidden as typed, never echoed
 
     config_file, env_file = tmp_path / "config.toml", tmp_path / "switchboard.env"
