@@ -196,11 +196,12 @@ async def test_a_pending_code_stays_the_same_is_noticed_once_an_hour_and_expires
 async def test_the_cli_names_what_it_cannot_decide(
     make_config: Callable[..., Config], store: Store, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """An unknown code, a malformed --user and neither argument are one-line errors (exit 1)."""
+    """An unknown code is a one-line error (exit 1); a malformed --user and neither argument are
+    usage errors in one line (exit 2)."""
     config = make_config({})
     assert await cli(config, "pairing", "approve", "ABCDEFGH") == 1
-    assert await cli(config, "pairing", "approve", "--user", "telegram:ada") == 1
-    assert await cli(config, "pairing", "deny") == 1
+    assert await cli(config, "pairing", "approve", "--user", "telegram:ada") == 2
+    assert await cli(config, "pairing", "deny") == 2
     errors = capsys.readouterr().err.splitlines()
     assert "no pending request has the code ABCDEFGH" in errors[0]
     assert "--user takes PROVIDER:ID" in errors[1]

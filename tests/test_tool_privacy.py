@@ -175,7 +175,7 @@ class Scene:
                     leaks += await self.check("search_history", {"query": query, **dates}, turn, chat, scope)
                 for name in ("list_reminders", "current_time"):
                     leaks += await self.check(name, {}, turn, chat, scope)
-                block = await self.turns.notes(turn.inbound, None)
+                block = _prompt_text(await self.turns.notes(turn.inbound, None))
                 leaks += self.leaks("the notes block", block, chat, user, scope, prompt=True)
         # Writes last, so they take nothing away from the reads above.
         for chat in chats:
@@ -397,8 +397,9 @@ async def test_notes_are_shown_only_to_their_owner_in_a_private_chat(store: Stor
     mine, ours = dm(ADA), group(GROUP, ADA, BEA)
     await scene.remember(mine, ADA)
     await scene.remember(dm(BEA), BEA)
-    assert scene.secrets[0].word in await scene.turns.notes((await scene.turn(mine, ADA)).inbound, None)
-    assert await scene.turns.notes((await scene.turn(ours, ADA)).inbound, None) == ""
+    assert scene.secrets[0].word in _prompt_text(
+        await scene.turns.notes((await scene.turn(mine, ADA)).inbound, None))
+    assert await scene.turns.notes((await scene.turn(ours, ADA)).inbound, None) == []
     assert await scene.probe([mine, ours, dm(BEA)], None) == []
 
 
@@ -414,3 +415,8 @@ async def test_an_anonymous_admin_reads_only_the_group_it_speaks_in(store: Store
     assert await scene.probe([first, second], None) == []
     await scene.run("remember", {"note": "a note"}, await scene.turn(first, speaker))
     assert await store.notes_of("telegram", speaker) == []
+
+
+def _prompt_text(parts: list[tuple[str, str]]) -> str:
+    """The asker's part of the system prompt as the model reads it."""
+    return "".join("\n\n" + text for _, text in parts)
