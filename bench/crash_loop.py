@@ -747,9 +747,11 @@ def log_tail(path: Path, lines: int = 8) -> list[str]:
 
 
 def code_version() -> str:
-    """The commit measured, and whether the daemon's code differs from it."""
+    """The commit measured, and whether the daemon's code differs from it. Read-only git: no
+    optional locks, so `git status` never rewrites the index of a tree others work in."""
     def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False,
+                              env=os.environ | {"GIT_OPTIONAL_LOCKS": "0"})
         return done.stdout.strip()
 
     head = git("log", "-1", "--format=%h %s")[:90]

@@ -873,33 +873,10 @@ EXTRAS: set[str] = set()
 INSTALLS_HOW = ""
 
 
-def memory_pressure() -> str:
-    """Linux PSI: the share of the last minute some task stalled on memory (as telegram_throughput)."""
-    try:
-        line = Path("/proc/pressure/memory").read_text().splitlines()[0]
-    except OSError:
-        return "memory pressure unknown"
-    avg60 = dict(field.split("=") for field in line.split()[1:])["avg60"]
-    return f"memory pressure {avg60}% (PSI some, avg60)"
-
-
-def code_version() -> str:
-    """The commit measured and whether the daemon's code differs from it. Read-only git: no
-    optional locks, so `git status` never rewrites the index of a tree others work in."""
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False,
-                              env=os.environ | {"GIT_OPTIONAL_LOCKS": "0"})
-        return done.stdout.strip()
-
-    head = git("log", "-1", "--format=%h %s")[:90]
-    if not head:
-        return f"code: {ROOT} (not a git checkout)"
-    dirty = git("status", "--porcelain", "--", "bot", "channels")
-    changed = f" + uncommitted changes in {len(dirty.splitlines())} file(s) of bot/, channels/" * bool(dirty)
-    return f"code: {head}{changed}"
-
-
 def main() -> None:
+    from bench.crash_loop import code_version
+    from bench.telegram_throughput import memory_pressure
+
     if sys.argv[1:2] == ["--daemon-child"]:
         daemon_child(sys.argv[2:])
         return
