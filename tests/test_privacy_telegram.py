@@ -7,18 +7,15 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 from aiohttp import web
 
-from bot.brain import AnthropicBrain
 from bot.config import Config
-from bot.daemon import Daemon, build_channels
+from bot.daemon import Daemon
 from bot.store import Store
-from channels.telegram import TelegramChannel
-from tests.harness import API_KEY, MODEL, config_data, echo, reply_requests, router_of, running
+from tests.harness import MODEL, config_data, echo, reply_requests, router_of
 from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text, ToolUse
 from tests.standins.telegram_api import (
     TelegramStandIn,
@@ -28,6 +25,7 @@ from tests.standins.telegram_api import (
     private_chat,
     user,
 )
+from tests.test_telegram import telegram_daemon
 from tests.test_tool_loop import results
 
 MakeConfig = Callable[[dict[str, Any]], Config]
@@ -85,17 +83,6 @@ def telegram_config(
         return make_config(config_data(api, channels={"telegram": section}, tools=tools))
 
     return make
-
-
-@asynccontextmanager
-async def telegram_daemon(config: Config) -> AsyncIterator[Daemon]:
-    """The daemon as `switchboard run` assembles it, with Telegram as its only channel."""
-    channels = build_channels(config, console=False)
-    (channel,) = channels
-    assert isinstance(channel, TelegramChannel)
-    async with running(config, channels, AnthropicBrain(config.anthropic, API_KEY)) as daemon:
-        await asyncio.wait_for(channel.ready.wait(), 5)
-        yield daemon
 
 
 def push(tg: TelegramStandIn, chat: dict[str, Any], sender: dict[str, Any], text: str, *,
