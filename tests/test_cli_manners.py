@@ -326,12 +326,13 @@ def test_make_init_twice_keeps_the_config_without_a_make_error(tmp_path: Path) -
     """`make init` writes config.toml once; a second time it says the file stays as it is and
     exits 0, not a red `make: *** … Error 1`. (`-o`: the installed venv is taken as it is.)"""
     config = tmp_path / "config.toml"
-    first = subprocess.run(["make", "-s", "-C", str(ROOT), "-o", ".venv/.installed", "init", f"CONFIG={config}"],
-                           capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+    make = ["make", "-s", "-C", str(ROOT), "-o", ".venv/.installed", "init", f"CONFIG={config}"]
+    first = subprocess.run(make, capture_output=True, text=True, timeout=120, check=False,
+                           stdin=subprocess.DEVNULL)
     assert first.returncode == 0, first.stderr
     written = config.read_text(encoding="utf-8")
-    again = subprocess.run(["make", "-s", "-C", str(ROOT), "-o", ".venv/.installed", "init", f"CONFIG={config}"],
-                           capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+    again = subprocess.run(make, capture_output=True, text=True, timeout=120, check=False,
+                           stdin=subprocess.DEVNULL)
     assert again.returncode == 0, again.stderr
     assert "already exists; leaving it as it is" in again.stdout and "Error" not in again.stderr
     assert config.read_text(encoding="utf-8") == written
