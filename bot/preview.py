@@ -4,7 +4,9 @@ The brain hands over the text so far at every stream event; a background task sh
 channel's surface (a Telegram draft, a message edited in place) no more often than the surface's
 interval and only when it changed, so a fast stream never costs more requests than a slow one.
 The reply itself is still stored and sent by the outbox: a preview message becomes its first chunk
-(edited to its final text), a draft is only ever a preview.
+(edited to its final text), a draft is only ever a preview. Previews are best effort: a surface
+skips an update when the platform's budget is wanted for replies (`PreviewSkipped`), and the
+next one, with whatever text came meanwhile, is tried an interval later.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Protocol
 import structlog
 
 from bot.channel import Channel, Previewing, PreviewPosted, ReplyPreview
+from bot.errors import BotError
 from bot.messages import ChatRef
 from bot.session_lease import lease_lapsed
 from bot.store import Store
@@ -32,6 +35,11 @@ FIRST_SENTENCE = re.compile(r"[.!?…:;](?:\s|$)|\n")
 FIRST_SENTENCE_CHARS = 160
 # What a preview shows in place of text that turned out not to be the answer, until the answer comes.
 WORKING = "…"
+
+
+class PreviewSkipped(BotError):
+    """A preview update not sent: the platform's budget is wanted for replies (or held back by a
+    flood wait). Nothing was shown; a later update may be."""
 
 
 def has_first_sentence(text: str) -> bool:
@@ -72,7 +80,8 @@ class PreviewSurface(Protocol):
 
     async def show(self, text: str) -> str | None:
         """Show the reply so far (Markdown, possibly cut mid-word); the id of a message it posted
-        to do so, the first time; raising ends the preview."""
+        to do so, the first time; `PreviewSkipped` when it showed nothing this time, any other
+        error ends the preview."""
         ...
 
     async def close(self, final: str) -> str | None:
@@ -166,6 +175,11 @@ class PreviewStream:
                 continue
             try:
                 posted = await self._surface.show(text)
+            except PreviewSkipped:
+                # Replies come first: this text, or newer, is tried again an interval later.
+                last_update = loop.time()
+                loop.call_later(self._surface.interval, self._changed.set)
+                continue
             except Exception as exc:  # the reply is sent in full at the end all the same
                 log.warning("reply preview stopped", error=f"{type(exc).__name__}: {exc}")
                 return

@@ -4,32 +4,32 @@ PTB's default transport (`HTTPXRequest`) costs 0.4-1 ms of CPU per Bot API call,
 calls are in flight (httpcore's pool bookkeeping); with this one a whole call, PTB's own work
 included, costs about 0.1 ms. `BaseRequest` does the rest (JSON decoding, mapping status and body
 to `TelegramError`s), so this class only moves bytes and translates transport failures as
-`HTTPXRequest` does. The rate limiter every request goes through is here too.
+`HTTPXRequest` does. The rate limiter every request goes through is made here too (the limits
+themselves are `channels.telegram_limits`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
 
 import aiohttp
 from telegram._utils.defaultvalue import DefaultValue
 from telegram.error import NetworkError, TelegramError, TimedOut
-from telegram.ext import AIORateLimiter, BaseRateLimiter
+from telegram.ext import BaseRateLimiter
 from telegram.request import BaseRequest, RequestData
+
+from channels.telegram_limits import FloodLimiter
 
 if TYPE_CHECKING:
     from telegram._utils.types import JSONDict, ODVInput
 
-__all__ = ["AiohttpRequest"]
+__all__ = ["AiohttpRequest", "default_rate_limiter"]
 
 _FORM: Final = {"Content-Type": "application/x-www-form-urlencoded"}
 # How much of an answer that is no JSON its error quotes.
 _EXCERPT: Final = 200
-
-
 class AiohttpRequest(BaseRequest):
     """`telegram.request.BaseRequest` over one `aiohttp.ClientSession`, with PTB's default limits.
 
@@ -194,23 +194,6 @@ def _redact(message: str, url: str) -> str:
     return message.replace(path, "/<redacted>") if path.strip("/") else message
 
 
-class _Limiter(AIORateLimiter):
-    """Telegram's flood limits are about messages; "typing…" must not eat a group's budget."""
-
-    async def process_request(
-        self,
-        callback: Callable[..., Coroutine[Any, Any, Any]],
-        args: Any,
-        kwargs: dict[str, Any],
-        endpoint: str,
-        data: dict[str, Any],
-        rate_limit_args: int | None,
-    ) -> Any:
-        if endpoint == "sendChatAction":
-            return await callback(*args, **kwargs)
-        return await super().process_request(callback, args, kwargs, endpoint, data, rate_limit_args)
-
-
 def default_rate_limiter() -> BaseRateLimiter[int]:
     """Telegram's limits (30 messages/s, 20 a minute per group), waiting out 429s up to 3 times."""
-    return _Limiter(max_retries=3)
+    return FloodLimiter(max_retries=3)

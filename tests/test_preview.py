@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.preview import PreviewStream, has_first_sentence
+from bot.preview import PreviewSkipped, PreviewStream, has_first_sentence
 
 
 class RecordingSurface:
@@ -16,6 +16,7 @@ class RecordingSurface:
         self.calls: list[tuple[str, str]] = []
         self.gate: asyncio.Event | None = None
         self.fail = False
+        self.skip = 0  # how many updates to skip (the platform's budget wanted for replies)
 
     def ready(self, text: str, elapsed: float) -> bool:
         return has_first_sentence(text) if self.ready_after_sentence else True
@@ -24,6 +25,9 @@ class RecordingSurface:
         self.calls.append(("show", text))
         if self.fail:
             raise RuntimeError("platform refused")
+        if self.skip:
+            self.skip -= 1
+            raise PreviewSkipped("the send budget is kept for replies")
         if self.gate is not None:
             await self.gate.wait()
         self.calls.append(("shown", text))
@@ -138,3 +142,19 @@ async def test_the_message_posted_for_a_preview_is_reported_once_and_a_failed_re
     assert [text for call, text in surface.calls if call == "shown"] == ["One.", "One. Two."]
     await stream.finish("One. Two.")
 
+
+async def test_a_skipped_update_shows_nothing_and_is_tried_again_with_the_newest_text() -> None:
+    """An update the platform's budget had no room for counts as not shown ("typing…" goes on) and
+    does not end the preview: the next try, an interval later, shows whatever text is newest."""
+    surface = RecordingSurface(interval=0.05)
+    surface.skip = 2
+    stream = PreviewStream(surface)
+    stream.update("One.")
+    await settle()
+    assert surface.calls == [("show", "One.")] and not stream.shown.is_set()
+    stream.update("One. Two.")
+    await asyncio.wait_for(stream.shown.wait(), 5)
+    assert [text for call, text in surface.calls if call == "shown"] == ["One. Two."]
+    assert [text for call, text in surface.calls if call == "show"] == ["One.", "One. Two.", "One. Two."]
+    assert stream.shown.is_set()
+    assert await stream.finish("One. Two.") == "preview-1"

@@ -5,6 +5,7 @@ message; a group's grows in one message edited in place, within the group's budg
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 import time
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 from telegram import Bot
+from telegram.ext import ExtBot
 
 from bot.config import Config
 from bot.daemon import Daemon
@@ -21,7 +23,10 @@ from bot.messages import ChatRef, OutboundMessage
 from bot.store import Store
 from bot.store.postgres import PostgresStore
 from bot.turn import FALLBACK_REPLY
-from channels.telegram_preview import edit_into
+from channels.telegram_html import telegram_chunks
+from channels.telegram_preview import TelegramPreview, edit_into
+from channels.telegram_request import default_rate_limiter
+from channels.telegram_send import send_reply
 from tests.harness import config_data, router_of
 from tests.standins.anthropic_api import AnthropicStandIn, Error, Text
 from tests.standins.telegram_api import (
@@ -117,6 +122,57 @@ async def test_a_private_reply_grows_as_a_draft_then_lands_once_as_a_message(
     assert [c for c in tg.calls_of("sendChatAction") if c.time > first_draft] == []
     assert tg.sent[0].time > drafts[-1].time
     assert await stored_reply(config, DM_KEY, 42, [tg.sent[0].message_id]) == ANSWER
+
+
+async def test_a_reply_complete_before_the_first_draft_is_due_sends_no_draft(
+    tg: TelegramStandIn, api: AnthropicStandIn, telegram_config: Callable[..., Config]
+) -> None:
+    """A reply the model streams at once is sent as one message with no draft before it: a draft
+    would only cost a slot of the send budget the replies need."""
+    config = telegram_config()
+    api.script(Text(ANSWER))
+    async with telegram_daemon(config) as daemon:
+        await answered(tg, daemon, private_chat(ADA), "why are there tides?")
+
+    assert tg.calls_of("sendMessageDraft") == []
+    assert [(m.chat_id, m.visible_text) for m in tg.sent] == [(42, ANSWER)]
+
+
+async def test_with_the_send_budget_spent_a_reply_goes_before_any_preview(tg: TelegramStandIn) -> None:
+    """With Telegram's 30 a second spent and replies waiting for their turn, previews asked for
+    meanwhile (drafts, a group's preview message) are skipped, not queued: a reply asked for after
+    them waits for no preview, and no preview arrives late."""
+    async with ExtBot(tg.token, base_url=tg.base_url, rate_limiter=default_rate_limiter()) as bot:
+        earlier = [asyncio.create_task(bot.send_message(1000 + n, f"reply {n}")) for n in range(90)]
+        await tg.wait_for(lambda: len(tg.sent) >= 30)  # the second's budget: the rest wait
+        surfaces = [TelegramPreview(bot, ChatRef("telegram", str(2000 + n)), None, private=True,
+                                    no_drafts=set(), chunks=telegram_chunks) for n in range(10)]
+        surfaces.append(TelegramPreview(bot, ChatRef("telegram", "-100123"), None, private=False,
+                                        no_drafts=set(), chunks=telegram_chunks))
+        previews = [asyncio.create_task(surface.show("Tides follow the moon.")) for surface in surfaces]
+        await asyncio.sleep(0)
+        await send_reply(bot, OutboundMessage(ChatRef("telegram", "3000"), "The answer."))
+        await asyncio.gather(*earlier)
+        await asyncio.gather(*previews, return_exceptions=True)
+
+    # No preview went before the answer, nor after it: the replies, and nothing else.
+    assert tg.calls_of("sendMessageDraft") == []
+    replies = [f"reply {n}" for n in range(90)] + ["The answer."]
+    assert sorted(m.visible_text for m in tg.sent) == sorted(replies)
+
+
+async def test_a_group_keeps_the_last_of_its_minute_s_budget_for_replies(tg: TelegramStandIn) -> None:
+    """In a group that has used 14 of its 20 messages this minute, a reply's preview message is not
+    posted (the rest is kept for replies), and the reply itself still goes out."""
+    group = ChatRef("telegram", "-100123")
+    async with ExtBot(tg.token, base_url=tg.base_url, rate_limiter=default_rate_limiter()) as bot:
+        await asyncio.gather(*(bot.send_message(-100123, f"reply {n}") for n in range(14)))
+        preview = TelegramPreview(bot, group, None, private=False, no_drafts=set(), chunks=telegram_chunks)
+        with contextlib.suppress(Exception):  # a preview that shows nothing may say so
+            await preview.show("Tides follow the moon.")
+        await send_reply(bot, OutboundMessage(group, "The answer."))
+
+    assert [m.visible_text for m in tg.sent][14:] == ["The answer."]
 
 
 async def test_refused_drafts_fall_back_to_one_edited_message_without_losing_the_reply(
@@ -326,11 +382,12 @@ async def test_the_final_edit_accepts_not_modified_and_reposts_a_preview_someone
     assert [e.visible_text for e in tg.edits] == ["All of it, bold."]
 
 
-async def test_a_draft_answered_429_is_waited_out_and_the_reply_lands_once(
+async def test_a_draft_answered_429_is_skipped_and_the_reply_lands_once(
     tg: TelegramStandIn, api: AnthropicStandIn, telegram_config: Callable[..., Config]
 ) -> None:
-    """Telegram's flood control on a draft (429 with retry_after) is waited out by the rate limiter;
-    the draft goes on growing and the reply still arrives exactly once."""
+    """Telegram's flood control on a draft (429 with retry_after) holds requests back for its wait
+    but does not end the preview: the draft goes on growing after it and the reply still arrives
+    exactly once."""
     tg.fail_next("sendMessageDraft", retry_after=1)
     config = telegram_config()
     api.script(slowly(ANSWER, 4.0))
