@@ -2,6 +2,7 @@
 
 Usage: .venv/bin/python bench/context_quality.py [--conversations 20] [--seed 13] [--mix 10:6:4]
        [--configs triage,triage-lexical,ranked,lexical,everything] [--keep DIR]
+       [--encoder numpy|static|onnx] [--onnx DIR]
 
 The labelled set of bench/labelled_set.py (generated, no network) goes turn by turn into a real
 `Store` (one SQLite file, one session per conversation, `insert_message` with each turn's own time,
@@ -12,8 +13,10 @@ agent's answer is stored and the conversation goes on. Per configuration: eviden
 of the evidence turns' messages in `context.entries`, averaged over questions), questions with all
 their evidence, context tokens (entries, summary and scheduled block) as a share of sending every
 earlier message of the conversation, and build time (median and p99). The configurations take
-turns in going first, so none always pays for what the others find cached. Prints figures;
-asserts nothing.
+turns in going first, so none always pays for what the others find cached. `--encoder` swaps the
+shipped numpy encoder for a candidate of bench/embedding_speed.py (`static`: model2vec's recipe
+distilled from the same weights; `onnx`: onnxruntime on the int8 ONNX export in `--onnx DIR`), to
+put each one's recall beside its speed. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -270,9 +273,30 @@ class Run:
             self.info["embed_s"] += time.perf_counter() - started
 
 
+@dataclass(frozen=True)
+class BenchEncoder:
+    """A candidate encoder of bench/embedding_speed.py, as semantic recall calls an encoder."""
+
+    model_id: str
+    encode: Callable[[Sequence[str]], Any]
+
+
+def candidate_encoder(name: str, onnx_dir: str | None) -> BenchEncoder:
+    from bench import embedding_speed
+
+    if name == "static":
+        encode, _ = embedding_speed.static_runtime()
+    else:
+        if onnx_dir is None:
+            raise SystemExit("--encoder onnx needs --onnx DIR")
+        encode, _ = embedding_speed.onnx_runtime(Path(onnx_dir))
+    return BenchEncoder(f"bench-{name}@1", encode)
+
+
 async def run(
     conversations: Sequence[Conversation], setups: Sequence[Setup], db: Path,
     progress: Callable[[str], None], overrides: dict[str, Any] | None = None,
+    encoder: str = "numpy", onnx_dir: str | None = None,
 ) -> tuple[dict[str, Tally], dict[str, Any]]:
     """Build the configurations over one store and run every conversation through them."""
     from bot.embedding import load_embedder
@@ -280,8 +304,10 @@ async def run(
 
     brain = InstantBrain()
     async with Store.open(db) as store:
-        embedder = None
-        if any(setup.semantic for setup in setups):
+        embedder: Any = None
+        if any(setup.semantic for setup in setups) and encoder != "numpy":
+            embedder = await asyncio.to_thread(candidate_encoder, encoder, onnx_dir)
+        elif any(setup.semantic for setup in setups):
             probe = make_config(db, next(s for s in setups if s.semantic))
             embedder = await asyncio.to_thread(load_embedder, probe)
         builders: list[Builder] = []
@@ -419,6 +445,11 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a [conversation] key for every configuration but send-everything, "
                              "e.g. --set semantic_count=40 (repeatable)")
+    parser.add_argument("--encoder", choices=("numpy", "static", "onnx"), default="numpy",
+                        help="the sentence encoder of the semantic configurations (default: the "
+                             "shipped numpy all-MiniLM-L6-v2)")
+    parser.add_argument("--onnx", metavar="DIR", help="with --encoder onnx: DIR holds model.onnx "
+                        "and onnxruntime (see bench/embedding_speed.py)")
     parser.add_argument("--misses", action="store_true", help="list the questions each config missed")
     parser.add_argument("--mix", default=":".join(str(MIX[w]) for w in WORDINGS),
                         help="anchored:topical:paraphrased questions in every block (default "
@@ -470,7 +501,8 @@ def main() -> None:
         for suffix in ("", "-wal", "-shm"):
             Path(str(db) + suffix).unlink(missing_ok=True)
         tallies, info = asyncio.run(run(
-            conversations, setups, db, lambda line: print(f"  {line}", file=sys.stderr), overrides
+            conversations, setups, db, lambda line: print(f"  {line}", file=sys.stderr), overrides,
+            args.encoder, args.onnx,
         ))
     print(f"stored {info['turns']:,} turns in {info['insert_s']:.1f} s; embedded "
           f"{info['embedded']:,} messages in {info['embed_s']:.1f} s "

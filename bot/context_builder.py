@@ -6,12 +6,12 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from bot.brain import Brain
 from bot.budget import Budget, context_window, cost, fit_budget, message_cost
 from bot.candidates import SOURCES, Candidate, Source, chronological, fuse, lookback_turns, matched_turns
-from bot.config import Config, ConversationConfig, resolve_history_limit
+from bot.config import Config, resolve_history_limit
 from bot.config.provider_check import main_model
 from bot.context import (
     Context,
@@ -32,43 +32,9 @@ from bot.semantic_recall import SemanticRecall
 from bot.session_key import SessionKey
 from bot.store import CompactionRecord, Store
 from bot.store.turn_starts import TurnStarts
-from bot.triage import triage
+from bot.triage import LiveTriage, Triager
 
 _NO_UPPER_BOUND = 2**63 - 1  # SQLite's largest rowid
-
-
-class Triager(Protocol):
-    """Answers which older messages matter: the fast model live, or a recorded answer in replay."""
-
-    @property
-    def available(self) -> bool: ...
-
-    async def __call__(
-        self, older: Sequence[StoredMessage], request_text: str
-    ) -> tuple[list[StoredMessage] | None, TriageReport]: ...
-
-
-class LiveTriage:
-    """Triage by the agent's fast model (through whichever provider the brain is)."""
-
-    def __init__(self, brain: Brain, conv: ConversationConfig) -> None:
-        self._brain = brain
-        self._conv = conv
-
-    @property
-    def available(self) -> bool:
-        return self._brain.fast_completer() is not None
-
-    async def __call__(
-        self, older: Sequence[StoredMessage], request_text: str
-    ) -> tuple[list[StoredMessage] | None, TriageReport]:
-        completer = self._brain.fast_completer()
-        assert completer is not None
-        return await triage(
-            completer, older, request_text,
-            model=self._brain.model_for(self._conv.selection_model),
-            timeout=self._conv.selection_timeout,
-        )
 
 
 class LatePlan:
@@ -86,9 +52,10 @@ class LatePlan:
 @dataclass(frozen=True, slots=True)
 class Found:
     """What recall found beyond the window: ranked (message id, score) matches, and their turns
-    (lexical recall alone); with semantic recall, the words' search still under way (`words`:
-    matches, turn starts, and the turns `late` planned), whose turns are read once the pool's cut
-    is known."""
+    (lexical recall alone); with semantic recall, both searches still under way: the words'
+    (`words`: matches, turn starts, and the turns `late` planned), whose turns are read once the
+    pool's cut is known, and the meaning's by the request's stored vector (`meaning`: None when it
+    has none yet, and the pool encodes it only where the session holds more than the window)."""
 
     lexical: list[tuple[int, float]]
     semantic: list[tuple[int, float]]
@@ -97,6 +64,7 @@ class Found:
                                 dict[int, list[StoredMessage]]]] | None = None
     late: LatePlan | None = None
     session: str = ""
+    meaning: asyncio.Future[list[tuple[int, float]] | None] | None = None
 
 
 async def _no_recall() -> Found:
@@ -158,6 +126,7 @@ class ContextBuilder:
         )
         if reply_to is not None:
             scheduled = [m for m in scheduled if m.id != reply_to.id]
+        read = len(fetched)
         if compaction is not None:
             fetched = [m for m in fetched if m.id >= compaction.first_kept_message_id]
 
@@ -166,13 +135,17 @@ class ContextBuilder:
             within_limit, now=now, hours=conv.context_recency_hours,
             min_messages=conv.context_min_messages,
         )
+        # Fewer messages read than the window holds and none of them cut: the session has nothing
+        # older than what selection sees (the window reads back to the /reset floor).
+        whole = read < conv.lookback_count and len(recent_enough) == read
         summary = compaction.summary if compaction else None
         fixed = message_cost(request, full_media=True) + sum(message_cost(m) for m in scheduled)
         if summary:
             fixed += cost(summary)
         room = self.budget.history_tokens - fixed - (
             message_cost(reply_to, full_media=True) if reply_to else 0)
-        chosen, report, pool, picked = await self._select(recent_enough, request, found, room=room)
+        chosen, report, pool, picked = await self._select(recent_enough, request, found, room=room,
+                                                          whole=whole)
         triaged = [entry.message.id for entry in chosen if entry.reason == "triaged"]
         if reply_to is not None:
             chosen = [ContextEntry(reply_to, "reply_to"), *chosen]
@@ -250,8 +223,39 @@ class ContextBuilder:
         answered = [m for m in later if m.role == "assistant"]
         return latest, scheduled, (before + answered)[-limit:], as_of
 
+    async def _meaning(
+        self, found: Found, request: StoredMessage, *, wanted: bool
+    ) -> list[tuple[int, float]]:
+        """Semantic recall's matches: those of the request's stored vector, else of its encoding
+        (run in its thread while SQLite searches the words); none unless `wanted`, whether or
+        not a vector was stored, so that replay (which finds the one stored since) agrees."""
+        if found.meaning is None:
+            return found.semantic if wanted else []
+        stored = await found.meaning  # queued before the words' search: answered by now
+        if not wanted:
+            return []
+        if stored is not None or self._semantic is None:
+            return stored or []
+        return await self._semantic.encoded_matches(found.session, request, limit=self._conv.semantic_count)
+
+    def _order_matters(
+        self, older_window: Sequence[StoredMessage], kept: Sequence[ContextEntry], room: int
+    ) -> bool:
+        """Whether the rank of the window's own turns can change what goes in: when the pool or
+        the ranked fallback cannot hold them all (else triage reads them in log order, and the
+        fallback keeps them all)."""
+        conv = self._conv
+        turns = len(lookback_turns(older_window))
+        if turns > conv.triage_max_candidates:
+            return True
+        if conv.selection_fallback != "ranked":
+            return False
+        room -= sum(message_cost(entry.message) for entry in kept)
+        return turns > conv.ranked_fallback_turns or sum(message_cost(m) for m in older_window) > room
+
     async def _pool(
-        self, window: Sequence[StoredMessage], exclude: Sequence[StoredMessage], found: Found
+        self, window: Sequence[StoredMessage], exclude: Sequence[StoredMessage], found: Found,
+        semantic: list[tuple[int, float]],
     ) -> list[Candidate]:
         """The best `triage_max_candidates` older turns: the window's, and those the request's
         words and meaning found anywhere in the session (none under a history limit)."""
@@ -260,8 +264,7 @@ class ContextBuilder:
         lead = looked_back[-1][0].id if looked_back and looked_back[-1][0].role == "assistant" else None
         excluded = [message.id for message in exclude]
         limit = self._conv.triage_max_candidates
-        matches: dict[Source, list[tuple[int, float]]] = {
-            "lexical": found.lexical, "semantic": found.semantic}
+        matches: dict[Source, list[tuple[int, float]]] = {"lexical": found.lexical, "semantic": semantic}
 
         def rank(turns: Mapping[int, Sequence[StoredMessage]]) -> list[Candidate]:
             lookback = looked_back
@@ -282,7 +285,6 @@ class ContextBuilder:
         kept = set(excluded)
         edge = min(excluded, default=None)
         lookback = [turn[0].id for turn in looked_back if any(m.id not in kept for m in turn)]
-        semantic = found.semantic
         found.late.plan = lambda lexical, starts: plan_reads(
             {"lexical": lexical, "semantic": semantic}, starts, limit=limit, lookback=lookback,
             edge=edge, lead=lead)
@@ -292,12 +294,14 @@ class ContextBuilder:
             lead=lead, ahead=(plan, read) if plan is not None else None)
 
     async def _select(
-        self, messages: list[StoredMessage], request: StoredMessage, found: Found, *, room: int
+        self, messages: list[StoredMessage], request: StoredMessage, found: Found, *, room: int,
+        whole: bool,
     ) -> tuple[list[ContextEntry], TriageReport, list[Candidate], set[int]]:
         """What goes in beside the request, why, the candidate pool and which candidates went in.
 
         `room` is the history budget left once the request and fixed blocks are counted: the
-        ranked fallback keeps the best candidates that fit in it.
+        ranked fallback keeps the best candidates that fit in it. `whole`: `messages` are all the
+        session holds (above its floor, before the request).
         """
         conv = self._conv
         if not conv.use_selection:  # the lookback as it is: nothing to vet recalled turns
@@ -309,7 +313,12 @@ class ContextBuilder:
             older_window, recent = split_recent(messages, conv.always_include_recent)
             kept = tag(recent, "recent")
         in_context = [entry.message for entry in kept]
-        pool = await self._pool(older_window, in_context, found)
+        # With nothing older than the window, meaning could only rank the window's own turns,
+        # which all go to triage anyway: the request is not encoded for that (a chat's first
+        # messages, and every turn while it is shorter than the window).
+        wanted = not whole or self._order_matters(older_window, kept, room)
+        semantic = await self._meaning(found, request, wanted=wanted)
+        pool = await self._pool(older_window, in_context, found, semantic)
         if not pool:
             return kept, TriageReport("skipped"), pool, set()
         if not self._triager.available:
@@ -354,19 +363,22 @@ class ContextBuilder:
         return target
 
     async def _recall(self, session: str, request: StoredMessage) -> Found:
-        """Lexical matches with their turns; with semantic recall, semantic and lexical matches
-        and the session's turn starts, neither waiting for the other (SQLite reads the vectors
-        and searches the words back to back)."""
+        """Lexical matches with their turns; with semantic recall, both searches started and
+        neither waited for: the meaning's by the request's stored vector, then the words' (SQLite
+        answers them back to back), the request encoded only if the pool wants it (`_meaning`)."""
         conv = self._conv
         if conv.semantic_count <= 0 or self._semantic is None:
             # The matches and their turns in one read: no other source's turns to wait for.
             lexical, turns = await self._store.lexical_turns(
                 session, request.text, before_id=request.id, limit=max(conv.recall_count, 0))
             return Found(lexical, [], turns)
+        # Started first: the vectors' read is answered before the words' search, so the semantic
+        # matches are known (when stored) by the time the plan of the turns' read is made.
+        meaning = asyncio.ensure_future(
+            self._semantic.stored_matches(session, request, limit=conv.semantic_count))
         late = LatePlan()
         words = asyncio.ensure_future(self._store.lexical_then_turns(
             session, request.text, before_id=request.id, limit=max(conv.recall_count, 0), plan=late))
         # Awaited by the pool; should the build fail before, its error is the build's already.
         words.add_done_callback(lambda done: done.cancelled() or done.exception())
-        semantic = await self._semantic.matches(session, request, limit=conv.semantic_count)
-        return Found([], semantic, {}, words, late, session)
+        return Found([], [], {}, words, late, session, meaning)

@@ -1,9 +1,13 @@
 """The embed worker: sentence vectors of stored messages, computed in the background, off every turn's path.
 
 The daemon calls `notify()` after it stores a message; the worker then embeds what is missing in
-batches, encoding in a thread so the event loop never waits on numpy. A slow poll covers any
-message stored without a notify, and a start catches up on everything missing. A failure is
-logged in one line and retried after a growing pause; the worker never takes the daemon down.
+batches, encoding in a thread so the event loop never waits on numpy. It waits `GATHER` after a
+notify first: a request's turn encodes the request itself when its recall needs the vector at
+once, and the worker, coming after, finds it stored instead of encoding it a second time; and the
+messages of a busy moment go in one batch, where a short text costs a third of its encoding alone.
+A slow poll covers any message stored without a notify, and a start catches up on everything
+missing. A failure is logged in one line and retried after a growing pause; the worker never
+takes the daemon down.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Self
 import structlog
 
 from bot.embedding import Embedder, embedding_text, vector_bytes
+from bot.encode_threads import encode_in_thread
 from bot.messages import StoredMessage
 from bot.store import Store
 
@@ -27,6 +32,7 @@ POLL_INTERVAL = 60.0  # seconds between looks for work nobody announced
 RETRY_DELAY = 2.0  # after a failed pass; doubled after each further failure
 MAX_BACKOFF = 300.0
 WARM_SESSIONS = 200  # most recently active sessions whose vectors are read into memory at start
+GATHER = 0.25  # seconds from a notify to the pass it asks for (see above)
 
 
 class EmbedWorker:
@@ -34,7 +40,7 @@ class EmbedWorker:
 
     def __init__(
         self, store: Store, embedder: Embedder, *, batch_size: int, poll_interval: float = POLL_INTERVAL,
-        retry_delay: float = RETRY_DELAY,
+        retry_delay: float = RETRY_DELAY, gather: float = GATHER,
     ) -> None:
         self._store = store
         self._embedder = embedder
@@ -42,6 +48,8 @@ class EmbedWorker:
         self._poll_interval = poll_interval
         self._retry_delay = retry_delay
         self._wake = asyncio.Event()
+        self._gather = gather
+        self._hurry = asyncio.Event()  # someone waits in `settled`: no gathering
         self._settled = asyncio.Condition()
         self._requested = 0  # notifies so far
         self._handled = 0  # notifies answered by a pass that found nothing more to do
@@ -65,6 +73,7 @@ class EmbedWorker:
     async def settled(self) -> None:
         """Wait until everything stored before this call (and announced by `notify`) is embedded."""
         self.notify()
+        self._hurry.set()
         target = self._requested
         async with self._settled:
             await self._settled.wait_for(lambda: self._handled >= target)
@@ -83,6 +92,7 @@ class EmbedWorker:
         warm = True
         while True:
             self._wake.clear()
+            self._hurry.clear()  # whoever waits in `settled` now is answered by this pass
             requested = self._requested
             try:
                 after_id = await self._drain(after_id)
@@ -101,10 +111,12 @@ class EmbedWorker:
             async with self._settled:
                 self._handled = requested
                 self._settled.notify_all()
-            if self._requested != requested:
-                continue  # notified while the pass ran
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._poll_interval)
+            if self._requested == requested:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self._poll_interval)
+            if self._wake.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._hurry.wait(), self._gather)
 
     async def _drain(self, after_id: int) -> int:
         """Embed every pending message after `after_id`; returns the last id handled."""
@@ -121,7 +133,7 @@ class EmbedWorker:
 async def embed_batch(store: Store, embedder: Embedder, batch: list[StoredMessage]) -> int:
     """Encode one batch in a thread and store its vectors; returns how many were stored."""
     started = time.perf_counter()
-    vectors = await asyncio.to_thread(embedder.encode, [embedding_text(message) for message in batch])
+    vectors = await encode_in_thread(embedder, [embedding_text(message) for message in batch])
     rows = [(message.id, message.session_key, vector_bytes(vector)) for message, vector in zip(batch, vectors,
                                                                                                strict=True)]
     stored = await store.save_embeddings(embedder.model_id, rows)

@@ -9,8 +9,10 @@ import re
 import time
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Protocol
 
-from bot.brain import FastCompleter
+from bot.brain import Brain, FastCompleter
+from bot.config import ConversationConfig
 from bot.context import TriageReport, group_turns
 from bot.errors import ModelError
 from bot.media import with_labels
@@ -160,3 +162,37 @@ def _report(
         output_tokens=output_tokens,
         error=error,
     )
+
+
+class Triager(Protocol):
+    """Answers which older messages matter: the fast model live, or a recorded answer in replay."""
+
+    @property
+    def available(self) -> bool: ...
+
+    async def __call__(
+        self, older: Sequence[StoredMessage], request_text: str
+    ) -> tuple[list[StoredMessage] | None, TriageReport]: ...
+
+
+class LiveTriage:
+    """Triage by the agent's fast model (through whichever provider the brain is)."""
+
+    def __init__(self, brain: Brain, conv: ConversationConfig) -> None:
+        self._brain = brain
+        self._conv = conv
+
+    @property
+    def available(self) -> bool:
+        return self._brain.fast_completer() is not None
+
+    async def __call__(
+        self, older: Sequence[StoredMessage], request_text: str
+    ) -> tuple[list[StoredMessage] | None, TriageReport]:
+        completer = self._brain.fast_completer()
+        assert completer is not None
+        return await triage(
+            completer, older, request_text,
+            model=self._brain.model_for(self._conv.selection_model),
+            timeout=self._conv.selection_timeout,
+        )

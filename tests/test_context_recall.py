@@ -251,3 +251,50 @@ async def test_a_failing_semantic_model_leaves_lexical_recall_working(
     assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
         "semantic recall failed; this turn uses lexical recall only"
     ]
+
+
+class CountingModel:
+    """The real sentence model, counting the texts it is asked to encode."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.model_id = embedder.model_id
+        self.encoded: list[str] = []
+        self._embedder = embedder
+
+    def encode(self, texts: Any) -> Any:
+        self.encoded.extend(texts)
+        return self._embedder.encode(texts)
+
+
+@needs_semantic
+async def test_a_request_is_not_encoded_while_the_window_holds_the_whole_chat(
+    channel: FakeChannel, view: Store, make_config: MakeConfig, embedder: Embedder
+) -> None:
+    """A chat's first message, and every one while the chat is shorter than the window, is built
+    without encoding the request (nothing older to find by meaning); once the chat is longer, the
+    request is encoded and its meaning finds the fact beyond the window."""
+    config = make_config({"conversation": {"lookback_count": 20, "always_include_recent": 4}})
+    model = CountingModel(embedder)
+    builder = ContextBuilder(config, view, AnthropicBrain(config.anthropic, None),
+                             semantic=SemanticRecall(view, model))  # type: ignore[arg-type]
+    first = await view.append_inbound(channel.message(QUESTION))
+    assert first is not None
+    context = await builder.build(channel.key(), first, ChatRef("fake", "42"))
+    assert context.entries == [] and model.encoded == []
+
+    await view.append_reply(str(first.session_key), "noted", request_id=first.id)
+    fact = await seed(view, channel, FACT, after=7)  # 18 messages in all: fewer than the window's 20
+    request = await view.append_inbound(channel.message(QUESTION))
+    assert request is not None
+    context = await builder.build(channel.key(), request, ChatRef("fake", "42"))
+    assert model.encoded == [] and context.counts["found_semantic"] == 0
+    assert {m.id for m in fact} <= {e.message.id for e in context.entries}  # fail-open: all in
+
+    await view.append_reply(str(request.session_key), "noted", request_id=request.id)
+    await seed(view, channel, "the weekend was quiet", after=6)
+    await embed_backlog(view, embedder, batch_size=32)
+    request = await view.append_inbound(channel.message(QUESTION))
+    assert request is not None
+    context = await builder.build(channel.key(), request, ChatRef("fake", "42"))
+    assert model.encoded == [f"Ada: {QUESTION}"]
+    assert "semantic" in candidate_of({"candidates": context.candidates}, fact[0].id)["sources"]

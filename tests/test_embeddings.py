@@ -3,7 +3,15 @@ the store's vectors and search, the background worker, the daemon's wiring, and 
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import json
+import os
 import sqlite3
+import struct
+import sys
+import threading
+import tracemalloc
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,9 +19,18 @@ from typing import Any
 import pytest
 
 from bot.config import Config, parse_config
-from bot.embed_worker import EmbedWorker, embed_backlog
-from bot.embedding import Embedder, embedding_text, load_embedder, unavailable_reason, vector_bytes
+from bot.embed_worker import EmbedWorker, embed_backlog, embed_batch
+from bot.embedding import (
+    Embedder,
+    embedding_text,
+    load_embedder,
+    model_files,
+    unavailable_reason,
+    vector_bytes,
+)
+from bot.encode_threads import encode_in_thread
 from bot.messages import ChatRef, InboundMessage, StoredMessage
+from bot.safetensors_reader import read_safetensors
 from bot.semantic_recall import SemanticRecall
 from bot.session_key import build
 from bot.store import Store
@@ -358,3 +375,143 @@ async def test_the_vector_counts_follow_every_write(store: Store, embedder: Embe
                                       (str(SESSION), embedder.model_id, 1, said[2].id)])
     await store.clear_embeddings()
     assert await counts_and_aggregate(store) == ([], [])
+
+
+class ThreadNotingEmbedder:
+    """The real embedder, noting the thread each encoding runs on."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self._embedder = embedder
+        self.model_id = embedder.model_id
+        self.threads: dict[str, int] = {}
+        self.niceness: dict[str, int] = {}
+
+    def encode(self, texts: Sequence[str]) -> Any:
+        self.threads.update(dict.fromkeys(texts, threading.get_ident()))
+        self.niceness.update(dict.fromkeys(texts, os.getpriority(os.PRIO_PROCESS, 0)))
+        return self._embedder.encode(texts)
+
+
+async def test_encodings_run_on_two_threads(store: Store, embedder: Embedder) -> None:
+    """Turns encoding their requests and the worker's batch, all at once, are encoded on two
+    threads, the turns' and the background's (concurrent passes each kept their own malloc
+    arena's peak), never on the event loop's; the background's at a lower priority (Linux)."""
+    noting = ThreadNotingEmbedder(embedder)
+    recall = SemanticRecall(store, noting)  # type: ignore[arg-type]
+    requests = [await say_in(store, f"a question about the garden, number {i}") for i in range(4)]
+    batch = [await say_in(store, f"a message about the weather, number {i}") for i in range(4)]
+    await asyncio.gather(*(recall.matches(str(SESSION), request, limit=5) for request in requests),
+                         embed_batch(store, noting, batch))  # type: ignore[arg-type]
+    turns = {noting.threads[embedding_text(request)] for request in requests}
+    background = {noting.threads[embedding_text(message)] for message in batch}
+    assert len(turns) == 1 and len(background) == 1 and turns != background
+    assert threading.get_ident() not in turns | background
+    if sys.platform == "linux":
+        assert noting.niceness[embedding_text(batch[0])] > noting.niceness[embedding_text(requests[0])]
+
+
+def test_the_weights_are_read_tensor_by_tensor() -> None:
+    """Loading the packaged model holds at most twice the weights file at its peak (the whole file
+    and its arrays side by side were three times), and keeps less than the file: the word table,
+    looked up only, is kept as float16."""
+    files = model_files(parse_config({}, "<defaults>"))
+    assert files is not None
+    with files.open("model.safetensors") as stream:
+        size = len(stream.read())
+    tracemalloc.start()
+    try:
+        loaded = Embedder.load(files)
+        kept, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * size and kept < 0.8 * size
+    assert loaded.model_id == load_embedder(parse_config({}, "<defaults>")).model_id  # type: ignore[union-attr]
+
+
+def test_a_safetensors_file_reads_tensor_by_tensor(tmp_path: Path) -> None:
+    """Every tensor of a safetensors file (metadata, several types, stored out of name order) comes
+    back equal, and the digest is the whole file's."""
+    import numpy as np
+
+    tensors = {"b.weight": np.arange(12, dtype="<f4").reshape(3, 4), "a.ids": np.arange(5, dtype="<i8"),
+               "c.half": np.ones((2, 2), dtype="<f2")}
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    data = b""
+    for name, kind in (("b.weight", "F32"), ("c.half", "F16"), ("a.ids", "I64")):
+        raw = tensors[name].tobytes()
+        header[name] = {"dtype": kind, "shape": list(tensors[name].shape),
+                        "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    encoded = json.dumps(header).encode()
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + data)
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        read = read_safetensors(stream, digest)
+    assert read.keys() == tensors.keys()
+    for name, value in tensors.items():
+        assert read[name].dtype == value.dtype and (read[name] == value).all()
+    assert digest.hexdigest() == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class CountingEmbedder:
+    """The real embedder, counting the texts it encodes."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self._embedder = embedder
+        self.model_id = embedder.model_id
+        self.texts: list[str] = []
+
+    def encode(self, texts: Sequence[str]) -> Any:
+        self.texts.extend(texts)
+        return self._embedder.encode(texts)
+
+
+async def test_the_worker_leaves_a_request_to_its_turn(store: Store, embedder: Embedder) -> None:
+    """Notified of a new request, the worker waits a moment before its pass: the turn, which needs
+    the request's vector at once, encodes it, and the worker finds it stored instead of encoding
+    it a second time; what the turn did not embed, the worker does."""
+    counting = CountingEmbedder(embedder)
+    async with EmbedWorker(store, counting, batch_size=32, gather=60.0) as worker:  # type: ignore[arg-type]
+        await worker.settled()
+        request = await say_in(store, "Has Caroline been finding out how to adopt a kid?", name="Melanie")
+        worker.notify()  # as the daemon does once it has stored a message
+        await SemanticRecall(store, counting).matches(str(SESSION), request, limit=5)  # type: ignore[arg-type]
+        reply = await say_in(store, "She looked into agencies last week", name="Melanie")
+        worker.notify()
+        await worker.settled()
+    assert counting.texts == [embedding_text(request), embedding_text(reply)]
+
+
+class GatedEmbedder:
+    """The real embedder, noting the texts it encodes in order, its first call held until `go`."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self._embedder = embedder
+        self.model_id = embedder.model_id
+        self.started = threading.Event()
+        self.go = threading.Event()
+        self.order: list[str] = []
+
+    def encode(self, texts: Sequence[str]) -> Any:
+        if not self.started.is_set():
+            self.started.set()
+            assert self.go.wait(30)
+        self.order.extend(texts)
+        return self._embedder.encode(texts)
+
+
+async def test_a_turns_request_never_waits_behind_the_background(embedder: Embedder) -> None:
+    """While the background's batch is being encoded, a turn's request is encoded all the same,
+    and the background's next batch waits for the one before it."""
+    gated = GatedEmbedder(embedder)
+    busy = asyncio.ensure_future(encode_in_thread(gated, ["a long background batch"]))  # type: ignore[arg-type]
+    assert await asyncio.to_thread(gated.started.wait, 30)
+    later = asyncio.ensure_future(encode_in_thread(gated, ["the next background batch"]))  # type: ignore[arg-type]
+    try:
+        async with asyncio.timeout(30):
+            await encode_in_thread(gated, ["the turn's request"], urgent=True)  # type: ignore[arg-type]
+    finally:
+        gated.go.set()
+    await asyncio.gather(busy, later)
+    assert gated.order == ["the turn's request", "a long background batch", "the next background batch"]
