@@ -110,7 +110,7 @@ class ConsoleChannel:
 
     def started(self, channels: list[str]) -> None:
         """Say, on the terminal, which channels the daemon started (the log is in a file)."""
-        if self._terminal is not None or self._interactive:
+        if self._interactive:  # plain output stays exactly the replies
             others = [name for name in channels if name != PROVIDER]
             running = ", ".join(others) if others else "no other channel"
             self.notice(f"Running: {running}, and this console. Ctrl-D closes it"

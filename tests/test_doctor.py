@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
 import logging
 import os
@@ -19,7 +18,6 @@ import pytest
 import structlog
 import telegram
 
-from bot.cli import main
 from bot.cli.doctor_host import check_database, service_finding
 from bot.config import load_config
 from bot.store import Store
@@ -29,6 +27,7 @@ from tests.standins.anthropic_api import AnthropicStandIn
 from tests.standins.discord_api import DiscordStandIn
 from tests.standins.openai_api import OpenAIStandIn
 from tests.standins.telegram_api import TelegramStandIn, private_chat, user
+from tests.test_replay import _run_cli
 
 KEY = "sk-ant-doctor-test-key"
 TG_TOKEN = "123456:DOCTOR-TEST-TOKEN"
@@ -126,16 +125,7 @@ def write(tmp_path: Path, api: AnthropicStandIn, database: Path, monkeypatch: py
     return write_config
 
 
-def _run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(argv)
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        else:
-            code = 0
-    return code, out.getvalue(), err.getvalue()
+_run = _run_cli  # the CLI in this process, its exit code and both streams
 
 
 async def doctor(config: Path, *extra: str) -> tuple[int, list[str]]:
