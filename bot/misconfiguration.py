@@ -11,15 +11,12 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import structlog
 
 from bot.errors import ModelError
 from bot.messages import ChatRef, OutboundMessage
-
-if TYPE_CHECKING:
-    from bot.channel import Channel
 
 log = structlog.get_logger("switchboard.setup")
 T = TypeVar("T")
@@ -121,6 +118,12 @@ def token_refused(
         f"put the bot's current token ({where_tokens_are}) in {env} and restart the daemon")
 
 
+class Sends(Protocol):
+    """What a notice needs of a running channel (`bot.channel.Channel`): a way to send."""
+
+    async def send(self, message: OutboundMessage) -> object: ...
+
+
 @runtime_checkable
 class NoticeBoard(Protocol):
     """A channel that can show a line that is not a reply (the console)."""
@@ -133,7 +136,7 @@ class Misconfigurations:
     per provider and per channel kept for status."""
 
     def __init__(
-        self, channels: Mapping[str, Channel], *, clock: Callable[[], float] = time.monotonic,
+        self, channels: Mapping[str, Sends], *, clock: Callable[[], float] = time.monotonic,
         every: float = EVERY,
     ) -> None:
         self._channels = channels  # the running channels: the console is looked up when told

@@ -19,12 +19,9 @@ from bot.channel import Channel, Intake
 from bot.config import Config, TelegramConfig
 from bot.config.root import channel_key, webhook_secret
 from bot.errors import BotError, ConfigError
+from bot.restart_delay import MAX_RESTART_DELAY, RESTART_DELAY
 
 log = structlog.get_logger("switchboard.daemon")
-
-# A channel that stops with an unexpected error is started again after this, doubling up to the cap.
-RESTART_DELAY = 1.0
-MAX_RESTART_DELAY = 60.0
 
 
 def build_channels(config: Config, *, console: bool, platforms: bool = True) -> list[Channel]:

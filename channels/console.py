@@ -19,6 +19,7 @@ from bot.channel import ChunkSent, Intake
 from bot.commands import is_known, parse_command
 from bot.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.session_key import build
+from channels.console_limits import MAX_MESSAGE_BYTES, too_long
 
 if TYPE_CHECKING:
     from channels.console_terminal import TerminalConsole
@@ -27,7 +28,6 @@ PROVIDER = "console"
 PEER = "local"
 # One message at most this big: a pasted log this size is almost surely a mistake, and it would
 # crowd everything else out of the model's context.
-MAX_MESSAGE_BYTES = 64 * 1024
 _READ_SIZE = 64 * 1024
 
 
@@ -163,16 +163,6 @@ class ConsoleChannel:
         self._stopped.set()
         if self._terminal is not None:
             self._terminal.close()
-
-
-def too_long(size: int, limit: int) -> str:
-    """The one line a message over the console's limit gets."""
-    return (f"Not sent: that message is {_size(size)}; the console takes up to {_size(limit)}. "
-            "Send it in parts.")
-
-
-def _size(size: int) -> str:
-    return f"{size / 1024:.0f} KiB" if size >= 1024 else f"{size} bytes"
 
 
 async def _lines(

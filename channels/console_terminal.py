@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.markdown import Markdown
 from rich.padding import Padding
 
-from channels.console import too_long
+from channels.console_limits import too_long
 
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 _STYLE = Style.from_dict({

@@ -14,8 +14,8 @@ import pytest
 
 from bot.config import McpServerConfig, load_config, parse_config
 from bot.errors import ConfigError
-from bot.reload_plan import McpPlan, plan_mcp_servers
 from bot.tools.base import Tool
+from bot.tools.mcp_plan import McpPlan, plan_mcp_servers
 from tests.fakes import FakeChannel
 from tests.harness import config_data, daemon_with, switchboard_cli, wait_until
 from tests.standins.anthropic_api import AnthropicStandIn

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from bot.config import Config, McpServerConfig
-from bot.reload_plan import plan_mcp_servers
-from bot.supervisor import MAX_RESTART_DELAY, RESTART_DELAY
+from bot.restart_delay import MAX_RESTART_DELAY, RESTART_DELAY
 from bot.tools.base import Tool
+from bot.tools.mcp_plan import plan_mcp_servers
 
 if TYPE_CHECKING:  # the SDK is imported only when a server is configured (0.4 s, 40 MB otherwise)
     from bot.tools.mcp_server import McpServer

@@ -11,14 +11,20 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import mcp_types as types
 
 from bot.tools.base import JsonSchema, ToolContext, ToolResult
 
-if TYPE_CHECKING:
-    from bot.tools.mcp_server import McpServer
+
+class McpServer(Protocol):
+    """What a tool needs of its server (`mcp_server.McpServer`): its name, and a call."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def call(self, remote_name: str, arguments: Mapping[str, Any]) -> ToolResult: ...
 
 # Anthropic's limits on a tool name.
 MAX_NAME = 64
