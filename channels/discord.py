@@ -187,9 +187,14 @@ class DiscordChannel:
         """
         self._stopped.set()
         # What already arrived is handed over (and so stored) before the core shuts down.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.handled(), DRAIN_TIMEOUT)
+
+    async def handled(self) -> None:
+        """Return once every message received so far has been handed to the core, or refused (its
+        notice sent)."""
         if self._worker is not None and not self._worker.done():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._intake.join(), DRAIN_TIMEOUT)
+            await self._intake.join()
 
     # -- receiving ----------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from bot.messages import ChatRef, OutboundMessage, StoredMessage
 from bot.store import Store
 from channels.discord import DiscordChannel
 from tests.fakes import RecordingIntake
-from tests.harness import API_KEY, config_data, echo, reply_requests, request_text, running
+from tests.harness import API_KEY, config_data, echo, reply_requests, request_text, router_of, running
 from tests.standins.anthropic_api import AnthropicStandIn, Text
 from tests.standins.discord_api import DiscordStandIn, file, user
 
@@ -112,9 +112,22 @@ async def shut_down(channel: DiscordChannel, task: asyncio.Task[None]) -> None:
     await asyncio.gather(task, return_exceptions=True)
 
 
-async def settle(seconds: float = 0.2) -> None:
-    """Give a wrongly sent extra message the time to show up before asserting there is none."""
-    await asyncio.sleep(seconds)
+async def settled(dc: DiscordStandIn, *running: Daemon | DiscordChannel) -> None:
+    """Return once every event the stand-in dispatched has been handled: discord.py read it, the
+    channel handed it over or refused it (its notice sent), and each daemon ran every turn and
+    command it queued, the events those caused included. After this, nothing more is on its way."""
+    while True:
+        dispatched = dc.dispatched
+        await dc.heard()
+        for each in running:
+            channels = [each] if isinstance(each, DiscordChannel) else each.channels
+            for channel in channels:
+                if isinstance(channel, DiscordChannel):
+                    await channel.handled()
+            if isinstance(each, Daemon):
+                await router_of(each).idle()
+        if dc.dispatched == dispatched:
+            return
 
 
 async def test_a_dm_is_answered_after_typing_and_stored_with_its_discord_ids(
@@ -149,13 +162,13 @@ async def test_guild_chatter_is_stored_and_only_a_mention_is_answered_as_a_reply
 ) -> None:
     """Unaddressed guild messages become context (with names); the @mention is answered, referenced."""
     config = discord_config()
-    async with discord_daemon(config):
+    async with discord_daemon(config) as daemon:
         dc.message_create(GENERAL, BOB, "the meeting moved to Thursday")
         dc.message_create(GENERAL, BOB, "@everyone heads up", mention_everyone=True)
         dc.message_create(GENERAL, BOB, f"<@&{ADMINS}> heads up", mention_roles=[ADMINS])
         asked = dc.message_create(GENERAL, ALICE, f"{MENTION} when is the meeting?", mentions=[BOT_ID])
         await dc.wait_for(lambda: dc.sent)
-        await settle()
+        await settled(dc, daemon)
 
     (sent,) = dc.sent
     assert sent.channel_id == GENERAL and sent.content == "re: [Alice]: @switchboard when is the meeting?"
@@ -174,11 +187,11 @@ async def test_a_thread_is_its_own_session_under_its_channel_and_answered_in_the
 ) -> None:
     """A mention in a thread is answered in the thread; a channel allowlist admits its threads."""
     config = discord_config(guilds={str(GUILD): {"channels": [GENERAL]}})
-    async with discord_daemon(config):
+    async with discord_daemon(config) as daemon:
         dc.message_create(THREAD, ALICE, f"{MENTION} plan it", mentions=[BOT_ID])
         await dc.wait_for(lambda: dc.sent)
         dc.message_create(RANDOM, ALICE, f"{MENTION} not here", mentions=[BOT_ID])
-        await settle()
+        await settled(dc, daemon)
 
     (sent,) = dc.sent
     assert sent.channel_id == THREAD and sent.content == "re: [Alice]: @switchboard plan it"
@@ -213,10 +226,10 @@ async def test_a_long_reply_with_code_is_split_within_discord_limits_and_every_i
     answer = "Here is the **script**:\n\n```python\n" + code + "\n```\n\n" + ("More words. " * 200).strip()
     api.default = lambda rec: Text(answer) if rec.model != "test-fast" else echo(rec)
     config = discord_config(channel_settings={str(GENERAL): {"require_mention": False}})
-    async with discord_daemon(config):
+    async with discord_daemon(config) as daemon:
         asked = dc.message_create(GENERAL, ALICE, "write me a script")
         await dc.wait_for(lambda: len(dc.sent) >= 5)
-        await settle(0.3)
+        await settled(dc, daemon)
 
     contents = [m.content or "" for m in dc.sent]
     assert len(contents) >= 5
@@ -240,11 +253,11 @@ async def test_a_429_is_waited_out_and_the_reply_delivered_once(
 ) -> None:
     """discord.py sleeps through a 429's retry_after and the reply arrives exactly once."""
     config = discord_config()
-    async with discord_daemon(config):
+    async with discord_daemon(config) as daemon:
         dc.fail_next(f"POST /channels/{DM_ALICE}/messages", status=429, retry_after=0.3)
         dc.message_create(DM_ALICE, ALICE, "busy?")
         await dc.wait_for(lambda: dc.sent)
-        await settle()
+        await settled(dc, daemon)
 
     assert texts_to(dc, DM_ALICE) == ["re: busy?"]
     posts = [r for r in dc.requests if r.method == "POST" and r.path == f"/channels/{DM_ALICE}/messages"]
@@ -258,7 +271,7 @@ async def test_a_gateway_disconnect_mid_conversation_resumes_and_answers_everyth
     """After a dropped gateway the client RESUMEs, gets what was sent meanwhile, and nothing is
     answered twice; the daemon keeps running."""
     config = discord_config()
-    async with discord_daemon(config):
+    async with discord_daemon(config) as daemon:
         dc.message_create(DM_ALICE, ALICE, "before")
         await dc.wait_for(lambda: dc.sent)
         await dc.disconnect(4000)
@@ -266,7 +279,7 @@ async def test_a_gateway_disconnect_mid_conversation_resumes_and_answers_everyth
         await dc.wait_for(lambda: len(dc.sent) == 2)
         dc.message_create(DM_ALICE, ALICE, "after")
         await dc.wait_for(lambda: len(dc.sent) == 3)
-        await settle()
+        await settled(dc, daemon)
 
     assert texts_to(dc, DM_ALICE) == ["re: before", "re: while down", "re: after"]
     assert len(dc.identifies) == 1 and len(dc.resumes) == 1
@@ -280,14 +293,14 @@ async def test_refused_users_get_one_line_in_dms_and_nothing_in_guilds(
     """A DM from someone not allowed gets one polite line ever; a guild user without the role, or an
     unlisted guild, gets silence and nothing is stored."""
     config = discord_config(guilds={str(GUILD): {"roles": [ADMINS]}})
-    async with discord_daemon(config):
+    async with discord_daemon(config) as daemon:
         dc.message_create(DM_STRANGER, STRANGER, "let me in")
         dc.message_create(DM_STRANGER, STRANGER, "please?")
         dc.message_create(GENERAL, BOB, f"{MENTION} hi", mentions=[BOT_ID])
         dc.message_create(301, ALICE, f"{MENTION} hi", mentions=[BOT_ID])
         dc.message_create(GENERAL, ALICE, f"{MENTION} I am allowed", mentions=[BOT_ID])
         await dc.wait_for(lambda: texts_to(dc, GENERAL))
-        await settle()
+        await settled(dc, daemon)
 
     assert texts_to(dc, DM_STRANGER) == [refused_dm_reply(str(STRANGER["id"]))]
     assert texts_to(dc, 301) == []
@@ -301,13 +314,13 @@ async def test_own_echoes_are_ignored_and_other_bots_are_kept_but_not_answered(
 ) -> None:
     """The bot's own messages never come back as input; another bot's mention is context only."""
     config = discord_config()
-    async with discord_daemon(config):
+    async with discord_daemon(config) as daemon:
         # As if posted by an earlier run: not a reply we just stored, so only the channel can drop it.
         dc.message_create(GENERAL, dc.bot_user, f"{MENTION} talking to myself", mentions=[BOT_ID])
         dc.message_create(GENERAL, HELPER_BOT, f"{MENTION} ping from a bot", mentions=[BOT_ID])
         dc.message_create(GENERAL, ALICE, f"{MENTION} what did the bot say?", mentions=[BOT_ID])
         await dc.wait_for(lambda: dc.sent)
-        await settle()
+        await settled(dc, daemon)
 
     assert texts_to(dc, GENERAL) == ["re: [Alice]: @switchboard what did the bot say?"]
     assert "[helperbot]: @switchboard ping from a bot" in request_text(reply_requests(api)[0])
@@ -335,12 +348,12 @@ async def test_unread_attachments_get_a_note_in_dms_and_silence_in_guilds(
     for context without a word."""
     config = discord_config(require_mention=False)
     clip = [file("clip.mp4", b"\x00\x00\x00\x18ftypmp42", "video/mp4")]
-    async with discord_daemon(config):
+    async with discord_daemon(config) as daemon:
         dc.message_create(DM_ALICE, ALICE, "", attachments=clip)
         dc.message_create(GENERAL, ALICE, "", attachments=clip)
         dc.message_create(GENERAL, ALICE, "text after the file")
         await dc.wait_for(lambda: texts_to(dc, GENERAL))
-        await settle()
+        await settled(dc, daemon)
 
     assert texts_to(dc, DM_ALICE) == ["I can't take videos yet; send me text, a picture or a file."]
     assert texts_to(dc, GENERAL) == ["re: [Alice]: text after the file"]
@@ -369,14 +382,14 @@ async def test_a_forbidden_channel_is_logged_not_retried_and_others_carry_on(
     """A 403 is tried once and logged; the reply stays stored and other chats are still answered."""
     config = discord_config()
     with capture_logs() as logs:
-        async with discord_daemon(config):
+        async with discord_daemon(config) as daemon:
             dc.fail_next(f"POST /channels/{DM_BOB}/messages", status=403, code=50007,
                          message="Cannot send messages to this user")
             dc.message_create(DM_BOB, BOB, "bye forever")
             await dc.wait_for(lambda: posts_to(dc, DM_BOB))
             dc.message_create(DM_ALICE, ALICE, "still here")
             await dc.wait_for(lambda: texts_to(dc, DM_ALICE))
-            await settle()
+            await settled(dc, daemon)
 
     assert posts_to(dc, DM_BOB) == [403]
     assert texts_to(dc, DM_ALICE) == ["re: still here"]
@@ -392,12 +405,12 @@ async def test_commands_are_answered_in_guilds_and_dms_and_stay_out_of_history(
 ) -> None:
     """`@bot /status` and a bare `/help` in a guild are answered as replies; `/whoami` in a DM."""
     config = discord_config()
-    async with discord_daemon(config):
+    async with discord_daemon(config) as daemon:
         status = dc.message_create(GENERAL, ALICE, f"{MENTION} /status", mentions=[BOT_ID])
         dc.message_create(GENERAL, BOB, "/help")
         dc.message_create(DM_BOB, BOB, "/whoami")
         await dc.wait_for(lambda: len(dc.sent) == 3)
-        await settle()
+        await settled(dc, daemon)
 
     # Read-only commands are answered beside the queue, so the two answers may come in either order.
     guild_help, guild_status = sorted((m for m in dc.sent if m.channel_id == GENERAL),
@@ -420,10 +433,10 @@ async def test_typing_is_refreshed_while_the_model_works_and_capped(
     monkeypatch.setattr("channels.discord.TYPING_CAP", 0.3)
     api.default = lambda rec: Text("slow answer", delay=0.8)
     config = discord_config()
-    async with discord_daemon(config):
+    async with discord_daemon(config) as daemon:
         dc.message_create(DM_ALICE, ALICE, "think hard")
         await dc.wait_for(lambda: dc.sent, timeout=5)
-        await settle()
+        await settled(dc, daemon)
 
     (sent,) = dc.sent
     calls = [t.time for t in dc.typing_calls if t.channel_id == DM_ALICE]

@@ -36,7 +36,7 @@ from tests.test_discord import (
     all_messages,
     discord_daemon,
     make_channel,
-    settle,
+    settled,
     shut_down,
     texts_to,
 )
@@ -93,9 +93,9 @@ async def test_messages_sent_while_the_daemon_was_down_are_answered_after_it_sta
         dc.message_create(GENERAL, BOB, f"{MENTION} you missed this", mentions=[BOT_ID]),
         dc.message_create(DM_ALICE, ALICE, "and this too"),
     ]
-    async with discord_daemon(config):
+    async with discord_daemon(config) as daemon:
         await dc.wait_for(lambda: len(dc.sent) == 5)
-        await settle()
+        await settled(dc, daemon)
 
     assert texts_to(dc, DM_ALICE) == ["re: first", "re: sent while you were away", "re: and this too"]
     assert texts_to(dc, GENERAL) == ["re: [Alice]: @switchboard hello guild",
@@ -115,7 +115,7 @@ async def test_messages_sent_while_the_gateway_could_not_resume_are_caught_up(
     """When Discord refuses a RESUME (INVALID_SESSION, a new IDENTIFY) what was sent in between is
     read from history and answered once; a RESUMEd session needs no catch-up."""
     config = discord_config()
-    async with discord_daemon(config):
+    async with discord_daemon(config) as daemon:
         dc.message_create(DM_ALICE, ALICE, "before")
         await dc.wait_for(lambda: dc.sent)
         await dc.disconnect(4000)  # resumable: the gateway replays what was missed
@@ -128,7 +128,7 @@ async def test_messages_sent_while_the_gateway_could_not_resume_are_caught_up(
         await dc.wait_for(lambda: len(dc.sent) == 3)
         dc.message_create(DM_ALICE, ALICE, "after")
         await dc.wait_for(lambda: len(dc.sent) == 4)
-        await settle()
+        await settled(dc, daemon)
 
     assert texts_to(dc, DM_ALICE) == [
         "re: before", "re: during a resume", "re: lost by the gateway", "re: after"]
@@ -169,9 +169,9 @@ async def test_a_command_answered_before_a_restart_is_not_answered_again(
         await dc.wait_for(lambda: dc.sent)
         dc.message_create(DM_ALICE, ALICE, "/whoami")
         await dc.wait_for(lambda: len(dc.sent) == 2)
-    async with discord_daemon(config):
+    async with discord_daemon(config) as daemon:
         await dc.wait_for(lambda: history_reads(dc, DM_ALICE))
-        await settle()
+        await settled(dc, daemon)
     assert len(texts_to(dc, DM_ALICE)) == 2
 
 
@@ -241,7 +241,7 @@ async def test_backlog_is_handed_over_before_later_live_messages_and_only_once(
         dc.message_create(DM_ALICE, ALICE, "live")  # delivered now, queued behind the catch-up
         intake.gate.set()
         await dc.wait_for(lambda: len(intake.received) == 3)
-        await settle()
+        await settled(dc, channel)
     finally:
         await shut_down(channel, task)
     assert intake.texts == ["missed one", "missed two", "live"]
@@ -315,7 +315,7 @@ async def test_role_gated_guilds_are_caught_up_with_the_authors_roles(
     task = await started(channel, intake)
     try:
         await dc.wait_for(lambda: len(intake.received) == 2)
-        await settle()
+        await settled(dc, channel)
     finally:
         await shut_down(channel, task)
     assert intake.texts == ["@switchboard admin here", "@switchboard again"]

@@ -35,7 +35,7 @@ from tests.test_discord import (
     MENTION,
     all_messages,
     make_channel,
-    settle,
+    settled,
 )
 
 MakeConfig = Callable[[dict[str, Any]], Config]
@@ -94,11 +94,11 @@ async def test_two_daemons_with_one_shard_each_answer_each_guild_once_and_dms_on
     the daemon of its shard only, and a DM by shard 0's."""
     zero = sharded("zero", shard_count=2, shard_ids=[0])
     one = sharded("one", shard_count=2, shard_ids=[1])
-    async with daemons(zero, one):
+    async with daemons(zero, one) as both:
         assert dc.live_shards == [(0, 2), (1, 2)]
         ask_everywhere(dc)
         await dc.wait_for(lambda: len(dc.sent) == 3)
-        await settle()
+        await settled(dc, *both)
 
     assert sorted((m.channel_id, m.content) for m in dc.sent) == sorted([
         (GENERAL, "re: [Alice]: @switchboard near"), (FAR_CHANNEL, "re: [bob]: @switchboard far"),
@@ -146,16 +146,16 @@ async def test_a_daemon_catches_up_only_the_chats_of_its_own_shards(
         ask_everywhere(dc)
         await dc.wait_for(lambda: len(dc.sent) == 3)
     ask_everywhere(dc)  # while no daemon listens: only history has these
-    async with daemons(one):
+    async with daemons(one) as started:
         await dc.wait_for(lambda: len(dc.sent) == 4)
-        await settle()
+        await settled(dc, *started)
     assert dc.sent[-1].channel_id == FAR_CHANNEL
     read = [r.path for r in dc.requests if r.method == "GET" and r.path.endswith("/messages")]
     assert read == [f"/channels/{FAR_CHANNEL}/messages"]
 
-    async with daemons(zero):
+    async with daemons(zero) as started:
         await dc.wait_for(lambda: len(dc.sent) == 6)
-        await settle()
+        await settled(dc, *started)
     assert sorted(m.channel_id for m in dc.sent[4:]) == sorted([GENERAL, DM_ALICE])
     read = [r.path for r in dc.requests if r.method == "GET" and r.path.endswith("/messages")]
     assert sorted(read[1:]) == sorted([f"/channels/{GENERAL}/messages", f"/channels/{DM_ALICE}/messages"])

@@ -17,7 +17,7 @@ from tests.test_discord import (
     ALICE_ID,
     DM_ALICE,
     discord_daemon,
-    settle,
+    settled,
     texts_to,
 )
 
@@ -70,10 +70,10 @@ async def test_an_oversize_attachment_is_refused_without_a_download(
     config = discord_config()
     config = config.model_copy(update={"media": config.media.model_copy(update={"max_file_bytes": 100})})
     pdf = b"%PDF-1.4\n" + b"0" * 400
-    async with discord_daemon(config):
+    async with discord_daemon(config) as daemon:
         dc.message_create(DM_ALICE, ALICE, "", attachments=[file("big.pdf", pdf, "application/pdf")])
         await dc.wait_for(lambda: texts_to(dc, DM_ALICE))
-        await settle()
+        await settled(dc, daemon)
 
     assert texts_to(dc, DM_ALICE) == [
         "Sorry, that file is too big for me (409 B, over the 100 B limit), so I haven't opened it."]
@@ -107,10 +107,10 @@ async def test_a_voice_message_gets_the_short_answer(
     config = discord_config()
     voice = file("voice-message.ogg", b"OggS" + b"v" * 100, "audio/ogg", duration_secs=42.3,
                  waveform=base64.b64encode(b"\x00" * 32).decode(), flags=8192)
-    async with discord_daemon(config):
+    async with discord_daemon(config) as daemon:
         dc.message_create(DM_ALICE, ALICE, "", attachments=[voice])
         await dc.wait_for(lambda: texts_to(dc, DM_ALICE))
-        await settle()
+        await settled(dc, daemon)
 
     assert texts_to(dc, DM_ALICE) == ["I can't take voice messages yet; send me text, a picture or a file."]
     assert dc.cdn_requests == [] and api.count == 0

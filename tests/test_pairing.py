@@ -25,7 +25,9 @@ from tests.test_discord import (
     STRANGER,
     MakeConfig,
     discord_daemon,
-    settle,
+)
+from tests.test_discord import (
+    settled as discord_settled,
 )
 from tests.test_discord import texts_to as discord_texts
 from tests.test_telegram import settled, telegram_daemon, texts_to
@@ -146,7 +148,7 @@ async def test_a_denied_stranger_is_told_their_id_and_approval_by_id_lets_them_i
     DM, and their next DM is answered."""
     config = discord_config(dm_policy="pairing")
     stranger_id = str(STRANGER["id"])
-    async with discord_daemon(config):
+    async with discord_daemon(config) as daemon:
         dc.message_create(DM_STRANGER, STRANGER, "let me in")
         await dc.wait_for(lambda: discord_texts(dc, DM_STRANGER))
         (notice,) = discord_texts(dc, DM_STRANGER)
@@ -162,7 +164,7 @@ async def test_a_denied_stranger_is_told_their_id_and_approval_by_id_lets_them_i
         assert discord_texts(dc, DM_STRANGER)[2] == APPROVED_REPLY  # told in the DM they wrote from
         dc.message_create(DM_STRANGER, STRANGER, "thank you")
         await dc.wait_for(lambda: len(discord_texts(dc, DM_STRANGER)) == 4)
-        await settle()
+        await discord_settled(dc, daemon)
 
     assert discord_texts(dc, DM_STRANGER)[3] == "re: thank you"
     assert len(reply_requests(api)) == 1

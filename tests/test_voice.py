@@ -24,7 +24,7 @@ from tests.standins.anthropic_api import AnthropicStandIn
 from tests.standins.discord_api import DiscordStandIn, file
 from tests.standins.openai_api import Error, OpenAIStandIn, Transcript
 from tests.standins.telegram_api import TelegramStandIn, private_chat, user
-from tests.test_discord import ALICE, ALICE_ID, DM_ALICE, GUILD, make_channel, settle, texts_to
+from tests.test_discord import ALICE, ALICE_ID, DM_ALICE, GUILD, make_channel, settled, texts_to
 from tests.test_telegram import texts_to as telegram_texts
 
 ADA = user(42, "Ada", "ada")
@@ -89,10 +89,10 @@ async def test_a_discord_voice_message_is_transcribed_and_answered(
     config = make_config({**config_data(api, channels={"discord": section}), **_transcribing(whisper)})
     voice = file("voice-message.ogg", OGG, "audio/ogg", duration_secs=7.9,
                  waveform=base64.b64encode(b"\x00" * 32).decode(), flags=8192)
-    async with daemon_of(config, make_channel(config)):
+    async with daemon_of(config, make_channel(config)) as daemon:
         dc.message_create(DM_ALICE, ALICE, "", attachments=[voice])
         await dc.wait_for(lambda: texts_to(dc, DM_ALICE))
-        await settle()
+        await settled(dc, daemon)
     assert len(dc.cdn_requests) == 1 and whisper.requests[0].files["file"] == OGG
     (request,) = reply_requests(api)
     assert "[voice 0:07] what is on my list" in str(request.messages[-1]["content"])

@@ -154,6 +154,8 @@ class _Connection:
         self.outbox: asyncio.Queue[Json | tuple[int, str]] = asyncio.Queue()
         self.closing = False
         self.done = asyncio.Event()
+        self.heard = 0  # the highest sequence a heartbeat of the client carried
+        self.beat = asyncio.Event()  # set at each heartbeat
 
     def send(self, payload: Json) -> None:
         self.outbox.put_nowait(payload)
@@ -452,6 +454,29 @@ class DiscordStandIn:
         """(shard id, shard count) of every session with a live socket, in order."""
         return sorted(key for key, session in self._sessions.items() if session.live is not None)
 
+    @property
+    def dispatched(self) -> int:
+        """How many events the gateway has dispatched, over all sessions."""
+        return sum(session.seq for session in self._sessions.values())
+
+    async def heard(self, timeout: float = 10) -> None:
+        """Return once the client has read every event dispatched so far on each live socket: ask it
+        for a heartbeat (op 1, as Discord may) and wait for the one carrying the last sequence.
+        discord.py reads frames in order and schedules an event's handlers before it reads the next
+        frame, so by then every message sent before this call is in the bot's hands."""
+        async with asyncio.timeout(timeout):
+            for session in list(self._sessions.values()):
+                last = session.seq
+                while (conn := session.live) is not None and conn.heard < last:
+                    conn.beat.clear()
+                    conn.send({"op": 1, "d": None})
+                    waits = [asyncio.ensure_future(conn.beat.wait()), asyncio.ensure_future(conn.done.wait())]
+                    try:
+                        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        for waiting in waits:
+                            waiting.cancel()
+
     async def wait_for(self, predicate: Callable[[], T], timeout: float = 5) -> T:
         """Poll `predicate` until it returns something truthy, and return that."""
         deadline = time.monotonic() + timeout
@@ -643,7 +668,9 @@ class DiscordStandIn:
 
     def _receive(self, conn: _Connection, payload: Json) -> None:
         op, data = payload.get("op"), payload.get("d") or {}
-        if op == 1:  # HEARTBEAT
+        if op == 1:  # HEARTBEAT, carrying the last sequence the client read
+            conn.heard = max(conn.heard, int(payload.get("d") or 0))
+            conn.beat.set()
             conn.send({"op": 11})
         elif op == 2:
             self._identify(conn, data)
