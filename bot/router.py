@@ -340,10 +340,12 @@ class Router:
     async def _watch_left(self) -> None:
         """One query for every request left to another instance, every LEFT_CHECK seconds: drop the
         answered ones, queue again those whose session nobody holds now."""
+        assert self._leases is not None  # only requests of a shared store are left to others
+        clock = self._leases.clock
         while self._left and not self._closed:
-            await asyncio.sleep(LEFT_CHECK)
+            await clock.sleep(LEFT_CHECK)
             try:
-                waiting, free = await self._store.left_requests(list(self._left))
+                waiting, free = await self._store.left_requests(list(self._left), now=clock.time())
             except Exception as exc:  # a store hiccup: the next check tries again
                 log.warning("requests left to other instances not checked", error=str(exc))
                 continue

@@ -8,6 +8,8 @@ request of the session still waiting, whichever instance stored it, in arrival o
 again after letting go. A daemon killed with a lease held loses it at once where the store can
 tell (PostgreSQL: `Leases.living`), else after `ttl` seconds, and the others take its sessions
 over (`bot.resume.adopt_waiting` queues what it left waiting).
+
+All of it reads time and waits through one `LeaseClock`, so tests move time instead of waiting it out.
 """
 
 from __future__ import annotations
@@ -42,6 +44,21 @@ POLL_CAP = 2.0
 TRUSTED_SHARE = 0.9
 
 
+class LeaseClock:
+    """The time leases are measured in: this process's monotonic clock for its own deadlines, wall
+    time for the store's rows (shared with other hosts), and the waits between looks. Tests pass one
+    they move by hand."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
 @dataclass(slots=True)
 class _Held:
     """A lease the work running in this task holds: no other instance takes it before `until`
@@ -62,7 +79,7 @@ def lease_lapsed() -> bool:
     looks before acting in the chat (a preview's edits would overwrite the other's reply). False
     for work under no lease (a daemon with a store of its own)."""
     held = _HELD.get()
-    return held is not None and (held.lost or time.monotonic() >= held.until)
+    return held is not None and (held.lost or held.leases.clock.monotonic() >= held.until)
 
 
 async def lease_retaken() -> bool:
@@ -90,11 +107,13 @@ def instance_name() -> str:
 class SessionLeases:
     """Holds session leases for one instance."""
 
-    def __init__(self, store: Store, owner: str | None = None, *, ttl: float = LEASE_TTL) -> None:
+    def __init__(self, store: Store, owner: str | None = None, *, ttl: float = LEASE_TTL,
+                 clock: LeaseClock | None = None) -> None:
         self._store = store
         self.owner = owner or instance_name()
         self.ttl = ttl
-        self.started_at = time.time()
+        self.clock = clock or LeaseClock()
+        self.started_at = self.clock.time()
 
     @asynccontextmanager
     async def hold(self, session_key: str, *, wait: bool = True) -> AsyncIterator[bool]:
@@ -102,13 +121,13 @@ class SessionLeases:
         instance holds it, wait, or with `wait=False` run the block at once without it (False)."""
         delay = POLL_FIRST
         while True:
-            asked = time.monotonic()  # the store counts the ttl from a moment after this
-            if await self._store.take_lease(session_key, self.owner, self.ttl):
+            asked = self.clock.monotonic()  # the store counts the ttl from a moment after this
+            if await self._take(session_key):
                 break
             if not wait:
                 yield False
                 return
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            await self.clock.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, POLL_CAP)
         held = _Held(asked + self.ttl * TRUSTED_SHARE, self, session_key)
         token = _HELD.set(held)
@@ -127,18 +146,21 @@ class SessionLeases:
 
     async def take_again(self, session_key: str) -> bool:
         """Take the session's lease for this instance, unless another holds it (see `lease_retaken`)."""
-        return await self._store.take_lease(session_key, self.owner, self.ttl)
+        return await self._take(session_key)
+
+    async def _take(self, session_key: str) -> bool:
+        return await self._store.take_lease(session_key, self.owner, self.ttl, now=self.clock.time())
 
     async def _renew(self, session_key: str, held: _Held) -> None:
         """Renew the lease every third of its ttl. Once it lapsed (a renewal too late, or refused),
         it stays lost for the work under it, even should a renewal find it free again: another
         instance may have answered in between."""
         while True:
-            await asyncio.sleep(self.ttl / 3)
-            asked = time.monotonic()
+            await self.clock.sleep(self.ttl / 3)
+            asked = self.clock.monotonic()
             lapsed = held.lost or asked >= held.until
             try:
-                taken = await self._store.take_lease(session_key, self.owner, self.ttl)
+                taken = await self._take(session_key)
             except Exception as exc:  # a store hiccup: the next renewal tries again
                 log.warning("lease not renewed", session_key=session_key, error=_described(exc))
                 continue
@@ -152,12 +174,12 @@ class SessionLeases:
     async def beat_once(self) -> None:
         """Tell the store this instance is alive now."""
         host, pid, _ = self.owner.split(":")
-        await self._store.heartbeat(Instance(self.owner, host, int(pid), self.started_at, time.time()))
+        await self._store.heartbeat(Instance(self.owner, host, int(pid), self.started_at, self.clock.time()))
 
     async def beat(self) -> None:
         """Tell the store this instance is alive, every HEARTBEAT seconds, until cancelled."""
         while True:
-            await asyncio.sleep(HEARTBEAT)
+            await self.clock.sleep(HEARTBEAT)
             try:
                 await self.beat_once()
             except Exception as exc:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
@@ -15,10 +14,11 @@ import pytest
 
 from bot.errors import AlreadyAnsweredError
 from bot.messages import ChatRef, InboundMessage, OutboundMessage, StoredMessage
-from bot.router import Router, TurnHandler
+from bot.router import LEFT_CHECK, Router, TurnHandler
 from bot.session_key import build
 from bot.session_lease import SessionLeases, lease_lapsed, lease_retaken
 from bot.store import Instance, Store
+from tests.fakes import MovedClock
 
 
 @pytest.fixture
@@ -66,9 +66,10 @@ async def test_requests_spread_over_two_instances_are_answered_once_in_order(
 ) -> None:
     random.seed(7)
     answered: list[tuple[str, str, int]] = []
+    # A ttl no stall of a loaded machine outlasts: what this test watches is the order, not expiry.
     routers = [
         Router(store, answering(store, name, answered), max_concurrent=4,
-               leases=SessionLeases(store, f"host:{pid}:x", ttl=2.0))
+               leases=SessionLeases(store, f"host:{pid}:x", ttl=60.0))
         for name, store, pid in (("a", two_stores[0], 1), ("b", two_stores[1], 2))
     ]
     peers = [str(p) for p in range(1, 6)]
@@ -94,15 +95,18 @@ async def test_a_lease_left_by_a_killed_instance_is_taken_over_when_it_expires(
     two_stores: tuple[Store, Store],
 ) -> None:
     store, other = two_stores
+    clock = MovedClock()
     key = str(build("main", "telegram", "direct", "9"))
-    assert await other.take_lease(key, "dead:1:x", 0.3)  # taken, never dropped: its daemon died
+    # Taken, never dropped: its daemon died.
+    assert await other.take_lease(key, "dead:1:x", 0.3, now=clock.time())
     answered: list[tuple[str, str, int]] = []
     router = Router(store, answering(store, "a", answered), max_concurrent=2,
-                    leases=SessionLeases(store, "host:2:y", ttl=2.0))
+                    leases=SessionLeases(store, "host:2:y", ttl=2.0, clock=clock))
     await router.submit(message("9", 1))
-    await asyncio.sleep(0.1)
+    await clock.asleep()  # found the lease held, left the request to its holder, waits to look again
     assert answered == []  # the dead instance's lease still holds
-    await asyncio.wait_for(router.idle(), 5)
+    clock.advance(LEFT_CHECK)  # the next look: the lease has expired
+    await asyncio.wait_for(router.idle(), 30)
     assert [name for name, _, _ in answered] == ["a"]
     await router.close(1.0)
 
@@ -115,46 +119,43 @@ async def test_work_that_stalled_past_its_lease_takes_it_for_lost_even_once_rene
     still does after a renewal found the lease free and took it again. Work under no lease (a
     daemon with a store of its own) never lapses."""
     store, other = two_stores
+    clock = MovedClock()
     key = str(build("main", "telegram", "direct", "5"))
     assert not lease_lapsed()
-    async with SessionLeases(store, "host:1:a", ttl=1.5).hold(key):
-        await asyncio.sleep(0.8)  # renewed meanwhile (every 0.5 s)
+    async with SessionLeases(store, "host:1:a", ttl=1.5, clock=clock).hold(key):
+        await clock.asleep()  # the renewal waits for its time (every 0.5 s)
+        clock.advance(0.8)
+        await clock.asleep()  # renewed, and waiting for the next
         assert not lease_lapsed()
-        time.sleep(1.6)  # noqa: ASYNC251 -- the stall: this loop blocked
+        clock.advance(1.6)  # the stall: this loop blocked (no await), its renewals with it
         assert lease_lapsed()
-        await asyncio.sleep(0.3)  # the renewal due during the stall runs: the lease had expired, so
-        assert not await other.take_lease(key, "host:2:b", 5.0)  # it took it again
+        await clock.asleep()  # the renewal due during the stall ran: the lease had expired, so
+        assert not await other.take_lease(key, "host:2:b", 5.0, now=clock.time())  # it took it again
         assert lease_lapsed()
     assert not lease_lapsed()
-    assert await other.take_lease(key, "host:2:b", 5.0)  # let go at the end
+    assert await other.take_lease(key, "host:2:b", 5.0, now=clock.time())  # let go at the end
 
 
 async def test_work_whose_lease_lapsed_takes_it_again_only_while_no_other_instance_holds_it(
-    two_stores: tuple[Store, Store], connect: Callable[[str], AbstractAsyncContextManager[Store]],
+    two_stores: tuple[Store, Store],
 ) -> None:
     """After a stall past the ttl, work asks before acting in the chat: while another instance
     holds the lease the chat is that one's (False); once it let go, the work takes the lease again
     (True, and the other cannot take it then). Work whose lease never lapsed needs no asking."""
     store, other = two_stores
+    clock = MovedClock()
     key = str(build("main", "telegram", "direct", "6"))
-
-    def another_instance_takes_the_chat() -> None:  # in a thread: this loop is blocked
-        async def take() -> None:
-            async with connect("c") as third:
-                assert await third.take_lease(key, "host:2:b", 5.0)
-
-        asyncio.run(take())
-
     assert await lease_retaken()  # no lease at all
-    async with SessionLeases(store, "host:1:a", ttl=1.5).hold(key):
+    async with SessionLeases(store, "host:1:a", ttl=1.5, clock=clock).hold(key):
         assert await lease_retaken()
-        taker = threading.Thread(target=lambda: (time.sleep(1.6), another_instance_takes_the_chat()))
-        taker.start()
-        taker.join(10)  # the stall: this loop blocked (its renewals with it) past the ttl
+        # This loop stalls for 1.6 s past the ttl (its renewals with it); another instance takes the
+        # chat over meanwhile, on its own clock, 1.6 s on.
+        assert await other.take_lease(key, "host:2:b", 5.0, now=clock.time() + 1.6)
+        clock.advance(1.6)
         assert not await lease_retaken()
         await other.drop_lease(key, "host:2:b")
         assert await lease_retaken()
-        assert not await other.take_lease(key, "host:2:b", 5.0)
+        assert not await other.take_lease(key, "host:2:b", 5.0, now=clock.time())
 
 
 async def test_instances_are_listed_by_their_heartbeats(two_stores: tuple[Store, Store]) -> None:
@@ -210,6 +211,7 @@ class HeldChat:
 
     def __init__(self, stores: tuple[Store, Store]) -> None:
         first, second = stores
+        self.clock = MovedClock()  # B's: it looks again at what it left to A when the test moves it
         self.answered: list[tuple[str, str, int]] = []
         self.started, self.release = asyncio.Event(), asyncio.Event()
         plain = answering(first, "a", self.answered)
@@ -221,7 +223,7 @@ class HeldChat:
 
         self.a = Router(first, slow, max_concurrent=2, leases=SessionLeases(first, "host:1:a", ttl=5.0))
         self.b = Router(second, answering(second, "b", self.answered), max_concurrent=2,
-                        leases=SessionLeases(second, "host:2:b", ttl=5.0))
+                        leases=SessionLeases(second, "host:2:b", ttl=5.0, clock=self.clock))
 
 
 async def test_a_request_left_to_the_holder_is_answered_by_it_after_its_own(
@@ -234,11 +236,12 @@ async def test_a_request_left_to_the_holder_is_answered_by_it_after_its_own(
     await a.submit(message("5", 1))
     await asyncio.wait_for(started.wait(), 5)
     await b.submit(message("5", 2))
-    await asyncio.sleep(0.05)
-    assert b.queued_requests() != set()  # left to A, watched until answered
+    await held.clock.asleep()  # B left it to A, and watches it until answered
+    assert b.queued_requests() != set()
     release.set()
-    await asyncio.wait_for(a.idle(), 5)
-    await asyncio.wait_for(b.idle(), 5)
+    await asyncio.wait_for(a.idle(), 30)
+    held.clock.advance(LEFT_CHECK)  # B looks again: answered
+    await asyncio.wait_for(b.idle(), 30)
     assert [name for name, _, _ in answered] == ["a", "a"]  # B never ran a turn of the chat
     assert answered[0][2] < answered[1][2]  # in arrival order
     assert b.queued_requests() == set()
@@ -293,14 +296,15 @@ async def test_stop_on_another_instance_drops_what_it_left_to_the_holder(
     own = await a.submit(message("6", 1))
     await asyncio.wait_for(started.wait(), 5)
     newer = await b.submit(message("6", 2))
-    await asyncio.sleep(0.05)
+    await held.clock.asleep()  # B left it to A
     assert own is not None and newer is not None
     key = str(build("main", "telegram", "direct", "6"))
     assert [m.id for m in await b.stop_session(key)] == [newer.id]
     await second.abandon_request(newer.id, "stopped")
     release.set()
-    await asyncio.wait_for(a.idle(), 5)
-    await asyncio.wait_for(b.idle(), 5)
+    await asyncio.wait_for(a.idle(), 30)
+    held.clock.advance(LEFT_CHECK)
+    await asyncio.wait_for(b.idle(), 30)
     assert [request_id for _, _, request_id in answered] == [own.id]
     for router in (a, b):
         await router.close(1.0)
@@ -322,7 +326,7 @@ async def test_an_instance_whose_lock_connection_broke_takes_its_lock_again(
         await store.heartbeat(Instance("h:1:blip", "h", 1, time.time(), time.time()))
         (before,) = [row[0] for row in await other._conn.execute_fetchall(lock)]
         await other._conn.execute(f"SELECT pg_terminate_backend({before})")
-        for _ in range(100):
+        for _ in range(600):  # a generous 30 s: the check runs every few seconds
             now = [row[0] for row in await other._conn.execute_fetchall(lock)]
             if now and now != [before]:
                 break

@@ -58,9 +58,10 @@ class Leases(Database):
         """Whether another live instance claimed `run` (it is that instance's to finish)."""
         return run.owner is not None and run.owner != me and run.owner in live
 
-    async def take_lease(self, session_key: str, owner: str, ttl: float) -> bool:
-        """Whether `owner` holds the session's lease now (taken, or already its own, until now + ttl)."""
-        now = time.time()
+    async def take_lease(self, session_key: str, owner: str, ttl: float, *, now: float | None = None) -> bool:
+        """Whether `owner` holds the session's lease now (taken, or already its own, until now + ttl);
+        `now` is the caller's clock (`bot.session_lease.LeaseClock`), wall time by default."""
+        now = time.time() if now is None else now
         async with self._one_write():
             rows = await self._conn.execute_fetchall(
                 "INSERT INTO session_leases (session_key, owner, expires_at) VALUES (?, ?, ?) "
@@ -99,13 +100,16 @@ class Leases(Database):
         )
         return [int(row[0]) for row in rows]
 
-    async def left_requests(self, message_ids: Iterable[int]) -> tuple[set[int], set[int]]:
+    async def left_requests(
+        self, message_ids: Iterable[int], *, now: float | None = None
+    ) -> tuple[set[int], set[int]]:
         """Of requests left to the instance holding their session's lease: (those still waiting for
-        a reply, those of them whose session nobody holds now, free to be taken up)."""
+        a reply, those of them whose session nobody holds now, free to be taken up); `now` as for
+        `take_lease`."""
         ids = list(message_ids)
         waiting: set[int] = set()
         free: set[int] = set()
-        now, held = time.time(), self._held("messages.session_key")
+        now, held = time.time() if now is None else now, self._held("messages.session_key")
         for start in range(0, len(ids), 500):
             part = ids[start:start + 500]
             rows = await self._conn.execute_fetchall(
