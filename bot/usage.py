@@ -70,6 +70,7 @@ class UsageTotal:
     output_tokens: int = 0
     cache_write_tokens: int = 0
     cache_read_tokens: int = 0
+    cache_hits: int = 0  # calls that read from the prompt cache
     cost: float | None = None
     unpriced: set[str] = field(default_factory=set)  # models seen without a price
 
@@ -79,6 +80,7 @@ class UsageTotal:
         self.output_tokens += record.output_tokens
         self.cache_write_tokens += record.cache_write_tokens
         self.cache_read_tokens += record.cache_read_tokens
+        self.cache_hits += record.cache_read_tokens > 0
         price = prices.get(record.model)
         if price is None:
             self.unpriced.add(record.model)
@@ -123,10 +125,14 @@ def period_starts(now: float, zone: ZoneInfo) -> tuple[float, float]:
 
 
 def describe(summed: UsageTotal) -> str:
-    """One line: tokens in and out, cache apart when there was any, and the estimate."""
+    """One line: tokens in (uncached) and out, the prompt cache apart when there was any (what share
+    of all input it served, on how many calls), and the estimate."""
     text = f"{summed.input_tokens:,} in, {summed.output_tokens:,} out"
     if summed.cache_write_tokens or summed.cache_read_tokens:
-        text += f" (cache: {summed.cache_write_tokens:,} written, {summed.cache_read_tokens:,} read)"
+        whole = summed.input_tokens + summed.cache_write_tokens + summed.cache_read_tokens
+        text += (f" (cache: {summed.cache_write_tokens:,} written, {summed.cache_read_tokens:,} read; "
+                 f"{summed.cache_read_tokens / whole:.0%} of input from cache, hit on "
+                 f"{summed.cache_hits} call{'s' if summed.cache_hits != 1 else ''})")
     text += f", {summed.calls} call{'s' if summed.calls != 1 else ''}"
     if summed.cost is not None:
         text += f", about {summed.cost:.4f}"

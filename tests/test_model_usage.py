@@ -141,7 +141,8 @@ async def test_usage_sums_the_turns_with_cache_tokens_and_the_cli_views_agree(
 
     assert len(api.requests_for(FAST)) == 1  # the second turn was triaged: 10 in, 5 out
     # 150*3 + 30*15 + 1000*3.75 + 1000*0.3 (replies) + 10*1 + 5*5 (triage), per million tokens
-    summed = "160 in, 35 out (cache: 1,000 written, 1,000 read), 3 calls, about 0.0050"
+    summed = ("160 in, 35 out (cache: 1,000 written, 1,000 read; 46% of input from cache, hit on 1 call), "
+              "3 calls, about 0.0050")
     assert usage.splitlines()[1:] == [f"Today: {summed}", f"This month: {summed}"]
     kinds = [(r.kind, r.model, r.cache_write_tokens, r.cache_read_tokens)
              for r in await view.usage_since(0)]

@@ -11,15 +11,18 @@ import math
 import re
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeAlias
 
 from aiohttp import web
+
+from tests.standins.prompt_cache import MAX_BREAKPOINTS, Metered, PromptCache, breakpoints
 
 __all__ = [
     "AnthropicStandIn",
     "DropConnection",
     "Error",
+    "PromptCache",
     "RecordedRequest",
     "Response",
     "Slow",
@@ -116,6 +119,8 @@ class RecordedRequest:
     model: str
     stream: bool
     retry_count: int = 0
+    # The input as billed, when the stand-in meters requests with a `PromptCache`.
+    metered: Metered | None = None
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -140,8 +145,14 @@ def _chunks(text: str, parts: int = 3) -> list[str]:
 class AnthropicStandIn:
     """`async with AnthropicStandIn() as api:` serves the Messages API on 127.0.0.1:<free port>."""
 
-    def __init__(self, *, valid_keys: set[str] | None = None, models: Iterable[str] | None = None) -> None:
+    def __init__(
+        self, *, valid_keys: set[str] | None = None, models: Iterable[str] | None = None,
+        prompt_cache: PromptCache | None = None,
+    ) -> None:
         self.requests: list[RecordedRequest] = []
+        # With a cache, a reply's input and cache tokens are counted from the request as the API
+        # counts them (its prompt cache included), not taken from the scripted response.
+        self.prompt_cache = prompt_cache
         self.valid_keys: set[str] | None = valid_keys
         # The model ids this API knows. None: every id (any model answers, none is listed); a set:
         # the Models API lists and retrieves only these, and a message for another model gets the
@@ -239,7 +250,7 @@ class AnthropicStandIn:
         for name, kind in (("model", str), ("messages", list), ("max_tokens", int)):
             if not isinstance(parsed.get(name), kind):
                 return self._error(Error(400, "invalid_request_error", f"{name}: Field required"))
-        problem = _content_problem(parsed["messages"]) or _tools_problem(parsed)
+        problem = _content_problem(parsed["messages"]) or _tools_problem(parsed) or _cache_problem(parsed)
         if problem is not None:
             return self._error(Error(400, "invalid_request_error", problem))
         if self.models is not None and model not in self.models:
@@ -303,18 +314,18 @@ class AnthropicStandIn:
                 return self._error(response)
             case Text(delay=delay):
                 await asyncio.sleep(delay)
+                response = self._metered(rec, response)
                 if rec.stream:
                     return await self._stream(request, rec, response, "complete")
                 return self._message(rec, response)
             case ToolUse(delay=delay):
                 await asyncio.sleep(delay)
                 blocks = self._tool_blocks(response)
+                reply = self._metered(rec, Text(response.text, response.input_tokens,
+                                                response.output_tokens, stop_reason="tool_use"))
                 if rec.stream:
-                    reply = Text(response.text, response.input_tokens, response.output_tokens,
-                                 stop_reason="tool_use")
                     return await self._stream(request, rec, reply, "complete", tool_blocks=blocks)
-                body = self._message_json(rec, Text(response.text, response.input_tokens,
-                                                    response.output_tokens, stop_reason="tool_use"))
+                body = self._message_json(rec, reply)
                 said = [{"type": "text", "text": response.text}] if response.text else []
                 body["content"] = said + blocks
                 return web.json_response(body, headers={"request-id": self._request_id()})
@@ -334,6 +345,15 @@ class AnthropicStandIn:
                 # aiohttp fails to write this and treats it as a premature client disconnect.
                 return web.Response(status=500)
         raise TypeError(f"not a stand-in response: {response!r}")
+
+    def _metered(self, rec: RecordedRequest, reply: Text) -> Text:
+        """The reply with the input the request is billed for, when requests are metered."""
+        if self.prompt_cache is None:
+            return reply
+        rec.metered = metered = self.prompt_cache.meter(rec.body)
+        return replace(reply, input_tokens=metered.input_tokens,
+                       cache_write_tokens=metered.cache_write_tokens,
+                       cache_read_tokens=metered.cache_read_tokens)
 
     def _tool_blocks(self, response: ToolUse) -> list[dict[str, Any]]:
         return [{"type": "tool_use", "id": f"toolu_standin_{next(self._ids):08d}", "name": name,
@@ -515,6 +535,14 @@ def _result_problem(where: str, block: dict[str, Any]) -> str | None:
         return f"{where}.tool_result.content: Input should be a valid string or a list of blocks"
     if "is_error" in block and not isinstance(block["is_error"], bool):
         return f"{where}.tool_result.is_error: Input should be a valid boolean"
+    return None
+
+
+def _cache_problem(body: dict[str, Any]) -> str | None:
+    """More breakpoints than the API takes, in its words."""
+    found = breakpoints(body)
+    if found > MAX_BREAKPOINTS:
+        return f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {found}."
     return None
 
 
