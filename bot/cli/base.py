@@ -84,12 +84,12 @@ def on_database(config: Config, work: Any) -> Any:
     """Run an async database job; a damaged file becomes the one-line StoreError, not a traceback."""
     import sqlite3
 
-    from bot.store import Store
+    from bot.store import SqliteStore
 
     try:
         return asyncio.run(work())
     except sqlite3.DatabaseError as exc:
-        raise Store.damaged(config.database_path(), str(exc)) from exc
+        raise SqliteStore.damaged(config.database_path(), str(exc)) from exc
 
 
 def control_path(config: Config) -> Path:

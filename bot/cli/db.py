@@ -32,7 +32,7 @@ def backup(args: argparse.Namespace) -> int:
     import sqlite3
 
     from bot.media_files import files_dir
-    from bot.store import Store
+    from bot.store import SqliteStore
     from bot.store.copying import copy_kept_files
 
     config = load_config_file(args)
@@ -51,7 +51,7 @@ def backup(args: argparse.Namespace) -> int:
     async def copy() -> tuple[int, TableCount]:
         async with open_store(config) as store:
             await store.backup_to(partial)
-            async with Store.open(partial) as copied:
+            async with SqliteStore.open(partial) as copied:
                 await copied.check_integrity()
                 # The pictures and files its messages refer to, into `files/` beside the copy
                 # (shared with other backups there: each is kept under its sha256).
@@ -237,13 +237,13 @@ def _copy_target(config: Config, to: str) -> tuple[str, Path | None]:
 
 
 def _open_target(config: Config, target: str, partial: Path | None) -> AbstractAsyncContextManager[Store]:
-    from bot.store import Store
+    from bot.store import SqliteStore
 
     if "://" not in target:
         if partial is not None:
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{partial}{suffix}").unlink(missing_ok=True)
-        return Store.open(partial or Path(target))
+        return SqliteStore.open(partial or Path(target))
     from bot.store.postgres import PostgresStore
 
     return PostgresStore.connect(target, state_path=config.database_path(), label=target)

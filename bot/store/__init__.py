@@ -1,23 +1,22 @@
 """The store: conversation history and the daemon's durable work behind one interface, all SQL inside.
 
-`Store` is one SQLite connection (`connection`) with the methods of every concern mixed in, each
-concern a module of its own; the values it hands out are in `records`. `postgres.PostgresStore` is
-the same store on PostgreSQL, and `opening.open_store(config)` opens whichever the config names.
+`base.Store` is the shared store: a module per concern (`messages`, `delivery`, `leases`, …) mixed
+together over one connection, the statements that differ between backends in one `dialect` value.
+`SqliteStore` (`sqlite/`: one file, the embedded default) and `PostgresStore` (`postgres/`: a
+server several daemons share) are its two siblings; `open_store(config)` opens whichever the
+config names. The values it hands out are in `records`; each backend's numbered migrations are SQL
+files in its package (`schema`).
 """
 
 from __future__ import annotations
 
-from bot.store.compactions import Compactions
-from bot.store.context_reads import ContextReads
-from bot.store.delivery import Delivery
-from bot.store.embeddings import Embeddings
-from bot.store.history_search import HistorySearch
-from bot.store.leases import Instance, Leases
-from bot.store.maintenance import Maintenance
-from bot.store.messages import Messages
-from bot.store.pairings import Pairing, PairingError, Pairings, PairingState
-from bot.store.people import People, UserNote
-from bot.store.recall import RECALL_COMMON, Recall
+from bot.store.base import Store
+from bot.store.leases import Instance
+from bot.store.opening import open_store
+from bot.store.pairings import Pairing, PairingError, PairingState
+from bot.store.people import UserNote
+from bot.store.postgres import PostgresStore
+from bot.store.recall import RECALL_COMMON
 from bot.store.records import (
     CompactionRecord,
     PendingCommand,
@@ -31,26 +30,11 @@ from bot.store.records import (
     SnapshotRecord,
     delivery_key,
 )
-from bot.store.reminders import Reminder, ReminderLimitError, Reminders, ReminderStatus, reminder_id
-from bot.store.schedule_runs import ScheduleRuns
-from bot.store.sends_in_doubt import SendsInDoubt, SendsNearby
-from bot.store.snapshots import Snapshots
-from bot.store.tables import Tables
-from bot.store.tool_calls import StoredToolCall, ToolCalls
-from bot.store.usage import Usage, UsageRecord
-
-
-class Store(
-    Messages, ContextReads, Recall, Embeddings, Delivery, Snapshots, Compactions, ScheduleRuns,
-    Maintenance, Pairings, Usage, ToolCalls, People, HistorySearch, Reminders, Leases, Tables,
-    SendsInDoubt,
-):
-    """Conversation history in one SQLite file (WAL, foreign keys on, mode 0600).
-
-    Open it with `Store.open(path)`; a file that cannot be opened, is damaged or has a newer
-    schema raises StoreError.
-    """
-
+from bot.store.reminders import Reminder, ReminderLimitError, ReminderStatus, reminder_id
+from bot.store.sends_in_doubt import SendsNearby
+from bot.store.sqlite import SqliteStore
+from bot.store.tool_calls import StoredToolCall
+from bot.store.usage import UsageRecord
 
 __all__ = [
     "RECALL_COMMON",
@@ -62,6 +46,7 @@ __all__ = [
     "PendingCommand",
     "PendingDelivery",
     "PendingRequest",
+    "PostgresStore",
     "PruneReport",
     "Reminder",
     "ReminderLimitError",
@@ -72,10 +57,12 @@ __all__ = [
     "SendsNearby",
     "SessionSummary",
     "SnapshotRecord",
+    "SqliteStore",
     "Store",
     "StoredToolCall",
     "UsageRecord",
     "UserNote",
     "delivery_key",
+    "open_store",
     "reminder_id",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from bot.store.connection import Database
+from bot.store.database import Database
 from bot.store.records import CompactionRecord
 
 COMPACTION_COLUMNS = (

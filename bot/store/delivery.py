@@ -5,14 +5,13 @@ All of it is what a restart picks up, so nothing received or answered is lost in
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Sequence
 from typing import Literal
 
 from bot.messages import ChatRef, InboundMessage, OutboundMessage, StoredMessage
 from bot.session_key import parse as parse_session_key
-from bot.store.connection import Database, in_connection_thread
+from bot.store.database import Database
 from bot.store.messages import MESSAGE_COLUMNS, link_platform_id, qualified_columns, rows_to_messages
 from bot.store.records import PendingCommand, PendingDelivery, PendingRequest, delivery_key
 
@@ -110,32 +109,6 @@ class Delivery(Database):
             )
             for provider_id in provider_message_ids:
                 await link_platform_id(self._conn, chat, provider_id, message_id)
-
-    async def record_chunk(
-        self, message_id: int, chat: ChatRef, index: int, provider_message_id: str
-    ) -> None:
-        """One chunk of an outbox reply reached the platform as `provider_message_id`.
-
-        Committed ahead of every other write waiting (`WriteLock.first`) and as one item of the
-        connection thread's queue: until it is, a crash would send the chunk again."""
-
-        def record(db: sqlite3.Connection) -> None:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.execute("UPDATE messages SET provider_message_id = COALESCE(provider_message_id, ?) "
-                           "WHERE id = ?", (provider_message_id, message_id))
-                db.execute("INSERT INTO provider_messages (provider, chat_id, provider_message_id, "
-                           "message_id) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                           (chat.provider, chat.chat_id, provider_message_id, message_id))
-                db.execute("UPDATE outbox SET chunks_sent = MAX(chunks_sent, ?) WHERE message_id = ?",
-                           (index + 1, message_id))
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-
-        async with self._write_lock.first():
-            await in_connection_thread(self._conn, record)
 
     async def note_delivery_failed(self, message_id: int) -> None:
         """A send of this reply failed for a passing reason: it stays in the outbox, and the

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from bot.messages import StoredMessage
-from bot.store.connection import Database
+from bot.store.database import Database
 from bot.store.messages import MESSAGE_COLUMNS, rows_to_messages
 from bot.store.vector_files import VectorFiles, Vectors, vectors_dir
 from bot.store.vector_matrix import Matrix, appended, build_matrix, holds, vectors_of
@@ -50,22 +50,6 @@ _PENDING = (
 class Embeddings(Database):
     """The `embeddings` table: pending work for the embed worker, vectors, and search within a session."""
 
-    # One row: the ids comma-separated, the vectors one after another, the first one's size (?1
-    # session, ?2 model, ?3 after id). The aggregates are the dialect's own (PostgreSQL's is in its
-    # store). Every vector of a model has one size, checked on the total: should one differ (written
-    # by something else) `_VECTORS` reads those of the first one's size.
-    _ALL_VECTORS = (
-        "SELECT group_concat(message_id), CAST(group_concat(vector, x'') AS BLOB), "
-        "(SELECT length(vector) FROM embeddings WHERE session_key = ?1 AND model = ?2 "
-        "AND message_id > ?3 ORDER BY message_id LIMIT 1) FROM embeddings "
-        "WHERE session_key = ?1 AND model = ?2 AND message_id > ?3"
-    )
-    _VECTORS = (
-        "SELECT group_concat(message_id), CAST(group_concat(vector, x'') AS BLOB), "
-        "MAX(length(vector)) FROM embeddings WHERE session_key = ?1 AND model = ?2 "
-        "AND message_id > ?3 AND length(vector) = (SELECT length(vector) FROM embeddings "
-        "WHERE session_key = ?1 AND model = ?2 AND message_id > ?3 ORDER BY message_id LIMIT 1)"
-    )
     _matrices: OrderedDict[tuple[str, str], Matrix] | None = None
     _cached_bytes = 0  # of the matrices in `_matrices`, kept as they come and go
     _files: VectorFiles | None = None
@@ -226,7 +210,7 @@ class Embeddings(Database):
             # it is embedded then reads only that one.
             found = await self._conn.execute_fetchall(
                 f"SELECT * FROM ({_SIGNATURE}) AS s "
-                f"CROSS JOIN ({self._ALL_VECTORS.replace('?3', '?4')}) AS v",
+                f"CROSS JOIN ({self.dialect.all_vectors.replace('?3', '?4')}) AS v",
                 (session_key, model, message_id, 0),
             )
             row = next(iter(found))
@@ -356,10 +340,10 @@ class Embeddings(Database):
         vectors one after another. One row, not one per vector (building a Python row per
         vector was most of a cold read); a vector of another size than the first is left out
         (written by something else, it would break the matrix)."""
-        found = await self._conn.execute_fetchall(self._ALL_VECTORS, (session_key, model, after_id))
+        found = await self._conn.execute_fetchall(self.dialect.all_vectors, (session_key, model, after_id))
         read = vectors_of(*next(iter(found)))
         if read is None:
-            found = await self._conn.execute_fetchall(self._VECTORS, (session_key, model, after_id))
+            found = await self._conn.execute_fetchall(self.dialect.vectors, (session_key, model, after_id))
             read = vectors_of(*next(iter(found)))
         assert read is not None  # every vector read has the first one's size
         return read

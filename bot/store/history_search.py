@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from bot.lexical import SearchTerm, search_terms, term_weight
+from bot.lexical import search_terms, term_weight
 from bot.messages import StoredMessage
-from bot.store.connection import Database, like_prefix
+from bot.store.database import Database, like_prefix
 from bot.store.messages import MESSAGE_COLUMNS, rows_to_messages
 
 # Newest matches read per term and session; older ones beyond this are not searched.
@@ -50,13 +50,6 @@ class HistorySearch(Database):
                     scores[int(message_id)] += weight
         ranked = sorted(scores.items(), key=lambda item: (-item[1], -item[0]))
         return ranked[: max(limit, 0)]
-
-    async def _term_hits(self, term: SearchTerm) -> list[tuple[int]]:
-        """The newest TERM_HITS messages (ids) whose postings hold the term."""
-        return [(int(row[0]),) for row in await self._conn.execute_fetchall(
-            "SELECT rowid FROM recall_fts WHERE recall_fts MATCH ? ORDER BY rowid DESC LIMIT ?",
-            (term.match(), TERM_HITS),
-        )]
 
     async def owned_messages(
         self, message_ids: Sequence[int], session_key: str, user_id: str, *, private: bool,

@@ -4,18 +4,17 @@ instances are alive (a heartbeat each).
 A lease is a row that names its owner until a time: taken when free or expired, renewed while the
 work runs, dropped after it. A daemon killed with its lease held loses it when the time passes,
 and another takes the session over; sooner where the store can tell that its owner is gone
-(`_GONE`: on PostgreSQL, a lock each instance holds on its own connection while it lives).
+(`Dialect.gone`: on PostgreSQL, a lock each instance holds on its own connection while it lives).
 The statements are plain SQL both SQLite and PostgreSQL run.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from bot.store.connection import Database
+from bot.store.database import Database
 from bot.store.records import ScheduleRun
 
 # Instances beat this often; one that has not beaten for three beats is taken for stopped.
@@ -37,13 +36,6 @@ class Instance:
 class Leases(Database):
     # This daemon's name among those sharing the store (set by the daemon when the store is shared).
     instance: str | None = None
-
-    @asynccontextmanager
-    async def living(self, instance: str) -> AsyncIterator[None]:
-        """Show the other instances that `instance` is alive while the block runs (and not after,
-        however it ends), where the store can: see `_GONE`. Enter it before the first
-        heartbeat."""
-        yield
 
     async def claimants(self) -> tuple[str | None, frozenset[str]]:
         """This instance and the instances alive now, for claiming runs; (None, none) when the store
@@ -68,7 +60,7 @@ class Leases(Database):
                 "ON CONFLICT (session_key) DO UPDATE SET owner = excluded.owner, "
                 "expires_at = excluded.expires_at "
                 "WHERE session_leases.owner = excluded.owner OR session_leases.expires_at < ? OR "
-                f"{self._GONE.format(instance='session_leases.owner')} RETURNING owner",
+                f"{self.dialect.gone.format(instance='session_leases.owner')} RETURNING owner",
                 (session_key, owner, now + ttl, now),
             )
         return bool(list(rows))
@@ -133,11 +125,11 @@ class Leases(Database):
             )
 
     async def gone_instances(self, seen_since: float) -> list[str]:
-        """The instances that beat since `seen_since` and are known to be gone now (see `_GONE`):
+        """The instances that beat since `seen_since` and are known to be gone now (see `Dialect.gone`):
         they died within that time."""
         rows = await self._conn.execute_fetchall(
-            f"SELECT id FROM instances WHERE seen_at >= ? AND {self._GONE.format(instance='instances.id')} "
-            "ORDER BY id", (seen_since,),
+            "SELECT id FROM instances WHERE seen_at >= ? AND "
+            f"{self.dialect.gone.format(instance='instances.id')} ORDER BY id", (seen_since,),
         )
         return [str(row[0]) for row in rows]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bot.errors import StoreError
 from bot.media import decode
-from bot.store.connection import Database
+from bot.store.database import Database
 from bot.store.records import PruneReport
 
 _NO_ID_ABOVE = 2**63 - 1  # SQLite's largest rowid: "no floor"
@@ -12,9 +12,6 @@ _NO_ID_ABOVE = 2**63 - 1  # SQLite's largest rowid: "no floor"
 
 class Maintenance(Database):
     """Housekeeping over the whole file, for the admin commands and their checks."""
-
-    # The ids a prune deletes, in a table of the connection's own.
-    _PRUNE_IDS = "CREATE TEMP TABLE IF NOT EXISTS prune_ids (id INTEGER PRIMARY KEY)"
 
     async def prune_interactive(
         self, before: float, *, keep_recent: int, keep_turns: dict[str, int], dry_run: bool = False
@@ -27,7 +24,7 @@ class Maintenance(Database):
         than the platform ids and context snapshots, which go with their message).
         """
         async with self._transaction():
-            await self._conn.execute(self._PRUNE_IDS)
+            await self._conn.execute(self.dialect.prune_ids)
             await self._conn.execute("DELETE FROM prune_ids")
             guards = "".join(
                 f" AND id NOT IN (SELECT {column} FROM {table} WHERE {column} IS NOT NULL)"
@@ -84,21 +81,6 @@ class Maintenance(Database):
         row = next(iter(found), None)
         return int(row[0]) if row else 0
 
-    async def _references_to_messages(self) -> list[tuple[str, str]]:
-        """(table, column) of every foreign key to messages.id, except those pruning cleans up."""
-        tables = [str(row[0]) for row in await self._conn.execute_fetchall(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
-        found: list[tuple[str, str]] = []
-        for table in tables:
-            if table in ("messages", "provider_messages", "context_snapshots"):
-                continue
-            for target, column in await self._conn.execute_fetchall(
-                'SELECT "table", "from" FROM pragma_foreign_key_list(?)', (table,)
-            ):
-                if target == "messages":
-                    found.append((f'"{table}"', f'"{column}"'))
-        return found
-
     async def referenced_files(self) -> set[str]:
         """The hash of every kept file a stored message refers to (what `db prune` must keep)."""
         rows = await self._conn.execute_fetchall("SELECT id, media FROM messages WHERE media IS NOT NULL")
@@ -111,10 +93,6 @@ class Maintenance(Database):
                 raise StoreError(f"message #{message_id} has unreadable media records ({exc}); "
                                  "no file was removed") from exc
         return found
-
-    async def foreign_key_problems(self) -> int:
-        """Rows whose foreign key points nowhere (`PRAGMA foreign_key_check`); 0 in a sound file."""
-        return len(list(await self._conn.execute_fetchall("PRAGMA foreign_key_check")))
 
     async def message_count(self) -> int:
         return await self._count("SELECT COUNT(*) FROM messages")

@@ -15,7 +15,7 @@ from bot.budget import estimate_tokens
 from bot.errors import AlreadyAnsweredError, SessionNotFoundError
 from bot.media import Media, decode, encode
 from bot.messages import ChatRef, InboundMessage, Origin, OutboundMessage, Role, StoredMessage
-from bot.store.connection import Database
+from bot.store.database import Database
 from bot.store.records import SessionSummary
 
 log = structlog.get_logger("switchboard.store")

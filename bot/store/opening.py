@@ -5,7 +5,8 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
-from bot.store import Store
+from bot.store.base import Store
+from bot.store.sqlite import SqliteStore
 
 if TYPE_CHECKING:
     from bot.config import Config
@@ -19,7 +20,7 @@ def open_store(config: Config) -> AbstractAsyncContextManager[Store]:
     """
     url = config.database.url
     if url is None:
-        return Store.open(config.database_path())
+        return SqliteStore.open(config.database_path())
     from bot.store.postgres import PostgresStore
 
     return PostgresStore.connect(url, state_path=config.database_path(), label=url,

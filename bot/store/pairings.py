@@ -11,7 +11,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Literal
 
-from bot.store.connection import Database
+from bot.store.database import Database
 
 # No 0/O, 1/I/L: a code read off a phone screen and typed into a terminal must not be misread.
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"

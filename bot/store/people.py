@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from bot.store.connection import Database
+from bot.store.database import Database
 
 
 @dataclass(frozen=True, slots=True)

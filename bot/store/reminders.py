@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from bot.messages import ChatRef
-from bot.store.connection import Database
+from bot.store.database import Database
 
 ReminderStatus = Literal["pending", "done", "cancelled", "failed"]
 JOB_PREFIX = "reminder:"  # config job ids cannot hold a colon, so these never collide with one

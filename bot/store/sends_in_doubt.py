@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.session_key import parse as parse_session_key
-from bot.store.connection import Database, like_prefix
+from bot.store.database import Database, like_prefix
 
 # How far back (in stored messages) a recorded platform id may belong to a message sent after the
 # reply's request: further back, only replies held back for minutes, whose chat is not this one.

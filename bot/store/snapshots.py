@@ -9,7 +9,7 @@ from typing import Any
 import structlog
 
 from bot.context import read_snapshot
-from bot.store.connection import Database
+from bot.store.database import Database
 from bot.store.records import SnapshotRecord
 
 log = structlog.get_logger("switchboard.store")

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.store.connection import Database
+from bot.store.database import Database
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """An instance's sign of life on PostgreSQL: a session-level advisory lock, kept while it lives.
 
 The server drops the lock the moment the connection holding it ends, so a daemon killed (or its
-host gone with its connections closed) is seen as gone at once (`PostgresStore._GONE`): its
+host gone with its connections closed) is seen as gone at once (`bot.store.dialect.POSTGRES.gone`): its
 leases are taken over without waiting for them to expire. The lock's connection is checked every
 CHECK seconds; if it broke while the daemon lives on (a network blip), the lock is taken again on
 a new one, so a live daemon is not taken for gone for longer than that.
@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from bot.store.dialect import LIVING_LOCKS
+
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
 log = structlog.get_logger("switchboard.store")
 
-# The class of these locks (the other key is a hash of the instance's name). Hash collisions only
-# delay a takeover: a dead instance sharing a hash with a live one looks alive until its leases
-# expire.
-LIVING_LOCKS = 0x5357_4C49
+# Hash collisions of the instances' names (the locks' other key) only delay a takeover: a dead
+# instance sharing a hash with a live one looks alive until its leases expire.
 CHECK = 1.0
 
 

@@ -1,5 +1,5 @@
-"""The store on PostgreSQL: the same `Store`, its statements run through a psycopg pool
-(`PgConnection`), with PostgreSQL's own schema history, recall, vectors read and maintenance.
+"""The store on PostgreSQL: the shared `Store`, its statements run through a psycopg pool
+(`PgConnection`), with PostgreSQL's own schema history, recall, context reads and maintenance.
 
 psycopg 3 and psycopg_pool are imported only when a store is opened here, so an SQLite daemon
 never loads them. Several daemons may share the database: migrations run under an advisory lock,
@@ -17,72 +17,32 @@ from typing import TYPE_CHECKING, Any, Self, cast
 
 from bot.errors import StoreError
 from bot.media_files import KeptFiles
-from bot.messages import ChatRef, StoredMessage
-from bot.store import Store
-from bot.store.compactions import COMPACTION_COLUMNS, latest_compaction_sql
-from bot.store.messages import MESSAGE_COLUMNS, recent_sql, rows_to_messages, scheduled_sql
-from bot.store.pg_connection import PgConnection
-from bot.store.pg_files import PgKeptFiles
-from bot.store.pg_living import LIVING_LOCKS, living_lock
+from bot.messages import ChatRef
+from bot.store.base import Store
+from bot.store.dialect import POSTGRES
 from bot.store.pg_migrations import PG_MIGRATIONS
-from bot.store.pg_recall import PgRecall
-from bot.store.pg_tables import PgTables
-from bot.store.records import CompactionRecord
+from bot.store.postgres.connection import PgConnection
+from bot.store.postgres.context_reads import PgContextReads
+from bot.store.postgres.files import PgKeptFiles
+from bot.store.postgres.living import living_lock
+from bot.store.postgres.recall import PgRecall
+from bot.store.postgres.tables import PgTables
 
 if TYPE_CHECKING:
     import aiosqlite
-
-_MESSAGE_WIDTH = len(MESSAGE_COLUMNS.split(","))
-_COMPACTION_AT = 1 + _MESSAGE_WIDTH  # where a row's compaction columns start
-# `ContextReads`' statement in PostgreSQL's terms: a union's columns need a type each, so every row
-# carries the message columns and then the compaction's, NULL where they are not its own; the
-# compaction's row comes first, as PostgreSQL types a chain of unions a pair at a time (a column
-# NULL in both of the first two would be typed text). Tagged 0 history, 1 scheduled, 2 compaction.
-_NO_COMPACTION = ", NULL" * len(COMPACTION_COLUMNS.split(","))
-_CONTEXT_READS = (
-    f"SELECT 2{', NULL' * _MESSAGE_WIDTH}, * FROM ({latest_compaction_sql(limit='?6')}) AS c "
-    f"UNION ALL SELECT 0, *{_NO_COMPACTION} FROM ("
-    + recent_sql(origin="'interactive'", before="?2", after="0", limit="?3")
-    + f") AS r UNION ALL SELECT 1, *{_NO_COMPACTION} FROM ("
-    + scheduled_sql(after=None, before="?4", limit="?5")
-    + ") AS s"
-)
 
 # Any number, the same in every Switchboard: held while one instance migrates, so others wait.
 _MIGRATION_LOCK = 0x5357_4D49
 
 
-class PostgresStore(PgRecall, PgTables, Store):
+class PostgresStore(PgRecall, PgContextReads, PgTables, Store):
     """`Store` on a PostgreSQL database. Open it with `PostgresStore.connect(url, ...)`.
 
     `path` is the local state file a SQLite store would have used: the daemon keeps its media
     files and control socket beside it (its folder), as it does beside a database file.
     """
 
-    # Every vector of a session after an id, in id order, in one row (see `Embeddings._vectors`).
-    _ALL_VECTORS = (
-        "SELECT string_agg(message_id::text, ',' ORDER BY message_id), "
-        "string_agg(vector, ''::bytea ORDER BY message_id), (SELECT length(vector) FROM embeddings "
-        "WHERE session_key = ?1 AND model = ?2 AND message_id > ?3 ORDER BY message_id LIMIT 1) "
-        "FROM embeddings WHERE session_key = ?1 AND model = ?2 AND message_id > ?3"
-    )
-    _VECTORS = (
-        "SELECT string_agg(message_id::text, ',' ORDER BY message_id), "
-        "string_agg(vector, ''::bytea ORDER BY message_id), MAX(length(vector)) FROM embeddings "
-        "WHERE session_key = ?1 AND model = ?2 AND message_id > ?3 AND length(vector) = ("
-        "SELECT length(vector) FROM embeddings WHERE session_key = ?1 AND model = ?2 "
-        "AND message_id > ?3 ORDER BY message_id LIMIT 1)"
-    )
-    _PRUNE_IDS = "CREATE TEMP TABLE IF NOT EXISTS prune_ids (id BIGINT PRIMARY KEY)"
-    # Several daemons may share it: each session's work then runs under a lease (`bot.session_lease`).
-    shared = True
-    # An instance that beat at least once (so it took its lock first, see `living`) and holds no
-    # lock now has gone.
-    _GONE = (
-        "(EXISTS (SELECT 1 FROM instances i WHERE i.id = {instance}) AND NOT EXISTS (SELECT 1 "
-        f"FROM pg_locks WHERE locktype = 'advisory' AND classid = {LIVING_LOCKS}::oid "
-        "AND objid = hashtext({instance})::oid AND objsubid = 2))"
-    )
+    dialect = POSTGRES
 
     def __init__(
         self, conn: PgConnection, path: Path, label: str, records: PgConnection | None = None
@@ -182,7 +142,7 @@ class PostgresStore(PgRecall, PgTables, Store):
 
     @asynccontextmanager
     async def living(self, instance: str) -> AsyncIterator[None]:
-        """Hold this instance's advisory lock while the block runs (`bot.store.pg_living`)."""
+        """Hold this instance's advisory lock while the block runs (`postgres.living`)."""
         async with living_lock(self._pg.pool, instance):
             yield
 
@@ -200,25 +160,6 @@ class PostgresStore(PgRecall, PgTables, Store):
             (index + 1, message_id, provider_message_id, message_id, chat.provider, chat.chat_id,
              provider_message_id, message_id),
         )
-
-    async def context_reads(
-        self, session_key: str, *, before_id: int, limit: int, request_id: int,
-        scheduled: int, compaction: bool,
-    ) -> tuple[CompactionRecord | None, list[StoredMessage], list[StoredMessage]]:
-        """See `ContextReads.context_reads`: the same one read (one round trip to the server, not
-        three), each row with the message columns, then the compaction's."""
-        rows = await self._conn.execute_fetchall(
-            _CONTEXT_READS,
-            (session_key, before_id, limit, request_id, max(scheduled, 0), int(compaction)),
-        )
-        parts: tuple[list[Any], ...] = ([], [], [])
-        for row in rows:
-            parts[row[0]].append(row)
-        latest = parts[2][0][_COMPACTION_AT:] if parts[2] else None
-        history, block = ([row[1:_COMPACTION_AT] for row in sorted(part, key=_message_id_of)]
-                          for part in parts[:2])
-        return (CompactionRecord(*latest) if latest else None, rows_to_messages(block),
-                rows_to_messages(history))
 
     def _one_write(self) -> AbstractAsyncContextManager[None]:
         # Autocommit: the statement is its own transaction (or joins the one bound to this task).
@@ -253,6 +194,3 @@ class PostgresStore(PgRecall, PgTables, Store):
         )
         return [(f'"{table}"', f'"{column}"') for table, column in rows]
 
-
-def _message_id_of(row: Any) -> int:
-    return int(row[1])

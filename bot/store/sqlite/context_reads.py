@@ -1,5 +1,6 @@
-"""A context build's fixed reads in one statement: the compaction in use, the scheduled block and
-the newest history (each as its own method reads it), so SQLite's thread answers one call, not three."""
+"""SQLite's `context_reads`: a context build's fixed reads in one statement: the compaction in use,
+the scheduled block and the newest history (each as its own method reads it), so SQLite's thread
+answers one call, not three."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from bot.messages import StoredMessage
 from bot.store.compactions import COMPACTION_COLUMNS, latest_compaction_sql
-from bot.store.connection import Database
+from bot.store.database import Database
 from bot.store.messages import MESSAGE_COLUMNS, recent_sql, rows_to_messages, scheduled_sql
 from bot.store.records import CompactionRecord
 
@@ -29,7 +30,7 @@ _CONTEXT_READS = (
 )
 
 
-class ContextReads(Database):
+class SqliteContextReads(Database):
     """The reads every context build makes, together."""
 
     async def context_reads(

@@ -10,7 +10,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from bot.store.pg_connection import PgConnection
+    from bot.store.postgres.connection import PgConnection
 
 # Rows deleted per statement when pruning.
 BATCH = 500

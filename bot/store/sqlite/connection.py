@@ -1,7 +1,4 @@
-"""The store's one SQLite connection: opening, pragmas, migrations, the write lock, integrity, backup.
-
-Every concern of the store is a `Database` with its own methods; `Store` mixes them together.
-"""
+"""The SQLite store's one connection: opening, pragmas, migrations, the write lock, integrity, backup."""
 
 from __future__ import annotations
 
@@ -17,6 +14,8 @@ import aiosqlite
 
 from bot.errors import StoreError
 from bot.media_files import KeptFiles, MediaFiles, files_dir
+from bot.store.database import Database
+from bot.store.dialect import SQLITE
 from bot.store.migrations import MIGRATIONS
 from bot.store.write_lock import WriteLock
 
@@ -37,30 +36,13 @@ async def in_connection_thread(conn: aiosqlite.Connection, work: Callable[[sqlit
     return await runner._execute(lambda: work(runner._conn))  # type: ignore[no-any-return]
 
 
-def like_prefix(prefix: str) -> str:
-    """A LIKE pattern (with ESCAPE '\\') matching what starts with `prefix`, taken literally."""
-    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
-class Database:
+class SqliteDatabase(Database):
     """One aiosqlite connection to one SQLite file (WAL, foreign keys on, mode 0600)."""
 
-    # Whether several daemons may share this store (then each session's work runs under a lease).
-    shared = False
-    # An SQL condition, true when the instance named by the SQL expression `{instance}` is known to
-    # be gone (`bot.store.leases`: its leases are then free before they expire). Here (one file,
-    # one host): never; time decides.
-    _GONE = "0"
-
-    def _held(self, session_column: str) -> str:
-        """SQL true while the session in `session_column` has a lease unexpired at the time given
-        by its one `?` and an owner not known to be gone (`bot.store.leases`)."""
-        return (f"EXISTS (SELECT 1 FROM session_leases l WHERE l.session_key = {session_column} "
-                f"AND l.expires_at >= ? AND NOT {self._GONE.format(instance='l.owner')})")
+    dialect = SQLITE
 
     def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
-        self._conn = conn
-        self.path = path
+        super().__init__(conn, path)
         # One connection is shared by every coroutine: a write transaction must not interleave
         # with another coroutine's statements.
         self._write_lock = WriteLock()
@@ -110,9 +92,10 @@ class Database:
         """Where the pictures and files its messages refer to are kept: on disk beside the file."""
         return MediaFiles(files_dir(self.path))
 
-    async def _migrate(self) -> None:
-        """Bring the schema up to date; the concerns add their own part of opening after it."""
-        await self._apply_migrations()
+    @asynccontextmanager
+    async def living(self, instance: str) -> AsyncIterator[None]:
+        """Nothing to show: an SQLite file is one daemon's alone."""
+        yield
 
     async def _apply_migrations(self) -> None:
         await self._conn.execute(
@@ -135,11 +118,6 @@ class Database:
                     "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
                     (version, time.time()),
                 )
-
-    async def schema_version(self) -> int:
-        async with self._conn.execute("SELECT MAX(version) FROM schema_migrations") as cur:
-            row = await cur.fetchone()
-        return int(row[0]) if row and row[0] is not None else 0
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[None]:
@@ -164,11 +142,6 @@ class Database:
         do here: SQLite's write lock already lets one transaction write at a time."""
         return None
 
-    async def _count(self, sql: str) -> int:
-        found = await self._conn.execute_fetchall(sql)
-        row = next(iter(found), None)
-        return int(row[0]) if row else 0
-
     # -- integrity and backup -------------------------------------------------------------------
 
     @staticmethod
@@ -189,6 +162,25 @@ class Database:
         if problems:
             shown = "; ".join(problems[:3]) + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else "")
             raise self.damaged(self.path, shown)
+
+    async def foreign_key_problems(self) -> int:
+        """Rows whose foreign key points nowhere (`PRAGMA foreign_key_check`); 0 in a sound file."""
+        return len(list(await self._conn.execute_fetchall("PRAGMA foreign_key_check")))
+
+    async def _references_to_messages(self) -> list[tuple[str, str]]:
+        """(table, column) of every foreign key to messages.id, except those pruning cleans up."""
+        tables = [str(row[0]) for row in await self._conn.execute_fetchall(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+        found: list[tuple[str, str]] = []
+        for table in tables:
+            if table in ("messages", "provider_messages", "context_snapshots"):
+                continue
+            for target, column in await self._conn.execute_fetchall(
+                'SELECT "table", "from" FROM pragma_foreign_key_list(?)', (table,)
+            ):
+                if target == "messages":
+                    found.append((f'"{table}"', f'"{column}"'))
+        return found
 
     async def backup_to(self, target: Path) -> None:
         """Copy the whole database, consistent as of one moment, into a new file (mode 0600).

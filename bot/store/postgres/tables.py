@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from bot.store.pg_connection import PgConnection
+from bot.store.postgres.connection import PgConnection
 from bot.store.tables import SCHEMA_HISTORY, Tables, quoted
 
 # Recall's postings: derived from `recall_terms` by its triggers, never copied.
