@@ -351,10 +351,17 @@ async def test_a_reply_a_passing_failure_kept_from_the_chat_is_sent_again_while_
     running daemon (no restart, no new model call), once."""
     monkeypatch.setattr("bot.resume.SWEEP_INTERVAL", 0.05)
     channel = FailingFirst()
-    async with daemon(make_config(config_data(api)), channel):
+    async with daemon(make_config(config_data(api)), channel) as running_daemon:
         await channel.inject(said(channel, "anyone home?", message_id="1"))
         await wait_until(lambda: replies(channel) == ["re: anyone home?"])
-        await asyncio.sleep(0.2)  # a few more sweeps: none sends it again
+        # Marked delivered: no sweep from now on finds it pending, and a resend one already queued
+        # has run once the router is idle.
+        async with asyncio.timeout(30):
+            while True:  # polled: the store has no way to signal
+                if not await view.pending_deliveries():
+                    break
+                await asyncio.sleep(0.01)
+        await router_of(running_daemon).idle()
 
     assert channel.attempts == 2 and replies(channel) == ["re: anyone home?"]
     assert api.count == 1

@@ -28,7 +28,7 @@ from bot.session_key import build
 from bot.store import Instance
 from bot.store.postgres import PostgresStore
 from channels.telegram import TelegramChannel
-from tests.harness import API_KEY, MODEL, config_data, reply_requests, running
+from tests.harness import API_KEY, MODEL, config_data, reply_requests, router_of, running
 from tests.standins.anthropic_api import AnthropicStandIn, Text
 from tests.standins.round_robin import RoundRobin
 from tests.standins.telegram_api import TelegramStandIn, private_chat, user
@@ -70,6 +70,30 @@ async def instances(configs: list[Config]) -> AsyncIterator[list[Daemon]]:
         yield daemons
 
 
+async def settled(tg: TelegramStandIn, daemons: list[Daemon], pushed: list[dict[str, Any]]) -> None:
+    """Return once every pushed update was taken (an instance answers the webhook only once it
+    stored the update) and every instance ran every turn it queued, those it left to the holder of
+    a chat included: after this, no answer is on its way."""
+    for update in pushed:
+        assert await tg.delivered(update) == 200
+    for daemon in daemons:
+        await asyncio.wait_for(router_of(daemon).idle(), 30)
+
+
+async def nothing_left(url: str, state: Path, key: str, daemons: list[Daemon]) -> None:
+    """Return once no request of the session waits for an answer, no reply waits to be sent, and
+    every instance ran every turn it queued: only what still waits is ever taken up again, so after
+    this nothing more is sent."""
+    async with PostgresStore.connect(url, state_path=state, label=url) as view:
+        async with asyncio.timeout(30):
+            while True:  # polled: the store has no way to signal
+                if not (await view.waiting_ids(key) or await view.pending_deliveries()):
+                    break
+                await asyncio.sleep(0.02)
+    for daemon in daemons:
+        await asyncio.wait_for(router_of(daemon).idle(), 30)
+
+
 def replies_by_chat(tg: TelegramStandIn) -> dict[int, list[int]]:
     """The message numbers each chat's replies answered, in the order they arrived."""
     seen: dict[int, list[int]] = {}
@@ -90,15 +114,16 @@ async def test_three_instances_answer_every_message_once_and_in_order(
     async with RoundRobin(ports) as balancer:
         configs = [instance_config(api, tg, make_config, pg_url, port=port, webhook_url=balancer.url,
                                    users=users) for port in ports]
-        async with instances(configs):
+        async with instances(configs) as daemons:
             order = [(u, n) for n in range(10) for u in users]
+            pushed = []
             for u, n in order:
                 person = user(u, f"User{u}")
-                tg.push_message(private_chat(person), person, f"note m{u}-{n}")
+                pushed.append(tg.push_message(private_chat(person), person, f"note m{u}-{n}"))
                 if rng.random() < 0.3:
-                    await asyncio.sleep(rng.uniform(0, 0.02))
-            await tg.wait_for(lambda: len(tg.sent) >= len(order), timeout=20)
-            await asyncio.sleep(0.3)  # a second answer to anything would arrive meanwhile
+                    await asyncio.sleep(rng.uniform(0, 0.02))  # arrivals spread out, not a wait
+            await tg.wait_for(lambda: len(tg.sent) >= len(order), timeout=60)
+            await settled(tg, daemons, pushed)
 
     assert all(count > 0 for count in balancer.forwarded.values())  # every instance took updates
     assert replies_by_chat(tg) == {u: list(range(10)) for u in users}
@@ -136,11 +161,12 @@ async def test_a_dead_instance_s_lease_unsent_reply_and_waiting_request_are_take
     port = free_port()
     config = instance_config(api, tg, make_config, pg_url, port=port, users=[FIRST_USER],
                              webhook_url=f"http://127.0.0.1:{port}/telegram", lease_ttl=1.0)
-    async with instances([config]):
+    key = str(build("main", "telegram", "direct", str(FIRST_USER)))
+    async with instances([config]) as daemons:
         await left_behind(pg_url, tmp_path / "dead.db", FIRST_USER, reply_unsent=True)
         tg.push_message(private_chat(ada), ada, f"note m{FIRST_USER}-3")
-        await tg.wait_for(lambda: len(tg.sent) >= 3, timeout=10)
-        await asyncio.sleep(0.3)
+        await tg.wait_for(lambda: len(tg.sent) >= 3, timeout=30)
+        await nothing_left(pg_url, tmp_path / "view.db", key, daemons)
 
     assert replies_by_chat(tg) == {FIRST_USER: [1, 2, 3]}
 
@@ -154,10 +180,11 @@ async def test_a_request_a_dead_instance_never_answered_is_answered_without_a_ne
     port = free_port()
     config = instance_config(api, tg, make_config, pg_url, port=port, users=[FIRST_USER],
                              webhook_url=f"http://127.0.0.1:{port}/telegram", lease_ttl=1.0)
-    async with instances([config]):
+    key = str(build("main", "telegram", "direct", str(FIRST_USER)))
+    async with instances([config]) as daemons:
         await left_behind(pg_url, tmp_path / "dead.db", FIRST_USER, reply_unsent=False)
-        await tg.wait_for(lambda: tg.sent, timeout=10)
-        await asyncio.sleep(0.3)
+        await tg.wait_for(lambda: tg.sent, timeout=30)
+        await nothing_left(pg_url, tmp_path / "view.db", key, daemons)
 
     assert replies_by_chat(tg) == {FIRST_USER: [2]}
 
@@ -206,13 +233,13 @@ async def test_a_turn_whose_request_another_instance_answered_meanwhile_sends_no
     key = build("main", "telegram", "direct", str(FIRST_USER))
     ada = user(FIRST_USER, "Ada")
     api.script(Text("the late answer", delay=1.0), model=MODEL)
-    async with instances([config]), \
+    async with instances([config]) as (daemon,), \
             PostgresStore.connect(pg_url, state_path=tmp_path / "other.db", label=pg_url) as other:
         tg.push_message(private_chat(ada), ada, "are you there?")
         await tg.wait_for(lambda: api.requests_for(MODEL))  # the model is writing this instance's reply
         (waiting,) = await other.awaiting_requests(str(key))
         await other.append_reply(str(key), "yes (from the other instance)", request_id=waiting.message.id)
-        await asyncio.sleep(1.5)  # the model's answer arrives here meanwhile
+        await asyncio.wait_for(router_of(daemon).idle(), 30)  # the model's answer arrived, the turn ended
         history = await other.history(str(key), 10)
 
     assert tg.sent == []

@@ -82,10 +82,10 @@ async def test_nothing_is_shown_before_the_surface_is_ready_and_nothing_after_fi
     surface = RecordingSurface(ready_after_sentence=True)
     stream = PreviewStream(surface)
     stream.update("Well")
-    await asyncio.sleep(0.15)
+    await settle()  # the stream looked at it, and held it back
     assert surface.calls == [] and not stream.shown.is_set()
     stream.update("Well, tides follow the moon. And")
-    await asyncio.sleep(0.15)
+    await asyncio.wait_for(stream.shown.wait(), 30)
     assert surface.calls[-1] == ("shown", "Well, tides follow the moon. And")
     await stream.finish("Well, tides follow the moon. And the sun.")
     stream.update("late text")
