@@ -141,13 +141,13 @@ def _tables(conn: Any) -> list[str]:
 def _empty(conn: Any, tables: list[str]) -> bool:
     """Delete every row but the schema history, restart the identities; False when the schema is
     not the template's (a test changed it) or another session still holds a lock."""
-    from bot.store.pg_migrations import PG_MIGRATIONS
+    from bot.store.schema import migrations
 
     with conn.transaction():
         conn.execute("SET LOCAL lock_timeout = '1s'")
         conn.execute("SET LOCAL session_replication_role = replica")  # no foreign keys, no triggers
         versions = conn.execute("SELECT COUNT(*), MAX(version) FROM schema_migrations").fetchone()
-        if versions != (len(PG_MIGRATIONS), len(PG_MIGRATIONS)):
+        if versions != (len(migrations("postgres")), len(migrations("postgres"))):
             return False
         if _tables(conn) != tables:
             return False

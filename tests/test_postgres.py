@@ -19,10 +19,9 @@ from bot.log import Redactor
 from bot.messages import ChatRef, InboundMessage
 from bot.session_key import build
 from bot.store import ReminderLimitError, Store
-from bot.store.migrations import MIGRATIONS
 from bot.store.opening import open_store
-from bot.store.pg_migrations import PG_MIGRATIONS
 from bot.store.postgres import PostgresStore
+from bot.store.schema import migrations
 from tests.harness import ROOT, switchboard_cli
 from tests.postgres import PostgresServer
 
@@ -41,7 +40,7 @@ def opened(url: str, tmp_path: Path) -> AbstractAsyncContextManager[PostgresStor
 def test_both_schema_histories_have_every_migration() -> None:
     """PostgreSQL's schema history has an entry for each of SQLite's (a migration added to one and
     not the other fails here)."""
-    assert len(PG_MIGRATIONS) == len(MIGRATIONS)
+    assert len(migrations("postgres")) == len(migrations("sqlite"))
 
 
 async def test_migrations_are_recorded_once_and_a_newer_schema_is_refused(
@@ -50,12 +49,13 @@ async def test_migrations_are_recorded_once_and_a_newer_schema_is_refused(
     """Reopening applies nothing again and keeps the data; a database a newer Switchboard migrated
     is refused with the error SQLite gives, naming the database."""
     async with opened(pg_url, tmp_path) as store:
-        assert await store.schema_version() == len(PG_MIGRATIONS)
+        assert await store.schema_version() == len(migrations("postgres"))
         await store.append_inbound(said("hello", "1"))
     async with opened(pg_url, tmp_path) as store:
-        assert await store.schema_version() == len(PG_MIGRATIONS)
+        assert await store.schema_version() == len(migrations("postgres"))
         assert [m.text for m in await store.history(str(DM), 5)] == ["hello"]
-        await store._conn.execute("INSERT INTO schema_migrations VALUES (?, 0)", (len(PG_MIGRATIONS) + 1,))
+        newer = len(migrations("postgres")) + 1
+        await store._conn.execute("INSERT INTO schema_migrations VALUES (?, 0)", (newer,))
     with pytest.raises(StoreError, match="newer than this Switchboard") as refused:
         async with opened(pg_url, tmp_path):
             pass
@@ -251,7 +251,7 @@ async def test_terms_stored_before_the_posting_table_are_found_after_it(
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, "
                      "applied_at DOUBLE PRECISION NOT NULL)")
-        for version, sql in enumerate(PG_MIGRATIONS[:16], start=1):
+        for version, sql in enumerate(migrations("postgres")[:16], start=1):
             conn.execute(sql)
             conn.execute("INSERT INTO schema_migrations VALUES (%s, 0)", (version,))
         conn.execute("INSERT INTO sessions (key, created_at, updated_at) VALUES (%s, 0, 0)", (key,))
@@ -263,7 +263,7 @@ async def test_terms_stored_before_the_posting_table_are_found_after_it(
             conn.execute("INSERT INTO recall_terms (message_id, terms) VALUES (%s, %s)",
                          (message_id, index_terms(key, text)))
     async with opened(url, tmp_path) as store:
-        assert await store.schema_version() == len(PG_MIGRATIONS)
+        assert await store.schema_version() == len(migrations("postgres"))
         found, _ = await store.lexical_turns(key, "lighthouse", before_id=10**9, limit=20)
         assert len(found) == 12
         found, _ = await store.lexical_turns(key, "keeper number 17", before_id=10**9, limit=4)

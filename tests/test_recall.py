@@ -28,7 +28,7 @@ from bot.lexical import (
 )
 from bot.messages import ChatRef, StoredMessage
 from bot.store import RECALL_COMMON, Store
-from bot.store.migrations import MIGRATIONS
+from bot.store.schema import migrations
 from tests.fakes import FakeChannel
 from tests.harness import FAST, config_data, daemon_with, reply_requests, request_text, say, wait_until
 from tests.standins.anthropic_api import AnthropicStandIn
@@ -260,7 +260,7 @@ async def test_a_schema_5_database_gets_its_terms_when_opened(tmp_path: Path) ->
     key = str(channel.key())
     with sqlite3.connect(path) as raw:
         raw.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
-        for version, sql in enumerate(MIGRATIONS[:5], start=1):
+        for version, sql in enumerate(migrations("sqlite")[:5], start=1):
             raw.executescript(sql)
             raw.execute("INSERT INTO schema_migrations VALUES (?, 0)", (version,))
         raw.execute("INSERT INTO sessions (key, created_at, updated_at) VALUES (?, 0, 0)", (key,))
@@ -269,7 +269,7 @@ async def test_a_schema_5_database_gets_its_terms_when_opened(tmp_path: Path) ->
         raw.executemany("INSERT INTO messages (session_key, role, origin, text, created_at, token_estimate) "
                         "VALUES (?, ?, ?, ?, 0, 5)", [(key, *row) for row in rows])
     async with Store.open(path) as store:
-        assert await store.schema_version() == len(MIGRATIONS)
+        assert await store.schema_version() == len(migrations("sqlite"))
         assert len(await ids(store, key, "lighthouse", limit=20)) == 12
         assert await ids(store, key, "keeper number 17", limit=4) == [8, 12, 11, 10]
         new = await user(store, channel, "a new lighthouse")

@@ -26,7 +26,7 @@ from bot.context_builder import ContextBuilder, Pin
 from bot.messages import ChatRef, StoredMessage
 from bot.replay import replay
 from bot.store import Store
-from bot.store.migrations import MIGRATIONS
+from bot.store.schema import migrations
 from bot.turn import FALLBACK_REPLY
 from tests.fakes import FakeChannel
 from tests.harness import FAST, config_data, daemon_with, last_user_line, reply_requests, request_text, say
@@ -317,7 +317,7 @@ async def test_a_context_build_failure_gets_the_fallback_and_the_daemon_goes_on(
             # The previous-tasks block reads schedule_runs: without it, building the context fails.
             raw_sql(db, "DROP TABLE schedule_runs")
             await say(daemon, channel, "during")
-            raw_sql(db, MIGRATIONS[2])
+            raw_sql(db, migrations("sqlite")[2])
             await say(daemon, channel, "after")
 
     assert [m.text for m in channel.sent] == ["re: before", FALLBACK_REPLY, "re: after"]

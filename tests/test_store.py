@@ -14,7 +14,7 @@ from bot.errors import SessionNotFoundError, StoreError
 from bot.messages import ChatRef, InboundMessage
 from bot.session_key import SessionKey, build
 from bot.store import Store
-from bot.store.migrations import MIGRATIONS
+from bot.store.schema import migrations
 
 DM = build("main", "telegram", "direct", 42)
 OTHER_DM = build("main", "telegram", "direct", 43)
@@ -78,14 +78,14 @@ async def test_migrations_recorded_and_not_reapplied(tmp_path: Path) -> None:
     """Every migration is recorded once; reopening keeps the data and applies nothing again."""
     path = tmp_path / "s.db"
     async with Store.open(path) as store:
-        assert await store.schema_version() == len(MIGRATIONS)
+        assert await store.schema_version() == len(migrations("sqlite"))
         await store.append_inbound(inbound("hello", message_id="1"))
     with _plain(path) as conn:
         first = conn.execute("SELECT version, applied_at FROM schema_migrations ORDER BY version").fetchall()
-    assert [version for version, _ in first] == list(range(1, len(MIGRATIONS) + 1))
+    assert [version for version, _ in first] == list(range(1, len(migrations("sqlite")) + 1))
 
     async with Store.open(path) as store:
-        assert await store.schema_version() == len(MIGRATIONS)
+        assert await store.schema_version() == len(migrations("sqlite"))
         assert [m.text for m in await store.history(str(DM), 10)] == ["hello"]
     with _plain(path) as conn:
         again = conn.execute("SELECT version, applied_at FROM schema_migrations ORDER BY version").fetchall()
@@ -122,7 +122,7 @@ async def test_newer_database_is_refused(tmp_path: Path) -> None:
     async with Store.open(path):
         pass
     with _plain(path) as conn:
-        conn.execute("INSERT INTO schema_migrations VALUES (?, 0)", (len(MIGRATIONS) + 1,))
+        conn.execute("INSERT INTO schema_migrations VALUES (?, 0)", (len(migrations("sqlite")) + 1,))
     with pytest.raises(StoreError, match="newer than this Switchboard"):
         async with Store.open(path):
             pass

@@ -88,9 +88,9 @@ def _damaged(path: Path, detail: str) -> Finding:
 
 
 def _schema(label: str, detail: str, version: int, daemon_running: bool) -> Finding:
-    from bot.store.migrations import MIGRATIONS
+    from bot.store.schema import migrations
 
-    current = len(MIGRATIONS)
+    current = len(migrations("sqlite"))  # the same numbers on PostgreSQL
     if version > current:
         return failed(label, f"{detail}; schema {version} is newer than this Switchboard's ({current})",
                       "upgrade Switchboard: this version refuses to open it")

@@ -20,13 +20,13 @@ from bot.media_files import KeptFiles
 from bot.messages import ChatRef
 from bot.store.base import Store
 from bot.store.dialect import POSTGRES
-from bot.store.pg_migrations import PG_MIGRATIONS
 from bot.store.postgres.connection import PgConnection
 from bot.store.postgres.context_reads import PgContextReads
 from bot.store.postgres.files import PgKeptFiles
 from bot.store.postgres.living import living_lock
 from bot.store.postgres.recall import PgRecall
 from bot.store.postgres.tables import PgTables
+from bot.store.schema import is_empty, migrations
 
 if TYPE_CHECKING:
     import aiosqlite
@@ -110,7 +110,8 @@ class PostgresStore(PgRecall, PgContextReads, PgTables, Store):
             await pool.close()
 
     async def _apply_migrations(self) -> None:
-        """PG_MIGRATIONS, each whole, all in one transaction under the advisory lock."""
+        """`postgres/migrations/`, each whole, all in one transaction under the advisory lock."""
+        wanted = migrations(self.dialect.name)
         async with self._transaction():
             await self._conn.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
             await self._conn.execute(
@@ -118,13 +119,14 @@ class PostgresStore(PgRecall, PgContextReads, PgTables, Store):
                 "(version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
             )
             current = await self.schema_version()
-            if current > len(PG_MIGRATIONS):
+            if current > len(wanted):
                 raise StoreError(
                     f"database {self.label} is at schema {current}, newer than this Switchboard "
-                    f"({len(PG_MIGRATIONS)}); upgrade Switchboard"
+                    f"({len(wanted)}); upgrade Switchboard"
                 )
-            for version, sql in enumerate(PG_MIGRATIONS[current:], start=current + 1):
-                await self._pg.execute_script(sql)
+            for version, sql in enumerate(wanted[current:], start=current + 1):
+                if not is_empty(sql):
+                    await self._pg.execute_script(sql)
                 await self._conn.execute(
                     "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
                     (version, time.time()),

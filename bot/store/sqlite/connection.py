@@ -16,7 +16,7 @@ from bot.errors import StoreError
 from bot.media_files import KeptFiles, MediaFiles, files_dir
 from bot.store.database import Database
 from bot.store.dialect import SQLITE
-from bot.store.migrations import MIGRATIONS
+from bot.store.schema import migrations
 from bot.store.write_lock import WriteLock
 
 # The page cache of the store's connection (see `Database.open`).
@@ -98,6 +98,8 @@ class SqliteDatabase(Database):
         yield
 
     async def _apply_migrations(self) -> None:
+        """`sqlite/migrations/`, each in a transaction of its own."""
+        wanted = migrations(self.dialect.name)
         await self._conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations "
             "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
@@ -105,12 +107,12 @@ class SqliteDatabase(Database):
         async with self._conn.execute("SELECT MAX(version) FROM schema_migrations") as cur:
             row = await cur.fetchone()
         current = (row[0] if row else None) or 0
-        if current > len(MIGRATIONS):
+        if current > len(wanted):
             raise StoreError(
                 f"database {self.label} is at schema {current}, newer than this Switchboard "
-                f"({len(MIGRATIONS)}); upgrade Switchboard"
+                f"({len(wanted)}); upgrade Switchboard"
             )
-        for version, sql in enumerate(MIGRATIONS[current:], start=current + 1):
+        for version, sql in enumerate(wanted[current:], start=current + 1):
             async with self._transaction():
                 for statement in _statements(sql):
                     await self._conn.execute(statement)

@@ -1,0 +1,2 @@
+-- 17: nothing here. PostgreSQL's recall gets a posting table of its own (`postgres/migrations`);
+-- FTS5's index already is one. An empty migration has no statements: only its number is kept.
