@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.control import request, socket_path
 from tests.harness import API_KEY, FAST, MODEL, ROOT, last_user_line, reply_requests, wait_until
 from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
 
@@ -242,7 +243,8 @@ async def test_run_on_a_terminal_says_what_runs_renders_line_breaks_and_asks_at_
     await run_here.type("n")
     await run_here.keys("Enter")
     await run_here.wait_text("Console closed; Switchboard goes on running here (Ctrl-C stops it).")
-    await asyncio.sleep(0.5)
-    assert not (tmp_path / "exit").exists()  # still running
+    # Still running: it answers on its control socket after the console closed.
+    status = await asyncio.to_thread(request, socket_path(tmp_path / "state" / "switchboard.db"), "status")
+    assert status["ok"] and not (tmp_path / "exit").exists()
     await run_here.keys("C-c")
     assert await exit_status(tmp_path) == 0

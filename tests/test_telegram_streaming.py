@@ -324,9 +324,9 @@ async def test_a_reply_cut_off_mid_stream_by_a_stop_is_finished_in_its_preview_a
     assert preview.visible_text != ANSWER and ANSWER.startswith(preview.visible_text)
 
     api.script(Text(ANSWER))
-    async with telegram_daemon(config):
+    async with telegram_daemon(config) as daemon:
         await tg.wait_for(lambda: [m for m in [*tg.sent, *tg.edits] if m.visible_text == ANSWER])
-        await asyncio.sleep(0.2)
+        await router_of(daemon).idle()  # the resumed turn has ended: nothing more is on its way
 
     assert tg.sent == [preview]
     assert final_text(tg, -100123, preview.message_id) == ANSWER
@@ -353,9 +353,9 @@ async def test_a_preview_not_yet_recorded_as_the_first_chunk_is_edited_after_a_r
         )
     tg.sent.clear()
 
-    async with telegram_daemon(config):
+    async with telegram_daemon(config) as daemon:
         await tg.wait_for(lambda: tg.edits)
-        await asyncio.sleep(0.2)
+        await router_of(daemon).idle()  # the resumed delivery has ended: nothing more is on its way
 
     assert tg.sent == []
     assert [e.visible_text for e in tg.edits if e.message_id == partial.message_id] == [ANSWER]
