@@ -874,12 +874,12 @@ INSTALLS_HOW = ""
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--daemon-child"]:  # before any import of the bench's: the daemon pays none
+        daemon_child(sys.argv[2:])
+        return
     from bench.crash_loop import code_version
     from bench.telegram_throughput import memory_pressure
 
-    if sys.argv[1:2] == ["--daemon-child"]:
-        daemon_child(sys.argv[2:])
-        return
     global EXTRAS, INSTALLS_HOW
     started = time.monotonic()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -12,6 +12,7 @@ from typing import Any
 
 import structlog
 
+from bot import model_sdks
 from bot.agents import Agents
 from bot.brain import Brain
 from bot.channel import Announcing, CatchUpPoint, Channel
@@ -26,7 +27,7 @@ from bot.messages import AGENT_PROVIDER, ChatRef, InboundMessage, StoredMessage
 from bot.notify import Notifier
 from bot.outbox import Outbox
 from bot.pairing import PairingGate, welcome_approved
-from bot.providers import brains_by_model, transcriber_of
+from bot.providers import brains_by_model, model_sdks_of, transcriber_of
 from bot.reload_plan import plan_reload
 from bot.reminder_schedule import ReminderSchedule
 from bot.resume import adopt_waiting, repeat, resume, sweep
@@ -130,6 +131,8 @@ class Daemon(DaemonHealth):
             if self._brain is None and not config.uses_providers() and config.anthropic.api_key() is None:
                 log.warning("no Anthropic API key: replies will be the fallback message",
                             env=config.anthropic.api_key_env)
+            sdks = [] if self._brain is not None else sorted(
+                {sdk for agent in config.agent_ids() for sdk in model_sdks_of(config.for_agent(agent))})
             brain = self._brain = agents.brain(config)
             agents.configure(config)
             # Several daemons on one store: each session's work runs under its lease.
@@ -168,6 +171,7 @@ class Daemon(DaemonHealth):
                 self._spawn(repeat(LIVE_WINDOW, self._take_over_runs, "taking over runs"))
                 self._spawn(adopt_waiting(store, router, self._current_inbox, self._by_provider, leases.ttl))
             announce = asyncio.create_task(self._announce_ready(), name="ready")
+            self._spawn(self._preload(sdks), name="model SDKs")
             self.started.set()
             log.info("started", channels=[c.provider for c in self.channels],
                      database=store.label, agents=config.agent_ids())
@@ -272,6 +276,12 @@ class Daemon(DaemonHealth):
         return transcriber_of(self._brain)
 
     # -- channels ------------------------------------------------------------------------------
+
+    async def _preload(self, sdks: list[str]) -> None:
+        """Once the channels are up, the model SDKs start importing in a thread: neither the first
+        poll nor the console's prompt waits for them, and the first message rarely does."""
+        await self.ready.wait()
+        model_sdks.preload(*sdks)
 
     def _spawn(self, coro: Any, name: str | None = None) -> None:
         task = asyncio.create_task(coro, name=name)

@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx2
-import openai
 import structlog
 
+from bot import model_sdks
 from bot.brain import (
     RETRYABLE_STATUS,
     Completion,
@@ -30,6 +29,9 @@ from bot.budget import estimate_tokens
 from bot.config.provider_sections import ProviderConfig
 from bot.misconfiguration import Misconfigurations, ProblemKind, ProviderFacts, problem_kind, told
 from bot.openai_messages import STOP_REASONS, chat_messages, chat_tool_choice, chat_tools, tool_use_blocks
+
+if TYPE_CHECKING:  # the SDK itself is imported when the first call needs it (`bot.model_sdks`)
+    import openai
 
 log = structlog.get_logger("switchboard.brain")
 
@@ -48,18 +50,24 @@ class OpenAIBrain:
         self._model = model
         self._facts = ProviderFacts(name, config.url(), config.api_key_env)
         self._misconfigured = misconfigured
-        self._client = openai.AsyncOpenAI(
-            api_key=config.api_key() or NO_KEY, base_url=config.url(), max_retries=0,
-            timeout=config.timeout,
-        )
+        self._client: openai.AsyncOpenAI | None = None  # made by the first call
         self.estimated = 0  # calls whose tokens were estimated (the server reported none)
 
-    @property
-    def client(self) -> openai.AsyncOpenAI:
+    async def client(self) -> openai.AsyncOpenAI:
+        """The SDK's client, made (and the SDK imported, off the event loop) on first use."""
+        if self._client is None:
+            sdk = await model_sdks.load("openai")
+            if self._client is None:  # another call may have made it while the SDK loaded
+                self._client = sdk.AsyncOpenAI(
+                    api_key=self._config.api_key() or NO_KEY, base_url=self._config.url(), max_retries=0,
+                    timeout=self._config.timeout,
+                    http_client=sdk.DefaultAioHttpClient(),  # as bot.brain's: HTTP parsed in C
+                )
         return self._client
 
     async def aclose(self) -> None:
-        await self._client.close()
+        if self._client is not None:
+            await self._client.close()
 
     def model_for(self, role: str) -> str:
         return self._model if role in ("main", "fast", "summary") else role
@@ -103,8 +111,9 @@ class OpenAIBrain:
         deadline = time.monotonic() + self._config.timeout * (self._config.max_retries + 1)
 
         async def attempt(timeout: float) -> Completion:
-            create: Any = self._client.with_options(timeout=timeout).audio.transcriptions.create
-            result = await create(model=model, file=(name, data, mime or "application/octet-stream"))
+            create: Any = (await self.client()).audio.transcriptions.create
+            result = await create(model=model, file=(name, data, mime or "application/octet-stream"),
+                                  timeout=timeout)
             return Completion(str(getattr(result, "text", "")), model, provider=self.name)
 
         completion = await self._with_retries(attempt, deadline, "transcription", model)
@@ -127,9 +136,10 @@ class OpenAIBrain:
         finish: str | None = None
         usage: Any = None
         calls: dict[int, dict[str, str]] = {}
-        create: Any = self._client.with_options(timeout=timeout).chat.completions.create
+        # The timeout per request: `with_options` would build a whole client per call.
+        create: Any = (await self.client()).chat.completions.create
         stream = await create(model=model, messages=messages, max_tokens=max_tokens, stream=True,
-                              stream_options={"include_usage": True}, **extra)
+                              stream_options={"include_usage": True}, timeout=timeout, **extra)
         async with stream:
             async for chunk in stream:
                 used_model = chunk.model or used_model
@@ -165,6 +175,9 @@ class OpenAIBrain:
 def classify(exc: Exception) -> tuple[bool, float | None, str, ProblemKind | None]:
     """(retryable, server-suggested wait, short description, misconfiguration), as `bot.brain`
     does for Anthropic."""
+    import httpx2
+    import openai  # loaded by the call that failed
+
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         problem = problem_kind(status, exc.type, exc.code, exc.message)

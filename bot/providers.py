@@ -32,7 +32,7 @@ from bot.errors import ModelError
 from bot.misconfiguration import Misconfigurations
 from bot.voice import Transcribe
 
-if TYPE_CHECKING:  # the openai SDK loads only when a provider of that kind is configured (0.4-3 s)
+if TYPE_CHECKING:
     from bot.openai_brain import OpenAIBrain
 
 log = structlog.get_logger("switchboard.brain")
@@ -47,8 +47,8 @@ class _Closable(Protocol):
 class RoleBrain:
     """Every provider's brain, built when first used and closed with `aclose`.
 
-    The SDK of each kind configured is imported here, when the daemon starts: imported inside the
-    first call it would spend that call's deadline (seconds on a loaded machine) on the event loop.
+    No SDK is imported here: each brain imports its own on its first call, in a thread, and the
+    daemon starts those imports once its channels are up (`model_sdks_of`, `bot.model_sdks`).
     """
 
     def __init__(self, config: Config, *, misconfigured: Misconfigurations | None = None) -> None:
@@ -214,6 +214,15 @@ def build_brain(
         return brain, brain
     single = AnthropicBrain(config.anthropic, config.anthropic.api_key(), misconfigured=misconfigured)
     return single, single
+
+
+def model_sdks_of(config: Config) -> list[str]:
+    """The SDK modules the configured models are called through: imported ahead of the first call."""
+    if not config.uses_providers():
+        return ["anthropic"] if config.anthropic.api_key() else []
+    providers = config.all_providers()
+    return sorted({providers[name].kind if name in providers else "anthropic"
+                   for role in ROLE_NAMES for name, _ in config.role_chain(role)})
 
 
 class PinnedBrains:

@@ -11,6 +11,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+# The model SDKs load with the suite, before any test runs: a daemon imports them in a thread
+# once its channels are up (`bot.model_sdks`), and the tests' short model deadlines (seconds,
+# triage half a second) must not pay that import on a loaded machine.
+import anthropic as _anthropic_sdk  # noqa: F401
+import openai as _openai_sdk  # noqa: F401
+
 from bot.brain import AnthropicBrain
 from bot.channel import Channel
 from bot.config import Config

@@ -1,0 +1,54 @@
+"""The model SDKs (anthropic, openai): imported off the event loop, and only where a model is used.
+
+Each takes about a second of CPU to import (several on a loaded machine). Imported with the
+daemon's modules it would hold back the first poll and the console's first prompt; imported
+inside the first model call it would stall the event loop for every chat. So the daemon starts
+the import in a thread of its own once its channels are up (`preload`), and a brain's first call
+awaits that import (`load`), starting it if nothing has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import importlib
+import sys
+import threading
+from types import ModuleType
+
+_imports: dict[str, concurrent.futures.Future[ModuleType]] = {}
+_guard = threading.Lock()
+
+
+def preload(*names: str) -> None:
+    """Start importing each module in a background thread, once per process."""
+    for name in names:
+        _import(name)
+
+
+async def load(name: str) -> ModuleType:
+    """The module, imported in a background thread if no import of it has finished yet."""
+    future = _import(name)
+    if future.done():
+        return future.result()
+    return await asyncio.wrap_future(future)
+
+
+def _import(name: str) -> concurrent.futures.Future[ModuleType]:
+    with _guard:
+        future = _imports.get(name)
+        if future is None:
+            future = _imports[name] = concurrent.futures.Future()
+            imported = sys.modules.get(name)
+            if imported is not None:  # by code of the caller's own
+                future.set_result(imported)
+            else:  # a daemon thread: a stop during the import does not wait for it
+                threading.Thread(target=_run, args=(name, future), name=f"import {name}", daemon=True).start()
+    return future
+
+
+def _run(name: str, future: concurrent.futures.Future[ModuleType]) -> None:
+    try:
+        future.set_result(importlib.import_module(name))
+    except BaseException as exc:  # handed to whoever awaits the import
+        future.set_exception(exc)
