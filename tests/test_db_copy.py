@@ -26,6 +26,7 @@ from bot.store.copying import copy_store
 from bot.store.postgres import PostgresStore
 from bot.store.tables import quoted
 from tests.harness import switchboard_cli
+from tests.sql import execute, rows
 
 DM = build("main", "telegram", "direct", "42")
 GROUP = build("main", "telegram", "group", "-100")
@@ -77,7 +78,7 @@ async def fill_every_table(store: Store) -> None:
             await store.attach_tool_calls(request.id, reply.id)
     await store.save_embeddings(MODEL, vectors)
     # A vector deleted: its session's count keeps the largest id it ever counted.
-    await store._conn.execute("DELETE FROM embeddings WHERE message_id = ?", (vectors[-2][0],))
+    await execute(store, "DELETE FROM embeddings WHERE message_id = ?", (vectors[-2][0],))
     history = await store.history(str(DM), 100)
     await store.record_compaction(str(DM), summary="they planned alpha", last_summarised_id=history[3].id,
                                   first_kept_message_id=history[4].id, tokens_before=900, tokens_after=120,
@@ -104,7 +105,7 @@ async def fill_every_table(store: Store) -> None:
                              request_message_id=history[0].id, max_pending=5)
     await store.take_lease(str(GROUP), "old-instance", 30)
     await store.heartbeat(Instance("old-instance", "host-a", 4242, now - 7200, now - 3600))
-    await store._conn.execute("INSERT INTO index_backlog (name, upto) VALUES ('lexical', 0)")
+    await execute(store, "INSERT INTO index_backlog (name, upto) VALUES ('lexical', 0)")
     sha = await store.kept_files().keep(PICTURE)
     await store.append_inbound(replace(said("my cat", "pic"), media=(
         Media("photo", "kept", sha256=sha, mime="image/jpeg", size=len(PICTURE), width=640, height=480),)))
@@ -116,9 +117,9 @@ async def every_row(store: Store) -> dict[str, list[tuple[Any, ...]]]:
     found: dict[str, list[tuple[Any, ...]]] = {}
     for table, columns in tables.items():
         listed = ", ".join(quoted(column) for column in columns)
-        rows = await store._conn.execute_fetchall(f"SELECT {listed} FROM {quoted(table)}")
+        read = await rows(store, f"SELECT {listed} FROM {quoted(table)}")
         found[table] = sorted((tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
-                               for row in rows), key=repr)
+                               for row in read), key=repr)
     return found
 
 

@@ -36,6 +36,7 @@ from bot.session_key import build
 from bot.store import Store
 from tests.fakes import FakeChannel
 from tests.harness import config_data, daemon_with, say, switchboard_cli
+from tests.sql import execute, rows
 from tests.standins.anthropic_api import AnthropicStandIn
 
 pytestmark = pytest.mark.skipif(unavailable_reason(parse_config({}, "<defaults>")) is not None,
@@ -84,8 +85,8 @@ async def ranked(store: Store, embedder: Embedder, request: StoredMessage, key: 
 
 async def stored_vectors(store: Store) -> dict[int, str]:
     """message id -> model of every stored vector, read through the store's own connection."""
-    rows = await store._conn.execute_fetchall("SELECT message_id, model FROM embeddings")
-    return {int(row[0]): str(row[1]) for row in rows}
+    found = await rows(store, "SELECT message_id, model FROM embeddings")
+    return {int(row[0]): str(row[1]) for row in found}
 
 
 def vectors_in(db: Path) -> dict[int, str]:
@@ -189,7 +190,7 @@ async def test_search_sees_new_and_deleted_vectors(store: Store, embedder: Embed
     added = await say_in(store, "my parents live in Faro")
     await embed_all(store, embedder)
     assert await ids() == {kept.id, gone.id, added.id}
-    await store._conn.execute("DELETE FROM messages WHERE id = ?", (gone.id,))
+    await execute(store, "DELETE FROM messages WHERE id = ?", (gone.id,))
     assert await ids() == {kept.id, added.id}
 
 
@@ -228,7 +229,7 @@ async def test_fallback_replies_and_scheduled_output_are_never_embedded(
     request = await say_in(store, "are you there?")
     apology = await store.append_reply(str(SESSION), "I couldn't reach the model, try again in a moment.",
                                        request_id=request.id)
-    await store._conn.execute("UPDATE messages SET fallback = 1 WHERE id = ?", (apology.id,))
+    await execute(store, "UPDATE messages SET fallback = 1 WHERE id = ?", (apology.id,))
     report = await store.append_reply(str(SESSION), "Your morning report", origin="scheduled", job_id="m")
     answered = await store.append_reply(str(SESSION), "Yes, I'm here.")  # a later answer of its own
     assert [m.id for m in await store.pending_embeddings(embedder.model_id)] == [request.id, answered.id]
@@ -341,8 +342,7 @@ async def test_a_vector_is_written_once_per_model(store: Store, embedder: Embedd
     other = vector_bytes(embedder.encode(["something else"])[0])
     assert await store.save_embeddings(embedder.model_id, [(message.id, str(SESSION), first)]) == 1
     assert await store.save_embeddings(embedder.model_id, [(message.id, str(SESSION), other)]) == 0
-    assert [bytes(row[0]) for row in await store._conn.execute_fetchall("SELECT vector FROM embeddings")] \
-        == [first]
+    assert [bytes(row[0]) for row in await rows(store, "SELECT vector FROM embeddings")] == [first]
     assert await store.save_embeddings("model-b", [(message.id, str(SESSION), other)]) == 1
     assert await stored_vectors(store) == {message.id: "model-b"}
     assert await store.save_embeddings("model-b", [(message.id + 1, str(SESSION), other)]) == 0
@@ -351,11 +351,11 @@ async def test_a_vector_is_written_once_per_model(store: Store, embedder: Embedd
 
 async def counts_and_aggregate(store: Store) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """embedding_counts' rows with a count, and the same counted from the vectors themselves."""
-    kept = await store._conn.execute_fetchall("SELECT session_key, model, count, total FROM embedding_counts "
-                                              "WHERE count > 0 ORDER BY 1, 2")
-    counted = await store._conn.execute_fetchall("SELECT session_key, model, COUNT(*), SUM(message_id) "
-                                                 "FROM embeddings GROUP BY 1, 2 ORDER BY 1, 2")
-    return [tuple(row) for row in kept], [tuple(row) for row in counted]
+    kept = await rows(store, "SELECT session_key, model, count, total FROM embedding_counts "
+                            "WHERE count > 0 ORDER BY 1, 2")
+    counted = await rows(store, "SELECT session_key, model, COUNT(*), SUM(message_id) "
+                               "FROM embeddings GROUP BY 1, 2 ORDER BY 1, 2")
+    return kept, counted
 
 
 async def test_the_vector_counts_follow_every_write(store: Store, embedder: Embedder) -> None:
@@ -369,7 +369,7 @@ async def test_the_vector_counts_follow_every_write(store: Store, embedder: Embe
     assert kept == counted and [row[2] for row in kept] == [1, 3]
     vector = vector_bytes(embedder.encode(["x"])[0])
     assert await store.save_embeddings("model-b", [(said[0].id, str(SESSION), vector)]) == 1
-    await store._conn.execute("DELETE FROM messages WHERE id IN (?, ?)", (said[1].id, elsewhere.id))
+    await execute(store, "DELETE FROM messages WHERE id IN (?, ?)", (said[1].id, elsewhere.id))
     kept, counted = await counts_and_aggregate(store)
     assert kept == counted == sorted([(str(SESSION), "model-b", 1, said[0].id),
                                       (str(SESSION), embedder.model_id, 1, said[2].id)])

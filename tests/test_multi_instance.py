@@ -29,6 +29,7 @@ from bot.store import Instance
 from bot.store.postgres import PostgresStore
 from channels.telegram import TelegramChannel
 from tests.harness import API_KEY, MODEL, config_data, reply_requests, router_of, running
+from tests.sql import execute
 from tests.standins.anthropic_api import AnthropicStandIn, Text
 from tests.standins.round_robin import RoundRobin
 from tests.standins.telegram_api import TelegramStandIn, private_chat, user
@@ -270,7 +271,7 @@ async def test_what_a_killed_instance_left_is_taken_over_at_once_not_when_its_le
         await asyncio.sleep(1.5)
         assert tg.sent == []  # it lives: its lease holds
         # What a SIGKILL does to a process's connections: the server ends their backends.
-        await dying._conn.execute(
+        await execute(dying,
             "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
             "AND objsubid = 2 AND objid = hashtext('h:1:dying')::oid")
         await living.__aexit__(None, None, None)  # the process is gone: nothing takes the lock again

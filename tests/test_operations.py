@@ -42,6 +42,7 @@ from tests.harness import (
     say,
     wait_until,
 )
+from tests.sql import execute
 from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
 from tests.standins.telegram_api import TelegramStandIn, private_chat
 from tests.standins.telegram_api import user as tg_user
@@ -466,7 +467,7 @@ async def _fill_store(store: Store, *, sessions: int = 2, turns: int = 10, age_d
             reply = await store.append_reply(str(key), f"a{t}", request_id=stored.id)
             await store.mark_delivered(reply.id, chat, [f"r{s}-{t}"])
             await store.record_snapshot(str(key), stored.id, reply.id, {"t": t}, "h")
-    await store._conn.execute("UPDATE messages SET created_at = ?", (time.time() - age_days * 86400,))
+    await execute(store, "UPDATE messages SET created_at = ?", (time.time() - age_days * 86400,))
     return keys
 
 
@@ -502,7 +503,7 @@ async def test_prune_spares_recent_messages_waiting_requests_and_scheduled_outpu
     waiting = await store.append_inbound(InboundMessage(
         session_key=build("main", "telegram", "direct", 100), chat=ChatRef("telegram", "100"),
         sender_id="100", sender_name="Ada", text="unanswered", provider_message_id="w"))
-    await store._conn.execute("UPDATE messages SET created_at = ?", (time.time() - 30 * 86400,))
+    await execute(store, "UPDATE messages SET created_at = ?", (time.time() - 30 * 86400,))
     young = await store.prune_interactive(time.time() - 60 * 86400, keep_recent=0, keep_turns={})
     report = await store.prune_interactive(time.time() - 86400, keep_recent=0, keep_turns={})
     left = await store.history(key, 100)

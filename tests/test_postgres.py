@@ -24,6 +24,7 @@ from bot.store.postgres import PostgresStore
 from bot.store.schema import migrations
 from tests.harness import ROOT, switchboard_cli
 from tests.postgres import PostgresServer
+from tests.sql import execute
 
 DM = build("main", "telegram", "direct", "42")
 
@@ -55,7 +56,7 @@ async def test_migrations_are_recorded_once_and_a_newer_schema_is_refused(
         assert await store.schema_version() == len(migrations("postgres"))
         assert [m.text for m in await store.history(str(DM), 5)] == ["hello"]
         newer = len(migrations("postgres")) + 1
-        await store._conn.execute("INSERT INTO schema_migrations VALUES (?, 0)", (newer,))
+        await execute(store, "INSERT INTO schema_migrations VALUES (?, 0)", (newer,))
     with pytest.raises(StoreError, match="newer than this Switchboard") as refused:
         async with opened(pg_url, tmp_path):
             pass
@@ -143,8 +144,8 @@ async def test_a_reply_and_its_cleared_request_are_one_transaction(pg_url: str, 
 async def _failing_reply(store: Store, request_id: int) -> None:
     """append_reply's transaction with a statement that fails after the request is cleared."""
     async with store._transaction():
-        await store._conn.execute("UPDATE messages SET awaiting_reply = 0 WHERE id = ?", (request_id,))
-        await store._conn.execute("INSERT INTO outbox (message_id, provider, chat_id, text, created_at) "
+        await execute(store, "UPDATE messages SET awaiting_reply = 0 WHERE id = ?", (request_id,))
+        await execute(store, "INSERT INTO outbox (message_id, provider, chat_id, text, created_at) "
                                   "VALUES (999999, 'telegram', '42', 'x', 0)")
 
 
@@ -199,7 +200,7 @@ async def test_the_daemon_keeps_no_more_connections_than_pool_size(pg_url: str, 
         # Backends of earlier tests may still be on their way out: only the store's are counted.
         before = {row[0] for row in await (await observer.execute(others)).fetchall()}
         async with open_store(config) as store:
-            sleeping = asyncio.gather(*(store._conn.execute("SELECT pg_sleep(0.4)") for _ in range(8)))
+            sleeping = asyncio.gather(*(execute(store, "SELECT pg_sleep(0.4)") for _ in range(8)))
             seen = []
             while not sleeping.done():  # the pool grows while statements wait: the most it reached
                 pids = {row[0] for row in await (await observer.execute(others)).fetchall()}

@@ -31,6 +31,7 @@ from bot.store import RECALL_COMMON, Store
 from bot.store.schema import migrations
 from tests.fakes import FakeChannel
 from tests.harness import FAST, config_data, daemon_with, reply_requests, request_text, say, wait_until
+from tests.sql import execute, rows, traced, value
 from tests.standins.anthropic_api import AnthropicStandIn
 
 MakeConfig = Callable[[dict[str, Any]], Config]
@@ -139,7 +140,7 @@ async def test_fallback_replies_are_never_recalled(store: Store) -> None:
     key = str(channel.key())
     question = await user(store, channel, "is the aquarium heater broken?")
     apology = await store.append_reply(key, "Sorry, aquarium heater trouble", request_id=question.id)
-    await store._conn.execute("UPDATE messages SET fallback = 1 WHERE id = ?", (apology.id,))
+    await execute(store, "UPDATE messages SET fallback = 1 WHERE id = ?", (apology.id,))
     assert await ids(store, key, "aquarium heater") == [question.id]
 
 
@@ -171,14 +172,14 @@ async def test_a_word_in_too_many_messages_is_left_out(store: Store) -> None:
     channel = FakeChannel()
     key = str(channel.key())
     texts = [f"dinner plans {n}" for n in range(RECALL_COMMON + 1)]
-    raw = store._conn  # bulk insert, terms written as the store does
-    await raw.execute("INSERT INTO sessions (key, created_at, updated_at) VALUES (?, 0, 0)", (key,))
+    # A bulk insert, the terms written as the store does.
+    await execute(store, "INSERT INTO sessions (key, created_at, updated_at) VALUES (?, 0, 0)", (key,))
     for text in texts:
-        inserted = await raw.execute_fetchall(
-            "INSERT INTO messages (session_key, role, origin, text, created_at, token_estimate) "
+        inserted = await value(
+            store, "INSERT INTO messages (session_key, role, origin, text, created_at, token_estimate) "
             "VALUES (?, 'user', 'interactive', ?, 0, 4) RETURNING id", (key, text))
-        await raw.execute("INSERT INTO recall_terms (message_id, terms) VALUES (?, ?)",
-                          (next(iter(inserted))[0], index_terms(key, text)))
+        await execute(store, "INSERT INTO recall_terms (message_id, terms) VALUES (?, ?)",
+                      (inserted, index_terms(key, text)))
     rare = await user(store, channel, "dinner at the lighthouse")
     request = await user(store, channel, "dinner")
     assert await ids(store, key, "dinner", before_id=request.id) == []
@@ -231,13 +232,13 @@ async def test_a_deleted_message_leaves_no_postings(store: Store, store_backend:
     report = await store.prune_interactive(time.time() + 1, keep_recent=6, keep_turns={})
     assert report.messages == 2
     assert await ids(store, key, "aquarium") == []
-    await store._conn.execute("DELETE FROM messages WHERE text = 'later message 5'")
-    assert list(await store._conn.execute_fetchall("SELECT COUNT(*) FROM recall_terms")) == [(5,)]
+    await execute(store, "DELETE FROM messages WHERE text = 'later message 5'")
+    assert await rows(store, "SELECT COUNT(*) FROM recall_terms") == [(5,)]
     if store_backend == "sqlite":
-        await store._conn.execute("INSERT INTO recall_fts (recall_fts, rank) VALUES ('integrity-check', 1)")
+        await execute(store, "INSERT INTO recall_fts (recall_fts, rank) VALUES ('integrity-check', 1)")
     else:  # every remaining message's terms are postings, and nothing else is
-        postings = await store._conn.execute_fetchall("SELECT term, message_id FROM recall_postings")
-        terms = await store._conn.execute_fetchall(
+        postings = await rows(store, "SELECT term, message_id FROM recall_postings")
+        terms = await rows(store,
             "SELECT t, message_id FROM recall_terms, unnest(string_to_array(terms, ' ')) AS t")
         assert sorted(postings) == sorted(terms) and len(terms) > 5
     assert len(await ids(store, key, "later")) == 5
@@ -307,11 +308,9 @@ async def test_each_search_and_turn_read_is_one_statement(store: Store) -> None:
     for n in range(60):
         said = await user(store, channel, f"walrus fact {n}")
         asked.append((await store.append_reply(key, f"noted {n}", request_id=said.id)).id)
-    statements: list[str] = []
-    await store._conn.set_trace_callback(statements.append)
-    found, found_turns = await store.lexical_turns(key, "walrus", before_id=FAR, limit=20)
-    turns = await store.turns_of(key, asked, before_id=FAR)
-    await store._conn.set_trace_callback(None)
+    async with traced(store) as statements:
+        found, found_turns = await store.lexical_turns(key, "walrus", before_id=FAR, limit=20)
+        turns = await store.turns_of(key, asked, before_id=FAR)
     assert len(found) == 20 and len(found_turns) == 20 and len(turns) == 60
     assert len([sql for sql in statements if not sql.startswith("--")]) == 2  # "--": FTS5's own reads
     assert found_turns == await store.turns_of(key, [i for i, _ in found], before_id=FAR)
@@ -332,7 +331,7 @@ async def test_turns_of_gives_each_id_its_whole_turn(store: Store) -> None:
     second = await store.append_reply(key, "or the cactus")
     await store.append_reply(key, "weekly watering", origin="scheduled", job_id="plants")
     nxt = await user(store, channel, "thanks")
-    await store._conn.execute("UPDATE messages SET fallback = 1 WHERE id = ?", (apology.id,))
+    await execute(store, "UPDATE messages SET fallback = 1 WHERE id = ?", (apology.id,))
     whole = [question.id, first.id, second.id]
 
     turns = await store.turns_of(key, [question.id, second.id, first.id, nxt.id], before_id=FAR)
@@ -445,8 +444,7 @@ async def test_merging_the_index_brings_its_segments_down_and_finds_the_same(sto
     before = await ids(store, key, "the lighthouse keeper's word12")
 
     async def segments() -> int:
-        found = await store._conn.execute_fetchall("SELECT COUNT(DISTINCT segid) FROM recall_fts_idx")
-        return int(next(iter(found))[0])
+        return int(await value(store, "SELECT COUNT(DISTINCT segid) FROM recall_fts_idx"))
 
     assert await segments() > 2
     for _ in range(20):

@@ -12,6 +12,7 @@ from bot.recalled_turns import Plan, plan_reads, pool_of_recalled
 from bot.store import Store
 from bot.store.turn_starts import TurnStarts
 from tests.fakes import FakeChannel
+from tests.sql import execute, traced
 
 FAR = 10**9
 
@@ -28,7 +29,7 @@ async def conversation(store: Store, channel: FakeChannel, turns: int) -> list[l
             answers = said.id if k == 0 else None
             turn.append(await store.append_reply(key, f"noted {n}.{k}", request_id=answers))
         if n % 10 == 9:
-            await store._conn.execute("UPDATE messages SET fallback = 1 WHERE id = ?", (turn[-1].id,))
+            await execute(store, "UPDATE messages SET fallback = 1 WHERE id = ?", (turn[-1].id,))
             turn.pop()
         made.append(turn)
     return made
@@ -93,7 +94,7 @@ async def test_a_malformed_row_leaves_only_itself_out_of_the_turns_read(store: S
     spans = [span for turn in made[1:4] if (span := starts.span(turn[0].id)) is not None]
     whole = await store.turns_at(key, spans)
     bad = made[2][1]
-    await store._conn.execute("UPDATE messages SET actions = '{\"a\": 1}' WHERE id = ?", (bad.id,))
+    await execute(store, "UPDATE messages SET actions = '{\"a\": 1}' WHERE id = ?", (bad.id,))
     read = await store.turns_at(key, spans)
     assert read[made[2][0].id] == [m for m in whole[made[2][0].id] if m.id != bad.id]
     assert read[made[1][0].id] == whole[made[1][0].id] == made[1]
@@ -114,7 +115,6 @@ async def test_the_pool_is_the_one_every_turn_read_gives_and_only_its_turns_are_
     _, starts = await store.lexical_matches(key, "walrus", before_id=request.id, limit=20)
     older = [message for turn in made[:-1] for message in turn]
     rng = random.Random(3)
-    statements: list[str] = []
     for limit in (5, 12, 40, 60):
         for recent in (0, 3, 8):
             window = older[-20:]  # led by replies whose question is older
@@ -141,13 +141,12 @@ async def test_the_pool_is_the_one_every_turn_read_gives_and_only_its_turns_are_
             every = await store.turns_of(key, [i for i, _ in lexical + semantic], before_id=request.id)
             expected = rank(every)
             kept = {m.id for m in exclude}
-            await store._conn.set_trace_callback(statements.append)
-            pool = await pool_of_recalled(
-                store, key, {"lexical": lexical, "semantic": semantic}, starts, rank,
-                limit=limit, edge=min(kept, default=None), lead=lead,
-                lookback=[turn[0].id for turn in looked_back if any(m.id not in kept for m in turn)],
-            )
-            await store._conn.set_trace_callback(None)
+            async with traced(store) as statements:
+                pool = await pool_of_recalled(
+                    store, key, {"lexical": lexical, "semantic": semantic}, starts, rank,
+                    limit=limit, edge=min(kept, default=None), lead=lead,
+                    lookback=[turn[0].id for turn in looked_back if any(m.id not in kept for m in turn)],
+                )
             assert [(c.messages, c.hits, c.score, c.rank) for c in pool] == [
                 (c.messages, c.hits, c.score, c.rank) for c in expected]
             reads = [sql for sql in statements if "t(start, stop)" in sql or "turns(start, stop)" in sql]
@@ -155,7 +154,6 @@ async def test_the_pool_is_the_one_every_turn_read_gives_and_only_its_turns_are_
             if limit < 40 and store_backend == "sqlite":  # fewer turns read than matched
                 distinct = {starts.span(i) for i, _ in lexical + semantic}
                 assert reads[0].count("), (") + 1 < len(distinct)
-            statements.clear()
 
 
 async def test_matches_older_than_the_starts_read_are_placed_by_their_own_read(store: Store) -> None:

@@ -19,6 +19,7 @@ from bot.session_key import build
 from bot.session_lease import SessionLeases, lease_lapsed, lease_retaken
 from bot.store import Instance, Store
 from tests.fakes import MovedClock
+from tests.sql import execute, rows
 
 
 @pytest.fixture
@@ -263,7 +264,7 @@ async def test_a_killed_instance_s_lease_is_free_at_once_where_the_store_can_tel
     assert not await other.take_lease(key, "h:2:b", 60.0)  # alive: its lease holds
     if store_backend == "postgres":
         # What a SIGKILL does to its connections: the server ends their backends.
-        await other._conn.execute(
+        await execute(other,
             "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 "
             "AND objid = hashtext('h:1:dying')::oid")
         await living.__aexit__(None, None, None)  # the process is gone: nothing takes the lock again
@@ -281,8 +282,8 @@ async def test_leases_expired_long_ago_are_forgotten_and_live_ones_kept(
     assert await store.take_lease(gone, "dead:1:x", -10.0)  # expired ten seconds ago
     assert await store.take_lease(held, "host:1:a", 60.0)
     await other.forget_leases(expired_before=time.time() - 5)
-    rows = await store._conn.execute_fetchall("SELECT session_key FROM session_leases ORDER BY session_key")
-    assert [row[0] for row in rows] == [held]
+    leased = await rows(store, "SELECT session_key FROM session_leases ORDER BY session_key")
+    assert [row[0] for row in leased] == [held]
 
 
 async def test_stop_on_another_instance_drops_what_it_left_to_the_holder(
@@ -324,10 +325,10 @@ async def test_an_instance_whose_lock_connection_broke_takes_its_lock_again(
             PostgresStore.connect(pg_url, state_path=tmp_path / "b.db", label=pg_url) as other, \
             store.living("h:1:blip"):
         await store.heartbeat(Instance("h:1:blip", "h", 1, time.time(), time.time()))
-        (before,) = [row[0] for row in await other._conn.execute_fetchall(lock)]
-        await other._conn.execute(f"SELECT pg_terminate_backend({before})")
+        (before,) = [row[0] for row in await rows(other, lock)]
+        await execute(other, f"SELECT pg_terminate_backend({before})")
         for _ in range(600):  # a generous 30 s: the check runs every few seconds
-            now = [row[0] for row in await other._conn.execute_fetchall(lock)]
+            now = [row[0] for row in await rows(other, lock)]
             if now and now != [before]:
                 break
             await asyncio.sleep(0.05)

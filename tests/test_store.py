@@ -15,6 +15,7 @@ from bot.messages import ChatRef, InboundMessage
 from bot.session_key import SessionKey, build
 from bot.store import Store
 from bot.store.schema import migrations
+from tests.sql import traced
 
 DM = build("main", "telegram", "direct", 42)
 OTHER_DM = build("main", "telegram", "direct", 43)
@@ -346,14 +347,9 @@ def _plans(path: Path, statements: Sequence[str]) -> list[str]:
 
 
 async def _traced(store: Store, calls: Callable[[], object]) -> list[str]:
-    statements: list[str] = []
     # Observe the SQL the store really runs (bound values expanded), not a copy of it.
-    conn = store._conn
-    await conn.set_trace_callback(statements.append)
-    try:
+    async with traced(store) as statements:
         await calls()  # type: ignore[misc]
-    finally:
-        await conn.set_trace_callback(None)
     return [s for s in statements if s.lstrip().upper().startswith("SELECT")]
 
 

@@ -16,6 +16,7 @@ from bot.messages import ChatRef, InboundMessage
 from bot.session_key import build
 from bot.store import Store
 from bot.store.vector_files import vectors_dir
+from tests.sql import execute, traced
 
 pytestmark = pytest.mark.skipif(unavailable_reason(parse_config({}, "<defaults>")) is not None,
                                 reason="the semantic extra is not installed (`make semantic`)")
@@ -51,12 +52,8 @@ async def search(store: Store, *, limit: int = 1000) -> list[tuple[int, float]]:
 
 async def traced_search(store: Store) -> tuple[list[tuple[int, float]], int]:
     """A search, and how many statements it made that read vectors from the table."""
-    statements: list[str] = []
-    await store._conn.set_trace_callback(statements.append)
-    try:
+    async with traced(store) as statements:
         found = await search(store)
-    finally:
-        await store._conn.set_trace_callback(None)
     return found, sum(1 for sql in statements
                       if "vector" in sql and "FROM embeddings" in sql and "group_concat" in sql)
 
@@ -95,7 +92,7 @@ async def test_new_vectors_are_appended_and_a_deleted_one_rewrites_the_file(stor
     assert {i for i, _ in await search(store)} == set(ids)
     assert ids_in_file(store) == ids
     gone = ids[4]
-    await store._conn.execute("DELETE FROM embeddings WHERE message_id = ?", (gone,))
+    await execute(store, "DELETE FROM embeddings WHERE message_id = ?", (gone,))
     store.drop_cached_vectors()
     found = {i for i, _ in await search(store)}
     assert gone not in found and found == set(ids) - {gone}
@@ -155,7 +152,7 @@ async def test_a_file_holding_other_vectors_than_the_table_counts_is_replaced(st
     await search(store)
     stale = the_file(store).read_bytes()
     ids = await stored_with_vectors(store, 4, seed=5)
-    await store._conn.execute("DELETE FROM embeddings WHERE message_id = ?", (ids[0],))
+    await execute(store, "DELETE FROM embeddings WHERE message_id = ?", (ids[0],))
     truth = await search(store)
     the_file(store).write_bytes(stale)  # 8 vectors; the table has 11, not 8 and then newer ones
     store.drop_cached_vectors()
@@ -187,7 +184,7 @@ async def test_a_session_left_without_vectors_keeps_no_file(store: Store) -> Non
     await search(store)
     assert the_file(store).exists()
     for message_id in ids:
-        await store._conn.execute("DELETE FROM embeddings WHERE message_id = ?", (message_id,))
+        await execute(store, "DELETE FROM embeddings WHERE message_id = ?", (message_id,))
     assert await search(store) == []
     assert not the_file(store).exists()
 
