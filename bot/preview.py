@@ -66,6 +66,16 @@ async def open_preview(
     return channel.preview(chat, reply_to_id, resume_id=earlier, on_posted=keep)
 
 
+class PreviewRecords(Protocol):
+    """What finishing or withdrawing a preview reads of the store."""
+
+    async def preview_of(self, request_id: int) -> str | None: ...
+
+    async def still_awaiting(self, message_id: int) -> bool: ...
+
+    async def preview_taken(self, chat: ChatRef, provider_message_id: str) -> bool: ...
+
+
 class PreviewSurface(Protocol):
     """Where one channel shows a reply while it is written."""
 
@@ -236,7 +246,9 @@ async def typing_until(
             await task
 
 
-async def finish_preview(preview: ReplyPreview, final: str, request_id: int, store: Store) -> str | None:
+async def finish_preview(
+    preview: ReplyPreview, final: str, request_id: int, store: PreviewRecords
+) -> str | None:
     """The preview message the reply takes over, edited to its final text. Not when the turn
     outlived its session's lease (and took it again, `lease_retaken`) and another instance
     answered meanwhile: that instance's reply may have taken the message over, so it is left as
@@ -257,7 +269,9 @@ async def finish_preview(preview: ReplyPreview, final: str, request_id: int, sto
         return None
 
 
-async def withdraw_preview(preview: ReplyPreview, chat: ChatRef, preview_id: str, store: Store) -> None:
+async def withdraw_preview(
+    preview: ReplyPreview, chat: ChatRef, preview_id: str, store: PreviewRecords
+) -> None:
     """Delete a dropped reply's preview message, unless a stored reply took it over."""
     try:
         taken = await store.preview_taken(chat, preview_id)

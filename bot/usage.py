@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
 import structlog
@@ -22,8 +23,14 @@ from bot.store import Store, UsageRecord
 log = structlog.get_logger("switchboard.usage")
 
 
+class UsageLedger(Protocol):
+    """Where a call's tokens are kept (the store)."""
+
+    async def record_usage(self, record: UsageRecord) -> None: ...
+
+
 async def record_usage(
-    store: Store, session_key: str, user_id: str | None, kind: str, completion: Completion | None
+    store: UsageLedger, session_key: str, user_id: str | None, kind: str, completion: Completion | None
 ) -> None:
     """Keep one call's tokens; a failure is logged, never raised (the reply matters more)."""
     if completion is None:

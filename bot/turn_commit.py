@@ -1,0 +1,171 @@
+"""A turn's third phase, commit: the answer kept, with its outbox row, its usage and its snapshot.
+
+`Committer` records the tokens the turn spent, leaves the chat alone when another instance took
+it over while this turn stalled, settles what is sent (the compaction notice, the preview message
+the reply takes over) and stores the reply with its outbox row in one write (retried briefly),
+then links the tool calls and stores the snapshot rendered from the `TurnRecord`. `Committed` is
+what the deliver phase sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+
+from bot.brain import Completion
+from bot.channel import ReplyPreview
+from bot.compaction import NOTICE
+from bot.config import Config
+from bot.errors import AlreadyAnsweredError
+from bot.messages import OutboundMessage, StoredMessage
+from bot.preview import PreviewRecords, finish_preview, withdraw_preview
+from bot.replay_settings import selection_settings
+from bot.session_lease import lease_retaken
+from bot.store import CompactionRecord
+from bot.turn_compose import ModelNames
+from bot.turn_record import TurnRecord
+from bot.usage import UsageLedger, record_usage
+
+log = structlog.get_logger("switchboard.turn")
+
+
+class TurnLedger(PreviewRecords, UsageLedger, Protocol):
+    """What committing a turn writes and reads in the store."""
+
+    async def take_compaction_notice(self, session_key: str) -> CompactionRecord | None: ...
+
+    async def append_reply(
+        self, session_key: str, text: str, *, actions: Sequence[str] = (), request_id: int | None = None,
+        deliver: OutboundMessage | None = None, fallback: bool = False,
+    ) -> StoredMessage: ...
+
+    async def attach_tool_calls(self, request_id: int, reply_id: int) -> None: ...
+
+    async def record_snapshot(
+        self, session_key: str, request_message_id: int, reply_message_id: int | None,
+        snapshot: dict[str, Any], snapshot_hash: str,
+    ) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """The reply as it goes out: `reply` None when the database would not take it (it is sent
+    unstored: a restart may answer the request again, which beats silence)."""
+
+    outbound: OutboundMessage
+    reply: StoredMessage | None
+    store_started: float  # time.perf_counter() before the reply was stored (the log's send_ms)
+
+
+class Committer:
+    """Commits each answered turn of one agent."""
+
+    def __init__(
+        self, config: Config, ledger: TurnLedger, names: ModelNames, *, attempts: int, retry_delay: float,
+    ) -> None:
+        self._config = config
+        self._ledger = ledger
+        self._names = names
+        self._attempts = attempts
+        self._retry_delay = retry_delay
+
+    async def __call__(self, record: TurnRecord, preview: ReplyPreview | None = None) -> Committed | None:
+        """The reply committed; None when it is dropped (another instance answers the chat now)."""
+        bound = log.bind(session_key=record.session_key)
+        await self.record_usage(record)
+        if not await lease_retaken():
+            # This turn stalled past its lease and another instance holds the chat now: it answers
+            # the request (streaming into the same preview message), so this reply touches nothing.
+            if preview is not None:
+                preview.abandon()
+            bound.warning("session taken over by another instance while this turn stalled; "
+                          "its reply dropped, the request left to that instance",
+                          request_id=record.request.id)
+            return None
+        text = await self._with_notice(record)
+        # A preview message becomes the reply's first chunk; a half answer in it (the model failed
+        # mid-stream) is replaced by whatever is sent instead.
+        preview_id = (await finish_preview(preview, text, record.request.id, self._ledger)
+                      if preview is not None else None)
+        outbound = OutboundMessage(record.chat, text, record.reply_to, preview_id=preview_id)
+        started = time.perf_counter()
+        try:
+            reply = await self.store_reply(record, outbound)
+        except AlreadyAnsweredError:
+            # Another instance took the chat over (this one stalled past its lease) and answered:
+            # one answer reaches the user, not two; a preview message this reply was shown in goes
+            # too, unless that instance's reply took it over.
+            bound.warning("request answered by another instance meanwhile; this reply dropped",
+                          request_id=record.request.id)
+            if preview is not None and preview_id is not None:
+                await withdraw_preview(preview, record.chat, preview_id, self._ledger)
+            return None
+        if reply is not None:
+            if record.tools_offered:
+                await self._attach_tool_calls(record.request.id, reply.id)
+            await self._snapshot(record, reply)
+        return Committed(outbound, reply, started)
+
+    async def record_usage(self, record: TurnRecord) -> None:
+        """The triage's tokens and the reply's, in the order they were spent, for /usage."""
+        triage, key = record.context.triage, record.session_key
+        if triage.input_tokens or triage.output_tokens:
+            model = self._names.model_for(self._config.conversation.selection_model)
+            if self._config.uses_providers():  # "local:qwen3" → the model id, as replies record it
+                model = model.partition(":")[2] or model
+            await record_usage(self._ledger, key, record.user_id, "triage",
+                               Completion("", model, triage.input_tokens, triage.output_tokens))
+        await record_usage(self._ledger, key, record.user_id, "reply", record.answer.completion)
+
+    async def store_reply(self, record: TurnRecord, outbound: OutboundMessage) -> StoredMessage | None:
+        """Store the reply, clearing the requests it answers, with its outbox row; None when the
+        database refused it every time (a locked or full disk clears in moments, or not at all)."""
+        answer, request = record.answer, record.request
+        for attempt in range(1, self._attempts + 1):
+            try:
+                return await self._ledger.append_reply(
+                    record.session_key, answer.text, request_id=request.id, deliver=outbound,
+                    fallback=not answer.written, actions=answer.actions,
+                )
+            except AlreadyAnsweredError:
+                raise
+            except Exception as exc:
+                if attempt == self._attempts:
+                    log.error("reply not stored; delivering it anyway", session_key=record.session_key,
+                              request_id=request.id, error=f"{type(exc).__name__}: {exc}")
+                    return None
+                await asyncio.sleep(self._retry_delay * attempt)
+        return None
+
+    async def _with_notice(self, record: TurnRecord) -> str:
+        """The text sent: told once, under the first reply after the session was compacted (the
+        note is not stored as conversation: it is about the chat, not part of it)."""
+        try:
+            notice = await self._ledger.take_compaction_notice(record.session_key) is not None
+        except Exception as exc:  # a note about the chat is not worth failing the reply for
+            log.warning("compaction notice unreadable", session_key=record.session_key,
+                        error=f"{type(exc).__name__}: {exc}")
+            notice = False
+        return f"{record.answer.text}\n\n{NOTICE}" if notice else record.answer.text
+
+    async def _attach_tool_calls(self, request_id: int, reply_id: int) -> None:
+        try:
+            await self._ledger.attach_tool_calls(request_id, reply_id)
+        except Exception as exc:  # the calls stay with their request; the reply still goes out
+            log.error("tool calls not linked to their reply", request_id=request_id,
+                      error=f"{type(exc).__name__}: {exc}")
+
+    async def _snapshot(self, record: TurnRecord, reply: StoredMessage) -> None:
+        try:
+            await self._ledger.record_snapshot(
+                record.session_key, record.request.id, reply.id,
+                record.snapshot(selection_settings(self._config)), record.context.input_hash,
+            )
+        except Exception as exc:  # the reply matters more than its explanation
+            log.error("context snapshot not stored", session_key=record.session_key,
+                      request_id=record.request.id, error=f"{type(exc).__name__}: {exc}")
