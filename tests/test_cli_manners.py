@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from bot.control import serving
+from bot.control import NotRunningError, request, serving, socket_path
 from tests.test_cli import ROOT, _one_line, switchboard
 
 TELEGRAM = "[channels.telegram]\nenabled = true\n"
@@ -254,7 +254,13 @@ def test_run_on_a_terminal_without_config_starts_on_the_defaults(tmp_path: Path)
         while not database.exists() and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert database.exists()
-        time.sleep(0.5)
+        while True:  # started: it answers on its control socket
+            try:
+                request(socket_path(database), "status", timeout=10.0)
+                break
+            except NotRunningError:
+                assert process.poll() is None and time.monotonic() < deadline, "run never started"
+                time.sleep(0.1)
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=60)
     finally:
