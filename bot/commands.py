@@ -17,7 +17,7 @@ from bot.config.provider_check import model_lines
 from bot.errors import SessionNotFoundError
 from bot.messages import InboundMessage
 from bot.router import Router
-from bot.store import Store
+from bot.store.seams import CommandStore
 from bot.usage import describe, period_starts, total
 
 
@@ -75,7 +75,7 @@ def command_args(text: str) -> str:
 class CommandHandler:
     """Runs a command for the session it was sent in and returns the text to answer with."""
 
-    def __init__(self, config: Config, store: Store, router: Router, compactor: Compactor) -> None:
+    def __init__(self, config: Config, store: CommandStore, router: Router, compactor: Compactor) -> None:
         self._config = config
         self._store = store
         self._router = router

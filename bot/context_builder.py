@@ -30,7 +30,8 @@ from bot.messages import ChatRef, StoredMessage
 from bot.recalled_turns import Plan, plan_reads, pool_of_recalled
 from bot.semantic_recall import SemanticRecall
 from bot.session_key import SessionKey
-from bot.store import CompactionRecord, Store
+from bot.store import CompactionRecord
+from bot.store.seams import ContextReads
 from bot.store.turn_starts import TurnStarts
 from bot.triage import LiveTriage, Triager
 
@@ -84,7 +85,7 @@ class ContextBuilder:
     """Selects the slice of a session's history that one reply is built from."""
 
     def __init__(
-        self, config: Config, store: Store, brain: Brain, *, triager: Triager | None = None,
+        self, config: Config, store: ContextReads, brain: Brain, *, triager: Triager | None = None,
         semantic: SemanticRecall | None = None,
     ) -> None:
         self._config = config

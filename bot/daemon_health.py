@@ -20,8 +20,8 @@ from bot.misconfiguration import Misconfigurations
 from bot.notify import Notifier
 from bot.router import Router
 from bot.scheduler import Scheduler
-from bot.store import Store
 from bot.store.leases import LIVE_WINDOW
+from bot.store.seams import HealthReads
 from bot.supervisor import ChannelSupervisor
 from bot.tools.mcp import McpManager
 
@@ -38,7 +38,7 @@ class DaemonHealth:
     ready: asyncio.Event
     reloads: list[dict[str, Any]]
     _started_at: float
-    _store: Store | None
+    _store: HealthReads | None
     _channels: ChannelSupervisor
     _by_provider: dict[str, Channel]
     _notifier: Notifier

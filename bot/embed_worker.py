@@ -24,7 +24,7 @@ import structlog
 from bot.embedding import Embedder, embedding_text, vector_bytes
 from bot.encode_threads import encode_in_thread
 from bot.messages import StoredMessage
-from bot.store import Store
+from bot.store.seams import EmbeddingWrites
 
 log = structlog.get_logger("switchboard.embed")
 
@@ -39,7 +39,8 @@ class EmbedWorker:
     """Embeds stored messages that have no vector of the embedder's model; an async context manager."""
 
     def __init__(
-        self, store: Store, embedder: Embedder, *, batch_size: int, poll_interval: float = POLL_INTERVAL,
+        self, store: EmbeddingWrites, embedder: Embedder, *, batch_size: int,
+        poll_interval: float = POLL_INTERVAL,
         retry_delay: float = RETRY_DELAY, gather: float = GATHER,
     ) -> None:
         self._store = store
@@ -130,7 +131,7 @@ class EmbedWorker:
             after_id = batch[-1].id
 
 
-async def embed_batch(store: Store, embedder: Embedder, batch: list[StoredMessage]) -> int:
+async def embed_batch(store: EmbeddingWrites, embedder: Embedder, batch: list[StoredMessage]) -> int:
     """Encode one batch in a thread and store its vectors; returns how many were stored."""
     started = time.perf_counter()
     vectors = await encode_in_thread(embedder, [embedding_text(message) for message in batch])
@@ -142,7 +143,8 @@ async def embed_batch(store: Store, embedder: Embedder, batch: list[StoredMessag
 
 
 async def embed_backlog(
-    store: Store, embedder: Embedder, *, batch_size: int, progress: Callable[[int], None] | None = None
+    store: EmbeddingWrites, embedder: Embedder, *, batch_size: int,
+    progress: Callable[[int], None] | None = None,
 ) -> int:
     """Fill every missing vector of the embedder's model; returns how many messages were embedded.
 

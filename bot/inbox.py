@@ -23,7 +23,8 @@ from bot.compaction import Compactor
 from bot.config import Config
 from bot.messages import AGENT_PROVIDER, InboundMessage, OutboundMessage
 from bot.router import Router
-from bot.store import PendingCommand, Store
+from bot.store import PendingCommand
+from bot.store.seams import InboxStore
 
 log = structlog.get_logger("switchboard.inbox")
 
@@ -32,7 +33,7 @@ class Inbox:
     """What a channel's `submit` calls for every normalised message."""
 
     def __init__(
-        self, config: Config, store: Store, router: Router, channels: Mapping[str, Channel],
+        self, config: Config, store: InboxStore, router: Router, channels: Mapping[str, Channel],
         compactors: Mapping[str, Compactor],
     ) -> None:
         self._config = config

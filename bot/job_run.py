@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from bot.channel import Channel
     from bot.config import Config, ScheduleConfig, SchedulerConfig
     from bot.store import ScheduleRun, Store
+    from bot.store.seams import RunLedger
 
 log = structlog.get_logger("switchboard.scheduler")
 
@@ -69,7 +70,7 @@ def job_messages(job: ScheduleConfig, zone: ZoneInfo, previous: list[StoredMessa
     return [{"role": "user", "content": "\n\n".join(parts)}]
 
 
-async def failing(store: Store, job_id: str, limit: int) -> bool:
+async def failing(store: RunLedger, job_id: str, limit: int) -> bool:
     """Whether a job's newest finished runs are `limit` failures in a row (so it is paused)."""
     runs = await store.schedule_runs(job_id, limit * 4 + 20)
     finished = [run.status for run in runs if run.status in _FINISHED][:limit]
@@ -77,7 +78,7 @@ async def failing(store: Store, job_id: str, limit: int) -> bool:
 
 
 async def deliver_output(
-    store: Store, channel: Channel, chat: ChatRef, message: StoredMessage, settings: SchedulerConfig,
+    store: RunLedger, channel: Channel, chat: ChatRef, message: StoredMessage, settings: SchedulerConfig,
     sleep: Sleep, bound: Any,
 ) -> tuple[list[str], str | None]:
     """Send a run's stored output at most once (retried only while nothing arrived) and record what
@@ -112,6 +113,7 @@ class JobRunner:
     def __init__(
         self,
         config: Config,
+        # The whole store: `bot.usage.record_usage` takes it (the runner's own calls are RunLedger's).
         store: Store,
         brain_for: BrainFor,
         channels: Mapping[str, Channel],

@@ -22,7 +22,8 @@ from bot.channel import Channel, MessageProbe
 from bot.errors import DeliveryError
 from bot.messages import OutboundMessage
 from bot.sent_probe import candidates, sent_as
-from bot.store import PendingDelivery, Store
+from bot.store import PendingDelivery
+from bot.store.seams import OutboxStore
 
 log = structlog.get_logger("switchboard.outbox")
 
@@ -38,7 +39,7 @@ CATCH_UP_WAIT = 10.0
 class Outbox:
     """Delivers stored replies through the channels running now."""
 
-    def __init__(self, store: Store, channels: Mapping[str, Channel]) -> None:
+    def __init__(self, store: OutboxStore, channels: Mapping[str, Channel]) -> None:
         self._store = store
         self._channels = channels
         # Replies being sent or queued to be sent now: a sweep for undelivered ones skips them.

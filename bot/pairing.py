@@ -18,7 +18,7 @@ from bot.access import APPROVED_REPLY, pairing_reply, refused_dm_reply
 from bot.channel import Channel
 from bot.config import Config
 from bot.messages import ChatRef, OutboundMessage
-from bot.store import Store
+from bot.store.seams import PairingLedger
 
 log = structlog.get_logger("switchboard.pairing")
 
@@ -39,7 +39,7 @@ class PairingVerdict:
 class PairingGate:
     """Asks the store where a stranger stands, and words (and sends) the notice they get."""
 
-    def __init__(self, config: Config, store: Store, channels: Mapping[str, Channel]) -> None:
+    def __init__(self, config: Config, store: PairingLedger, channels: Mapping[str, Channel]) -> None:
         self._config = config
         self._store = store
         self._channels = channels
@@ -76,7 +76,7 @@ class PairingGate:
             log.warning("notice not delivered", chat_id=chat.chat_id, error=f"{type(exc).__name__}: {exc}")
 
 
-async def welcome_approved(store: Store, channels: Mapping[str, Channel]) -> None:
+async def welcome_approved(store: PairingLedger, channels: Mapping[str, Channel]) -> None:
     """Tell each stranger an admin approved (`switchboard pairing approve`, another process) that
     they are in, once, in the private chat they asked from; looked for every WELCOME_EVERY seconds.
     A channel not running now is tried again later; a send that fails is not (it was tried)."""

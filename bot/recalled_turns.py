@@ -23,7 +23,7 @@ from bot.candidates import RRF_K, WEIGHTS, Candidate, Source
 from bot.messages import StoredMessage
 
 if TYPE_CHECKING:
-    from bot.store import Store
+    from bot.store.seams import TurnReads
     from bot.store.turn_starts import TurnStarts
 
 Span = tuple[int, int]  # [start, stop): a turn's user message and the next one
@@ -58,7 +58,7 @@ def plan_reads(
 
 
 async def pool_of_recalled(
-    store: Store, session: str, found: Mapping[Source, Sequence[tuple[int, float]]],
+    store: TurnReads, session: str, found: Mapping[Source, Sequence[tuple[int, float]]],
     starts: TurnStarts, rank: Ranker, *, limit: int, lookback: Sequence[int], edge: int | None,
     lead: int | None, ahead: tuple[Plan, Mapping[int, list[StoredMessage]]] | None = None,
 ) -> list[Candidate]:

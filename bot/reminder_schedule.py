@@ -35,7 +35,8 @@ from bot.store import Reminder, reminder_id
 if TYPE_CHECKING:
     from bot.channel import Channel
     from bot.config import Config
-    from bot.store import RunStatus, ScheduleRun, Store
+    from bot.store import RunStatus, ScheduleRun
+    from bot.store.seams import ReminderRuns
 
 log = structlog.get_logger("switchboard.reminders")
 
@@ -73,7 +74,7 @@ class ReminderSchedule:
     def __init__(
         self,
         config: Callable[[], Config],
-        store: Store,
+        store: ReminderRuns,
         channels: Mapping[str, Channel],
         *,
         clock: Callable[[], float] = time.time,

@@ -22,7 +22,8 @@ from bot.errors import BotError
 from bot.messages import ChatRef, StoredMessage
 from bot.semantic_recall import SemanticRecall
 from bot.session_key import parse
-from bot.store import SnapshotRecord, Store
+from bot.store import SnapshotRecord
+from bot.store.seams import ReplayStore
 from bot.turn_choice import pick_turn
 
 
@@ -76,7 +77,7 @@ class ReplayResult:
         return self.record.hash == self.rebuilt.input_hash and self.recorded_ids == self.rebuilt_ids
 
 
-async def replay(config: Config, store: Store, brain: Brain, session: str, turn: int) -> ReplayResult:
+async def replay(config: Config, store: ReplayStore, brain: Brain, session: str, turn: int) -> ReplayResult:
     """Build turn `turn` of `session` again and pair it with what was recorded."""
     key = parse(session)
     config = config.for_session(str(key))  # the agent's own limits and models built the turn

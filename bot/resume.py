@@ -24,8 +24,9 @@ from bot.messages import inbound_of
 from bot.outbox import Outbox
 from bot.router import Router, RouterClosedError, Work
 from bot.session_key import parse as parse_session_key
-from bot.store import PendingCommand, PendingDelivery, PendingRequest, Store
+from bot.store import PendingCommand, PendingDelivery, PendingRequest
 from bot.store.leases import LIVE_WINDOW
+from bot.store.seams import ResumeStore
 
 log = structlog.get_logger("switchboard.resume")
 
@@ -51,7 +52,7 @@ class ResumeReport:
 
 
 async def resume(
-    store: Store, router: Router, inbox: Inbox, outbox: Outbox, channels: Mapping[str, Channel]
+    store: ResumeStore, router: Router, inbox: Inbox, outbox: Outbox, channels: Mapping[str, Channel]
 ) -> ResumeReport:
     """Queue everything the last run left undone; call before the channels take new input."""
     replies, late = await redeliver(store, router, inbox, outbox, channels)
@@ -100,7 +101,7 @@ def in_order(items: list[PendingRequest | PendingCommand]) -> list[PendingReques
 
 
 async def redeliver(
-    store: Store, router: Router, inbox: Inbox, outbox: Outbox, channels: Mapping[str, Channel],
+    store: ResumeStore, router: Router, inbox: Inbox, outbox: Outbox, channels: Mapping[str, Channel],
     *, older_than: float = 0.0,
 ) -> tuple[int, int]:
     """Queue every outbox reply not being sent now (and stored more than `older_than` seconds ago)
@@ -144,7 +145,7 @@ async def repeat(every: float, step: Callable[[], Awaitable[None]], what: str) -
 
 
 async def sweep(
-    store: Store, router: Router, inbox: Callable[[], Inbox], outbox: Outbox,
+    store: ResumeStore, router: Router, inbox: Callable[[], Inbox], outbox: Outbox,
     channels: Mapping[str, Channel],
 ) -> None:
     """Every SWEEP_INTERVAL seconds, send again the replies a passing failure left in the outbox."""
@@ -158,7 +159,8 @@ async def sweep(
 
 
 async def adopt_waiting(
-    store: Store, router: Router, inbox: Callable[[], Inbox], channels: Mapping[str, Channel], every: float,
+    store: ResumeStore, router: Router, inbox: Callable[[], Inbox], channels: Mapping[str, Channel],
+    every: float,
 ) -> None:
     """Several daemons on one store: every `every` seconds (the lease TTL), queue the requests still
     waiting for a reply and the commands not yet run, older than that, that nothing here has
@@ -193,7 +195,7 @@ async def adopt_waiting(
     await repeat(min(every, GONE_CHECK), step, "checking waiting requests")
 
 
-async def _adopt(store: Store, router: Router, inbox: Inbox, channels: Mapping[str, Channel], *,
+async def _adopt(store: ResumeStore, router: Router, inbox: Inbox, channels: Mapping[str, Channel], *,
                  older_than: float) -> int:
     queued, mine, now = 0, router.queued_requests(), time.time()
     # A session some instance holds the lease of is being worked through: it answers them in turn.

@@ -18,7 +18,7 @@ import structlog
 
 from bot.messages import InboundMessage, StoredMessage, inbound_of
 from bot.session_lease import SessionLeases
-from bot.store import Store
+from bot.store.seams import RouterStore
 
 log = structlog.get_logger("switchboard.router")
 
@@ -53,7 +53,7 @@ class Router:
     """Per-session FIFO queues; different sessions run in parallel, turns up to a global limit."""
 
     def __init__(
-        self, store: Store, handle_turn: TurnHandler, *, max_concurrent: int,
+        self, store: RouterStore, handle_turn: TurnHandler, *, max_concurrent: int,
         leases: SessionLeases | None = None, send_left_over: SessionWork | None = None,
     ) -> None:
         self._store = store

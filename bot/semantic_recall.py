@@ -12,7 +12,7 @@ from bot.encode_threads import encode_in_thread
 from bot.messages import StoredMessage
 
 if TYPE_CHECKING:
-    from bot.store import Store
+    from bot.store.seams import SemanticReads
 
 log = structlog.get_logger("switchboard.recall")
 
@@ -20,7 +20,7 @@ log = structlog.get_logger("switchboard.recall")
 class SemanticRecall:
     """Finds a session's messages close in meaning to a request, within that session only."""
 
-    def __init__(self, store: Store, embedder: Encoder) -> None:
+    def __init__(self, store: SemanticReads, embedder: Encoder) -> None:
         self._store = store
         self._embedder = embedder
 

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 
 import structlog
 
-from bot.store import Instance, Store
+from bot.store import Instance
 from bot.store.leases import HEARTBEAT
+from bot.store.seams import LeaseStore
 
 log = structlog.get_logger("switchboard.lease")
 
@@ -107,7 +108,7 @@ def instance_name() -> str:
 class SessionLeases:
     """Holds session leases for one instance."""
 
-    def __init__(self, store: Store, owner: str | None = None, *, ttl: float = LEASE_TTL,
+    def __init__(self, store: LeaseStore, owner: str | None = None, *, ttl: float = LEASE_TTL,
                  clock: LeaseClock | None = None) -> None:
         self._store = store
         self.owner = owner or instance_name()

@@ -21,7 +21,8 @@ import jsonschema  # type: ignore[import-untyped]
 import structlog
 
 from bot.brain import Brain, Completion, ReplyRequest, TextSink
-from bot.store import Store, StoredToolCall
+from bot.store import StoredToolCall
+from bot.store.seams import ToolCallLedger
 from bot.tools.base import Tool, ToolContext, ToolResult
 from bot.tools.toolbox import definitions
 from bot.tools.transcript import INTERRUPTED, action_line, repair, result_block, rounds_as_turns
@@ -83,7 +84,7 @@ class ToolLoop:
     """Answers one request with tools: `run` in place of a single `Brain.reply`."""
 
     def __init__(
-        self, brain: Brain, store: Store, tools: Sequence[Tool], context: ToolContext, *,
+        self, brain: Brain, store: ToolCallLedger, tools: Sequence[Tool], context: ToolContext, *,
         max_rounds: int, tool_timeout: float,
     ) -> None:
         self._brain = brain

@@ -6,14 +6,14 @@ import asyncio
 
 import structlog
 
-from bot.store import Store
+from bot.store.seams import RecallUpkeep
 
 log = structlog.get_logger("switchboard.upkeep")
 
 INDEX_MERGE_INTERVAL = 20.0
 
 
-async def merge_recall_index(store: Store, interval: float = INDEX_MERGE_INTERVAL) -> None:
+async def merge_recall_index(store: RecallUpkeep, interval: float = INDEX_MERGE_INTERVAL) -> None:
     """Every `interval` seconds, one bounded step of merging the recall index's segments (see
     `Store.merge_recall_index`): searches stay as fast as on a freshly optimised index."""
     while True:

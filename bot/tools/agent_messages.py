@@ -19,7 +19,7 @@ from bot.channel import Channel
 from bot.config import Config
 from bot.errors import AgentMessageRefused
 from bot.messages import AGENT_PROVIDER
-from bot.store import Store
+from bot.store.seams import MessageReads
 from bot.tools.base import FunctionTool, Tool, ToolContext, ToolResult
 
 MAX_TEXT = 8000  # characters: a question or a briefing, not a document
@@ -38,7 +38,9 @@ class AgentPost(Protocol):
 class AgentMessageTools:
     """A ToolSource of `message_agent`, described with the agents of the config in force."""
 
-    def __init__(self, store: Store, config: Callable[[], Config], channels: Mapping[str, Channel]) -> None:
+    def __init__(
+        self, store: MessageReads, config: Callable[[], Config], channels: Mapping[str, Channel]
+    ) -> None:
         self._store = store
         self._config = config
         self._channels = channels

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from bot.config import Config
 from bot.embedding import Embedder
-from bot.store import Store
+from bot.store.seams import ToolStore
 from bot.tools.base import FunctionTool, Tool, ToolContext, ToolResult
 from bot.tools.history import history_tool
 from bot.tools.notes import note_tools
@@ -25,7 +25,9 @@ async def _current_time(arguments: Mapping[str, Any], context: ToolContext) -> T
 class BuiltinTools:
     """A ToolSource: always the same tools (their config is read when they run)."""
 
-    def __init__(self, store: Store, config: Callable[[], Config], embedder: Embedder | None = None) -> None:
+    def __init__(
+        self, store: ToolStore, config: Callable[[], Config], embedder: Embedder | None = None
+    ) -> None:
         async def set_timezone(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
             zone = str(arguments["zone"]).strip()
             try:

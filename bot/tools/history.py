@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 from bot.config import Config
 from bot.embedding import Embedder
 from bot.session_key import parse
-from bot.store import Store
+from bot.store.seams import HistoryReads
 from bot.tools.base import FunctionTool, ToolContext, ToolResult
 from bot.tools.scope import read_scope
 
@@ -21,7 +21,9 @@ MATCH_CHARS = 300
 FUSION_K = 60  # reciprocal rank fusion, as context candidates use
 
 
-def history_tool(store: Store, config: Callable[[], Config], embedder: Embedder | None) -> FunctionTool:
+def history_tool(
+    store: HistoryReads, config: Callable[[], Config], embedder: Embedder | None
+) -> FunctionTool:
     async def search(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
         query = str(arguments["query"]).strip()
         if not query:
@@ -79,7 +81,7 @@ def history_tool(store: Store, config: Callable[[], Config], embedder: Embedder 
 
 
 async def _semantic(
-    store: Store, embedder: Embedder, sessions: list[str], query: str, limit: int
+    store: HistoryReads, embedder: Embedder, sessions: list[str], query: str, limit: int
 ) -> list[int]:
     vector = (await asyncio.to_thread(embedder.encode, [query]))[0]
     matches: list[tuple[int, float]] = []

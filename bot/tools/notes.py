@@ -6,7 +6,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from bot.config import Config
-from bot.store import Store, UserNote
+from bot.store import UserNote
+from bot.store.seams import NoteStore
 from bot.tools.base import FunctionTool, ToolContext, ToolResult
 from bot.tools.scope import is_person
 
@@ -15,7 +16,7 @@ NO_PERSON = ("notes belong to a person; this message was sent on behalf of a gro
              "an agent, which keeps none")
 
 
-def note_tools(store: Store, config: Callable[[], Config]) -> list[FunctionTool]:
+def note_tools(store: NoteStore, config: Callable[[], Config]) -> list[FunctionTool]:
     async def remember(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
         if not is_person(context.chat.provider, context.user_id):
             return ToolResult.error(NO_PERSON)

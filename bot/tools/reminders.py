@@ -22,7 +22,8 @@ from bot.tools.base import FunctionTool, Tool, ToolContext, ToolResult
 if TYPE_CHECKING:
     from bot.config import RemindersConfig
     from bot.reminder_schedule import ReminderSchedule
-    from bot.store import Reminder, Store
+    from bot.store import Reminder
+    from bot.store.seams import ReminderStore
 
 MAX_TEXT = 1000  # characters; a reminder is a line or two, not a document
 
@@ -43,7 +44,8 @@ class ReminderTools:
     """A `ToolSource` of the three reminder tools; `schedule` (the running daemon's) fires new ones."""
 
     def __init__(
-        self, store: Store, settings: Callable[[], RemindersConfig], schedule: ReminderSchedule | None = None
+        self, store: ReminderStore, settings: Callable[[], RemindersConfig],
+        schedule: ReminderSchedule | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
