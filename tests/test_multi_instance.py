@@ -95,6 +95,23 @@ async def nothing_left(url: str, state: Path, key: str, daemons: list[Daemon]) -
         await asyncio.wait_for(router_of(daemon).idle(), 30)
 
 
+async def rounds_of_looking(url: str, state: Path, count: int) -> None:
+    """Return once the live instances have finished `count` more rounds of looking for what dead
+    ones left. Each round first forgets leases that expired a round ago, so a lease planted long
+    expired is gone once a round has begun; the next one's going shows the round before it ended."""
+    async with PostgresStore.connect(url, state_path=state, label=url) as view:
+        for n in range(count + 1):
+            probe = f"probe:{n}"
+            assert await view.take_lease(probe, "probe:0:x", -3600.0)  # expired an hour ago
+            async with asyncio.timeout(30):
+                while True:  # polled: the store has no way to signal
+                    rows = await view._conn.execute_fetchall(
+                        "SELECT 1 FROM session_leases WHERE session_key = ?", (probe,))
+                    if not list(rows):
+                        break
+                    await asyncio.sleep(0.05)
+
+
 def replies_by_chat(tg: TelegramStandIn) -> dict[int, list[int]]:
     """The message numbers each chat's replies answered, in the order they arrived."""
     seen: dict[int, list[int]] = {}
@@ -291,14 +308,16 @@ async def test_a_command_a_dead_instance_never_ran_is_run_once_without_a_new_mes
                              webhook_url=f"http://127.0.0.1:{port}/telegram", lease_ttl=1.0)
     chat = ChatRef("telegram", str(FIRST_USER))
     key = build("main", "telegram", "direct", str(FIRST_USER))
-    async with instances([config]):
+    async with instances([config]) as daemons:
         async with PostgresStore.connect(pg_url, state_path=tmp_path / "dead.db", label=pg_url) as dead:
             reset = InboundMessage(key, chat, str(FIRST_USER), "Ada", "/reset", provider_message_id="9001",
                                    command="reset")
             assert await dead.append_command(reset, "reset") is not None
             assert await dead.take_lease(str(key), "gone:1:dead", 1.0)
-        await tg.wait_for(lambda: tg.sent, timeout=10)
-        await asyncio.sleep(2.5)  # two more rounds of looking for what was left
+        await tg.wait_for(lambda: tg.sent, timeout=30)
+        await rounds_of_looking(pg_url, tmp_path / "probe.db", 2)  # two more rounds of looking
+        for daemon in daemons:
+            await asyncio.wait_for(router_of(daemon).idle(), 30)  # and what they queued has run
         async with PostgresStore.connect(pg_url, state_path=tmp_path / "view.db", label=pg_url) as view:
             assert await view.pending_commands() == []
 
