@@ -5,7 +5,7 @@ disk (`MediaFiles`): `<state dir>/files/ab/abcdef…` (sha256 of the bytes), dir
 files 0600 like the database itself, the same picture sent twice kept once. Writes go to a
 temporary name first and are renamed into place, so a crash never leaves half a file under a
 hash. Blocking file work runs in a thread, off the event loop. On PostgreSQL they are rows of the
-database (`bot.store.pg_files`), so every instance sharing it reads what any one received.
+database (`bot.store.postgres.files`), so every instance sharing it reads what any one received.
 """
 
 from __future__ import annotations
