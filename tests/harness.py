@@ -134,7 +134,7 @@ async def say(daemon: Daemon, channel: FakeChannel, text: str, **kwargs: Any) ->
     await turn(daemon, channel, channel.message(text, **kwargs))
 
 
-async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+async def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
     """Poll a condition with tiny waits (for I/O happening in other tasks)."""
     for _ in range(int(timeout / 0.005)):
         if predicate():

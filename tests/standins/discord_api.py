@@ -477,7 +477,7 @@ class DiscordStandIn:
                         for waiting in waits:
                             waiting.cancel()
 
-    async def wait_for(self, predicate: Callable[[], T], timeout: float = 5) -> T:
+    async def wait_for(self, predicate: Callable[[], T], timeout: float = 30) -> T:
         """Poll `predicate` until it returns something truthy, and return that."""
         deadline = time.monotonic() + timeout
         while not (result := predicate()):

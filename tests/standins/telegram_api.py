@@ -549,7 +549,7 @@ class TelegramStandIn:
             fields["message_id"] = self.next_message_id(chat["id"])
         return self.push("message", message(chat, sender, text, **fields))
 
-    async def wait_for(self, predicate: Callable[[], Any], timeout: float = 5.0) -> Any:
+    async def wait_for(self, predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
         """Poll `predicate` until it is truthy and return its value; TimeoutError after `timeout` s."""
         async with asyncio.timeout(timeout):
             # Polling, not an event: predicates often read client-side state the server never sees.
