@@ -25,7 +25,8 @@ from bot.errors import BotError, ModelError
 from bot.media import with_labels
 from bot.messages import StoredMessage
 from bot.session_key import parse
-from bot.store import CompactionRecord, Store
+from bot.store import CompactionRecord
+from bot.store.seams import CompactionStore
 from bot.usage import RecordingCompleter
 
 log = structlog.get_logger("switchboard.compaction")
@@ -156,13 +157,13 @@ class _Sessions:
 
 # Shared by every Compactor on the same store: the turn runner's, /compact's and the runner
 # built after a config reload must not compact one session at once or forget a failure.
-_SESSIONS: weakref.WeakKeyDictionary[Store, _Sessions] = weakref.WeakKeyDictionary()
+_SESSIONS: weakref.WeakKeyDictionary[CompactionStore, _Sessions] = weakref.WeakKeyDictionary()
 
 
 class Compactor:
     """Compacts sessions: automatically after a turn when history outgrows the budget, or on request."""
 
-    def __init__(self, config: Config, store: Store, brain: Brain, budget: Budget) -> None:
+    def __init__(self, config: Config, store: CompactionStore, brain: Brain, budget: Budget) -> None:
         self._config = config
         self._settings = config.compaction
         self._store = store

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from bot.brain import Brain
     from bot.channel import Channel
     from bot.config import Config, ScheduleConfig, SchedulerConfig
-    from bot.store import ScheduleRun, Store
+    from bot.store import ScheduleRun
     from bot.store.seams import RunLedger
 
 log = structlog.get_logger("switchboard.scheduler")
@@ -113,8 +113,7 @@ class JobRunner:
     def __init__(
         self,
         config: Config,
-        # The whole store: `bot.usage.record_usage` takes it (the runner's own calls are RunLedger's).
-        store: Store,
+        store: RunLedger,
         brain_for: BrainFor,
         channels: Mapping[str, Channel],
         outcome: Outcome,

@@ -25,7 +25,7 @@ from bot.channel import Channel, Previewing, PreviewPosted, ReplyPreview
 from bot.errors import BotError
 from bot.messages import ChatRef
 from bot.session_lease import lease_lapsed
-from bot.store import Store
+from bot.store.seams import PreviewStore
 
 log = structlog.get_logger("switchboard.preview")
 
@@ -47,7 +47,7 @@ def has_first_sentence(text: str) -> bool:
 
 
 async def open_preview(
-    channel: Channel | None, chat: ChatRef, reply_to_id: str | None, store: Store, request_id: int
+    channel: Channel | None, chat: ChatRef, reply_to_id: str | None, store: PreviewStore, request_id: int
 ) -> ReplyPreview | None:
     """The preview of the reply to a stored request, where the channel shows one; it picks up the
     preview message an interrupted earlier turn for the same request left, and keeps the id of any

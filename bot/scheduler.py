@@ -24,7 +24,8 @@ from bot.store.reminders import reminder_id
 if TYPE_CHECKING:
     from bot.channel import Channel
     from bot.config import Config, ScheduleConfig
-    from bot.store import ScheduleRun, Store
+    from bot.store import ScheduleRun
+    from bot.store.seams import ScheduleStore
 
 log = structlog.get_logger("switchboard.scheduler")
 
@@ -37,7 +38,7 @@ class Scheduler:
     def __init__(
         self,
         config: Config,
-        store: Store,
+        store: ScheduleStore,
         brain_for: BrainFor,
         channels: Mapping[str, Channel],
         *,

@@ -13,7 +13,7 @@ import structlog
 from bot.brain import Brain
 from bot.config import Config
 from bot.messages import InboundMessage, StoredMessage
-from bot.store import Store
+from bot.store.seams import TurnToolStore
 from bot.tool_loop import LoopOutcome, ToolLoop
 from bot.tools.base import ToolContext
 from bot.tools.notes import notes_block
@@ -27,7 +27,7 @@ class TurnTools:
     """Built once per config; asked once per turn."""
 
     def __init__(
-        self, config: Config, store: Store, brain: Brain, toolbox: ToolBox | None,
+        self, config: Config, store: TurnToolStore, brain: Brain, toolbox: ToolBox | None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._config = config

@@ -18,7 +18,7 @@ import structlog
 
 from bot.brain import Completion, FastCompleter
 from bot.config import ModelPrice
-from bot.store import Store, UsageRecord
+from bot.store import UsageRecord
 
 log = structlog.get_logger("switchboard.usage")
 
@@ -53,7 +53,7 @@ async def record_usage(
 class RecordingCompleter:
     """A fast completer whose every call's tokens are recorded for a session (compaction)."""
 
-    def __init__(self, inner: FastCompleter, store: Store, session_key: str, kind: str) -> None:
+    def __init__(self, inner: FastCompleter, store: UsageLedger, session_key: str, kind: str) -> None:
         self._inner = inner
         self._store = store
         self._session_key = session_key

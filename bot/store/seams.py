@@ -98,7 +98,8 @@ class RunClaims(Protocol):
 
 
 class RunLedger(RunClaims, Protocol):
-    """A job's run: its time claimed once, its output stored and delivered at most once, recorded."""
+    """A job's run: its time claimed once, its output stored and delivered at most once, recorded
+    (the model call's tokens too, `bot.usage.record_usage`)."""
 
     async def claim_run(
         self, job_id: str, scheduled_for: float, trigger: RunTrigger = "schedule", *,
@@ -123,6 +124,7 @@ class RunLedger(RunClaims, Protocol):
     ) -> StoredMessage: ...
     async def schedule_run_by_id(self, run_id: int) -> ScheduleRun | None: ...
     async def schedule_runs(self, job_id: str, limit: int) -> list[ScheduleRun]: ...
+    async def record_usage(self, record: UsageRecord) -> None: ...
 
 
 class ReminderRuns(RunLedger, Protocol):
@@ -136,6 +138,17 @@ class ReminderRuns(RunLedger, Protocol):
     async def pending_runs(self, status: RunStatus) -> list[ScheduleRun]: ...
     async def record_missed(self, job_id: str, times: Sequence[float], reason: str) -> None: ...
     async def reminder_by_id(self, reminder_id: int) -> Reminder | None: ...
+
+
+class ScheduleStore(ReminderRuns, Protocol):
+    """The scheduler's: jobs' runs and the reminders' (it hands itself to both)."""
+
+
+class PreviewStore(Protocol):
+    """A reply's preview: the message that shows it while it is written, kept on the request."""
+
+    async def preview_of(self, request_id: int) -> str | None: ...
+    async def record_preview(self, request_id: int, provider_message_id: str) -> None: ...
 
 
 class RouterStore(Protocol):
@@ -153,7 +166,7 @@ class RouterStore(Protocol):
 
 
 class CompactionStore(Protocol):
-    """Compaction's: the history to summarise and the summaries kept."""
+    """Compaction's: the history to summarise, the summaries kept, the summariser's tokens."""
 
     async def history_tokens(self, session_key: str, *, after_id: int) -> tuple[int, int]: ...
     async def latest_compaction(self, session_key: str) -> CompactionRecord | None: ...
@@ -173,6 +186,8 @@ class CompactionStore(Protocol):
         replaces: int | None,
         notified: bool = False,
     ) -> CompactionRecord | None: ...
+    async def record_usage(self, record: UsageRecord) -> None: ...
+
 
 class CommandStore(CompactionStore, Protocol):
     """Chat commands': the session, its model, its context floor, what it spent."""
@@ -236,16 +251,21 @@ class RecallUpkeep(Protocol):
     async def merge_recall_index(self) -> None: ...
 
 
-class NoteStore(Protocol):
-    """The notes tools': a user's notes and timezone."""
+class NoteReads(Protocol):
+    """A user's notes and timezone, as a turn reads them."""
+
+    async def notes_of(self, provider: str, user_id: str) -> list[UserNote]: ...
+    async def user_timezone(self, provider: str, user_id: str) -> str | None: ...
+
+
+class NoteStore(NoteReads, Protocol):
+    """The notes tools': a user's notes and timezone, written."""
 
     async def add_note(
         self, provider: str, user_id: str, note: str, *, session_key: str | None, max_notes: int
     ) -> UserNote | None: ...
     async def forget_note(self, provider: str, user_id: str, note_id: int) -> bool: ...
-    async def notes_of(self, provider: str, user_id: str) -> list[UserNote]: ...
     async def set_user_timezone(self, provider: str, user_id: str, zone: str) -> None: ...
-    async def user_timezone(self, provider: str, user_id: str) -> str | None: ...
 
 
 class HistoryReads(Protocol):
@@ -266,6 +286,10 @@ class HistoryReads(Protocol):
 
 class ToolStore(NoteStore, HistoryReads, Protocol):
     """The built-in tools' (notes, timezone, history)."""
+
+
+class TurnToolStore(ToolCallLedger, NoteReads, Protocol):
+    """A turn's tools: the tool loop's ledger, and the asker's notes and timezone for its prompt."""
 
 
 class MessageReads(Protocol):
