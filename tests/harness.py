@@ -36,7 +36,8 @@ def config_data(api: AnthropicStandIn, **sections: dict[str, Any]) -> dict[str, 
     """Config sections for a test daemon: made-up models, small timeouts, the stand-in's URL."""
     anthropic = {
         "base_url": api.base_url, "model": MODEL, "fast_model": FAST,
-        "timeout": 2.0, "max_retries": 1,
+        # A model call to the local stand-in takes milliseconds, and seconds on a loaded machine.
+        "timeout": 20.0, "max_retries": 1,
     }
     anthropic.update(sections.pop("anthropic", {}))
     conversation: dict[str, Any] = {"selection_timeout": 0.5}

@@ -37,7 +37,7 @@ class Running:
 
     async def next_message(self, count: int = 1) -> discord.Message:
         """Wait until `count` messages from users (not the bot's echoes) arrived; return the last."""
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while len(self.from_users) < count:
             assert time.monotonic() < deadline, f"only {len(self.from_users)} messages arrived"
             await asyncio.sleep(0.01)
@@ -73,7 +73,7 @@ async def running(
     async with client:
         task = asyncio.create_task(client.start(TOKEN))
         ready = asyncio.create_task(client.wait_until_ready())
-        await asyncio.wait([task, ready], timeout=5, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([task, ready], timeout=30, return_when=asyncio.FIRST_COMPLETED)
         if not ready.done():
             ready.cancel()
             await client.close()

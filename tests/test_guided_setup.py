@@ -85,7 +85,9 @@ async def test_doctor_after_a_guided_setup_passes_the_key_and_names_the_refused_
         text = text.replace('base_url = "https://api.telegram.org/bot"', f'base_url = "{tg.base_url}"', 1)
         config.write_text(text, encoding="utf-8")
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", "doctor", cwd=tmp_path, env=_environment(ANTHROPIC_API_KEY=FROM_ENV),
+            # Each check's limit is generous: a loaded machine takes seconds to answer.
+            sys.executable, "-m", "bot", "doctor", "--timeout", "60", cwd=tmp_path,
+            env=_environment(ANTHROPIC_API_KEY=FROM_ENV),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         out, err = await asyncio.wait_for(process.communicate(), 120)
     lines = out.decode().splitlines()
