@@ -42,7 +42,7 @@ def reloadable(old: Config, new: Config) -> tuple[Config, list[str]]:
     """
     updates: dict[str, Any] = {}
     restart: list[str] = []
-    for name in ("database", "anthropic", "providers", "roles", "semantic", "logging"):
+    for name in ("database", "anthropic", "providers", "roles", "semantic", "logging", "web"):
         if getattr(old, name) != getattr(new, name):
             restart.append(name)
             updates[name] = getattr(old, name)

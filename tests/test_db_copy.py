@@ -50,8 +50,9 @@ def on_postgres(url: str, tmp_path: Path) -> AbstractAsyncContextManager[Postgre
 async def fill_every_table(store: Store) -> None:
     """A bot's life in miniature: conversations with replies (one still in the outbox), context
     snapshots, a compaction, schedule runs, chat commands, a quarantined update, pairings, a
-    session model, usage, tool calls, notes, a timezone, reminders, vectors, a lease and an
-    instance's heartbeat, a backlog marker, and a picture kept for a message."""
+    session model, usage, tool calls, notes, a timezone, reminders, web console accounts, sessions
+    and failed logins, vectors, a lease and an instance's heartbeat, a backlog marker, and a
+    picture kept for a message."""
     rng = np.random.default_rng(3)
     vectors: list[tuple[int, str, bytes]] = []
     for n in range(12):
@@ -103,6 +104,9 @@ async def fill_every_table(store: Store) -> None:
     await store.add_reminder(session_key=str(DM), chat=CHAT, user_id="42", user_name="Ada", text="call Jo",
                              at=now + 3600, repeat="0 9 * * 1", timezone="Europe/Lisbon",
                              request_message_id=history[0].id, max_pending=5)
+    await store.add_web_account("ada", "$argon2id$a-stand-in-hash", now=now)
+    await store.open_web_session("a-cookie-hash", "ada", "a-csrf-token", now=now, expires_at=now + 3600)
+    await store.record_login_failure("127.0.0.1", "bob", now=now, keep=900)
     await store.take_lease(str(GROUP), "old-instance", 30)
     await store.heartbeat(Instance("old-instance", "host-a", 4242, now - 7200, now - 3600))
     await execute(store, "INSERT INTO index_backlog (name, upto) VALUES ('lexical', 0)")

@@ -101,6 +101,12 @@ EXAMPLES = {
                      "switchboard pairing deny --user discord:123456789"],
     "notes": ["switchboard notes", "switchboard notes telegram:123456789"],
     "usage": ["switchboard usage", "switchboard usage --by day --days 7", "switchboard usage --by user"],
+    "web": ["switchboard web user add ada", "switchboard web user list"],
+    "web user": ["switchboard web user list"],
+    "web user add": ["switchboard web user add ada   # asks for the password twice",
+                     "printf '%s\\n' \"$PASSWORD\" | switchboard web user add ada"],
+    "web user list": ["switchboard web user list"],
+    "web user remove": ["switchboard web user remove ada"],
 }
 
 
@@ -235,6 +241,15 @@ def _parser() -> argparse.ArgumentParser:
                        help="how to group the calls (default: session)")
     usage.add_argument("--days", type=_positive, default=None, metavar="N",
                        help="the last N days, today included (default: this month)")
+    web = add("web", "web:web_usage", "the browser console ([web]): its admin accounts")
+    web_sub = web.add_subparsers(dest="web_command", metavar="user")
+    user = add("web user", "web:web_usage", "admin accounts: add, list, remove", web_sub)
+    user_sub = user.add_subparsers(dest="user_command", metavar="add|list|remove")
+    add("web user add", "web:add_user", "add an account; the password is asked twice (or read from "
+        "standard input) and stored hashed (Argon2id)", user_sub).add_argument("name", metavar="NAME")
+    add("web user list", "web:list_users", "every account, with its last login", user_sub)
+    add("web user remove", "web:remove_user", "remove an account and end its sessions",
+        user_sub).add_argument("name", metavar="NAME")
     return parser
 
 

@@ -10,6 +10,8 @@ from bot.cli.base import utc_time
 from bot.context import REPLY_CALL
 from bot.media import with_labels
 from bot.tools.transcript import action_line
+from bot.turn_explained import COUNT_ORDER, failure
+from bot.turn_explained import speaker as speaker_of
 
 if TYPE_CHECKING:
     from bot.messages import StoredMessage
@@ -20,62 +22,6 @@ if TYPE_CHECKING:
 LINE_CHARS = 80
 
 
-# Counts in the order the pipeline makes them (the stored snapshot's keys are sorted).
-COUNT_ORDER = ["fetched", "within_history_limit", "within_recency", "candidates", "found_lookback",
-               "found_lexical", "found_semantic", "recalled", "trimmed", "included", "scheduled_block"]
-
-
-def snapshot_ids(record: SnapshotRecord) -> list[int]:
-    snap = record.snapshot
-    ids = [record.request_message_id, *([record.reply_message_id] if record.reply_message_id else [])]
-    ids += [int(e["id"]) for e in snap.get("entries", [])]
-    ids += [int(i) for i in snap.get("scheduled_block", [])]
-    ids += [int(t["id"]) for t in snap.get("trimmed", [])]
-    ids += [int(c["id"]) for c in snap.get("candidates", [])]
-    return list(dict.fromkeys(ids))
-
-
-def _failure(snap: dict[str, Any]) -> str | None:
-    """Why the turn was not answered by the model: the context or the model call failed."""
-    if snap.get("status") == "failed":
-        return str(snap.get("error"))
-    error = (snap.get(REPLY_CALL) or {}).get("error")
-    return str(error) if error else None
-
-
-def _message_record(message_id: int, message: StoredMessage | None) -> dict[str, Any]:
-    if message is None:
-        return {"id": message_id, "stored": False, "text": None}
-    return {
-        "id": message_id, "stored": True, "role": message.role, "origin": message.origin,
-        "sender": _speaker(message), "job_id": message.job_id, "created_at": message.created_at,
-        "time": datetime.fromtimestamp(message.created_at, UTC).isoformat(), "text": message.text,
-    }
-
-
-def context_record(
-    key: str, record: SnapshotRecord, total: int, messages: dict[int, StoredMessage | None]
-) -> dict[str, Any]:
-    """The whole turn for scripts: the snapshot as stored, its reply call, and every message's text."""
-    snap = record.snapshot
-
-    def message(message_id: int) -> dict[str, Any]:
-        return _message_record(message_id, messages.get(message_id))
-
-    return {
-        "session": key, "turn": record.turn, "turns": total, "recorded_at": record.created_at,
-        "hash": record.hash, "status": snap.get("status", "ok"), "failed": _failure(snap) is not None,
-        "error": _failure(snap),
-        "reply_call": snap.get(REPLY_CALL),
-        "request": message(record.request_message_id),
-        "reply": message(record.reply_message_id) if record.reply_message_id else None,
-        "entries": [{**message(int(e["id"])), **e} for e in snap.get("entries", [])],
-        "scheduled_block": [message(int(i)) for i in snap.get("scheduled_block", [])],
-        "trimmed": [{**message(int(t["id"])), **t} for t in snap.get("trimmed", [])],
-        "snapshot": snap,
-    }
-
-
 def context_lines(
     record: SnapshotRecord, total: int, messages: dict[int, StoredMessage | None], *, full: bool
 ) -> list[str]:
@@ -84,9 +30,9 @@ def context_lines(
              f"request #{record.request_message_id}  reply #{record.reply_message_id}  (times UTC)"]
     lines.append("request: " + _text(messages.get(record.request_message_id), full, indent=9))
     lines += _reply_call_lines(snap)
-    failure = _failure(snap)
-    if failure:
-        lines.append(f"FAILED: {failure}")
+    failed = failure(snap)
+    if failed:
+        lines.append(f"FAILED: {failed}")
     if record.reply_message_id:
         call = snap.get(REPLY_CALL) or {}
         label = "reply (the fallback reply): " if call.get("fallback") else "reply: "
@@ -240,20 +186,12 @@ def _tool_lines(tools: Any) -> list[str]:
     return lines
 
 
-def _speaker(message: StoredMessage) -> str:
-    if message.role == "user":
-        return message.sender_name or message.sender_id or "user"
-    if message.origin == "scheduled":
-        return f"agent [scheduled {message.job_id}]" if message.job_id else "agent [scheduled]"
-    return "agent"
-
-
 def _text(message: StoredMessage | None, full: bool, *, indent: int, speaker: bool = True) -> str:
     """A message's text after its speaker: cut to one line, or whole (lines aligned) with --full."""
     if message is None:
         return "(not in the store any more)"
     shown = with_labels(message.text, message.media)
-    text = f"{_speaker(message)}: {shown}" if speaker else shown
+    text = f"{speaker_of(message)}: {shown}" if speaker else shown
     if full:
         return text.replace("\n", "\n" + " " * indent)
     line = " ".join(text.split())

@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from typing import TYPE_CHECKING
 
 from bot.cli.base import load_config_file, on_database, open_store, setup_logging, utc_time
-from bot.cli.context_view import context_lines, context_record, snapshot_ids
+from bot.cli.context_view import context_lines
 from bot.media import with_labels
 from bot.session_key import parse
-
-if TYPE_CHECKING:
-    from bot.messages import StoredMessage
-    from bot.store import SnapshotRecord
 
 
 def list_sessions(args: argparse.Namespace) -> int:
@@ -55,22 +50,19 @@ def show_history(args: argparse.Namespace) -> int:
 def show_context(args: argparse.Namespace) -> int:
     import json
 
-    from bot.turn_choice import pick_turn
+    from bot.turn_explained import TurnRead, context_record, read_turn
 
     config = load_config_file(args)
     setup_logging(config, quiet=True)  # an unreadable snapshot's warning goes to stderr
     key = str(parse(args.session_key))
 
-    async def read() -> tuple[SnapshotRecord, int, dict[int, StoredMessage | None]]:
+    async def read() -> TurnRead:
         async with open_store(config) as store:
             await store.session(key)
-            total = await store.snapshot_count(key)
-            record = pick_turn(await store.snapshots(key), key, args.turn or 0, total)
-            # Texts come from the log at display time: the snapshot holds ids and reasons only.
-            messages = {i: await store.message_by_id(i) for i in snapshot_ids(record)}
-        return record, total, messages
+            return await read_turn(store, key, args.turn or 0)
 
-    record, total, messages = on_database(config, read)
+    turn = on_database(config, read)
+    record, total, messages = turn.record, turn.total, turn.messages
     if args.json:
         print(json.dumps(context_record(key, record, total, messages), indent=2, ensure_ascii=False))
     else:

@@ -39,6 +39,7 @@ from bot.config.sections import (
     SemanticConfig,
 )
 from bot.config.tool_sections import ToolsConfig
+from bot.config.web_sections import WebConfig
 from bot.errors import ConfigError
 from bot.schedule_spec import delivery_key
 from bot.session_key import SessionKey
@@ -80,6 +81,7 @@ class Config(Section):
     agents: list[AgentEntry] = Field(default_factory=list)
     bindings: list[BindingConfig] = Field(default_factory=list)
     agent_messages: AgentMessagesConfig = AgentMessagesConfig()
+    web: WebConfig = WebConfig()  # the browser console (bot.web)
     # Where the file was read from; relative paths inside it are resolved against its folder.
     source: str = Field(default="<defaults>", exclude=True)
 

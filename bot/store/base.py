@@ -31,6 +31,7 @@ from bot.store.snapshots import Snapshots
 from bot.store.tables import Tables
 from bot.store.tool_calls import ToolCalls
 from bot.store.usage import Usage
+from bot.store.web_accounts import WebAccounts
 
 if TYPE_CHECKING:
     from bot.store.sqlite import SqliteStore
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 class Store(
     Messages, Recall, Embeddings, Delivery, Snapshots, Compactions, ScheduleRuns, Maintenance,
     Pairings, Usage, ToolCalls, People, HistorySearch, Reminders, Leases, Tables, SendsInDoubt,
+    WebAccounts,
 ):
     """Conversation history and the daemon's durable work, on either backend."""
 

@@ -224,12 +224,15 @@ class Messages(Database):
             raise SessionNotFoundError(f"no session {session_key!r} in {self.label}")
         return SessionSummary(*row)
 
-    async def history(self, session_key: str, limit: int) -> list[StoredMessage]:
-        """The newest `limit` messages of every origin, oldest first."""
+    async def history(
+        self, session_key: str, limit: int, *, before_id: int | None = None
+    ) -> list[StoredMessage]:
+        """The newest `limit` messages of every origin (those before `before_id`: a page further
+        back), oldest first."""
         rows = await self._conn.execute_fetchall(
-            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_key = ? "
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_key = ? AND id < ? "
             "ORDER BY id DESC LIMIT ?",
-            (session_key, limit),
+            (session_key, before_id if before_id is not None else 2**63 - 1, limit),
         )
         return rows_to_messages(reversed(list(rows)))
 

@@ -1,0 +1,84 @@
+"""The console's HTTP server: one aiohttp app on `[web] listen`, started and stopped with the daemon.
+
+The app holds no state of its own between requests: sessions, accounts and failed logins are in
+the store, so every instance on a shared PostgreSQL store serves the same console.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Protocol
+
+import structlog
+from aiohttp import web
+
+from bot.config.fields import split_listen
+from bot.config.sections import ModelPrice
+from bot.config.web_sections import WebConfig
+from bot.errors import BotError
+from bot.web.auth import AccountStore, Logins
+from bot.web.guard import Door
+from bot.web.pages import Pages, PageStore, Status
+from bot.web.rendering import Renderer, templates
+
+log = structlog.get_logger("switchboard.web")
+
+STATIC = Path(__file__).resolve().parent / "static"
+# Seconds a stopping server gives requests in hand to finish.
+CLOSE_TIMEOUT = 2.0
+
+
+class ConsoleStore(AccountStore, PageStore, Protocol):
+    """The store as the console uses it: its logins and the pages' reads."""
+
+
+def console_app(
+    config: WebConfig, store: ConsoleStore, status: Status, prices: Callable[[], Mapping[str, ModelPrice]],
+) -> web.Application:
+    """The console's routes behind its door, under the path of `public_url`."""
+    base = config.base_path
+    renderer = Renderer(templates(), base)
+    app = web.Application(client_max_size=64 * 1024)  # forms only: a login, a button
+    Door(config, Logins(store), renderer).routes(app)
+    Pages(base, store, status, prices, renderer).routes(app)
+    app.router.add_static(f"{base}/static", STATIC)
+    return app
+
+
+class WebConsole:
+    """The console served while the daemon runs: `async with WebConsole(...)` listens, exit stops."""
+
+    def __init__(
+        self, config: WebConfig, store: ConsoleStore, status: Status,
+        prices: Callable[[], Mapping[str, ModelPrice]],
+    ) -> None:
+        self._config = config
+        self._app = console_app(config, store, status, prices)
+        self._runner: web.AppRunner | None = None
+
+    async def __aenter__(self) -> WebConsole:
+        host, port = split_listen(self._config.listen)
+        # No access log: the console's requests would drown the turn lines.
+        runner = web.AppRunner(self._app, access_log=None, shutdown_timeout=CLOSE_TIMEOUT)
+        await runner.setup()
+        self._runner = runner
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as exc:
+            await self._close()
+            raise BotError(f"the web console cannot listen on {self._config.listen} ([web] listen): "
+                           f"{exc.strerror or exc}") from exc
+        log.info("web console listening", url=self._config.public_url or f"http://{self._config.listen}/")
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        await self._close()
+
+    async def _close(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
