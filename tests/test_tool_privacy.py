@@ -3,6 +3,7 @@ of that chat may already see, over random users, private chats, groups, notes an
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from dataclasses import dataclass
@@ -314,6 +315,14 @@ async def test_no_tool_returns_what_someone_in_the_chat_could_not_see(
     assert await scene.unfound() == []
 
 
+@functools.cache
+def shared_embedder() -> Embedder:
+    """The sentence model, read once for every example (each read is 90 MB of weights)."""
+    embedder = load_embedder(make_config(None))
+    assert embedder is not None
+    return embedder
+
+
 @pytest.mark.skipif(unavailable_reason(parse_config({}, "<defaults>")) is not None,
                     reason="the semantic extra is not installed (`make semantic`)")
 # Not shrunk: each step embeds and searches by meaning again (a minute to shrink a failure).
@@ -326,8 +335,7 @@ async def test_no_search_by_meaning_returns_what_someone_in_the_chat_could_not_s
     """With the embedder, search by meaning (which finds the nearest messages whatever the words)
     returns no secret written only among other people either."""
     config = make_config(None)
-    embedder = load_embedder(config)
-    assert embedder is not None
+    embedder = shared_embedder()
     scene = Scene(store, config, embedder)
     chats = await play(scene, world)
     await embed_backlog(store, embedder, batch_size=64)
