@@ -31,7 +31,9 @@ async def load(name: str) -> ModuleType:
     future = _import(name)
     if future.done():
         return future.result()
-    return await asyncio.wrap_future(future)
+    # Shielded: a waiter cancelled (a /stop, a shutdown) must not cancel the import every later call
+    # shares; wrap_future alone would pass the cancellation on to it.
+    return await asyncio.shield(asyncio.wrap_future(future))
 
 
 def _import(name: str) -> concurrent.futures.Future[ModuleType]:

@@ -202,8 +202,8 @@ async def test_a_refused_key_early_in_a_fallback_chain_is_told_though_the_next_a
 
 
 def test_the_openai_sdk_is_imported_when_the_daemon_starts_not_in_the_first_call(tmp_path: Path) -> None:
-    """With an OpenAI-kind provider configured, the daemon has the openai library loaded once it
-    has started, before any call: the first reply's deadline is not spent importing it."""
+    """With an OpenAI-kind provider configured, the daemon imports the openai library by itself once
+    it has started, before any call: the first reply's deadline is not spent importing it."""
     script = f"""
 import asyncio, sys
 from bot.config import parse_config
@@ -219,6 +219,10 @@ async def main() -> None:
     daemon = Daemon(config, [])
     task = asyncio.create_task(daemon.run())
     await asyncio.wait_for(daemon.started.wait(), 30)
+    for _ in range(600):  # imported in a thread once the channels are up: no call asks for it
+        if "openai" in sys.modules and hasattr(sys.modules["openai"], "AsyncOpenAI"):
+            break
+        await asyncio.sleep(0.1)
     print("openai loaded:", "openai" in sys.modules)
     daemon.request_stop()
     await task

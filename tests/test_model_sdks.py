@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
@@ -40,3 +41,23 @@ async def test_a_module_that_cannot_load_fails_the_call_that_needs_it() -> None:
     """An SDK that is not installed raises its ImportError in the call that awaits it."""
     with pytest.raises(ModuleNotFoundError):
         await model_sdks.load("sb_no_such_sdk")
+
+
+async def test_a_call_cancelled_while_the_sdk_imports_leaves_the_import_to_the_next_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn stopped (/stop, a shutdown, a timeout) while it waits for the SDK does not cancel the
+    import itself: the next call gets the module, not a CancelledError, for the rest of the run."""
+    release = threading.Event()
+    monkeypatch.setattr("builtins.sb_gate", release, raising=False)
+    (tmp_path / "sb_slow_sdk.py").write_text(
+        "import builtins\nbuiltins.sb_gate.wait(30)\nVALUE = 42\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    waiting = asyncio.create_task(model_sdks.load("sb_slow_sdk"))
+    await asyncio.sleep(0)  # the call is waiting on the import's thread
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    release.set()
+    module = await asyncio.wait_for(model_sdks.load("sb_slow_sdk"), 30)
+    assert module.VALUE == 42
