@@ -2,7 +2,7 @@
 
 Usage: .venv/bin/python bench/context_quality.py [--conversations 20] [--seed 13] [--mix 10:6:4]
        [--configs triage,triage-lexical,ranked,lexical,everything] [--keep DIR]
-       [--encoder numpy|static|onnx] [--onnx DIR]
+       [--encoder minilm|static|distilled|onnx] [--onnx DIR]
 
 The labelled set of bench/labelled_set.py (generated, no network) goes turn by turn into a real
 `Store` (one SQLite file, one session per conversation, `insert_message` with each turn's own time,
@@ -13,9 +13,11 @@ agent's answer is stored and the conversation goes on. Per configuration: eviden
 of the evidence turns' messages in `context.entries`, averaged over questions), questions with all
 their evidence, context tokens (entries, summary and scheduled block) as a share of sending every
 earlier message of the conversation, and build time (median and p99). The configurations take
-turns in going first, so none always pays for what the others find cached. `--encoder` swaps the
-shipped numpy encoder for a candidate of bench/embedding_speed.py (`static`: model2vec's recipe
-distilled from the same weights; `onnx`: onnxruntime on the int8 ONNX export in `--onnx DIR`), to
+turns in going first, so none always pays for what the others find cached. `--encoder` picks the
+semantic configurations' encoder: `minilm` (the default, all-MiniLM-L6-v2 in numpy), `static`
+(the shipped static table, `encoder = "static"`, bot/static_embedding.py), or a candidate of
+bench/embedding_speed.py (`distilled`: model2vec's untrained recipe on MiniLM's weights; `onnx`:
+onnxruntime on the int8 ONNX export in `--onnx DIR`), to
 put each one's recall beside its speed. Prints figures; asserts nothing.
 """
 
@@ -165,13 +167,15 @@ def context_tokens(context: Context) -> int:
     return total
 
 
-def make_config(db: Path, setup: Setup, overrides: dict[str, Any] | None = None) -> Config:
+def make_config(
+    db: Path, setup: Setup, overrides: dict[str, Any] | None = None, encoder: str = "minilm"
+) -> Config:
     """The setup's config; `overrides` ([conversation] keys from --set) apply to all but the
     send-everything reference."""
     conversation = {**(overrides or {}), **setup.conversation} if setup.timed else setup.conversation
     return parse_config(
         {"database": {"path": str(db)}, "conversation": conversation,
-         "semantic": {"enabled": "auto" if setup.semantic else "off"}},
+         "semantic": {"enabled": "auto" if setup.semantic else "off", "encoder": encoder}},
         "<bench>",
     )
 
@@ -284,7 +288,7 @@ class BenchEncoder:
 def candidate_encoder(name: str, onnx_dir: str | None) -> BenchEncoder:
     from bench import embedding_speed
 
-    if name == "static":
+    if name == "distilled":
         encode, _ = embedding_speed.static_runtime()
     else:
         if onnx_dir is None:
@@ -296,7 +300,7 @@ def candidate_encoder(name: str, onnx_dir: str | None) -> BenchEncoder:
 async def run(
     conversations: Sequence[Conversation], setups: Sequence[Setup], db: Path,
     progress: Callable[[str], None], overrides: dict[str, Any] | None = None,
-    encoder: str = "numpy", onnx_dir: str | None = None,
+    encoder: str = "minilm", onnx_dir: str | None = None,
 ) -> tuple[dict[str, Tally], dict[str, Any]]:
     """Build the configurations over one store and run every conversation through them."""
     from bot.embedding import load_embedder
@@ -305,10 +309,10 @@ async def run(
     brain = InstantBrain()
     async with Store.open(db) as store:
         embedder: Any = None
-        if any(setup.semantic for setup in setups) and encoder != "numpy":
+        if any(setup.semantic for setup in setups) and encoder in ("distilled", "onnx"):
             embedder = await asyncio.to_thread(candidate_encoder, encoder, onnx_dir)
         elif any(setup.semantic for setup in setups):
-            probe = make_config(db, next(s for s in setups if s.semantic))
+            probe = make_config(db, next(s for s in setups if s.semantic), encoder=encoder)
             embedder = await asyncio.to_thread(load_embedder, probe)
         builders: list[Builder] = []
         for setup in setups:
@@ -445,9 +449,9 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a [conversation] key for every configuration but send-everything, "
                              "e.g. --set semantic_count=40 (repeatable)")
-    parser.add_argument("--encoder", choices=("numpy", "static", "onnx"), default="numpy",
+    parser.add_argument("--encoder", choices=("minilm", "static", "distilled", "onnx"), default="minilm",
                         help="the sentence encoder of the semantic configurations (default: the "
-                             "shipped numpy all-MiniLM-L6-v2)")
+                             "default all-MiniLM-L6-v2 in numpy; static: the shipped static table)")
     parser.add_argument("--onnx", metavar="DIR", help="with --encoder onnx: DIR holds model.onnx "
                         "and onnxruntime (see bench/embedding_speed.py)")
     parser.add_argument("--misses", action="store_true", help="list the questions each config missed")

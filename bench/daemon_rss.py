@@ -2,7 +2,8 @@
 2 000 messages with semantic recall on.
 
 Usage: .venv/bin/python bench/daemon_rss.py [--sessions 10000] [--per-session 20] [--turns 1000]
-       [--concurrency 100] [--rate PER_S] [--semantic] [--tracemalloc N] [--keep DIR]
+       [--concurrency 100] [--rate PER_S] [--semantic [--encoder minilm|static]] [--tracemalloc N]
+       [--keep DIR]
 
 The parent makes the database (real Store schema, filled with sqlite3 executemany; none with
 `--per-session 0`), then starts a child process that runs the real bot.daemon.Daemon with an
@@ -78,7 +79,7 @@ def _quantile(values: list[float], fraction: float) -> float:
 
 async def _drive(
     db: Path, sessions: int, turns: int, concurrency: int, log_file: TextIO, *, semantic: bool,
-    top: int, rate: float,
+    top: int, rate: float, encoder: str = "minilm",
 ) -> dict[str, Any]:
     from bench.context_build import TextMaker
     from bench.instant_brain import InstantBrain
@@ -128,7 +129,8 @@ async def _drive(
     # Semantic recall off unless asked: its model and its worker embedding the generated history
     # would be measured instead of the daemon's own memory.
     config = parse_config({"database": {"path": str(db)},
-                           "semantic": {"enabled": "on" if semantic else "off"}}, "<bench>")
+                           "semantic": {"enabled": "on" if semantic else "off", "encoder": encoder}},
+                          "<bench>")
     channel = RecordingChannel()
     daemon = Daemon(config, [channel], brain=TimingBrain())
     running = asyncio.create_task(daemon.run())
@@ -204,7 +206,7 @@ def child(args: argparse.Namespace) -> None:
     with open(log_path, "w") as log_file:
         figures = asyncio.run(
             _drive(Path(args.child), args.sessions, args.turns, args.concurrency, log_file,
-                   semantic=args.semantic, top=args.tracemalloc, rate=args.rate)
+                   semantic=args.semantic, top=args.tracemalloc, rate=args.rate, encoder=args.encoder)
         )
     figures["peak_rss_mib"] = _status_mib("VmHWM")
     figures["ru_maxrss_mib"] = _peak_mib()
@@ -226,7 +228,8 @@ def parent(args: argparse.Namespace) -> None:
     print(f"daemon RSS: {args.sessions:,} sessions x ~{args.per_session} messages in the database, "
           f"{args.turns:,} turns over random sessions, {args.concurrency} at a time, instant brain, "
           f"production logging (INFO, JSON, to a file), semantic recall "
-          f"{'on' if args.semantic else 'off'}; load average {os.getloadavg()[0]:.2f}")
+          f"{'on (' + args.encoder + ')' if args.semantic else 'off'}; "
+          f"load average {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory(prefix="sb-bench-") as tmp:
         folder = Path(args.keep) if args.keep else Path(tmp)
         db = folder / "rss.db"
@@ -241,7 +244,7 @@ def parent(args: argparse.Namespace) -> None:
                    "--concurrency", str(args.concurrency), "--tracemalloc", str(args.tracemalloc),
                    "--rate", str(args.rate)]
         if args.semantic:
-            command.append("--semantic")
+            command += ["--semantic", "--encoder", args.encoder]
         done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
         if done.returncode != 0:
             print(done.stdout + done.stderr, file=sys.stderr)
@@ -277,6 +280,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=100, help="turns in flight at once")
     parser.add_argument("--semantic", action="store_true", help="semantic recall on (the extra "
                         "and the weights installed)")
+    parser.add_argument("--encoder", choices=("minilm", "static"), default="minilm",
+                        help="with --semantic: the encoder ([semantic] encoder; default %(default)s)")
     parser.add_argument("--rate", type=float, default=0.0, metavar="PER_S",
                         help="messages per second in all (0: each client sends as soon as it is "
                              "answered; the latencies then include the queue)")

@@ -26,6 +26,18 @@ _threads: dict[bool, ThreadPoolExecutor] = {}
 BACKGROUND_NICENESS = 10
 
 
+def single_threaded_blas() -> None:
+    """One BLAS thread, unless the environment says otherwise; only before numpy is first imported.
+
+    Encoders run beside the daemon's event loop on small shared machines: OpenBLAS's threads spin
+    while they wait for a core, and with the cores busy a 2-thread encode was measured 10× slower
+    than a 1-thread one (bench/embedding_speed.py), while idle it is only ~1.5× faster.
+    """
+    if "numpy" not in sys.modules:
+        for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(name, "1")
+
+
 def _lower_priority() -> None:
     """Raise the calling thread's nice value: Linux keeps one per thread (elsewhere it is the whole
     process's, which is left as it is)."""

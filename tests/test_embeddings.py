@@ -1,5 +1,6 @@
-"""Semantic recall's parts with the real all-MiniLM-L6-v2 weights and real SQLite files: the encoder,
-the store's vectors and search, the background worker, the daemon's wiring, and the CLI."""
+"""Semantic recall's parts with the real all-MiniLM-L6-v2 weights (and the shipped static table) and
+real SQLite files: the encoders, the store's vectors and search, the background worker, the
+daemon's wiring, and the CLI."""
 
 from __future__ import annotations
 
@@ -48,8 +49,16 @@ OTHER = build("main", "telegram", "group", "-200")
 
 @pytest.fixture(scope="module")
 def embedder() -> Embedder:
-    """The packaged model, loaded once for the module."""
+    """The packaged model (all-MiniLM-L6-v2, the default encoder), loaded once for the module."""
     loaded = load_embedder(parse_config({}, "<defaults>"))
+    assert loaded is not None
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def static() -> Embedder:
+    """The shipped static table (`encoder = "static"`), loaded once for the module."""
+    loaded = load_embedder(parse_config({"semantic": {"encoder": "static"}}, "<static>"))
     assert loaded is not None
     return loaded
 
@@ -107,6 +116,35 @@ def test_the_encoder_gives_the_published_similarities(embedder: Embedder) -> Non
     long_batch = embedder.encode(["word " * 300, texts[2]])[1]  # truncated at 256 tokens, padded
     assert float(alone @ long_batch) > 0.99999
     assert embedder.model_id.startswith("all-MiniLM-L6-v2@")
+
+
+def test_the_static_table_ranks_the_published_example_as_minilm_does(static: Embedder) -> None:
+    """The static encoder gives unit float32 rows of its table's width, orders the published
+    example's pairs as all-MiniLM-L6-v2 does (lovely weather nearest to sunny), gives a text the
+    same vector alone or in a batch, zeros to a text without word pieces, and names itself."""
+    texts = ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."]
+    vectors = static.encode(texts)
+    assert vectors.shape == (3, 256) and str(vectors.dtype) == "float32"
+    assert all(abs(float(v @ v) - 1) < 1e-5 for v in vectors)
+    cos = vectors @ vectors.T
+    assert cos[0, 1] > max(cos[0, 2], cos[1, 2])
+    assert float(static.encode([texts[2]])[0] @ vectors[2]) > 0.99999
+    assert not static.encode([""]).any()
+    assert static.model_id.startswith("minilm-static@")
+
+
+async def test_a_switch_of_encoder_embeds_again_and_never_compares_the_two(
+    store: Store, embedder: Embedder, static: Embedder
+) -> None:
+    """MiniLM's vectors and the static table's carry different model ids: after a switch every
+    message is pending for the new encoder, and its vector replaces the old one."""
+    message = await say_in(store, "I looked into adoption agencies last week")
+    assert await embed_all(store, embedder) == 1
+    assert embedder.model_id != static.model_id
+    assert [m.id for m in await store.pending_embeddings(static.model_id)] == [message.id]
+    assert await embed_all(store, static) == 1
+    assert await stored_vectors(store) == {message.id: static.model_id}
+    assert [m.id for m in await store.pending_embeddings(embedder.model_id)] == [message.id]
 
 
 async def test_a_fact_said_in_other_words_is_nearer_than_distractors_sharing_words(

