@@ -35,9 +35,9 @@ class ReloadPlan:
 def reloadable(old: Config, new: Config) -> tuple[Config, list[str]]:
     """The config a reload puts in force, and the changed keys that only a restart applies.
 
-    The database, the model provider, logging, the agent id, the turn concurrency and the
-    console keep their running values: they are wired into objects that live as long as the
-    daemon. Everything else (conversation, history limits, access lists, channels, schedules,
+    The database, the model provider, logging, the agent id, the turn concurrency, the console
+    and the web chat keep their running values: they are wired into objects that live as long as
+    the daemon. Everything else (conversation, history limits, access lists, channels, schedules,
     prompt files) is taken from the new file.
     """
     updates: dict[str, Any] = {}
@@ -53,9 +53,11 @@ def reloadable(old: Config, new: Config) -> tuple[Config, list[str]]:
         restart.append("router.max_concurrent_turns")
         updates["router"] = new.router.model_copy(
             update={"max_concurrent_turns": old.router.max_concurrent_turns})
-    if old.channels.console != new.channels.console:
-        restart.append("channels.console")
-        updates["channels"] = new.channels.model_copy(update={"console": old.channels.console})
+    kept = {name: getattr(old.channels, name) for name in ("console", "web")
+            if getattr(old.channels, name) != getattr(new.channels, name)}
+    if kept:
+        restart += [f"channels.{name}" for name in kept]
+        updates["channels"] = new.channels.model_copy(update=kept)
     return new.model_copy(update=updates), restart
 
 

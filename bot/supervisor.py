@@ -38,7 +38,22 @@ def build_channels(config: Config, *, console: bool, platforms: bool = True) -> 
     if platforms:
         built.extend(platform_channel(config, name) for name, section in config.chat_sections.items()
                      if section.enabled)
+        if config.web_chat:
+            built.append(web_channel(config))
     return built
+
+
+def web_channel(config: Config) -> Channel:
+    """The web chat (`[channels.web]`, served by the console): each account's chat goes to the
+    agent the routing gives it, as any platform's DM would."""
+    from channels.web.channel import PROVIDER, WebChatChannel
+
+    routing = config.routing()
+
+    def agent_for(account: str) -> str:
+        return routing.agent_for(PROVIDER, (account, None, account), account)
+
+    return WebChatChannel(config.channels.web, agent_for)
 
 
 def platform_channel(config: Config, name: str) -> Channel:

@@ -19,6 +19,7 @@ from bot.config.channel_sections import (
     DiscordGuildConfig,
     DmConfig,
     TelegramConfig,
+    WebChatConfig,
 )
 from bot.config.env_file import SecretsConfig
 from bot.config.fields import (
@@ -90,6 +91,7 @@ __all__ = [
     "TelegramConfig",
     "ToolRule",
     "ToolsConfig",
+    "WebChatConfig",
     "check_startable",
     "load_config",
     "parse_config",

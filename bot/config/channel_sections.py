@@ -1,4 +1,5 @@
-"""The channel config sections: console, Telegram and Discord, their access lists and per-chat settings."""
+"""The channel config sections: console, Telegram, Discord and the web chat, their access lists and
+per-chat settings."""
 
 from __future__ import annotations
 
@@ -126,6 +127,27 @@ class ConsoleConfig(Section):
     agent: AgentRef = None
 
 
+# A web console account's name (`switchboard web user add NAME`).
+WebAccountName = Annotated[str, Field(pattern=r"^[a-z0-9_.-]{1,64}$")]
+
+
+class WebChatConfig(Section):
+    """The web chat: the console's accounts talking to the agent in the browser (`[web]` serves it).
+
+    Admin accounts may always chat; chat-only accounts as `dm_policy` says: "open" (every account
+    an admin made), "allowlist" (those in `allow_from`), "pairing" (those, and any an admin
+    approved by the pairing code the chat page shows them), "disabled" (admins only).
+    """
+
+    enabled: bool = False
+    agent: AgentRef = None
+    dm_policy: DmPolicy = "open"
+    allow_from: list[WebAccountName] = Field(default_factory=list)
+    # Every web chat is one account's direct chat, so only DM limits apply.
+    dm_history_limit: NonNegInt | None = None
+    dms: dict[WebAccountName, DmConfig] = Field(default_factory=dict)
+
+
 def platform_of(channel: str) -> str:
     """The platform of a channel name: "telegram" for "telegram" and for "telegram.work"."""
     return channel.partition(".")[0]
@@ -135,6 +157,7 @@ class ChannelsConfig(Section):
     console: ConsoleConfig = ConsoleConfig()
     telegram: TelegramConfig = TelegramConfig()
     discord: DiscordConfig = DiscordConfig()
+    web: WebChatConfig = WebChatConfig()
 
     def chat_sections(self) -> dict[str, TelegramConfig | DiscordConfig]:
         """Every platform channel by name, enabled or not: "telegram", "discord", and each extra

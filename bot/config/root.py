@@ -12,7 +12,13 @@ from typing import Any, TypeVar
 from pydantic import Field, field_validator
 
 from bot.config.agent_sections import AgentEntry, AgentMessagesConfig, BindingConfig
-from bot.config.channel_sections import ChannelsConfig, ConsoleConfig, DiscordConfig, TelegramConfig
+from bot.config.channel_sections import (
+    ChannelsConfig,
+    ConsoleConfig,
+    DiscordConfig,
+    TelegramConfig,
+    WebChatConfig,
+)
 from bot.config.env_file import SecretsConfig
 from bot.config.fields import Section
 from bot.config.mcp_sections import McpServerConfig
@@ -105,10 +111,12 @@ class Config(Section):
             return candidate
         return Path(self.source).resolve().parent / candidate
 
-    def channel(self, provider: str) -> ConsoleConfig | TelegramConfig | DiscordConfig | None:
-        """A channel's section by name ("console", "telegram", "telegram.work", ...), if it has one."""
+    def channel(self, provider: str) -> ConsoleConfig | WebChatConfig | TelegramConfig | DiscordConfig | None:
+        """A channel's section by name ("console", "web", "telegram", "telegram.work", ...), if it has one."""
         if provider == "console":
             return self.channels.console
+        if provider == "web":
+            return self.channels.web
         return self.chat_sections.get(provider)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Config:
@@ -136,8 +144,14 @@ class Config(Section):
         """Which agent each message goes to: `[[bindings]]`, then each channel's `agent`; only
         channels that can receive anything (the console, which `chat` starts anyway, and the enabled
         bots), so `status` and `check-config` show no route through a disabled one."""
-        channels = ["console", *(name for name, section in self.chat_sections.items() if section.enabled)]
+        channels = ["console", *(["web"] if self.web_chat else []),
+                    *(name for name, section in self.chat_sections.items() if section.enabled)]
         return Routing(self.bindings, {name: self.channel_agent(name) for name in channels}, self.agent.id)
+
+    @property
+    def web_chat(self) -> bool:
+        """Whether the web chat runs: `[channels.web]` and the console that serves it (`[web]`) on."""
+        return self.channels.web.enabled and self.web.enabled
 
     def agent_ids(self) -> list[str]:
         """Every agent's id, the default ([agent]) first."""
@@ -220,6 +234,9 @@ def check_startable(config: Config) -> None:
             )
         if section.enabled and isinstance(section, TelegramConfig) and section.mode == "webhook":
             webhook_secret(config, name)
+    if config.channels.web.enabled and not config.web.enabled:
+        raise ConfigError(config.source, "channels.web.enabled", "[web] enabled = true as well: the web "
+                          "chat is a page of the web console (or set channels.web.enabled = false)")
     for index, job in enumerate(config.schedules):
         provider = config.job_key(job).provider
         target = config.channel(provider)
@@ -286,7 +303,7 @@ def resolve_history_limit(config: Config, key: SessionKey) -> int | None:
                 value = dm_entry.history_limit
             else:
                 value = section.dm_history_limit
-        elif not isinstance(section, ConsoleConfig):
+        elif not isinstance(section, ConsoleConfig | WebChatConfig):
             overrides = [s.history_limit for s in section.settings_for(key) if s.history_limit is not None]
             value = overrides[0] if overrides else section.history_limit
     if value is None:

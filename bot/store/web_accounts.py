@@ -1,4 +1,4 @@
-"""The browser console's admins: accounts with their password hashes, login sessions, failed logins.
+"""The browser console's accounts: their password hashes and roles, login sessions, failed logins.
 
 The store keeps only what it is given: hashing passwords and minting tokens is `bot.web.auth`'s
 business. A session is found by the hash of its cookie; failed logins are rows counted over a
@@ -8,17 +8,26 @@ window, per client address and per account, so every instance on a shared store 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from bot.store.database import Database
+
+# "admin": the whole console and the web chat; "chat": the web chat only.
+Role = Literal["admin", "chat"]
+
+
+def _role(value: object) -> Role:
+    return "chat" if value == "chat" else "admin"
 
 
 @dataclass(frozen=True, slots=True)
 class WebAccount:
-    """One admin of the console, as `switchboard web user list` shows it."""
+    """One account of the console, as `switchboard web user list` shows it."""
 
     name: str
     created_at: float
     last_login_at: float | None
+    role: Role = "admin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,24 +37,27 @@ class WebSession:
     account: str
     csrf_token: str
     expires_at: float
+    role: Role = "admin"  # the account's, read with the session: a change applies at once
 
 
 class WebAccounts(Database):
     """Writes and reads of `web_accounts`, `web_sessions` and `web_login_failures`."""
 
-    async def add_web_account(self, name: str, password_hash: str, *, now: float) -> bool:
+    async def add_web_account(
+        self, name: str, password_hash: str, *, now: float, role: Role = "admin"
+    ) -> bool:
         """A new account; False (nothing written) when the name is taken."""
         async with self._transaction():
             cursor = await self._conn.execute(
-                "INSERT INTO web_accounts (name, password_hash, created_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (name) DO NOTHING", (name, password_hash, now),
+                "INSERT INTO web_accounts (name, password_hash, created_at, role) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (name) DO NOTHING", (name, password_hash, now, role),
             )
         return cursor.rowcount == 1
 
     async def web_accounts(self) -> list[WebAccount]:
         rows = await self._conn.execute_fetchall(
-            "SELECT name, created_at, last_login_at FROM web_accounts ORDER BY name")
-        return [WebAccount(str(row[0]), float(row[1]), row[2]) for row in rows]
+            "SELECT name, created_at, last_login_at, role FROM web_accounts ORDER BY name")
+        return [WebAccount(str(row[0]), float(row[1]), row[2], _role(row[3])) for row in rows]
 
     async def web_password_hash(self, name: str) -> str | None:
         rows = await self._conn.execute_fetchall(
@@ -82,12 +94,16 @@ class WebAccounts(Database):
             await self._conn.execute("DELETE FROM web_sessions WHERE expires_at <= ?", (now,))
 
     async def web_session(self, token_hash: str, *, now: float) -> WebSession | None:
-        """The live session with this cookie hash, if any (an expired one is none)."""
+        """The live session with this cookie hash, if any (an expired one is none), with its
+        account's role."""
         rows = await self._conn.execute_fetchall(
-            "SELECT account, csrf_token, expires_at FROM web_sessions "
-            "WHERE token_hash = ? AND expires_at > ?", (token_hash, now))
+            "SELECT s.account, s.csrf_token, s.expires_at, a.role FROM web_sessions s "
+            "JOIN web_accounts a ON a.name = s.account "
+            "WHERE s.token_hash = ? AND s.expires_at > ?", (token_hash, now))
         row = next(iter(rows), None)
-        return WebSession(str(row[0]), str(row[1]), float(row[2])) if row is not None else None
+        if row is None:
+            return None
+        return WebSession(str(row[0]), str(row[1]), float(row[2]), _role(row[3]))
 
     async def end_web_session(self, token_hash: str) -> None:
         async with self._one_write():

@@ -66,6 +66,10 @@ class Door:
             if request.method in ("GET", "HEAD"):
                 raise web.HTTPSeeOther(f"{self.base}/login?next={quote(request.path_qs, safe='')}")
             raise web.HTTPForbidden(text="not logged in")
+        if session.role != "admin" and not self._chat_only_path(path):
+            if request.method in ("GET", "HEAD"):
+                raise web.HTTPSeeOther(f"{self.base}/chat")
+            raise web.HTTPForbidden(text="this account may use the chat only")
         if request.method == "POST":
             form = await request.post()
             token = form.get("csrf")
@@ -73,6 +77,11 @@ class Door:
                 raise web.HTTPForbidden(text="the form's CSRF token is missing or wrong; reload the page")
         request[SESSION_KEY] = session
         return await handler(request)
+
+    def _chat_only_path(self, path: str) -> bool:
+        """What a chat-only account may open: the chat (its page, posts, stream) and the logout."""
+        chat = f"{self.base}/chat"
+        return path in (chat, f"{self.base}/logout") or path.startswith(f"{chat}/")
 
     async def headers(self, request: web.Request, response: web.StreamResponse) -> None:
         response.headers["Content-Security-Policy"] = CSP

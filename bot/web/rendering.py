@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -48,16 +49,19 @@ def templates() -> jinja2.Environment:
 
 @dataclass(frozen=True, slots=True)
 class Renderer:
-    """Renders a page with what every page needs: the path prefix, who is logged in, the form token."""
+    """Renders a page with what every page needs: the path prefix, who is logged in (and as what),
+    the form token, whether the web chat runs."""
 
     environment: jinja2.Environment
     base: str
+    chat: Callable[[], bool] = lambda: False
 
     def page(
         self, template: str, session: WebSession | None, *, status: int = 200, **values: Any
     ) -> web.Response:
         html = self.environment.get_template(template).render(
             base=self.base, account=session.account if session else None,
+            role=session.role if session else None, chat_on=self.chat(),
             csrf=session.csrf_token if session else "", **values,
         )
         return web.Response(text=html, status=status, content_type="text/html")

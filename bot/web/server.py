@@ -14,11 +14,13 @@ from typing import Protocol
 import structlog
 from aiohttp import web
 
+from bot.channel import Channel
 from bot.config.fields import split_listen
 from bot.config.sections import ModelPrice
 from bot.config.web_sections import WebConfig
 from bot.errors import BotError
 from bot.web.auth import AccountStore, Logins
+from bot.web.chat import Chat
 from bot.web.guard import Door
 from bot.web.pages import Pages, PageStore, Status
 from bot.web.rendering import Renderer, templates
@@ -36,13 +38,17 @@ class ConsoleStore(AccountStore, PageStore, Protocol):
 
 def console_app(
     config: WebConfig, store: ConsoleStore, status: Status, prices: Callable[[], Mapping[str, ModelPrice]],
+    channels: Mapping[str, Channel] | None = None,
 ) -> web.Application:
-    """The console's routes behind its door, under the path of `public_url`."""
+    """The console's routes behind its door, under the path of `public_url`; the web chat's too
+    when `channels` has one (looked up there at each request)."""
     base = config.base_path
-    renderer = Renderer(templates(), base)
-    app = web.Application(client_max_size=64 * 1024)  # forms only: a login, a button
+    channels = channels or {}
+    renderer = Renderer(templates(), base, chat=lambda: "web" in channels)
+    app = web.Application(client_max_size=64 * 1024)  # forms only: a login, a button, a message
     Door(config, Logins(store), renderer).routes(app)
     Pages(base, store, status, prices, renderer).routes(app)
+    Chat(base, store, channels, renderer).routes(app)
     app.router.add_static(f"{base}/static", STATIC)
     return app
 
@@ -52,10 +58,10 @@ class WebConsole:
 
     def __init__(
         self, config: WebConfig, store: ConsoleStore, status: Status,
-        prices: Callable[[], Mapping[str, ModelPrice]],
+        prices: Callable[[], Mapping[str, ModelPrice]], channels: Mapping[str, Channel] | None = None,
     ) -> None:
         self._config = config
-        self._app = console_app(config, store, status, prices)
+        self._app = console_app(config, store, status, prices, channels)
         self._runner: web.AppRunner | None = None
 
     async def __aenter__(self) -> WebConsole:

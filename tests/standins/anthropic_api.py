@@ -11,7 +11,7 @@ import math
 import re
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeAlias
 
 from aiohttp import web
@@ -47,6 +47,9 @@ class Text:
     # A stream sends the text in `parts` deltas, `delta_delay` seconds apart (a model writing).
     parts: int = 3
     delta_delay: float = 0.0
+    # A stream stops after its first delta until this is set (a test looks at what the user sees
+    # while the model is still writing, with no clock involved).
+    hold: asyncio.Event | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -446,6 +449,8 @@ class AnthropicStandIn:
             if event["type"] == "content_block_delta":
                 if written and reply.delta_delay:
                     await asyncio.sleep(reply.delta_delay)
+                if written == 1 and reply.hold is not None:
+                    await reply.hold.wait()
                 written += 1
             await resp.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
         if end == "malformed":

@@ -1,0 +1,139 @@
+"""The web chat's pages: the chat (its history read from the store), the form that posts to it,
+and the stream of server-sent events that brings replies, as they are written, to the open page.
+
+The channel itself is `channels.web` (intake, access, sending); this module is only its HTTP face,
+behind the console's door: a session, and its CSRF token on the POST.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from bot.channel import Channel
+from bot.messages import StoredMessage
+from bot.store.records import delivery_key
+from bot.web.guard import SESSION_KEY, see_other
+from bot.web.pages import PageStore, message_row
+from bot.web.rendering import Renderer
+from channels.web.channel import MAX_CHARS, Posted, WebChatChannel, WebChatClosed
+from channels.web.hub import ChatEvent, Subscription
+
+SHOWN = 50  # messages of the history a chat page shows
+# A comment line this often keeps proxies from closing an idle stream (and finds a closed one).
+KEEPALIVE = 15.0
+# How long a browser waits before it reconnects a stream that ended (EventSource's `retry`).
+RETRY_MS = 2000
+
+
+def chat_row(message: StoredMessage) -> dict[str, Any]:
+    """A stored message as the chat shows it, with what the live events name it by: a reply by
+    its delivery key, the account's own message by the page's id for it."""
+    row = message_row(message)
+    row["key"] = delivery_key(message.id) if message.role == "assistant" else ""
+    row["nonce"] = (message.provider_message_id or "") if message.role == "user" else ""
+    return row
+
+
+def sse(kind: str, data: Mapping[str, Any]) -> bytes:
+    """One server-sent event (JSON data on one line)."""
+    return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Chat:
+    """The chat routes; the channel is looked up at each request (it is the daemon's `web`)."""
+
+    base: str
+    store: PageStore
+    channels: Mapping[str, Channel]
+    renderer: Renderer
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_get(f"{self.base}/chat", self.page)
+        app.router.add_post(f"{self.base}/chat", self.post)
+        app.router.add_get(f"{self.base}/chat/events", self.events)
+        app.on_shutdown.append(self._close_streams)
+
+    def _channel(self) -> WebChatChannel:
+        channel = self.channels.get("web")
+        if not isinstance(channel, WebChatChannel):
+            raise web.HTTPNotFound(text="the web chat is off ([channels.web] enabled = false)")
+        return channel
+
+    async def page(self, request: web.Request, *, refusal: str | None = None,
+                   status: int = 200) -> web.Response:
+        channel = self._channel()
+        session = request[SESSION_KEY]
+        key = str(channel.session_key(session.account))
+        messages = await self.store.history(key, SHOWN)
+        newest = messages[-1].id if messages else 0
+        return self.renderer.page(
+            "chat.html", session, status=status, rows=[chat_row(m) for m in messages], newest=newest,
+            session_key=key, nonce=secrets.token_urlsafe(16), refusal=refusal,
+            notices=channel.notices(session.account), max_chars=MAX_CHARS,
+        )
+
+    async def post(self, request: web.Request) -> web.StreamResponse:
+        """A message from the form: answered once it is stored (303 back to the chat, or JSON to
+        the page's script); refused (403) for an account that may not chat, 503 while stopping."""
+        channel = self._channel()
+        session = request[SESSION_KEY]
+        form = await request.post()
+        text, nonce = form.get("text"), form.get("nonce")
+        wants_json = "application/json" in request.headers.get("Accept", "")
+        try:
+            posted = await channel.post(session.account, session.role, text if isinstance(text, str) else "",
+                                        nonce if isinstance(nonce, str) else None)
+        except WebChatClosed as exc:
+            posted, status = Posted(stored=False, refusal=str(exc)), 503
+        else:
+            status = 200 if posted.stored else 403
+        if wants_json:
+            return web.json_response({"stored": posted.stored, "refusal": posted.refusal}, status=status)
+        if posted.stored:
+            return see_other(f"{self.base}/chat")
+        return await self.page(request, refusal=posted.refusal, status=status)
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        """The account's live events: first what was stored after the page's newest message (a
+        page that reconnects catches up), then previews, replies and notices as they happen."""
+        channel = self._channel()
+        session = request[SESSION_KEY]
+        after_text = request.query.get("after", "")
+        after = int(after_text) if after_text.isdigit() else None
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "X-Accel-Buffering": "no"})
+        await response.prepare(request)
+        with channel.hub.subscribe(session.account) as subscription:
+            await response.write(f"retry: {RETRY_MS}\n\n".encode())
+            if after is not None:
+                key = str(channel.session_key(session.account))
+                for message in await self.store.history(key, SHOWN):
+                    if message.id > after:
+                        await response.write(sse("stored", chat_row(message)))
+            await self._relay(response, subscription)
+        return response
+
+    async def _relay(self, response: web.StreamResponse, subscription: Subscription) -> None:
+        try:
+            while not subscription.ended:
+                event: ChatEvent | None = await subscription.next(KEEPALIVE)
+                if event is not None:
+                    await response.write(sse(event.kind, event.data))
+                elif subscription.lagged:
+                    await response.write(sse("reload", {}))
+                elif not subscription.closed:
+                    await response.write(b": keepalive\n\n")
+        except (ConnectionResetError, ConnectionError):
+            return  # the page went away
+
+    async def _close_streams(self, app: web.Application) -> None:
+        channel = self.channels.get("web")
+        if isinstance(channel, WebChatChannel):
+            channel.hub.close()
