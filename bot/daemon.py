@@ -165,8 +165,7 @@ class Daemon(DaemonHealth):
             if config.web.enabled and not self._until_input_ends:
                 from bot.web.server import WebConsole  # only a daemon serving the console loads it
 
-                await stack.enter_async_context(WebConsole(config.web, store, self.status,
-                                                           lambda: self.config.prices, self._by_provider))
+                await stack.enter_async_context(WebConsole(config.web, store, self, self._by_provider))
             watchdog = asyncio.create_task(self._notifier.watchdog(), name="watchdog")
             self._spawn(sweep(store, router, self._current_inbox, outbox, self._by_provider))
             self._spawn(merge_recall_index(store))

@@ -73,6 +73,18 @@ class ReplayResult:
         return [entry.message.id for entry in self.rebuilt.entries]
 
     @property
+    def only_recorded(self) -> list[int]:
+        """Messages the turn had in its context that the rebuild left out."""
+        rebuilt = set(self.rebuilt_ids)
+        return [i for i in self.recorded_ids if i not in rebuilt]
+
+    @property
+    def only_rebuilt(self) -> list[int]:
+        """Messages the rebuild put in that the turn did not have."""
+        recorded = set(self.recorded_ids)
+        return [i for i in self.rebuilt_ids if i not in recorded]
+
+    @property
     def matches(self) -> bool:
         return self.record.hash == self.rebuilt.input_hash and self.recorded_ids == self.rebuilt_ids
 

@@ -124,6 +124,27 @@ def user_of(record: UsageRecord) -> str:
     return f"{provider}:{record.user_id}" if record.user_id else "-"
 
 
+def agent_of(record: UsageRecord) -> str:
+    """The agent whose session made the call (`agent:<id>:...`)."""
+    parts = record.session_key.split(":")
+    return parts[1] if len(parts) > 1 and parts[0] == "agent" else "?"
+
+
+def groupings(zone: ZoneInfo) -> dict[str, Callable[[UsageRecord], str]]:
+    """The ways usage is summed (`switchboard usage --by`, the console's charts), by name."""
+    return {"user": user_of, "session": lambda r: r.session_key, "day": day_of(zone),
+            "model": lambda r: r.model, "kind": lambda r: r.kind, "agent": agent_of}
+
+
+def window(now: float, zone: ZoneInfo, days: int | None) -> tuple[float, str]:
+    """Where a usage report starts and what it is called: the last `days` days (today one of
+    them), or this month when `days` is None."""
+    if days is not None:
+        return (period_starts(now - (days - 1) * 86400, zone)[0],
+                f"the last {days} day{'s' if days != 1 else ''}")
+    return period_starts(now, zone)[1], "this month"
+
+
 def period_starts(now: float, zone: ZoneInfo) -> tuple[float, float]:
     """The start of today and of this month in the agent's timezone."""
     local = datetime.fromtimestamp(now, zone)

@@ -92,7 +92,8 @@ async def test_a_login_opens_the_overview_with_strict_cookies_and_headers(
             assert page.headers["X-Frame-Options"] == "DENY"
             assert page.headers["Cache-Control"] == "no-store"
         assert re.search(r'data-channel="fake">.*?<span class="state ok">connected</span>', html, re.S)
-        assert "<script" not in html
+        assert re.findall(r"<script[^>]*>", html) == ['<script type="module" src="/static/overview.js">']
+        assert "</script>" in html and not re.search(r"<script[^>]*>[^<]", html)  # no inline script
 
 
 async def test_a_wrong_password_is_refused_and_failures_are_rate_limited(

@@ -237,8 +237,8 @@ def _parser() -> argparse.ArgumentParser:
     notes = add("notes", "notes:list_notes", "the notes users asked the agent to keep (the remember tool)")
     notes.add_argument("user", nargs="?", metavar="USER", help="only this user: PROVIDER:ID")
     usage = add("usage", "access:show_usage", "tokens in and out and the estimated cost of model calls")
-    usage.add_argument("--by", choices=("user", "session", "day", "model", "kind"), default="session",
-                       help="how to group the calls (default: session)")
+    usage.add_argument("--by", choices=("user", "session", "day", "model", "kind", "agent"),
+                       default="session", help="how to group the calls (default: session)")
     usage.add_argument("--days", type=_positive, default=None, metavar="N",
                        help="the last N days, today included (default: this month)")
     web = add("web", "web:web_usage", "the browser console ([web]): its admin accounts")

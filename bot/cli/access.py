@@ -91,25 +91,17 @@ def _user(text: str, channels: list[str]) -> tuple[str, str]:
 
 
 def show_usage(args: argparse.Namespace) -> int:
-    from bot.usage import day_of, describe, group_by, period_starts, total, user_of
+    from bot.usage import describe, group_by, groupings, total, window
 
     config = load_config_file(args)
     zone = ZoneInfo(config.agent.timezone)
-    now = time.time()
-    if args.days is not None:
-        since = period_starts(now - (args.days - 1) * 86400, zone)[0]
-        period = f"the last {args.days} day{'s' if args.days != 1 else ''}"
-    else:
-        since = period_starts(now, zone)[1]
-        period = "this month"
+    since, period = window(time.time(), zone, args.days)
 
     async def show() -> None:
         async with open_store(config) as store:
             records = await store.usage_since(since)
         prices = config.prices
-        keys = {"user": user_of, "session": lambda r: r.session_key, "day": day_of(zone),
-                "model": lambda r: r.model, "kind": lambda r: r.kind}
-        groups = group_by(records, keys[args.by], prices)
+        groups = group_by(records, groupings(zone)[args.by], prices)
         print(f"model use {period} ({config.agent.timezone}), by {args.by}; cost estimated from [prices]")
         for name in sorted(groups):
             print(f"{name}  {describe(groups[name])}")

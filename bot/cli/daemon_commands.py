@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import time
 from importlib import resources
@@ -15,13 +14,12 @@ from bot.cli.base import (
     DEFAULT_CONFIG,
     EXIT_NOT_RUNNING,
     control_path,
-    env_value,
     format_duration,
     load_config_file,
     setup_logging,
     utc_time,
 )
-from bot.errors import BotError, ConfigError
+from bot.errors import BotError
 
 if TYPE_CHECKING:
     from bot.config import Config
@@ -57,23 +55,9 @@ def _load_or_defaults(args: argparse.Namespace) -> Config:
 
 
 def _check_startable(config: Config, *, terminal: bool) -> None:
-    """Refuse what `run` would: a missing bot token, a job for a disabled channel, no channel,
-    semantic recall required but not installed."""
-    from bot.config import check_startable
-    from bot.embedding import check_semantic
+    from bot.config_check import check_startable
 
-    check_startable(config)
-    if config.semantic.enabled == "on":
-        check_semantic(config)
-    if not _platforms(config) and not (config.channels.console.enabled and terminal):
-        raise ConfigError(
-            config.source, "channels",
-            "no channel is enabled: enable a channel, or run `switchboard chat` on a terminal",
-        )
-
-
-def _platforms(config: Config) -> list[str]:
-    return [name for name, section in config.chat_sections.items() if section.enabled]
+    check_startable(config, terminal=terminal)
 
 
 def chat(args: argparse.Namespace) -> int:
@@ -131,53 +115,16 @@ def init(args: argparse.Namespace) -> int:
 
 
 def check_config(args: argparse.Namespace) -> int:
-    from bot.config import Config, load_config
+    from bot.config import load_config
+    from bot.config_check import findings
 
     path = args.path or args.config
     config = load_config(path)
     # What `run` checks, in this shell's environment; whether a terminal is attached is not
     # known here, so a console-only config passes with a note.
     _check_startable(config, terminal=True)
-    platforms = _platforms(config)
-    channels = ", ".join((["console"] if config.channels.console.enabled else []) + platforms)
-    agents = ", ".join(repr(agent) for agent in config.agent_ids())
-    print(f"{path}: OK (agent{'s' if config.agents else ''} {agents}, database {config.database_path()}, "
-          f"channels: {channels})")
-    if config.agents or config.bindings:
-        print("routing (first match wins, most specific first):")
-        print("\n".join(config.routing().table()))
-    if config.model_dump() == Config().model_dump():
-        print("note: the file sets nothing: every value is the built-in default")
-    if not platforms:
-        print("note: no channel but the console is enabled, so `switchboard run` needs a terminal; "
-              "enable [channels.telegram] or [channels.discord] to run as a service")
-    if not config.uses_providers() and env_value(config.anthropic.api_key_env) is None:
-        print(f"note: environment variable {config.anthropic.api_key_env} is not set "
-              "(replies will be the fallback message)")
-    if config.uses_providers():
-        _describe_roles(config)
-    for server in config.mcp_servers:
-        unset = [name for name in server.env if name not in os.environ]
-        if server.enabled and unset:
-            print(f"note: environment variable {', '.join(unset)} for MCP server {server.name!r} is not "
-                  "set (that server will not start)")
+    print("\n".join(findings(config, str(path))))
     return 0
-
-
-def _describe_roles(config: Config) -> None:
-    """Each role's chain, and a note for each provider it uses whose key variable is unset."""
-    providers = config.all_providers()
-    used: set[str] = set()
-    for role in ("main", "fast", "summary", "transcribe"):
-        chain = config.role_chain(role)
-        used.update(name for name, _ in chain)
-        shown = " -> ".join(f"{name}:{model}" for name, model in chain) or "off"
-        print(f"role {role}: {shown}")
-    for name in sorted(used):
-        env = providers[name].api_key_env
-        if env and env_value(env) is None:
-            print(f"note: environment variable {env} for provider {name!r} is not set "
-                  "(its calls fail and the next provider in the chain answers)")
 
 
 def show_status(args: argparse.Namespace) -> int:

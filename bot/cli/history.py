@@ -93,8 +93,7 @@ def replay_turn(args: argparse.Namespace) -> int:
         if result.matches:
             print("match")
             return 0
-        missing = [i for i in result.recorded_ids if i not in result.rebuilt_ids]
-        extra = [i for i in result.rebuilt_ids if i not in result.recorded_ids]
+        missing, extra = result.only_recorded, result.only_rebuilt
         print("MISMATCH")
         if record.snapshot.get("status") == "failed":
             print(f"the turn failed to build its context: {record.snapshot.get('error')}")

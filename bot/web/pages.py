@@ -1,12 +1,12 @@
-"""The console's first pages: the overview, the sessions, one session's history, a turn explained.
+"""The console's session pages: the sessions, one session's history, a turn explained.
 
-Each page reads what the matching CLI command reads, through the same functions: the overview is
-the daemon's `status` answer, a turn is `bot.turn_explained`'s record (`switchboard context --json`).
+Each page reads what the matching CLI command reads, through the same functions: a turn is
+`bot.turn_explained`'s record (`switchboard context --json`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -24,8 +24,6 @@ from bot.web.rendering import Renderer
 
 PAGE = 50  # messages on one page of a session's history
 FOUND = 50  # search hits shown
-
-Status = Callable[[], Awaitable[dict[str, Any]]]
 
 
 class PageStore(Protocol):
@@ -74,12 +72,10 @@ class Pages:
 
     base: str
     store: PageStore
-    status: Status
     prices: Callable[[], Mapping[str, ModelPrice]]
     renderer: Renderer
 
     def routes(self, app: web.Application) -> None:
-        app.router.add_get(f"{self.base}/", self.overview)
         app.router.add_get(f"{self.base}/sessions", self.sessions)
         app.router.add_get(f"{self.base}/sessions/{{key}}", self.session_history)
         app.router.add_get(f"{self.base}/sessions/{{key}}/turns/{{turn}}", self.turn)
@@ -89,9 +85,6 @@ class Pages:
 
     def _missing(self, request: web.Request, error: str) -> web.Response:
         return self._page(request, "missing.html", status=404, error=error)
-
-    async def overview(self, request: web.Request) -> web.Response:
-        return self._page(request, "overview.html", status_report=await self.status())
 
     async def sessions(self, request: web.Request) -> web.Response:
         agent = request.query.get("agent", "").strip()

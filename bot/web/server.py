@@ -6,7 +6,7 @@ the store, so every instance on a shared PostgreSQL store serves the same consol
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol
@@ -16,14 +16,19 @@ from aiohttp import web
 
 from bot.channel import Channel
 from bot.config.fields import split_listen
-from bot.config.sections import ModelPrice
 from bot.config.web_sections import WebConfig
 from bot.errors import BotError
+from bot.web.admin_pages import AdminPages, AdminStore
 from bot.web.auth import AccountStore, Logins
 from bot.web.chat import Chat
+from bot.web.config_page import ConfigPage
 from bot.web.guard import Door
-from bot.web.pages import Pages, PageStore, Status
+from bot.web.live import Overview, QuarantineStore
+from bot.web.pages import Pages, PageStore
 from bot.web.rendering import Renderer, templates
+from bot.web.replay_page import ReplayPage, ReplayPageStore
+from bot.web.running import RunningDaemon
+from bot.web.usage_page import UsagePage, UsageStore
 
 log = structlog.get_logger("switchboard.web")
 
@@ -32,12 +37,14 @@ STATIC = Path(__file__).resolve().parent / "static"
 CLOSE_TIMEOUT = 2.0
 
 
-class ConsoleStore(AccountStore, PageStore, Protocol):
-    """The store as the console uses it: its logins and the pages' reads."""
+class ConsoleStore(
+    AccountStore, PageStore, AdminStore, UsageStore, QuarantineStore, ReplayPageStore, Protocol
+):
+    """The store as the console uses it: its logins, the pages' reads and the admin's decisions."""
 
 
 def console_app(
-    config: WebConfig, store: ConsoleStore, status: Status, prices: Callable[[], Mapping[str, ModelPrice]],
+    config: WebConfig, store: ConsoleStore, daemon: RunningDaemon,
     channels: Mapping[str, Channel] | None = None,
 ) -> web.Application:
     """The console's routes behind its door, under the path of `public_url`; the web chat's too
@@ -47,7 +54,12 @@ def console_app(
     renderer = Renderer(templates(), base, chat=lambda: "web" in channels)
     app = web.Application(client_max_size=64 * 1024)  # forms only: a login, a button, a message
     Door(config, Logins(store), renderer).routes(app)
-    Pages(base, store, status, prices, renderer).routes(app)
+    Overview(base, store, daemon, renderer).routes(app)
+    Pages(base, store, lambda: daemon.config.prices, renderer).routes(app)
+    ReplayPage(base, store, daemon, renderer).routes(app)
+    UsagePage(base, store, daemon, renderer).routes(app)
+    AdminPages(base, store, daemon, renderer).routes(app)
+    ConfigPage(base, daemon, renderer).routes(app)
     Chat(base, store, channels, renderer).routes(app)
     app.router.add_static(f"{base}/static", STATIC)
     return app
@@ -57,11 +69,11 @@ class WebConsole:
     """The console served while the daemon runs: `async with WebConsole(...)` listens, exit stops."""
 
     def __init__(
-        self, config: WebConfig, store: ConsoleStore, status: Status,
-        prices: Callable[[], Mapping[str, ModelPrice]], channels: Mapping[str, Channel] | None = None,
+        self, config: WebConfig, store: ConsoleStore, daemon: RunningDaemon,
+        channels: Mapping[str, Channel] | None = None,
     ) -> None:
         self._config = config
-        self._app = console_app(config, store, status, prices, channels)
+        self._app = console_app(config, store, daemon, channels)
         self._runner: web.AppRunner | None = None
 
     async def __aenter__(self) -> WebConsole:

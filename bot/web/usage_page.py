@@ -1,0 +1,97 @@
+"""The console's usage page: tokens and estimated cost per day, model, agent and user, as SVG bar
+charts drawn on the server with the table beside each; summed by `bot.usage`, as `switchboard usage`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from typing import Any, Protocol
+from zoneinfo import ZoneInfo
+
+from aiohttp import web
+
+from bot.store import UsageRecord
+from bot.usage import UsageTotal, group_by, groupings, total, window
+from bot.web.charts import Chart, bars, columns, compact, money
+from bot.web.guard import SESSION_KEY
+from bot.web.rendering import Renderer
+from bot.web.running import RunningDaemon
+
+PERIODS = (7, 30, 90)  # the windows offered besides this month
+METRICS = ("tokens", "cost")
+BY_NAME = ("model", "agent", "user")  # charts of bars by name, after the columns by day
+MOST = 15  # names drawn in a chart; the table lists them all
+
+
+class UsageStore(Protocol):
+    async def usage_since(self, since: float, session_key: str | None = None) -> list[UsageRecord]: ...
+
+
+def tokens_of(summed: UsageTotal) -> float:
+    """Every token a group's calls used: in and out, cache writes and reads included."""
+    return float(summed.input_tokens + summed.output_tokens + summed.cache_write_tokens
+                 + summed.cache_read_tokens)
+
+
+def cost_of(summed: UsageTotal) -> float:
+    return summed.cost or 0.0
+
+
+def days_between(first: date, last: date) -> list[str]:
+    """Every day from `first` to `last` as YYYY-MM-DD: a column for each, the quiet ones too."""
+    return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
+
+
+def day_chart(
+    groups: dict[str, UsageTotal], since: float, now: float, zone: ZoneInfo, metric: str
+) -> Chart:
+    value, shown = (tokens_of, compact) if metric == "tokens" else (cost_of, money)
+    days = days_between(datetime.fromtimestamp(since, zone).date(), datetime.fromtimestamp(now, zone).date())
+    return columns(f"{metric} per day", [(day, value(groups[day]) if day in groups else 0.0) for day in days],
+                   shown)
+
+
+def name_chart(groups: dict[str, UsageTotal], by: str, metric: str) -> Chart:
+    value, shown = (tokens_of, compact) if metric == "tokens" else (cost_of, money)
+    ranked = sorted(groups.items(), key=lambda item: (-value(item[1]), item[0]))[:MOST]
+    return bars(f"{metric} per {by}", [(name, value(summed)) for name, summed in ranked], shown)
+
+
+@dataclass(frozen=True, slots=True)
+class UsagePage:
+    """GET /usage?days=N&metric=tokens|cost: the charts and tables of one window."""
+
+    base: str
+    store: UsageStore
+    daemon: RunningDaemon
+    renderer: Renderer
+    clock: Callable[[], float] = time.time
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_get(f"{self.base}/usage", self.usage)
+
+    async def usage(self, request: web.Request) -> web.Response:
+        config = self.daemon.config
+        zone = ZoneInfo(config.agent.timezone)
+        days_text = request.query.get("days", "")
+        days = int(days_text) if days_text.isdigit() and 0 < int(days_text) <= 366 else None
+        metric = request.query.get("metric", "tokens")
+        metric = metric if metric in METRICS else "tokens"
+        now = self.clock()
+        since, period = window(now, zone, days)
+        records = await self.store.usage_since(since)
+        prices, keys = config.prices, groupings(zone)
+        by_day = group_by(records, keys["day"], prices)
+        sections: list[dict[str, Any]] = [{"by": "day", "chart": day_chart(by_day, since, now, zone, metric),
+                                           "rows": sorted(by_day.items(), reverse=True)}]
+        for by in BY_NAME:
+            groups = group_by(records, keys[by], prices)
+            sections.append({"by": by, "chart": name_chart(groups, by, metric),
+                             "rows": sorted(groups.items(), key=lambda item: (-tokens_of(item[1]), item[0]))})
+        return self.renderer.page(
+            "usage.html", request[SESSION_KEY], sections=sections, summed=total(records, prices),
+            period=period, days=days, periods=PERIODS, metric=metric, metrics=METRICS,
+            zone=config.agent.timezone,
+        )
