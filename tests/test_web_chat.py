@@ -285,3 +285,30 @@ def test_a_channel_is_built_for_the_routed_agent(make_config: Any, api: Anthropi
     channel = web_channel(config)
     assert isinstance(channel, WebChatChannel)
     assert str(channel.session_key("ada")) == "agent:helper:web:direct:ada"
+
+
+def test_web_user_add_chat_only_makes_an_account_for_the_chat_alone(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """`web user add NAME --chat-only` stores an account with the "chat" role, and `list` says so."""
+    import io
+
+    import pytest
+
+    from bot.cli import main
+
+    config = tmp_path / "config.toml"
+    config.write_text(f'[database]\npath = "{tmp_path / "bot.db"}"\n', encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", io.StringIO(PASSWORD + "\n"))
+    for args in (["web", "user", "add", "bob", "--chat-only"], ["web", "user", "list"]):
+        with pytest.raises(SystemExit) as done:
+            main([*args, "--config", str(config)])
+        assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "chat-only account bob added" in out and re.search(r"^bob  added .* chat only$", out, re.M)
+
+    async def role() -> str:
+        async with Store.open(tmp_path / "bot.db") as store:
+            return (await store.web_accounts())[0].role
+
+    assert asyncio.run(role()) == "chat"

@@ -1,4 +1,5 @@
-"""`switchboard web user add|list|remove`: the browser console's admin accounts.
+"""`switchboard web user add|list|remove`: the browser console's accounts (admins, and with
+`--chat-only` accounts that may only use the web chat).
 
 Accounts live in the database the daemon reads, so a new account can log in at once (no reload)
 and a removed one is logged out everywhere, on every instance sharing the store.
@@ -37,6 +38,7 @@ def read_password() -> str:
 
 def add_user(args: argparse.Namespace) -> int:
     from bot.store.opening import open_store as opening
+    from bot.store.web_accounts import Role
     from bot.web.auth import account_name_problem, hash_password
 
     problem = account_name_problem(args.name)
@@ -45,16 +47,19 @@ def add_user(args: argparse.Namespace) -> int:
     config = load_config_file(args)
     password_hash = hash_password(read_password())
 
+    role: Role = "chat" if args.chat_only else "admin"
+
     async def add() -> bool:
         # The first account may come before the daemon ever ran: the database is made if missing.
         async with opening(config) as store:
-            return await store.add_web_account(args.name, password_hash, now=time.time())
+            return await store.add_web_account(args.name, password_hash, now=time.time(), role=role)
 
     if not on_database(config, add):
         raise BotError(f"an account {args.name!r} exists already (remove it first to set a new password)")
     url = config.web.public_url or f"http://{config.web.listen}/"
     where = url if config.web.enabled else f"{url} once [web] enabled = true"
-    print(f"account {args.name} added; log in at {where}")
+    what = "chat-only account" if args.chat_only else "account"
+    print(f"{what} {args.name} added; log in at {where}")
     return 0
 
 
@@ -68,7 +73,8 @@ def list_users(args: argparse.Namespace) -> int:
             print("no web console accounts yet (`switchboard web user add NAME`)")
         for account in accounts:
             last = utc_time(account.last_login_at) if account.last_login_at else "never"
-            print(f"{account.name}  added {utc_time(account.created_at)}  last login {last}")
+            role = "  chat only" if account.role == "chat" else ""
+            print(f"{account.name}  added {utc_time(account.created_at)}  last login {last}{role}")
 
     on_database(config, read)
     return 0
