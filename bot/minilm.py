@@ -1,11 +1,12 @@
-"""all-MiniLM-L6-v2, a small BERT, run on the CPU with numpy: the sentence encoder `encoder = "minilm"` picks.
+"""all-MiniLM-L6-v2, a small BERT, run on the CPU with numpy: the default encoder (`encoder = "minilm"`).
 
 The forward pass is BERT's (embeddings, then per layer masked self-attention and a GELU feed-forward,
 each followed by a residual LayerNorm), mean-pooled over the real tokens and L2-normalised, as
 sentence-transformers computes it. The weights file (safetensors) is read tensor by tensor: loading
 never holds the whole file beside the arrays made of it. Its cost is arithmetic: ~21 MFLOP a token,
 about 0.5 ms a token on one core, so a message and its reply cost 20-40 ms of CPU to embed
-(bench/daemon_rss.py); the static encoder (bot/static_embedding.py) is the default for that reason.
+(bench/daemon_rss.py); the static encoder (bot/static_embedding.py) is a lookup instead, with less
+recall.
 """
 
 from __future__ import annotations
