@@ -182,9 +182,7 @@ class Compactor:
         """Whether the uncompacted history (with the summary) is past the trigger share of the budget."""
         if self.history_limit(session) is not None:
             return False
-        latest = await self._store.latest_compaction(session)
-        after = latest.first_kept_message_id - 1 if latest else 0
-        count, tokens = await self._store.history_tokens(session, after_id=after)
+        latest, count, tokens = await self._store.compaction_state(session)
         if count <= self._settings.keep_recent:
             return False
         size = math.ceil(tokens * SAFETY_MARGIN) + (cost(latest.summary) if latest else 0)

@@ -25,6 +25,7 @@ from bot.channel import Channel, Previewing, PreviewPosted, ReplyPreview
 from bot.errors import BotError
 from bot.messages import ChatRef
 from bot.session_lease import lease_lapsed
+from bot.store import TurnOpening
 from bot.store.seams import PreviewStore
 
 log = structlog.get_logger("switchboard.preview")
@@ -47,15 +48,17 @@ def has_first_sentence(text: str) -> bool:
 
 
 async def open_preview(
-    channel: Channel | None, chat: ChatRef, reply_to_id: str | None, store: PreviewStore, request_id: int
+    channel: Channel | None, chat: ChatRef, reply_to_id: str | None, store: PreviewStore, request_id: int,
+    opening: TurnOpening | None = None,
 ) -> ReplyPreview | None:
     """The preview of the reply to a stored request, where the channel shows one; it picks up the
     preview message an interrupted earlier turn for the same request left, and keeps the id of any
-    message it posts with the request, so a crash mid-reply never leaves half an answer behind."""
+    message it posts with the request, so a crash mid-reply never leaves half an answer behind.
+    The earlier preview is the turn's `opening`'s, when given."""
     if not isinstance(channel, Previewing):
         return None
     try:
-        earlier = await store.preview_of(request_id)
+        earlier = opening.preview_id if opening is not None else await store.preview_of(request_id)
     except Exception as exc:  # a preview is worth no failed turn
         log.warning("earlier preview unreadable", request_id=request_id, error=f"{type(exc).__name__}: {exc}")
         earlier = None

@@ -85,9 +85,11 @@ class ToolLoop:
 
     def __init__(
         self, brain: Brain, store: ToolCallLedger, tools: Sequence[Tool], context: ToolContext, *,
-        max_rounds: int, tool_timeout: float,
+        max_rounds: int, tool_timeout: float, none_open: bool = False,
     ) -> None:
         self._brain = brain
+        # Known from the turn's opening read: no earlier run left calls of the request open.
+        self._none_open = none_open
         self._store = store
         self._tools = {tool.name: tool for tool in tools}
         self._definitions = definitions(tools)
@@ -103,7 +105,8 @@ class ToolLoop:
 
     async def run(self, call: ReplyRequest, on_text: TextSink | None = None) -> LoopOutcome:
         self._deadline = call.deadline  # the turn's: tools share it with the model calls
-        stored = await self._store.open_tool_calls(self._context.request_id)
+        stored = [] if self._none_open else await self._store.open_tool_calls(self._context.request_id)
+        self._none_open = False  # a later run (the call again without files) reads what this one stored
         outcome = self.outcome = LoopOutcome(Completion("", call.model or ""), sorted(self._tools))
         transcript = await self._resume(stored, outcome)
         seen: set[tuple[str, str]] = set()

@@ -28,7 +28,8 @@ from bot.outbox import Outbox
 from bot.preview import open_preview, typing_until
 from bot.prompt import PromptFiles
 from bot.semantic_recall import SemanticRecall
-from bot.store import Store
+from bot.store import Store, TurnOpening
+from bot.tools.scope import is_person
 from bot.tools.toolbox import ToolBox
 from bot.turn_answer import FALLBACK_REPLY, Answerer
 from bot.turn_commit import Committer
@@ -75,9 +76,10 @@ class TurnRunner:
         quotes = not key.is_direct or key.provider == AGENT_PROVIDER
         reply_to = inbound.provider_message_id if quotes else None
         # The reply shown while it is written, where the channel can (None: sent when complete).
-        preview = await open_preview(channel, inbound.chat, reply_to, self._store, request.id)
+        opening = await self._opening(request, inbound)
+        preview = await open_preview(channel, inbound.chat, reply_to, self._store, request.id, opening)
         async with self._typing(channel, inbound, preview):
-            composed = await self.compose(request, inbound, started)
+            composed = await self.compose(request, inbound, started, opening)
             answer = await self.answer(composed, local=inbound.chat.provider == "console",
                                        on_text=preview.update if preview is not None else None)
         record = TurnRecord(request, inbound.sender_id, inbound.chat, reply_to, composed, answer,
@@ -94,6 +96,20 @@ class TurnRunner:
         # the session's next turn (queued behind) already sees the summary.
         if record.context.status == "ok" and reply_id is not None:
             await self.compactor.maybe_compact(str(key))
+
+    async def _opening(self, request: StoredMessage, inbound: InboundMessage) -> TurnOpening | None:
+        """What the turn reads of itself (model, preview, open calls, untold compaction, the
+        asker's zone and notes) in one read; None when it fails: each part is then read where it
+        is used, each with its own fallback."""
+        key, chat = inbound.session_key, inbound.chat
+        try:
+            return await self._store.turn_opening(
+                str(key), request.id, chat.provider, inbound.sender_id,
+                notes=key.is_direct and is_person(chat.provider, inbound.sender_id))
+        except Exception as exc:
+            log.warning("turn opening unreadable; read part by part", session_key=str(key),
+                        error=f"{type(exc).__name__}: {exc}")
+            return None
 
     @staticmethod
     def _typing(

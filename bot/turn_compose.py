@@ -26,6 +26,7 @@ from bot.media import MAX_INLINE_BYTES
 from bot.messages import ChatRef, InboundMessage, StoredMessage
 from bot.prompt import conversation_turns, media_hashes, turn_system_prompt
 from bot.session_key import SessionKey
+from bot.store import TurnOpening
 from bot.tool_loop import LoopOutcome
 
 log = structlog.get_logger("switchboard.turn")
@@ -83,13 +84,16 @@ class ToolRounds(Protocol):
 class AskerAids(Protocol):
     """What the turn's tools add for the asker (`bot.turn_tools.TurnTools`)."""
 
-    async def user_zone(self, inbound: InboundMessage) -> str | None: ...
+    async def user_zone(self, inbound: InboundMessage, opening: TurnOpening | None = None) -> str | None: ...
 
     async def loop(
-        self, inbound: InboundMessage, request: StoredMessage, zone: str | None
+        self, inbound: InboundMessage, request: StoredMessage, zone: str | None,
+        opening: TurnOpening | None = None,
     ) -> ToolRounds | None: ...
 
-    async def notes(self, inbound: InboundMessage, zone: str | None) -> list[tuple[str, str]]: ...
+    async def notes(
+        self, inbound: InboundMessage, zone: str | None, opening: TurnOpening | None = None
+    ) -> list[tuple[str, str]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +114,8 @@ class Composed:
     placeholders: Callable[[], list[dict[str, Any]]] | None = None
     context_ms: float = 0.0
     context_done: float = 0.0  # time.perf_counter() when the context was built
+    # False when the turn's opening read found no compaction untold: commit need not look again.
+    notice_due: bool = True
 
     def without_files(self) -> ReplyRequest | None:
         """The call again with its files as placeholders (the API refused what a file became)."""
@@ -133,10 +139,14 @@ class Composer:
         self._files = files
         self._aids = aids
 
-    async def __call__(self, request: StoredMessage, inbound: InboundMessage, started: float) -> Composed:
-        """`started`: the turn's start (time.perf_counter()), which `context_ms` counts from."""
+    async def __call__(
+        self, request: StoredMessage, inbound: InboundMessage, started: float,
+        opening: TurnOpening | None = None,
+    ) -> Composed:
+        """`started`: the turn's start (time.perf_counter()), which `context_ms` counts from;
+        `opening`: what the turn read of itself in one go (None: each part is read here)."""
         key = inbound.session_key
-        model = await self.session_model(str(key))
+        model = await self.session_model(str(key), opening)
         try:
             context = await self._contexts.build(key, request, inbound.chat)
         except Exception as exc:  # a store or pipeline failure still gets the fallback reply
@@ -145,20 +155,21 @@ class Composer:
             context = Context.failed(error, inbound.chat)
         done = time.perf_counter()
         composed = Composed(str(key), context, model, error=context.error,
-                            context_ms=(done - started) * 1000, context_done=done)
+                            context_ms=(done - started) * 1000, context_done=done,
+                            notice_due=opening is None or opening.untold_compaction)
         if context.status == "failed":
             return composed
         try:
-            return await self._assemble(composed, request, inbound)
+            return await self._assemble(composed, request, inbound, opening)
         except Exception as exc:  # a bug or surprise in assembling the prompt still gets a reply
             log.exception("reply prompt not assembled", session_key=str(key))
             return dataclasses.replace(composed, error=f"{type(exc).__name__}: {exc}")
 
-    async def session_model(self, key: str) -> str:
+    async def session_model(self, key: str, opening: TurnOpening | None = None) -> str:
         """The model this session chose with /model (if still allowed), else the configured one."""
         allowed = self._config.anthropic.models
         try:
-            chosen = await self._models.session_model(key)
+            chosen = opening.model if opening is not None else await self._models.session_model(key)
         except Exception as exc:  # the default model beats no reply
             log.warning("session model unreadable", session_key=key, error=f"{type(exc).__name__}: {exc}")
             chosen = None
@@ -166,15 +177,16 @@ class Composer:
         return allowed[chosen] if chosen in allowed else self._names.model_for("main")
 
     async def _assemble(
-        self, composed: Composed, request: StoredMessage, inbound: InboundMessage
+        self, composed: Composed, request: StoredMessage, inbound: InboundMessage,
+        opening: TurnOpening | None,
     ) -> Composed:
         context, key = composed.context, inbound.session_key
         files = await self.read_files(media_hashes(context, request))
         # The asker's own timezone, read once for the tools and the prompt.
-        zone = await self._aids.user_zone(inbound)
-        loop = await self._aids.loop(inbound, request, zone)
+        zone = await self._aids.user_zone(inbound, opening)
+        loop = await self._aids.loop(inbound, request, zone, opening)
         where = turn_system_prompt(self._config, key, time.time(), inbound.sender_name)
-        personal = await self._aids.notes(inbound, zone)
+        personal = await self._aids.notes(inbound, zone, opening)
         parts = [("where and when (this chat, the time)", len(where)),
                  *((label, len(text)) for label, text in personal)]
         if loop is not None:

@@ -13,6 +13,7 @@ import structlog
 from bot.brain import Brain
 from bot.config import Config
 from bot.messages import InboundMessage, StoredMessage
+from bot.store import TurnOpening
 from bot.store.seams import TurnToolStore
 from bot.tool_loop import LoopOutcome, ToolLoop
 from bot.tools.base import ToolContext
@@ -43,10 +44,12 @@ class TurnTools:
             return inbound.chat.provider == "console"
         return inbound.sender_id in section.admins
 
-    async def user_zone(self, inbound: InboundMessage) -> str | None:
-        """The zone the user set with `set_timezone`, if it is still one this machine knows."""
+    async def user_zone(self, inbound: InboundMessage, opening: TurnOpening | None = None) -> str | None:
+        """The zone the user set with `set_timezone`, if it is still one this machine knows (as the
+        turn's `opening` read it, when given)."""
         try:
-            zone = await self._store.user_timezone(inbound.chat.provider, inbound.sender_id)
+            zone = (opening.timezone if opening is not None
+                    else await self._store.user_timezone(inbound.chat.provider, inbound.sender_id))
             if zone:
                 ZoneInfo(zone)
             return zone
@@ -64,7 +67,8 @@ class TurnTools:
         )
 
     async def loop(
-        self, inbound: InboundMessage, request: StoredMessage, zone: str | None
+        self, inbound: InboundMessage, request: StoredMessage, zone: str | None,
+        opening: TurnOpening | None = None,
     ) -> ToolLoop | None:
         """The loop for this request, or None when no tool is offered (a plain reply)."""
         if self._toolbox is None:
@@ -75,13 +79,16 @@ class TurnTools:
             return None
         settings = self._toolbox.config
         return ToolLoop(self._brain, self._store, offered, context,
-                        max_rounds=settings.max_tool_rounds, tool_timeout=settings.tool_timeout)
+                        max_rounds=settings.max_tool_rounds, tool_timeout=settings.tool_timeout,
+                        none_open=opening is not None and not opening.open_calls)
 
-    async def notes(self, inbound: InboundMessage, zone: str | None) -> list[tuple[str, str]]:
+    async def notes(
+        self, inbound: InboundMessage, zone: str | None, opening: TurnOpening | None = None
+    ) -> list[tuple[str, str]]:
         """For the per-turn system prompt, as (what it is, text): the asking user's own timezone
         (`zone`, from `user_zone`) when they set one, and their notes in private chats only (a group
         would read them too; an agent writing to another is no person: its chats with another agent
-        are apart, one per conversation it writes from)."""
+        are apart, one per conversation it writes from). The notes are the `opening`'s, when given."""
         parts: list[tuple[str, str]] = []
         try:
             if zone:
@@ -89,7 +96,8 @@ class TurnTools:
                 parts.append((f"the asker's timezone (set_timezone: {zone})",
                               f"The person asking uses the timezone {zone} (their time now: {local})."))
             if inbound.session_key.is_direct and is_person(inbound.chat.provider, inbound.sender_id):
-                notes = await self._store.notes_of(inbound.chat.provider, inbound.sender_id)
+                notes = (list(opening.notes) if opening is not None
+                         else await self._store.notes_of(inbound.chat.provider, inbound.sender_id))
                 name = inbound.sender_name or "the user"
                 block = notes_block(notes, name, self._config.tools.notes_max_chars)
                 if block:

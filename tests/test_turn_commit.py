@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +47,23 @@ class Ledger:
         self.replies.append({"text": text, "request_id": request_id, "deliver": deliver, "fallback": fallback,
                              "actions": list(actions)})
         return StoredMessage(100 + len(self.replies), session_key, "assistant", "interactive", text, 0.0)
+
+    async def commit_turn(
+        self, session_key: str, text: str, *, request_id: int, deliver: OutboundMessage,
+        fallback: bool, actions: Sequence[str], usage: Sequence[UsageRecord], link_tool_calls: bool,
+        snapshot: dict[str, Any] | None, snapshot_hash: str,
+    ) -> StoredMessage:
+        """All of it or (as the store's one transaction) none."""
+        if self.snapshot_fails and snapshot is not None:
+            raise OSError("disk full")
+        reply = await self.append_reply(session_key, text, actions=actions, request_id=request_id,
+                                        deliver=deliver, fallback=fallback)
+        self.usage.extend(usage)
+        if link_tool_calls:
+            self.attached.append((request_id, reply.id))
+        if snapshot is not None:
+            self.snapshots.append((request_id, reply.id, snapshot, snapshot_hash))
+        return reply
 
     async def attach_tool_calls(self, request_id: int, reply_id: int) -> None:
         self.attached.append((request_id, reply_id))
@@ -125,6 +143,25 @@ async def test_the_compaction_notice_is_sent_but_not_stored(make_config: Any) ->
 
     assert committed is not None and committed.outbound.text == f"hi\n\n{NOTICE}"
     assert ledger.replies[0]["text"] == "hi"
+
+
+async def test_no_notice_is_looked_for_when_the_opening_found_none_untold(make_config: Any) -> None:
+    """A turn whose opening read found every compaction told sends its reply as it is."""
+    ledger = Ledger(notice=True)
+    told = dataclasses.replace(composed(), notice_due=False)
+    committed = await committer(make_config(), ledger)(record(HI, told))
+
+    assert committed is not None and committed.outbound.text == "hi" and ledger.notice
+
+
+async def test_a_reply_stored_on_a_retry_has_its_records_written_after_it(make_config: Any) -> None:
+    """The first write (the reply with its records) refused: the retry stores the reply alone,
+    then its usage and snapshot apart."""
+    ledger = Ledger(OSError("database is locked"))
+    committed = await committer(make_config(), ledger)(record(HI))
+
+    assert committed is not None and committed.reply is not None and len(ledger.replies) == 1
+    assert [u.kind for u in ledger.usage] == ["reply"] and len(ledger.snapshots) == 1
 
 
 async def test_a_preview_message_becomes_the_replys_first_chunk(make_config: Any) -> None:

@@ -11,6 +11,7 @@ from bot.context import Context
 from bot.media import MAX_INLINE_BYTES
 from bot.messages import ChatRef, InboundMessage, StoredMessage
 from bot.session_key import SessionKey
+from bot.store import TurnOpening
 from bot.turn_compose import Composer
 from tests.turn_fakes import FakeBrain, FakeLoop, completion, context, inbound, request
 
@@ -58,15 +59,18 @@ class Aids:
         self._loop = loop
         self._notes = notes
 
-    async def user_zone(self, inbound: InboundMessage) -> str | None:
+    async def user_zone(self, inbound: InboundMessage, opening: TurnOpening | None = None) -> str | None:
         return None
 
     async def loop(
-        self, inbound: InboundMessage, request: StoredMessage, zone: str | None
+        self, inbound: InboundMessage, request: StoredMessage, zone: str | None,
+        opening: TurnOpening | None = None,
     ) -> FakeLoop | None:
         return self._loop
 
-    async def notes(self, inbound: InboundMessage, zone: str | None) -> list[tuple[str, str]]:
+    async def notes(
+        self, inbound: InboundMessage, zone: str | None, opening: TurnOpening | None = None
+    ) -> list[tuple[str, str]]:
         if isinstance(self._notes, Exception):
             raise self._notes
         return list(self._notes)
@@ -118,6 +122,19 @@ async def test_the_session_model_is_its_allowed_choice_else_the_main_role(make_c
     with capture_logs() as logs:
         assert await composer(config, chosen=OSError("locked")).session_model("k") == "claude-main"
     assert [e["event"] for e in logs] == ["session model unreadable"]
+
+
+async def test_the_turns_opening_read_answers_for_the_session_model(make_config: Any) -> None:
+    """With the turn's opening read, its model choice is used without reading the store again,
+    and a compaction it found untold (or none) is what commit is told to look for."""
+    config = make_config({"anthropic": {"models": {"quick": "claude-quick"}}})
+    opening = TurnOpening("quick", None, False, False, None)
+    unreadable = composer(config, chosen=OSError("not to be read"))
+
+    composed = await unreadable(request(), inbound(), 0.0, opening)
+    assert composed.model == "claude-quick" and not composed.notice_due
+    untold = await unreadable(request(), inbound(), 0.0, TurnOpening(None, None, False, True, None))
+    assert untold.model == "claude-main" and untold.notice_due
 
 
 async def test_a_context_that_cannot_be_built_composes_no_call(make_config: Any) -> None:

@@ -34,6 +34,7 @@ from bot.store.reminders import Reminder, ReminderLimitError, ReminderStatus, re
 from bot.store.sends_in_doubt import SendsNearby
 from bot.store.sqlite import SqliteStore
 from bot.store.tool_calls import StoredToolCall
+from bot.store.turn_openings import TurnOpening
 from bot.store.usage import UsageRecord
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "SqliteStore",
     "Store",
     "StoredToolCall",
+    "TurnOpening",
     "UsageRecord",
     "UserNote",
     "delivery_key",

@@ -30,6 +30,8 @@ from bot.store.sends_in_doubt import SendsInDoubt
 from bot.store.snapshots import Snapshots
 from bot.store.tables import Tables
 from bot.store.tool_calls import ToolCalls
+from bot.store.turn_commits import TurnCommits
+from bot.store.turn_openings import TurnOpenings
 from bot.store.usage import Usage
 from bot.store.web_accounts import WebAccounts
 
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 class Store(
     Messages, Recall, Embeddings, Delivery, Snapshots, Compactions, ScheduleRuns, Maintenance,
     Pairings, Usage, ToolCalls, People, HistorySearch, Reminders, Leases, Tables, SendsInDoubt,
-    WebAccounts,
+    WebAccounts, TurnOpenings, TurnCommits,
 ):
     """Conversation history and the daemon's durable work, on either backend."""
 

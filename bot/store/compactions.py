@@ -22,6 +22,17 @@ def latest_compaction_sql(*, limit: str = "1", padding: str = "") -> str:
 
 
 _LATEST_COMPACTION = latest_compaction_sql()
+_LATEST_COLUMNS = ", ".join(f"c.{name.strip()}" for name in COMPACTION_COLUMNS.split(","))
+# `latest_compaction` and `history_tokens` after it (its first kept message on; every message
+# above the context floor when there is none), one row: the compaction's columns (NULL when none),
+# then the count and the tokens.
+_COMPACTION_STATE = (
+    f"SELECT {_LATEST_COLUMNS}, COUNT(m.id), COALESCE(SUM(m.token_estimate), 0) FROM (SELECT 1 AS one) AS o "
+    f"LEFT JOIN ({_LATEST_COMPACTION}) AS c ON 1 = 1 LEFT JOIN messages m ON m.session_key = ?1 "
+    "AND m.origin = 'interactive' AND m.id > MAX(COALESCE(c.first_kept_message_id - 1, 0), "
+    "(SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0))) "
+    f"GROUP BY {_LATEST_COLUMNS}"
+)
 
 
 class Compactions(Database):
@@ -32,6 +43,15 @@ class Compactions(Database):
         found = await self._conn.execute_fetchall(_LATEST_COMPACTION, (session_key,))
         row = next(iter(found), None)
         return CompactionRecord(*row) if row else None
+
+    async def compaction_state(self, session_key: str) -> tuple[CompactionRecord | None, int, int]:
+        """`latest_compaction`, and `history_tokens` (messages, tokens) from its first kept message
+        (every message when there is none), in one read."""
+        found = await self._conn.execute_fetchall(_COMPACTION_STATE, (session_key,))
+        row = next(iter(found))
+        width = len(row) - 2
+        record = CompactionRecord(*row[:width]) if row[0] is not None else None
+        return record, int(row[width]), int(row[width + 1])
 
     async def compaction_by_id(self, compaction_id: int) -> CompactionRecord | None:
         found = await self._conn.execute_fetchall(

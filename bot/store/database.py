@@ -10,10 +10,10 @@ in a statement's text is the store's `dialect` (`bot.store.dialect`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from bot.store.dialect import Dialect
 
@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from bot.lexical import SearchTerm
     from bot.media_files import KeptFiles
     from bot.messages import ChatRef
+
+T = TypeVar("T")
 
 
 def like_prefix(prefix: str) -> str:
@@ -71,6 +73,11 @@ class Database(ABC):
     @abstractmethod
     def _transaction(self) -> AbstractAsyncContextManager[None]:
         """One transaction for the block's statements."""
+
+    @abstractmethod
+    async def _batch(self, body: Callable[[aiosqlite.Connection], Coroutine[Any, Any, T]]) -> T:
+        """`body(conn)` as one transaction in as few round trips as the backend allows: it awaits
+        only `conn`'s statements (on SQLite the whole body is one item of the connection's thread)."""
 
     @abstractmethod
     def _one_write(self) -> AbstractAsyncContextManager[None]:

@@ -34,52 +34,13 @@ class Messages(Database):
     async def append_inbound(self, msg: InboundMessage) -> StoredMessage | None:
         """Store a platform message; None when the same platform message was stored before."""
         try:
-            return await self._append_inbound(msg)
+            return await self._batch(lambda conn: _inbound_written(conn, msg))
         except _AlreadyStored:
             return None
 
-    async def _append_inbound(self, msg: InboundMessage) -> StoredMessage | None:
-        async with self._transaction():
-            if msg.provider_message_id is not None:
-                seen = await self._conn.execute_fetchall(
-                    "SELECT 1 FROM provider_messages "
-                    "WHERE provider = ? AND chat_id = ? AND provider_message_id = ?",
-                    (msg.chat.provider, msg.chat.chat_id, msg.provider_message_id),
-                )
-                if seen:
-                    return None
-            stored = await insert_message(
-                self._conn,
-                session_key=str(msg.session_key),
-                role="user",
-                origin="interactive",
-                text=msg.text,
-                created_at=msg.sent_at or time.time(),
-                sender_id=msg.sender_id,
-                sender_name=msg.sender_name,
-                provider_message_id=msg.provider_message_id,
-                reply_to_id=msg.reply_to_id,
-                awaiting_reply=msg.starts_turn,
-                chat=msg.chat,
-                media=msg.media,
-            )
-            if msg.provider_message_id is not None and not await link_platform_id(
-                self._conn, msg.chat, msg.provider_message_id, stored.id
-            ):
-                # Stored meanwhile by another writer of the same database: this copy is undone.
-                raise _AlreadyStored
-            return stored
-
     async def append_reply(
-        self,
-        session_key: str,
-        text: str,
-        *,
-        actions: Sequence[str] = (),
-        origin: Origin = "interactive",
-        job_id: str | None = None,
-        request_id: int | None = None,
-        deliver: OutboundMessage | None = None,
+        self, session_key: str, text: str, *, actions: Sequence[str] = (), origin: Origin = "interactive",
+        job_id: str | None = None, request_id: int | None = None, deliver: OutboundMessage | None = None,
         fallback: bool = False,
     ) -> StoredMessage:
         """Store the agent's reply (or a scheduled output) before it is sent.
@@ -92,36 +53,8 @@ class Messages(Database):
         waits no more (answered by another instance meanwhile) AlreadyAnsweredError, nothing stored. `deliver`
         puts the reply in the outbox, so a restart sends what a crash kept from being sent.
         """
-        async with self._transaction():
-            if request_id is not None:
-                cleared = await self._conn.execute_fetchall(
-                    "UPDATE messages SET awaiting_reply = 0 WHERE awaiting_reply = 1 "
-                    "AND session_key = ? AND id <= ? RETURNING id",
-                    (session_key, request_id),
-                )
-                if all(row[0] != request_id for row in cleared):
-                    raise AlreadyAnsweredError(f"request #{request_id} of {session_key} is no longer waiting")
-            stored = await insert_message(
-                self._conn,
-                session_key=session_key,
-                role="assistant",
-                origin=origin,
-                text=text,
-                created_at=time.time(),
-                actions=tuple(actions),
-                job_id=job_id,
-                fallback=fallback,
-                request_id=request_id,
-            )
-            if deliver is not None:
-                chat = deliver.chat
-                await self._conn.execute(
-                    "INSERT INTO outbox (message_id, provider, chat_id, thread_id, reply_to_id, text, "
-                    "created_at, preview_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (stored.id, chat.provider, chat.chat_id, chat.thread_id, deliver.reply_to_id,
-                     deliver.text, stored.created_at, deliver.preview_id),
-                )
-            return stored
+        return await self._batch(lambda conn: reply_written(
+            conn, session_key, text, actions, origin, job_id, request_id, deliver, fallback))
 
     async def reset_context(self, session_key: str) -> None:
         """Start a fresh context for a session without deleting its history."""
@@ -238,6 +171,76 @@ class Messages(Database):
 
 
 # -- shared with the other concerns that write or read messages ---------------------------------
+
+
+async def _inbound_written(conn: aiosqlite.Connection, msg: InboundMessage) -> StoredMessage | None:
+    """`append_inbound`'s transaction."""
+    if msg.provider_message_id is not None:
+        seen = await conn.execute_fetchall(
+            "SELECT 1 FROM provider_messages "
+            "WHERE provider = ? AND chat_id = ? AND provider_message_id = ?",
+            (msg.chat.provider, msg.chat.chat_id, msg.provider_message_id),
+        )
+        if seen:
+            return None
+    stored = await insert_message(
+        conn,
+        session_key=str(msg.session_key),
+        role="user",
+        origin="interactive",
+        text=msg.text,
+        created_at=msg.sent_at or time.time(),
+        sender_id=msg.sender_id,
+        sender_name=msg.sender_name,
+        provider_message_id=msg.provider_message_id,
+        reply_to_id=msg.reply_to_id,
+        awaiting_reply=msg.starts_turn,
+        chat=msg.chat,
+        media=msg.media,
+    )
+    if msg.provider_message_id is not None and not await link_platform_id(
+        conn, msg.chat, msg.provider_message_id, stored.id
+    ):
+        # Stored meanwhile by another writer of the same database: this copy is undone.
+        raise _AlreadyStored
+    return stored
+
+
+
+async def reply_written(
+    conn: aiosqlite.Connection, session_key: str, text: str, actions: Sequence[str], origin: Origin,
+    job_id: str | None, request_id: int | None, deliver: OutboundMessage | None, fallback: bool,
+) -> StoredMessage:
+    """`append_reply`'s transaction (`turn_commits` writes more in the same one)."""
+    if request_id is not None:
+        cleared = await conn.execute_fetchall(
+            "UPDATE messages SET awaiting_reply = 0 WHERE awaiting_reply = 1 "
+            "AND session_key = ? AND id <= ? RETURNING id",
+            (session_key, request_id),
+        )
+        if all(row[0] != request_id for row in cleared):
+            raise AlreadyAnsweredError(f"request #{request_id} of {session_key} is no longer waiting")
+    stored = await insert_message(
+        conn,
+        session_key=session_key,
+        role="assistant",
+        origin=origin,
+        text=text,
+        created_at=time.time(),
+        actions=tuple(actions),
+        job_id=job_id,
+        fallback=fallback,
+        request_id=request_id,
+    )
+    if deliver is not None:
+        chat = deliver.chat
+        await conn.execute(
+            "INSERT INTO outbox (message_id, provider, chat_id, thread_id, reply_to_id, text, "
+            "created_at, preview_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (stored.id, chat.provider, chat.chat_id, chat.thread_id, deliver.reply_to_id,
+             deliver.text, stored.created_at, deliver.preview_id),
+        )
+    return stored
 
 
 async def insert_message(

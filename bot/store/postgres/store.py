@@ -10,10 +10,10 @@ records, chat commands) decide who stored something first.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self, cast
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 from bot.errors import StoreError
 from bot.media_files import KeptFiles
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 # Any number, the same in every Switchboard: held while one instance migrates, so others wait.
 _MIGRATION_LOCK = 0x5357_4D49
+T = TypeVar("T")
 
 
 class PostgresStore(PgRecall, PgContextReads, PgTables, Store):
@@ -162,6 +163,12 @@ class PostgresStore(PgRecall, PgContextReads, PgTables, Store):
             (index + 1, message_id, provider_message_id, message_id, chat.provider, chat.chat_id,
              provider_message_id, message_id),
         )
+
+    async def _batch(self, body: Callable[[aiosqlite.Connection], Coroutine[Any, Any, T]]) -> T:
+        """The body in one transaction of one pooled connection, a round trip per statement (those
+        worth merging are merged in their SQL)."""
+        async with self._transaction():
+            return await body(self._conn)
 
     def _one_write(self) -> AbstractAsyncContextManager[None]:
         # Autocommit: the statement is its own transaction (or joins the one bound to this task).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -17,6 +17,7 @@ from bot.media_files import KeptFiles, MediaFiles, files_dir
 from bot.store.database import Database
 from bot.store.dialect import SQLITE
 from bot.store.schema import migrations
+from bot.store.sqlite.batch import transaction_on_thread
 from bot.store.write_lock import WriteLock
 
 # The page cache of the store's connection (see `Database.open`).
@@ -132,11 +133,18 @@ class SqliteDatabase(Database):
                 raise
             await self._conn.execute("COMMIT")
 
+    async def _batch(self, body: Callable[[aiosqlite.Connection], Coroutine[Any, Any, T]]) -> T:
+        """The whole transaction, BEGIN to COMMIT, as one item of the connection's thread
+        (`sqlite.batch`): one hand-off, not one per statement."""
+        async with self._write_lock:
+            return await in_connection_thread(self._conn, transaction_on_thread(body))
+
     def _one_write(self) -> AbstractAsyncContextManager[None]:
-        """For a write that is one statement: here a transaction, for the write lock (statements of
-        other coroutines must not join another's transaction on the shared connection). Where each
-        statement is a transaction of its own (PostgreSQL), nothing: no BEGIN and COMMIT round trips."""
-        return self._transaction()
+        """For a write that is one statement: the write lock (statements of other coroutines must
+        not join another's transaction on the shared connection); the statement, run outside a
+        transaction, is one of its own, so no BEGIN and COMMIT hand-offs. Where each statement is
+        a transaction of its own on its own connection (PostgreSQL), nothing."""
+        return self._write_lock
 
     async def _serialize(self, *key: str) -> None:
         """Inside a transaction that reads before it decides what to write (a limit counted, the
