@@ -49,6 +49,7 @@ test: $(VENV)/.installed-dev
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check bot channels tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/context_build.py

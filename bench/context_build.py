@@ -6,7 +6,7 @@ Usage: .venv/bin/python bench/context_build.py [--sizes 10000,100000,1000000] [-
 
 Each database is created with the real Store (so the schema and migrations are the real ones),
 then filled with plain sqlite3 executemany in big transactions, recall's index terms written with
-`bot.lexical.index_terms` as the store writes them. With --postgres the same builds run on
+`bot.ranking.lexical.index_terms` as the store writes them. With --postgres the same builds run on
 PostgreSQL too, the generated database loaded into it with `switchboard db copy`'s code (COPY; a
 server of its own is started when no URL is given). Prints figures; asserts nothing.
 """
@@ -36,14 +36,14 @@ if str(ROOT) not in sys.path:
 
 from bench import postgres_load  # noqa: E402
 from bench.instant_brain import InstantBrain  # noqa: E402
-from bot.budget import estimate_tokens  # noqa: E402
 from bot.config import Config, parse_config  # noqa: E402
 from bot.config.sections import ConversationConfig  # noqa: E402
-from bot.context_builder import ContextBuilder  # noqa: E402
-from bot.lexical import index_terms  # noqa: E402
-from bot.messages import ChatRef, StoredMessage  # noqa: E402
-from bot.semantic_recall import SemanticRecall  # noqa: E402
-from bot.session_key import SessionKey, build  # noqa: E402
+from bot.context.builder import ContextBuilder  # noqa: E402
+from bot.context.semantic_recall import SemanticRecall  # noqa: E402
+from bot.core.messages import ChatRef, StoredMessage  # noqa: E402
+from bot.core.session_key import SessionKey, build  # noqa: E402
+from bot.ranking.budget import estimate_tokens  # noqa: E402
+from bot.ranking.lexical import index_terms  # noqa: E402
 from bot.store import Store  # noqa: E402
 from bot.store.vector_files import vectors_dir  # noqa: E402
 
@@ -278,7 +278,7 @@ def generate_db(
                      "WHERE origin = 'interactive'")
     conn.execute("COMMIT")
     if not backlog:
-        # The running daemon merges the index's segments a step at a time (bot/upkeep.py), so a
+        # The running daemon merges the index's segments a step at a time (bot/daemon/upkeep.py), so a
         # live index has one or two: the bulk load's dozen are merged the same way at once.
         conn.execute("INSERT INTO recall_fts (recall_fts) VALUES ('optimize')")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -351,7 +351,7 @@ class Result:
     mean_entries: float
     mean_fetched: float
     # The snapshot's candidate records and input hash, which the turn works out after the reply
-    # (`bot.context.Explanation`): timed apart, not part of the build.
+    # (`bot.ranking.stages.Explanation`): timed apart, not part of the build.
     explain_ms: float = 0.0
 
 

@@ -15,7 +15,7 @@ their evidence, context tokens (entries, summary and scheduled block) as a share
 earlier message of the conversation, and build time (median and p99). The configurations take
 turns in going first, so none always pays for what the others find cached. `--encoder` picks the
 semantic configurations' encoder: `minilm` (the default, all-MiniLM-L6-v2 in numpy), `static`
-(the shipped static table, `encoder = "static"`, bot/static_embedding.py), or a candidate of
+(the shipped static table, `encoder = "static"`, bot/ranking/static_embedding.py), or a candidate of
 bench/embedding_speed.py (`distilled`: model2vec's untrained recipe on MiniLM's weights; `onnx`:
 onnxruntime on the int8 ONNX export in `--onnx DIR`), to
 put each one's recall beside its speed. Prints figures; asserts nothing.
@@ -54,17 +54,17 @@ from bench.labelled_set import (  # noqa: E402
     generate,
 )
 from bot.config import Config, parse_config  # noqa: E402
-from bot.context import Context, TriageReport  # noqa: E402
-from bot.context_builder import ContextBuilder  # noqa: E402
-from bot.log import configure_logging  # noqa: E402
-from bot.messages import ChatRef, StoredMessage  # noqa: E402
-from bot.session_key import SessionKey  # noqa: E402
-from bot.session_key import build as session_key  # noqa: E402
+from bot.context.builder import ContextBuilder  # noqa: E402
+from bot.core.log import configure_logging  # noqa: E402
+from bot.core.messages import ChatRef, StoredMessage  # noqa: E402
+from bot.core.session_key import SessionKey  # noqa: E402
+from bot.core.session_key import build as session_key  # noqa: E402
+from bot.ranking.stages import Context, TriageReport  # noqa: E402
 from bot.store import Store  # noqa: E402
 from bot.store.messages import insert_message  # noqa: E402
 
 if TYPE_CHECKING:
-    from bot.embedding import Embedder
+    from bot.ranking.embedding import Embedder
 
 PROVIDER = "bench"
 MEDIAN_TARGET_MS = 2.0
@@ -161,7 +161,7 @@ def context_tokens(context: Context) -> int:
     total = sum(entry.message.token_estimate for entry in context.entries)
     total += sum(message.token_estimate for message in context.scheduled)
     if context.summary:
-        from bot.budget import estimate_tokens
+        from bot.ranking.budget import estimate_tokens
 
         total += estimate_tokens(context.summary)
     return total
@@ -269,7 +269,7 @@ class Run:
         self.info["insert_s"] += time.perf_counter() - started
 
     async def _embed_backlog(self) -> None:
-        from bot.embed_worker import embed_backlog
+        from bot.context.embed_worker import embed_backlog
 
         if self.embedder is not None:
             started = time.perf_counter()
@@ -303,8 +303,8 @@ async def run(
     encoder: str = "minilm", onnx_dir: str | None = None,
 ) -> tuple[dict[str, Tally], dict[str, Any]]:
     """Build the configurations over one store and run every conversation through them."""
-    from bot.embedding import load_embedder
-    from bot.semantic_recall import SemanticRecall
+    from bot.context.semantic_recall import SemanticRecall
+    from bot.ranking.embedding import load_embedder
 
     brain = InstantBrain()
     async with Store.open(db) as store:

@@ -6,7 +6,7 @@ Usage: .venv/bin/python bench/daemon_rss.py [--sessions 10000] [--per-session 20
        [--keep DIR]
 
 The parent makes the database (real Store schema, filled with sqlite3 executemany; none with
-`--per-session 0`), then starts a child process that runs the real bot.daemon.Daemon with an
+`--per-session 0`), then starts a child process that runs the real bot.daemon.assembly.Daemon with an
 in-process recording channel, an instant brain and production logging (INFO as JSON, to a file it
 reads back), drives `--turns` turns across random sessions (chat-like text of 6-45 words, as
 bench/context_build.py writes it), stops the daemon cleanly and reports its RSS and CPU.
@@ -83,11 +83,11 @@ async def _drive(
 ) -> dict[str, Any]:
     from bench.context_build import TextMaker
     from bench.instant_brain import InstantBrain
-    from bot.brain import Completion, ReplyRequest, TextSink
     from bot.config import parse_config
-    from bot.daemon import Daemon
-    from bot.log import configure_logging
-    from bot.messages import OutboundMessage
+    from bot.core.log import configure_logging
+    from bot.core.messages import OutboundMessage
+    from bot.daemon.assembly import Daemon
+    from bot.models.brain import Completion, ReplyRequest, TextSink
     from tests.fakes import FakeChannel
 
     injected: dict[str, float] = {}  # a message's mark -> when it was handed to the daemon

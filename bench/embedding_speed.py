@@ -3,7 +3,7 @@
 Usage: .venv/bin/python bench/embedding_speed.py [--rows 1000000] [--per-session 1000]
        [--samples 2000] [--messages 64] [--static] [--onnx DIR] [--skip-search]
 
-Prints, for the numpy runtime Switchboard ships (`bot.embedding`): model load time and the RSS it
+Prints, for the numpy runtime Switchboard ships (`bot.ranking.embedding`): model load time and the RSS it
 adds; encode throughput (messages/s) at batch 1 and 32 for short (~15 words) and long (~100
 words) messages; bytes per stored vector and the cosine error of the int8 format; and
 `Store.semantic_matches` median/p99 with `--per-session` vectors in the searched session and
@@ -45,7 +45,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bot.config import parse_config  # noqa: E402
-from bot.embedding import load_embedder, vector_bytes, vectors_from_bytes  # noqa: E402
+from bot.ranking.embedding import load_embedder, vector_bytes, vectors_from_bytes  # noqa: E402
 
 WORDS = str.split(
     "the a to of and in is it you that for on with this can be we have not are do what will your "
@@ -165,13 +165,13 @@ def onnx_runtime(directory: Path) -> tuple[Any, float]:
     import onnxruntime
     from tokenizers import Tokenizer
 
-    from bot.embedding import model_files
-    from bot.minilm import padded
+    from bot.ranking.embedding import model_files
+    from bot.ranking.minilm import padded
 
     started = time.perf_counter()
     model = next(directory.rglob("model.onnx"))
     options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1  # as bot.embedding runs numpy: one BLAS thread
+    options.intra_op_num_threads = 1  # as bot.ranking.embedding runs numpy: one BLAS thread
     session = onnxruntime.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
     files = model_files(parse_config(MINILM, "<defaults>"))
     assert files is not None
@@ -359,7 +359,7 @@ def main() -> None:
     base = run_child("numpy", args)
     if base is None:
         return
-    report("numpy (bot.embedding, float32)", base, None)
+    report("numpy (bot.ranking.embedding, float32)", base, None)
     for name, wanted in (("static", args.static), ("onnx", bool(args.onnx))):
         if wanted and (result := run_child(name, args)) is not None:
             report({"static": "static (model2vec-style, same weights)",

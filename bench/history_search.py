@@ -26,8 +26,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.context_build import AGENT, PROVIDER, bench_config, generate_db, percentile  # noqa: E402
-from bot.messages import ChatRef  # noqa: E402
-from bot.session_key import build  # noqa: E402
+from bot.core.messages import ChatRef  # noqa: E402
+from bot.core.session_key import build  # noqa: E402
 from bot.store import Store  # noqa: E402
 from bot.tools.base import ToolContext  # noqa: E402
 from bot.tools.history import history_tool  # noqa: E402

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.brain import Completion, ReplyRequest, TextSink
+from bot.models.brain import Completion, ReplyRequest, TextSink
 
 
 class InstantCompleter:

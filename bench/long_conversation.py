@@ -14,7 +14,7 @@ summaries that keep every user sentence with a number in it (as SUMMARY_SYSTEM a
 identifiers verbatim) plus a topics line.
 
 Per turn, the reply request the stand-in received (system + every message) is measured with
-`bot.budget.estimate_tokens`, next to "send everything" (OpenClaw style: the same system prompt,
+`bot.ranking.budget.estimate_tokens`, next to "send everything" (OpenClaw style: the same system prompt,
 every earlier message and the request). Prints figures; asserts nothing.
 """
 
@@ -40,18 +40,18 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bot.brain import AnthropicBrain  # noqa: E402
-from bot.budget import estimate_tokens  # noqa: E402
-from bot.compaction import MERGE_SYSTEM, SUMMARY_SYSTEM  # noqa: E402
 from bot.config import parse_config  # noqa: E402
-from bot.daemon import Daemon  # noqa: E402
-from bot.lexical import STOPWORDS, query_terms  # noqa: E402
-from bot.lexical import content_words as lexical_words  # noqa: E402
-from bot.log import configure_logging  # noqa: E402
-from bot.notify import Notifier  # noqa: E402
+from bot.context.compaction import MERGE_SYSTEM, SUMMARY_SYSTEM  # noqa: E402
+from bot.context.triage import TRIAGE_SYSTEM  # noqa: E402
+from bot.context.triage import _clip as triage_clip  # noqa: E402  (to compare prompt lines with what was said)
+from bot.core.log import configure_logging  # noqa: E402
+from bot.daemon.assembly import Daemon  # noqa: E402
+from bot.daemon.notify import Notifier  # noqa: E402
+from bot.models.brain import AnthropicBrain  # noqa: E402
+from bot.ranking.budget import estimate_tokens  # noqa: E402
+from bot.ranking.lexical import STOPWORDS, query_terms  # noqa: E402
+from bot.ranking.lexical import content_words as lexical_words  # noqa: E402
 from bot.store import Store  # noqa: E402
-from bot.triage import TRIAGE_SYSTEM  # noqa: E402
-from bot.triage import _clip as triage_clip  # noqa: E402  (to compare prompt lines with what was said)
 from tests.fakes import FakeChannel  # noqa: E402
 from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text  # noqa: E402
 

@@ -26,9 +26,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bot.config import parse_config  # noqa: E402
-from bot.log import configure_logging  # noqa: E402
-from bot.messages import ChatRef  # noqa: E402
-from bot.session_key import parse  # noqa: E402
+from bot.core.log import configure_logging  # noqa: E402
+from bot.core.messages import ChatRef  # noqa: E402
+from bot.core.session_key import parse  # noqa: E402
 from bot.tools.base import ToolContext  # noqa: E402
 from bot.tools.mcp import McpManager  # noqa: E402
 

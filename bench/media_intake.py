@@ -29,11 +29,11 @@ if str(ROOT) not in sys.path:
 from telegram.ext import AIORateLimiter  # noqa: E402
 
 from bench.instant_brain import InstantBrain  # noqa: E402
-from bot.brain import Completion, ReplyRequest  # noqa: E402
 from bot.config import parse_config  # noqa: E402
-from bot.daemon import Daemon  # noqa: E402
-from bot.log import configure_logging  # noqa: E402
-from channels.telegram import TelegramChannel  # noqa: E402
+from bot.core.log import configure_logging  # noqa: E402
+from bot.daemon.assembly import Daemon  # noqa: E402
+from bot.models.brain import Completion, ReplyRequest  # noqa: E402
+from channels.telegram.channel import TelegramChannel  # noqa: E402
 from tests.standins.telegram_api import TelegramStandIn, private_chat, user  # noqa: E402
 
 

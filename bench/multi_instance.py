@@ -502,7 +502,7 @@ def child(argv: list[str]) -> None:
     if not os.environ.get("SWITCHBOARD_BENCH_TELEGRAM_LIMITS"):
         from telegram.ext import AIORateLimiter
 
-        import channels.telegram
+        import channels.telegram.channel
 
         channels.telegram.default_rate_limiter = lambda: AIORateLimiter(  # type: ignore[assignment]
             overall_max_rate=0, group_max_rate=0)

@@ -45,11 +45,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.long_conversation import ScriptedModel, generate  # noqa: E402
-from bot.brain import AnthropicBrain  # noqa: E402
 from bot.config import parse_config  # noqa: E402
-from bot.daemon import Daemon  # noqa: E402
-from bot.log import configure_logging  # noqa: E402
-from bot.notify import Notifier  # noqa: E402
+from bot.core.log import configure_logging  # noqa: E402
+from bot.daemon.assembly import Daemon  # noqa: E402
+from bot.daemon.notify import Notifier  # noqa: E402
+from bot.models.brain import AnthropicBrain  # noqa: E402
 from tests.fakes import FakeChannel  # noqa: E402
 from tests.standins.anthropic_api import AnthropicStandIn, PromptCache  # noqa: E402
 from tests.standins.prompt_cache import Metered  # noqa: E402

@@ -31,8 +31,8 @@ if str(ROOT) not in sys.path:
 from structlog.testing import capture_logs  # noqa: E402
 
 from bot.config import parse_config  # noqa: E402
-from bot.daemon import Daemon  # noqa: E402
-from bot.log import configure_logging  # noqa: E402
+from bot.core.log import configure_logging  # noqa: E402
+from bot.daemon.assembly import Daemon  # noqa: E402
 from tests.fakes import FakeChannel  # noqa: E402
 from tests.standins.anthropic_api import AnthropicStandIn, Text  # noqa: E402
 from tests.standins.openai_api import OpenAIStandIn, Reply  # noqa: E402

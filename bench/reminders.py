@@ -26,13 +26,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bot.config import parse_config  # noqa: E402
-from bot.log import configure_logging  # noqa: E402
-from bot.messages import ChatRef, OutboundMessage  # noqa: E402
-from bot.reminder_schedule import ReminderSchedule  # noqa: E402
-from bot.session_key import build  # noqa: E402
+from bot.core.log import configure_logging  # noqa: E402
+from bot.core.messages import ChatRef, OutboundMessage  # noqa: E402
+from bot.core.session_key import build  # noqa: E402
+from bot.schedule.reminder_tools import ReminderTools  # noqa: E402
+from bot.schedule.reminders import ReminderSchedule  # noqa: E402
 from bot.store import Store  # noqa: E402
 from bot.tools.base import ToolContext  # noqa: E402
-from bot.tools.reminders import ReminderTools  # noqa: E402
 from tests.fakes import FakeChannel  # noqa: E402
 
 

@@ -32,11 +32,11 @@ if str(ROOT) not in sys.path:
 
 from bench.instant_brain import InstantBrain  # noqa: E402
 from bot.config import parse_config  # noqa: E402
-from bot.log import configure_logging  # noqa: E402
-from bot.messages import OutboundMessage  # noqa: E402
-from bot.router import Router  # noqa: E402
+from bot.core.log import configure_logging  # noqa: E402
+from bot.core.messages import OutboundMessage  # noqa: E402
+from bot.intake.router import Router  # noqa: E402
 from bot.store import Store  # noqa: E402
-from bot.turn import TurnRunner  # noqa: E402
+from bot.turn.runner import TurnRunner  # noqa: E402
 from tests.fakes import FakeChannel  # noqa: E402
 
 TARGET_TURNS_PER_S = 1000.0

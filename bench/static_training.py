@@ -1,4 +1,4 @@
-"""Make the static encoder's table (bot/static_model) from all-MiniLM-L6-v2 and text on this machine.
+"""Make the static encoder's table (bot/ranking/static_model) from all-MiniLM-L6-v2 and text on this machine.
 
 Usage: .venv/bin/python bench/static_training.py corpus|teach|fit|all [--work DIR] [--real N]
        [--jobs 2] [--onnx DIR] [--lam 0.003] [--dim 256] [--texts 76000]
@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-OUT = ROOT / "bot" / "static_model"
+OUT = ROOT / "bot" / "ranking" / "static_model"
 MINILM = {"semantic": {"encoder": "minilm"}}
 SEED = 7
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'])")
@@ -126,7 +126,7 @@ def _sources() -> Iterator[str]:
 
 def corpus(work: Path, real: int) -> None:
     from bot.config import parse_config
-    from bot.embedding import model_files
+    from bot.ranking.embedding import model_files
 
     seen: dict[str, None] = {}
     for text in _sources():
@@ -175,7 +175,7 @@ def teach_shard(work: Path, shard: int, jobs: int, onnx: str | None) -> None:
     import numpy as np
 
     from bot.config import parse_config
-    from bot.embedding import load_embedder
+    from bot.ranking.embedding import load_embedder
 
     if onnx:
         from bench.embedding_speed import onnx_runtime
@@ -230,7 +230,7 @@ def fit(work: Path, lam: float, dim: int, out: Path = OUT, center: bool = False,
     import numpy as np
 
     from bot.config import parse_config
-    from bot.embedding import load_embedder, model_files
+    from bot.ranking.embedding import load_embedder, model_files
 
     config = parse_config(MINILM, "<training>")
     embedder = load_embedder(config)

@@ -34,12 +34,12 @@ if str(ROOT) not in sys.path:
 
 import pytest  # noqa: E402
 
-from bot.brain import AnthropicBrain  # noqa: E402
 from bot.config import Config, parse_config  # noqa: E402
-from bot.daemon import Daemon  # noqa: E402
-from bot.log import configure_logging  # noqa: E402
-from channels.discord import DiscordChannel  # noqa: E402
-from channels.telegram import TelegramChannel  # noqa: E402
+from bot.core.log import configure_logging  # noqa: E402
+from bot.daemon.assembly import Daemon  # noqa: E402
+from bot.models.brain import AnthropicBrain  # noqa: E402
+from channels.discord.channel import DiscordChannel  # noqa: E402
+from channels.telegram.channel import TelegramChannel  # noqa: E402
 from tests.standins.anthropic_api import AnthropicStandIn, Text  # noqa: E402
 from tests.standins.discord_api import DiscordStandIn  # noqa: E402
 from tests.standins.discord_api import user as discord_user  # noqa: E402

@@ -22,7 +22,7 @@ model that takes a second per reply needs 30 turns in flight for 30 replies/s: `
 The stand-in plays Telegram's servers, so by default it runs in a child process (this script with
 `--serve-standin`, driven over a small control API) and its CPU is not charged to the daemon;
 `--standin inline` shares one event loop as before, which gives a floor. `--backend` forces
-python-telegram-bot's HTTP transport (PTB's httpx one or channels.telegram_request's aiohttp one);
+python-telegram-bot's HTTP transport (PTB's httpx one or channels.telegram.request's aiohttp one);
 `default` keeps whatever TelegramChannel builds.
 
 1. Latency: one update at a time, the time from the update being queued at the Bot API to the
@@ -67,13 +67,13 @@ from telegram.request import BaseRequest, HTTPXRequest  # noqa: E402
 
 from bench import standin_process  # noqa: E402
 from bench.instant_brain import InstantBrain  # noqa: E402
-from bot.brain import AnthropicBrain, Brain  # noqa: E402
 from bot.config import parse_config  # noqa: E402
-from bot.daemon import Daemon  # noqa: E402
-from bot.log import configure_logging  # noqa: E402
-from channels.telegram import TelegramChannel  # noqa: E402
-from channels.telegram_limits import FloodLimiter  # noqa: E402
-from channels.telegram_request import AiohttpRequest  # noqa: E402
+from bot.core.log import configure_logging  # noqa: E402
+from bot.daemon.assembly import Daemon  # noqa: E402
+from bot.models.brain import AnthropicBrain, Brain  # noqa: E402
+from channels.telegram.channel import TelegramChannel  # noqa: E402
+from channels.telegram.limits import FloodLimiter  # noqa: E402
+from channels.telegram.request import AiohttpRequest  # noqa: E402
 from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Text  # noqa: E402
 from tests.standins.telegram_api import TelegramStandIn, private_chat, user  # noqa: E402
 

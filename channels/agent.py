@@ -1,5 +1,5 @@
 """The agent channel: agents writing to agents inside one daemon, as inbound messages of the receiving
-agent's session (`bot.agent_chat` spells the chats, sessions and ids).
+agent's session (`bot.core.agent_chat` spells the chats, sessions and ids).
 
 Sending to the chat "A/B" is A writing to B: the text is handed to the intake as a message from A in
 B's session `agent:B:agent:direct:A`, answered by B's turn runner through the same path as a
@@ -22,11 +22,11 @@ from contextlib import AbstractAsyncContextManager
 
 import structlog
 
-from bot.agent_chat import agent_chat, agent_session, chat_agents, hop_message_id, hop_of, origin_thread
-from bot.channel import ChunkSent, Intake
 from bot.config import Config
-from bot.errors import AgentMessageRefused, DeliveryError
-from bot.messages import AGENT_PROVIDER, ChatRef, InboundMessage, OutboundMessage
+from bot.core.agent_chat import agent_chat, agent_session, chat_agents, hop_message_id, hop_of, origin_thread
+from bot.core.errors import AgentMessageRefused, DeliveryError
+from bot.core.messages import AGENT_PROVIDER, ChatRef, InboundMessage, OutboundMessage
+from bot.intake.channel import ChunkSent, Intake
 
 log = structlog.get_logger("switchboard.agent_messages")
 

@@ -9,12 +9,12 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from bot.channel import CatchUpPoint, ChunkSent, Intake, Submit
 from bot.config import MediaConfig
-from bot.messages import ChatRef, InboundMessage, OutboundMessage
-from bot.session_key import SessionKey, build
-from bot.session_lease import LeaseClock
-from bot.voice import Transcribe
+from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.core.session_key import SessionKey, build
+from bot.intake.channel import CatchUpPoint, ChunkSent, Intake, Submit
+from bot.intake.session_lease import LeaseClock
+from bot.models.voice import Transcribe
 
 
 class FakeChannel:

@@ -12,17 +12,17 @@ from pathlib import Path
 from typing import Any
 
 # The model SDKs load with the suite, before any test runs: a daemon imports them in a thread
-# once its channels are up (`bot.model_sdks`), and the tests' short model deadlines (seconds,
+# once its channels are up (`bot.models.sdks`), and the tests' short model deadlines (seconds,
 # triage half a second) must not pay that import on a loaded machine.
 import anthropic as _anthropic_sdk  # noqa: F401
 import openai as _openai_sdk  # noqa: F401
 
-from bot.brain import AnthropicBrain
-from bot.channel import Channel
 from bot.config import Config
-from bot.daemon import Daemon
-from bot.messages import ChatRef, InboundMessage
-from bot.router import Router
+from bot.core.messages import ChatRef, InboundMessage
+from bot.daemon.assembly import Daemon
+from bot.intake.channel import Channel
+from bot.intake.router import Router
+from bot.models.brain import AnthropicBrain
 from tests.fakes import FakeChannel
 from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
 

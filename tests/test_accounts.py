@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from bot.brain import AnthropicBrain
 from bot.config import Config, load_config
-from bot.daemon import Daemon, build_channels
-from bot.errors import ConfigError
-from bot.messages import ChatRef
+from bot.core.errors import ConfigError
+from bot.core.messages import ChatRef
+from bot.daemon.assembly import Daemon, build_channels
+from bot.models.brain import AnthropicBrain
 from bot.store import Store
-from channels.telegram import TelegramChannel
+from channels.telegram.channel import TelegramChannel
 from tests.harness import API_KEY, config_data, reply_requests, request_text, router_of, running
 from tests.standins.anthropic_api import AnthropicStandIn
 from tests.standins.telegram_api import TelegramStandIn, private_chat, user
@@ -120,7 +120,7 @@ async def test_pairing_is_per_bot_and_the_cli_approves_a_user_of_an_account(
 ) -> None:
     """A stranger gets a pairing code from the bot they wrote to; `pairing approve --user
     telegram.work:666` lets them in on that bot only."""
-    monkeypatch.setattr("bot.pairing.WELCOME_EVERY", 0.05)  # approvals announced at once
+    monkeypatch.setattr("bot.intake.pairing.WELCOME_EVERY", 0.05)  # approvals announced at once
     config = make_config(config_data(api, channels=sections(tg, dm_policy="pairing")))
     async with daemon_of(config) as daemon:
         await answered(work, daemon, "hello work bot", MALLORY)

@@ -10,9 +10,9 @@ from typing import Any, overload
 
 import pytest
 
-from bot.media import Media
-from bot.messages import ChatRef, InboundMessage
-from bot.session_key import build
+from bot.core.media import Media
+from bot.core.messages import ChatRef, InboundMessage
+from bot.core.session_key import build
 from bot.store import Store
 from tests.test_cli import _one_line, switchboard
 from tests.test_operations import _fill, corrupt

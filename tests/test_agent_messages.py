@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bot.agent_chat import origin_thread
 from bot.config import Config, load_config
+from bot.core.agent_chat import origin_thread
 from bot.store import Store
 from tests.fakes import FakeChannel
 from tests.harness import MODEL, config_data, daemon_with, last_user_line, reply_requests, router_of, say

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from bot.config import parse_config
-from bot.errors import ConfigError
+from bot.core.errors import ConfigError
 from tests.test_cli import _one_line, switchboard
 
 TWO_BOTS: dict[str, Any] = {

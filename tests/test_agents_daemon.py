@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from bot.brain import AnthropicBrain
 from bot.config import load_config, parse_config
-from bot.daemon import build_channels
-from bot.replay import replay
+from bot.context.replay import replay
+from bot.daemon.assembly import build_channels
+from bot.models.brain import AnthropicBrain
 from bot.store import Store
-from channels.telegram import TelegramChannel
+from channels.telegram.channel import TelegramChannel
 from tests.fakes import FakeChannel
 from tests.harness import (
     API_KEY,

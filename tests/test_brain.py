@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from bot.brain import AnthropicBrain, ReplyRequest
 from bot.config import AnthropicConfig, Config
-from bot.context import Context, ContextEntry, TriageReport
-from bot.errors import ModelError
-from bot.messages import StoredMessage
-from bot.prompt import conversation_turns, stable_system_prompt, turn_system_prompt
-from bot.session_key import build
+from bot.context.prompt import conversation_turns, stable_system_prompt, turn_system_prompt
+from bot.core.errors import ModelError
+from bot.core.messages import StoredMessage
+from bot.core.session_key import build
+from bot.models.brain import AnthropicBrain, ReplyRequest
+from bot.ranking.stages import Context, ContextEntry, TriageReport
 from tests.harness import API_KEY, FAST, MODEL
 from tests.standins.anthropic_api import (
     AnthropicStandIn,

@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 
-from bot.brain import AnthropicBrain
-from bot.budget import (
+from bot.config import Config
+from bot.context.builder import ContextBuilder
+from bot.core.messages import ChatRef, StoredMessage
+from bot.models.brain import AnthropicBrain
+from bot.ranking.budget import (
     Budget,
     context_window,
     cost,
@@ -20,10 +23,7 @@ from bot.budget import (
     fit_budget,
     message_cost,
 )
-from bot.config import Config
-from bot.context import ContextEntry
-from bot.context_builder import ContextBuilder
-from bot.messages import ChatRef, StoredMessage
+from bot.ranking.stages import ContextEntry
 from bot.store import Store
 from tests.fakes import FakeChannel
 from tests.harness import config_data, daemon_with, reply_requests, say, unstamped

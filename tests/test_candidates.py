@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bot.candidates import RRF_K, chronological, fuse, lookback_turns, matched_turns
-from bot.messages import Role, StoredMessage
+from bot.core.messages import Role, StoredMessage
+from bot.ranking.candidates import RRF_K, chronological, fuse, lookback_turns, matched_turns
 
 SESSION = "agent:main:fake:direct:1"
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.chunking import MIN_LIMIT, split_message
+from bot.core.chunking import MIN_LIMIT, split_message
 
 # An independent reading of fences, as a Markdown renderer sees them: an opening line is indentation,
 # three or more backticks or tildes and an info string (no backtick after backticks); the block

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from bot.config import load_config
-from bot.context import Context, ContextEntry, Explanation, TriageReport
-from bot.messages import ChatRef, InboundMessage
-from bot.session_key import build
+from bot.core.messages import ChatRef, InboundMessage
+from bot.core.session_key import build
+from bot.ranking.stages import Context, ContextEntry, Explanation, TriageReport
 from bot.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from bot.control import NotRunningError, request, serving, socket_path
+from bot.daemon.control import NotRunningError, request, serving, socket_path
 from tests.test_cli import ROOT, _one_line, switchboard
 
 TELEGRAM = "[channels.telegram]\nenabled = true\n"

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from bot.commands import COMMANDS, parse_command
 from bot.config import Config
+from bot.intake.commands import COMMANDS, parse_command
 from bot.store import Store
 from tests.fakes import FakeChannel
 from tests.harness import (

@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bot.brain import AnthropicBrain
-from bot.budget import message_cost
-from bot.compaction import (
+from bot.config import Config
+from bot.context.builder import ContextBuilder
+from bot.context.compaction import (
     MERGE_SYSTEM,
     NOTICE,
     SUMMARY_MAX_TOKENS,
@@ -22,12 +22,12 @@ from bot.compaction import (
     render_chunk,
     split_chunks,
 )
-from bot.config import Config
-from bot.context_builder import ContextBuilder
-from bot.daemon import Daemon
-from bot.messages import StoredMessage
+from bot.core.messages import StoredMessage
+from bot.daemon.assembly import Daemon
+from bot.models.brain import AnthropicBrain
+from bot.ranking.budget import message_cost
 from bot.store import Store
-from bot.turn import FALLBACK_REPLY
+from bot.turn.runner import FALLBACK_REPLY
 from tests.fakes import FakeChannel
 from tests.harness import (
     API_KEY,

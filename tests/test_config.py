@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from bot.config import Config, ConversationConfig, load_config, parse_config
-from bot.errors import ConfigError
+from bot.core.errors import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "config.toml.example"
 

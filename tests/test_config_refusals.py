@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bot.config import load_config
-from bot.errors import ConfigError
+from bot.core.errors import ConfigError
 from tests.test_cli import _one_line, switchboard
 
 JOB = '[[schedules]]\nid = "daily"\nprompt = "Brief me."\n'

@@ -7,12 +7,12 @@ import io
 from collections.abc import Callable
 from typing import Any
 
-from bot.brain import AnthropicBrain
 from bot.config import Config
-from bot.daemon import Daemon
-from bot.messages import InboundMessage, OutboundMessage
+from bot.core.messages import InboundMessage, OutboundMessage
+from bot.daemon.assembly import Daemon
+from bot.models.brain import AnthropicBrain
 from bot.store import Store
-from channels.console import ConsoleChannel
+from channels.console.channel import ConsoleChannel
 from tests.fakes import RecordingIntake
 from tests.harness import API_KEY, config_data, echo, last_user_line
 from tests.standins.anthropic_api import AnthropicStandIn

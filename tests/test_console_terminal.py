@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.control import request, socket_path
+from bot.daemon.control import request, socket_path
 from tests.harness import API_KEY, FAST, MODEL, ROOT, last_user_line, reply_requests, wait_until
 from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
 

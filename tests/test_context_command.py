@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from bot.turn import FALLBACK_REPLY
+from bot.turn.runner import FALLBACK_REPLY
 from tests.fakes import FakeChannel
 from tests.harness import MODEL, config_data, daemon_with, say, switchboard_cli
 from tests.standins.anthropic_api import AnthropicStandIn, Error

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from bot.brain import AnthropicBrain
 from bot.config import Config, parse_config
-from bot.context_builder import ContextBuilder
-from bot.embed_worker import embed_backlog
-from bot.embedding import Embedder, load_embedder, unavailable_reason
-from bot.messages import ChatRef, StoredMessage
-from bot.replay import replay
-from bot.semantic_recall import SemanticRecall
+from bot.context.builder import ContextBuilder
+from bot.context.embed_worker import embed_backlog
+from bot.context.replay import replay
+from bot.context.semantic_recall import SemanticRecall
+from bot.core.messages import ChatRef, StoredMessage
+from bot.models.brain import AnthropicBrain
+from bot.ranking.embedding import Embedder, load_embedder, unavailable_reason
 from bot.store import Store
 from tests.fakes import FakeChannel
 from tests.harness import FAST, config_data, daemon_with, echo, reply_requests, request_text, say

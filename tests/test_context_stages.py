@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from bot.context import (
+from bot.core.messages import Role, StoredMessage
+from bot.ranking.stages import (
     Context,
     ContextEntry,
     Explanation,
@@ -22,7 +23,6 @@ from bot.context import (
     tag,
     truncate_replies,
 )
-from bot.messages import Role, StoredMessage
 
 SESSION = "agent:main:fake:direct:42"
 T0 = 1_700_000_000.0

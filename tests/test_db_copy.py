@@ -13,14 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from bot.brain import AnthropicBrain
 from bot.config import parse_config
-from bot.context_builder import ContextBuilder
-from bot.embedding import vector_bytes
-from bot.media import Media
-from bot.messages import ChatRef, InboundMessage, OutboundMessage
-from bot.replay import replay
-from bot.session_key import build
+from bot.context.builder import ContextBuilder
+from bot.context.replay import replay
+from bot.core.media import Media
+from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.core.session_key import build
+from bot.models.brain import AnthropicBrain
+from bot.ranking.embedding import vector_bytes
 from bot.store import Instance, Store, UsageRecord
 from bot.store.copying import copy_store
 from bot.store.postgres import PostgresStore

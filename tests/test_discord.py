@@ -12,14 +12,14 @@ import pytest
 import yarl
 from structlog.testing import capture_logs
 
-from bot.access import refused_dm_reply
-from bot.brain import AnthropicBrain
 from bot.config import Config
-from bot.daemon import Daemon, build_channels
-from bot.errors import ConfigError, DeliveryError
-from bot.messages import ChatRef, OutboundMessage, StoredMessage
+from bot.core.errors import ConfigError, DeliveryError
+from bot.core.messages import ChatRef, OutboundMessage, StoredMessage
+from bot.daemon.assembly import Daemon, build_channels
+from bot.intake.access import refused_dm_reply
+from bot.models.brain import AnthropicBrain
 from bot.store import Store
-from channels.discord import DiscordChannel
+from channels.discord.channel import DiscordChannel
 from tests.fakes import RecordingIntake
 from tests.harness import API_KEY, config_data, echo, reply_requests, request_text, router_of, running
 from tests.standins.anthropic_api import AnthropicStandIn, Text
@@ -429,8 +429,8 @@ async def test_typing_is_refreshed_while_the_model_works_and_capped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Typing is sent again while the model is slow, stops at the cap, and never after the reply."""
-    monkeypatch.setattr("channels.discord.TYPING_REFRESH", 0.05)
-    monkeypatch.setattr("channels.discord.TYPING_CAP", 0.6)
+    monkeypatch.setattr("channels.discord.channel.TYPING_REFRESH", 0.05)
+    monkeypatch.setattr("channels.discord.channel.TYPING_CAP", 0.6)
     api.default = lambda rec: Text("slow answer", delay=2.0)
     config = discord_config()
     async with discord_daemon(config) as daemon:

@@ -10,12 +10,12 @@ from collections.abc import Callable, Iterable
 import pytest
 from structlog.testing import capture_logs
 
-from bot.brain import AnthropicBrain
-from bot.channel import CatchUpPoint
 from bot.config import Config
-from bot.errors import DeliveryError, StoreError
-from bot.messages import ChatRef, InboundMessage, OutboundMessage
-from channels.discord import DiscordChannel
+from bot.core.errors import DeliveryError, StoreError
+from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.intake.channel import CatchUpPoint
+from bot.models.brain import AnthropicBrain
+from channels.discord.channel import DiscordChannel
 from tests.fakes import RecordingIntake
 from tests.harness import API_KEY, FAST, echo, reply_requests, request_text, running
 from tests.standins.anthropic_api import AnthropicStandIn, Text
@@ -374,7 +374,7 @@ async def test_a_message_the_core_could_not_store_is_handed_over_again_before_la
 ) -> None:
     """A live message the store refused is handed over again until it is stored, and the messages
     after it wait behind it, so they are stored in order and none is lost."""
-    monkeypatch.setattr("channels.discord.SUBMIT_RETRY_DELAY", 0.01)
+    monkeypatch.setattr("channels.discord.channel.SUBMIT_RETRY_DELAY", 0.01)
     channel = make_channel(make_config({"channels": {"discord": {"allow_from": [ALICE_ID]}}}))
     intake = RefusingIntake(failures=2)
     task = await started(channel, intake)

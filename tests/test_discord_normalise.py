@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from bot.config import DiscordConfig
-from channels.discord_catch_up import catch_up_since
-from channels.discord_normalise import (
+from channels.discord.catch_up import catch_up_since
+from channels.discord.normalise import (
     DiscordMessage,
     admit,
     command_of,
@@ -17,7 +17,7 @@ from channels.discord_normalise import (
     session_key_of,
     to_inbound,
 )
-from channels.discord_preview import nonce_of
+from channels.discord.preview import nonce_of
 
 BOT = 900
 ALICE, BOB = 1, 2

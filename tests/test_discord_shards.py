@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from bot.brain import AnthropicBrain
 from bot.config import Config
-from bot.daemon import Daemon
-from bot.errors import ConfigError
-from bot.reload_plan import plan_reload
-from channels.discord import DiscordChannel
-from channels.discord_client import shard_of
+from bot.core.errors import ConfigError
+from bot.daemon.assembly import Daemon
+from bot.daemon.reload_plan import plan_reload
+from bot.models.brain import AnthropicBrain
+from channels.discord.channel import DiscordChannel
+from channels.discord.client import shard_of
 from tests.fakes import RecordingIntake
 from tests.harness import API_KEY, config_data, running
 from tests.standins.anthropic_api import AnthropicStandIn

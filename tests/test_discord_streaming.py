@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from bot.brain import AnthropicBrain
 from bot.config import Config
-from bot.daemon import Daemon
-from bot.messages import ChatRef
+from bot.core.messages import ChatRef
+from bot.daemon.assembly import Daemon
+from bot.models.brain import AnthropicBrain
 from bot.store import Store
-from bot.turn import FALLBACK_REPLY
-from channels.discord import DiscordChannel
+from bot.turn.runner import FALLBACK_REPLY
+from channels.discord.channel import DiscordChannel
 from tests.harness import API_KEY, config_data, router_of, running
 from tests.standins.anthropic_api import AnthropicStandIn, Error, Text
 from tests.standins.discord_api import DiscordStandIn, user

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from bot.brain import AnthropicBrain
-from bot.channel import ChunkSent, Intake
 from bot.config import Config
-from bot.daemon import Daemon
-from bot.errors import DeliveryError
-from bot.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.core.errors import DeliveryError
+from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.daemon.assembly import Daemon
+from bot.intake.channel import ChunkSent, Intake
+from bot.models.brain import AnthropicBrain
 from bot.store import Store
 from tests.fakes import FakeChannel
 from tests.harness import API_KEY, FAST, config_data, echo, last_user_line, router_of, running, wait_until
@@ -212,7 +212,7 @@ async def test_a_reply_the_database_refuses_once_is_stored_by_the_retry(
     api: AnthropicStandIn, make_config: MakeConfig, view: Store, db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A reply the database refuses once (locked, briefly full) is stored by the retry and sent once."""
-    monkeypatch.setattr("bot.turn.STORE_RETRY_DELAY", 1.5)
+    monkeypatch.setattr("bot.turn.runner.STORE_RETRY_DELAY", 1.5)
     api.default = lambda request: Text(f"re: {last_user_line(request)}", delay=0.2)
     channel = FakeChannel()
     async with daemon(make_config(config_data(api)), channel) as running_daemon:
@@ -317,7 +317,7 @@ async def test_a_channel_that_stops_with_an_error_is_restarted_and_status_says_s
 ) -> None:
     """A channel whose run dies unexpectedly is started again; status shows its restarts and last
     error, and it answers afterwards."""
-    monkeypatch.setattr("bot.supervisor.RESTART_DELAY", 0.01)
+    monkeypatch.setattr("bot.daemon.supervisor.RESTART_DELAY", 0.01)
     channel = CrashingOnce()
     async with daemon(make_config(config_data(api)), channel) as running_daemon:
         await channel.inject(said(channel, "still there?", message_id="1"))
@@ -349,7 +349,7 @@ async def test_a_reply_a_passing_failure_kept_from_the_chat_is_sent_again_while_
 ) -> None:
     """A reply whose send failed for a passing reason stays in the outbox and is sent again by the
     running daemon (no restart, no new model call), once."""
-    monkeypatch.setattr("bot.resume.SWEEP_INTERVAL", 0.05)
+    monkeypatch.setattr("bot.delivery.resume.SWEEP_INTERVAL", 0.05)
     channel = FailingFirst()
     async with daemon(make_config(config_data(api)), channel) as running_daemon:
         await channel.inject(said(channel, "anyone home?", message_id="1"))

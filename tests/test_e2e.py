@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from bot.brain import AnthropicBrain
 from bot.config import Config
-from bot.daemon import Daemon
-from bot.messages import StoredMessage
+from bot.core.messages import StoredMessage
+from bot.daemon.assembly import Daemon
+from bot.models.brain import AnthropicBrain
 from bot.store import Store
-from bot.turn import FALLBACK_REPLY
+from bot.turn.runner import FALLBACK_REPLY
 from tests.fakes import FakeChannel
 from tests.harness import (
     API_KEY,

@@ -20,8 +20,11 @@ from typing import Any
 import pytest
 
 from bot.config import Config, parse_config
-from bot.embed_worker import EmbedWorker, embed_backlog, embed_batch
-from bot.embedding import (
+from bot.context.embed_worker import EmbedWorker, embed_backlog, embed_batch
+from bot.context.semantic_recall import SemanticRecall
+from bot.core.messages import ChatRef, InboundMessage, StoredMessage
+from bot.core.session_key import build
+from bot.ranking.embedding import (
     Embedder,
     embedding_text,
     load_embedder,
@@ -29,11 +32,8 @@ from bot.embedding import (
     unavailable_reason,
     vector_bytes,
 )
-from bot.encode_threads import encode_in_thread
-from bot.messages import ChatRef, InboundMessage, StoredMessage
-from bot.safetensors_reader import read_safetensors
-from bot.semantic_recall import SemanticRecall
-from bot.session_key import build
+from bot.ranking.encode_threads import encode_in_thread
+from bot.ranking.safetensors_reader import read_safetensors
 from bot.store import Store
 from tests.fakes import FakeChannel
 from tests.harness import config_data, daemon_with, say, switchboard_cli

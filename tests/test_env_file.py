@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bot.config import load_config
-from bot.errors import ConfigError
+from bot.core.errors import ConfigError
 
 NAMES = ("SB_TEST_TOKEN", "SB_TEST_KEY", "SB_TEST_QUOTED")
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from bot.config import Config, parse_config, resolve_history_limit
-from bot.context_builder import ContextBuilder
-from bot.errors import ConfigError
-from bot.messages import ChatRef, InboundMessage
-from bot.session_key import SessionKey, parse
+from bot.context.builder import ContextBuilder
+from bot.core.errors import ConfigError
+from bot.core.messages import ChatRef, InboundMessage
+from bot.core.session_key import SessionKey, parse
 from bot.store import Store
 
 TURNS = 8  # stored user turns before the request, more than any limit used here

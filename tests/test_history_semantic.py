@@ -8,10 +8,10 @@ import time
 import pytest
 
 from bot.config import parse_config
-from bot.embed_worker import embed_backlog
-from bot.embedding import load_embedder, unavailable_reason
-from bot.messages import ChatRef, InboundMessage
-from bot.session_key import build
+from bot.context.embed_worker import embed_backlog
+from bot.core.messages import ChatRef, InboundMessage
+from bot.core.session_key import build
+from bot.ranking.embedding import load_embedder, unavailable_reason
 from bot.store import Store
 from bot.tools.base import ToolContext
 from bot.tools.history import history_tool

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import structlog
 
-from bot.brain import AnthropicBrain
 from bot.cli.base import setup_logging as _logging
 from bot.config import Config
+from bot.models.brain import AnthropicBrain
 from tests.harness import config_data, running
 from tests.standins.anthropic_api import AnthropicStandIn
 from tests.standins.discord_api import DiscordStandIn

@@ -17,9 +17,9 @@ import pytest
 import structlog
 
 from bot.config import Config, parse_config
-from bot.log import configure_logging
-from bot.messages import ChatRef
-from bot.session_key import parse as parse_key
+from bot.core.log import configure_logging
+from bot.core.messages import ChatRef
+from bot.core.session_key import parse as parse_key
 from bot.tools.base import Tool, ToolContext, ToolResult
 from bot.tools.mcp import McpManager
 from bot.tools.mcp_tools import offered_name

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bot.config import McpServerConfig, load_config, parse_config
-from bot.errors import ConfigError
+from bot.core.errors import ConfigError
 from bot.tools.base import Tool
 from bot.tools.mcp_plan import McpPlan, plan_mcp_servers
 from tests.fakes import FakeChannel

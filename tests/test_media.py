@@ -12,17 +12,17 @@ from typing import Any
 
 import pytest
 
-from bot.brain import AnthropicBrain
-from bot.budget import message_cost
 from bot.config import Config, MediaConfig, parse_config
-from bot.context import Context, ContextEntry, TriageReport
-from bot.errors import ConfigError
-from bot.media import Media, block_tokens, image_tokens, label
-from bot.media_files import MediaFiles, files_dir
-from bot.media_intake import Offer, category, take
-from bot.messages import StoredMessage
-from bot.prompt import conversation_turns, media_hashes
-from bot.replay import replay
+from bot.context.prompt import conversation_turns, media_hashes
+from bot.context.replay import replay
+from bot.core.errors import ConfigError
+from bot.core.media import Media, block_tokens, image_tokens, label
+from bot.core.messages import StoredMessage
+from bot.media.files import MediaFiles, files_dir
+from bot.media.intake import Offer, category, take
+from bot.models.brain import AnthropicBrain
+from bot.ranking.budget import message_cost
+from bot.ranking.stages import Context, ContextEntry, TriageReport
 from bot.store import Store
 from tests.fakes import FakeChannel
 from tests.harness import API_KEY, MODEL, config_data, daemon_with, reply_requests, say, turn

@@ -16,7 +16,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from bot.config import Config
-from bot.media_files import files_dir
+from bot.media.files import files_dir
 from bot.store import Store
 from tests.harness import FAST, config_data, reply_requests, router_of
 from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text

@@ -19,11 +19,11 @@ import pytest
 from structlog.testing import capture_logs
 
 from bot.config import Config, load_config
-from bot.misconfiguration import Misconfiguration, Misconfigurations
-from bot.turn import FALLBACK_REPLY
-from channels.console import ConsoleChannel
-from channels.discord import DiscordChannel
-from channels.telegram import TelegramChannel
+from bot.core.misconfiguration import Misconfiguration, Misconfigurations
+from bot.turn.runner import FALLBACK_REPLY
+from channels.console.channel import ConsoleChannel
+from channels.discord.channel import DiscordChannel
+from channels.telegram.channel import TelegramChannel
 from tests.fakes import FakeChannel
 from tests.harness import FAST, MODEL, ROOT, config_data, daemon_with, running, say, wait_until
 from tests.standins.anthropic_api import AnthropicStandIn, Error
@@ -207,7 +207,7 @@ def test_the_openai_sdk_is_imported_when_the_daemon_starts_not_in_the_first_call
     script = f"""
 import asyncio, sys
 from bot.config import parse_config
-from bot.daemon import Daemon
+from bot.daemon.assembly import Daemon
 
 async def main() -> None:
     config = parse_config({{

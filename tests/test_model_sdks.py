@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from bot import model_sdks
+from bot.models import sdks as model_sdks
 from tests.harness import ROOT
 
 
 def test_the_daemon_and_the_cli_import_no_model_sdk() -> None:
     """Starting the daemon's and the CLI's modules (the console and Telegram included) imports
     neither the anthropic nor the openai SDK: the first call does, or the daemon once it is up."""
-    probe = ("import sys, bot.cli, bot.daemon, bot.providers, bot.openai_brain, channels.telegram, "
-             "channels.console; print(sorted({'anthropic', 'openai', 'httpx2'} & set(sys.modules)))")
+    probe = ("import sys, bot.cli, bot.daemon.assembly, bot.models.providers, bot.models.openai_brain, "
+             "channels.telegram.channel, channels.console.channel; "
+             "print(sorted({'anthropic', 'openai', 'httpx2'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "[]"

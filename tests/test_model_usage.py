@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from bot.brain import AnthropicBrain
 from bot.config import Config
-from bot.context import REPLY_CALL
+from bot.models.brain import AnthropicBrain
+from bot.ranking.stages import REPLY_CALL
 from bot.store import Store
 from tests.fakes import FakeChannel
 from tests.harness import API_KEY, FAST, MODEL, config_data, daemon_with, reply_requests, say, wait_until
@@ -166,8 +166,8 @@ async def test_usage_sums_the_turns_with_cache_tokens_and_the_cli_views_agree(
 
 async def test_a_completion_carries_the_cache_tokens_the_api_reported(api: AnthropicStandIn) -> None:
     """Both the streamed reply and the plain completion read cache writes and reads from the usage."""
-    from bot.brain import ReplyRequest
     from bot.config import AnthropicConfig
+    from bot.models.brain import ReplyRequest
 
     brain = AnthropicBrain(AnthropicConfig(base_url=api.base_url, model=MODEL), API_KEY)
     api.script(Text("a", input_tokens=7, output_tokens=3, cache_write_tokens=11, cache_read_tokens=13),
@@ -202,8 +202,8 @@ def test_the_default_models_are_priced_out_of_the_box() -> None:
     """With no [prices] in the file, usage of the default models shows a cost, not "no price";
     an entry for a model replaces its built-in price and adds others."""
     from bot.config import parse_config
+    from bot.models.usage import describe, total
     from bot.store.usage import UsageRecord
-    from bot.usage import describe, total
 
     config = parse_config({}, "<defaults>")
     calls = [UsageRecord("agent:main:console:direct:local", "local", "reply", config.anthropic.model,

@@ -18,16 +18,16 @@ from typing import Any
 
 import pytest
 
-from bot.brain import AnthropicBrain
 from bot.config import Config
-from bot.control import request, socket_path
-from bot.daemon import Daemon, build_channels
-from bot.media import Media
-from bot.messages import ChatRef, InboundMessage, OutboundMessage
-from bot.session_key import build
+from bot.core.media import Media
+from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.core.session_key import build
+from bot.daemon.assembly import Daemon, build_channels
+from bot.daemon.control import request, socket_path
+from bot.models.brain import AnthropicBrain
 from bot.store import Instance
 from bot.store.postgres import PostgresStore
-from channels.telegram import TelegramChannel
+from channels.telegram.channel import TelegramChannel
 from tests.harness import API_KEY, MODEL, config_data, reply_requests, router_of, running
 from tests.sql import execute
 from tests.standins.anthropic_api import AnthropicStandIn, Text

@@ -19,15 +19,15 @@ from typing import Any
 import pytest
 import structlog
 
-from bot.access import refused_dm_reply
-from bot.brain import AnthropicBrain
 from bot.config import load_config
-from bot.control import request, socket_path
-from bot.daemon import Daemon, build_channels
-from bot.errors import StoreError
-from bot.messages import ChatRef, InboundMessage
-from bot.notify import Notifier
-from bot.session_key import build
+from bot.core.errors import StoreError
+from bot.core.messages import ChatRef, InboundMessage
+from bot.core.session_key import build
+from bot.daemon.assembly import Daemon, build_channels
+from bot.daemon.control import request, socket_path
+from bot.daemon.notify import Notifier
+from bot.intake.access import refused_dm_reply
+from bot.models.brain import AnthropicBrain
 from bot.store import Store
 from tests.fakes import FakeChannel
 from tests.harness import (

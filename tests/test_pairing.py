@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from bot.access import APPROVED_REPLY, refused_dm_reply
 from bot.cli import main as cli_main
 from bot.config import Config
+from bot.intake.access import APPROVED_REPLY, refused_dm_reply
 from bot.store import PairingError, Store
 from bot.store.pairings import CODE_ALPHABET
 from tests.harness import config_data, reply_requests
@@ -40,7 +40,7 @@ CODE = re.compile(r"pairing code is ([A-Z0-9]{8})")
 @pytest.fixture(autouse=True)
 def quick_welcomes(monkeypatch: pytest.MonkeyPatch) -> None:
     """The daemon looks for approvals to announce every 50 ms instead of every 5 s."""
-    monkeypatch.setattr("bot.pairing.WELCOME_EVERY", 0.05)
+    monkeypatch.setattr("bot.intake.pairing.WELCOME_EVERY", 0.05)
 
 
 @pytest.fixture

@@ -13,11 +13,11 @@ import psycopg
 import pytest
 
 from bot.config import load_config
-from bot.errors import ConfigError, StoreError
-from bot.lexical import index_terms
-from bot.log import Redactor
-from bot.messages import ChatRef, InboundMessage
-from bot.session_key import build
+from bot.core.errors import ConfigError, StoreError
+from bot.core.log import Redactor
+from bot.core.messages import ChatRef, InboundMessage
+from bot.core.session_key import build
+from bot.ranking.lexical import index_terms
 from bot.store import ReminderLimitError, Store
 from bot.store.opening import open_store
 from bot.store.postgres import PostgresStore

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.preview import PreviewSkipped, PreviewStream, has_first_sentence
+from bot.delivery.preview import PreviewSkipped, PreviewStream, has_first_sentence
 
 
 class RecordingSurface:

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from bot.config import Config
-from bot.daemon import Daemon
+from bot.daemon.assembly import Daemon
 from bot.store import Store
 from tests.harness import MODEL, config_data, echo, reply_requests, router_of
 from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text, ToolUse

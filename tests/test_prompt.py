@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from bot.context import Context, ContextEntry, Reason, TriageReport
-from bot.messages import Origin, Role, StoredMessage
-from bot.prompt import conversation_turns, stable_system_prompt, turn_system_prompt
-from bot.session_key import build
+from bot.context.prompt import conversation_turns, stable_system_prompt, turn_system_prompt
+from bot.core.messages import Origin, Role, StoredMessage
+from bot.core.session_key import build
+from bot.ranking.stages import Context, ContextEntry, Reason, TriageReport
 
 SESSION = "agent:main:fake:group:7"
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC).timestamp()

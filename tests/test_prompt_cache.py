@@ -12,9 +12,9 @@ from typing import Any
 import anthropic
 import pytest
 
-from bot.brain import AnthropicBrain, ReplyRequest
 from bot.config import AnthropicConfig, Config
-from bot.context import REPLY_CALL
+from bot.models.brain import AnthropicBrain, ReplyRequest
+from bot.ranking.stages import REPLY_CALL
 from bot.store import Store
 from tests.fakes import FakeChannel
 from tests.harness import API_KEY, MODEL, config_data, daemon_with, reply_requests, say

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from bot.brain import AnthropicBrain
 from bot.config import Config, parse_config
-from bot.daemon import Daemon
-from bot.errors import ConfigError
-from bot.providers import RoleBrain, build_brain
+from bot.core.errors import ConfigError
+from bot.daemon.assembly import Daemon
+from bot.models.brain import AnthropicBrain
+from bot.models.providers import RoleBrain, build_brain
 from bot.store import Store
 from tests.fakes import FakeChannel
 from tests.harness import API_KEY, MODEL, STAMP, config_data, reply_requests, running, say
@@ -231,7 +231,7 @@ async def test_model_lists_every_providers_models_and_switches_across_them(
 
 async def test_the_main_models_window_from_its_provider_bounds_the_budget(store: Store) -> None:
     """A local model's configured context window sizes the token budget (not Claude's 200 000)."""
-    from bot.context_builder import ContextBuilder
+    from bot.context.builder import ContextBuilder
 
     config = parse_config({"providers": {"local": {"kind": "openai", "models": {
         MAIN: {"context_window": 8000}}}}, "roles": {"main": f"local:{MAIN}"}}, "c.toml")
@@ -243,7 +243,7 @@ async def test_the_main_models_window_from_its_provider_bounds_the_budget(store:
 
 def test_a_reload_keeps_the_running_providers_and_roles_and_says_a_restart_applies_them() -> None:
     """The brain is built at start: changed [providers] or [roles] wait for a restart, said so."""
-    from bot.reload_plan import reloadable
+    from bot.daemon.reload_plan import reloadable
 
     old = parse_config({"providers": {"local": {"kind": "openai"}}, "roles": {"fast": "local:a"}}, "c")
     new = parse_config({"providers": {"local": {"kind": "openai", "timeout": 5.0}},
@@ -305,8 +305,8 @@ async def test_a_scheduled_jobs_model_names_a_role_or_a_provider_model(local: Op
     """A job's `model` ("fast", "local:…") picks that role's chain or that provider's model."""
     import time
 
-    from bot.brain import ReplyRequest
-    from bot.providers import brains_by_model
+    from bot.models.brain import ReplyRequest
+    from bot.models.providers import brains_by_model
 
     config = parse_config(_local_sections(local), "c.toml")
     brain, closing = build_brain(config)

@@ -13,10 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.brain import AnthropicBrain
 from bot.config import Config
-from bot.context_builder import ContextBuilder
-from bot.lexical import (
+from bot.context.builder import ContextBuilder
+from bot.core.messages import ChatRef, StoredMessage
+from bot.models.brain import AnthropicBrain
+from bot.ranking.lexical import (
     MAX_TERMS,
     content_words,
     index_terms,
@@ -26,7 +27,6 @@ from bot.lexical import (
     session_tag,
     term_weight,
 )
-from bot.messages import ChatRef, StoredMessage
 from bot.store import RECALL_COMMON, Store
 from bot.store.schema import migrations
 from tests.fakes import FakeChannel
@@ -157,7 +157,7 @@ async def test_rarer_and_more_words_rank_first_and_nothing_else_moves_scores(sto
     request = await user(store, channel, "alpha or bravo?")
     first, _ = await store.lexical_turns(key, request.text, before_id=request.id, limit=3)
     assert [message_id for message_id, _ in first][:2] == [both.id, alpha.id]  # alpha is rarer
-    # BM25 as bot.lexical computes it: alpha is in 2 of the 6 searched messages.
+    # BM25 as bot.ranking.lexical computes it: alpha is in 2 of the 6 searched messages.
     assert dict(first)[alpha.id] == score(term_weight(2, 6), alpha.token_estimate)
     assert [s for _, s in first] == sorted((s for _, s in first), reverse=True)
     for n in range(10):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 
-from bot.candidates import Candidate, fuse, lookback_turns, matched_turns
-from bot.messages import StoredMessage
-from bot.recalled_turns import Plan, plan_reads, pool_of_recalled
+from bot.context.recalled_turns import Plan, plan_reads, pool_of_recalled
+from bot.core.messages import StoredMessage
+from bot.ranking.candidates import Candidate, fuse, lookback_turns, matched_turns
 from bot.store import Store
 from bot.store.turn_starts import TurnStarts
 from tests.fakes import FakeChannel

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.config import Config, parse_config
-from bot.reload_plan import plan_reload
+from bot.daemon.reload_plan import plan_reload
 
 
 def config(**sections: Any) -> Config:

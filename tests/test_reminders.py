@@ -12,13 +12,13 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from bot.config import Config
-from bot.messages import ChatRef
-from bot.reminder_schedule import ReminderSchedule
-from bot.reminder_time import parse_when
-from bot.session_key import parse
+from bot.core.messages import ChatRef
+from bot.core.session_key import parse
+from bot.schedule.reminder_time import parse_when
+from bot.schedule.reminder_tools import ReminderTools
+from bot.schedule.reminders import ReminderSchedule
 from bot.store import Store
 from bot.tools.base import ToolContext, ToolResult
-from bot.tools.reminders import ReminderTools
 from tests.fakes import FakeChannel
 from tests.harness import wait_until
 
@@ -428,7 +428,7 @@ async def test_the_briefing_scheduler_leaves_a_reminders_unsent_run_to_the_remin
 ) -> None:
     """With [[schedules]] configured, the briefing scheduler's restart does not fail a reminder's
     stored-but-unsent run as "no longer in config": the reminder schedule sends it."""
-    from bot.scheduler import Scheduler
+    from bot.schedule.scheduler import Scheduler
 
     config = make_config({"schedules": [{"id": "daily", "cron": "0 9 * * *", "prompt": "Brief me.",
                                          "deliver_to": DM}]})

@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from bot.brain import AnthropicBrain
-from bot.channel import Channel
 from bot.config import Config, load_config
-from bot.daemon import Daemon, build_channels
-from bot.errors import ConfigError
-from bot.messages import ChatRef
-from bot.session_key import parse
+from bot.core.errors import ConfigError
+from bot.core.messages import ChatRef
+from bot.core.session_key import parse
+from bot.daemon.assembly import Daemon, build_channels
+from bot.intake.channel import Channel
+from bot.models.brain import AnthropicBrain
 from bot.store import Store
 from bot.tools.base import ToolContext, ToolResult
-from channels.telegram import TelegramChannel
+from channels.telegram.channel import TelegramChannel
 from tests.fakes import FakeChannel
 from tests.harness import API_KEY, config_data, reply_requests, request_text, running, say, switchboard_cli
 from tests.standins.anthropic_api import AnthropicStandIn

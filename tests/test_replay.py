@@ -19,15 +19,15 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from bot.brain import AnthropicBrain
 from bot.cli import main
 from bot.config import Config, load_config
-from bot.context_builder import ContextBuilder, Pin
-from bot.messages import ChatRef, StoredMessage
-from bot.replay import replay
+from bot.context.builder import ContextBuilder, Pin
+from bot.context.replay import replay
+from bot.core.messages import ChatRef, StoredMessage
+from bot.models.brain import AnthropicBrain
 from bot.store import Store
 from bot.store.schema import migrations
-from bot.turn import FALLBACK_REPLY
+from bot.turn.runner import FALLBACK_REPLY
 from tests.fakes import FakeChannel
 from tests.harness import FAST, config_data, daemon_with, last_user_line, reply_requests, request_text, say
 from tests.standins.anthropic_api import AnthropicStandIn, Text

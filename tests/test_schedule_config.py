@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bot.config import Config, ScheduleConfig, SchedulerConfig, parse_config, parse_duration
-from bot.errors import ConfigError
+from bot.core.errors import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "config.toml.example"
 SOURCE = "/etc/switchboard/config.toml"

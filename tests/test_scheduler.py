@@ -14,12 +14,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from bot.brain import AnthropicBrain, Brain
 from bot.config import Config
-from bot.errors import DeliveryError
-from bot.messages import ChatRef, OutboundMessage
-from bot.scheduler import Scheduler
-from bot.schedules import crontab_trigger, delivery_chat, delivery_key, plan_runs
+from bot.core.errors import DeliveryError
+from bot.core.messages import ChatRef, OutboundMessage
+from bot.models.brain import AnthropicBrain, Brain
+from bot.schedule.scheduler import Scheduler
+from bot.schedule.triggers import crontab_trigger, delivery_chat, delivery_key, plan_runs
 from bot.store import Instance, Store
 from tests.fakes import FakeChannel
 from tests.harness import (

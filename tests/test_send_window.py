@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.messages import ChatRef, InboundMessage, OutboundMessage
-from bot.session_key import build
+from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.core.session_key import build
 from bot.store import Store
 
 CHAT = ChatRef("telegram", "42")

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.errors import SessionKeyError
-from bot.session_key import KINDS, SessionKey, build, parse
+from bot.core.errors import SessionKeyError
+from bot.core.session_key import KINDS, SessionKey, build, parse
 
 DESIGN = Path(__file__).resolve().parents[2] / "shared" / "DESIGN.md"
 

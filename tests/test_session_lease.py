@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from bot.errors import AlreadyAnsweredError
-from bot.messages import ChatRef, InboundMessage, OutboundMessage, StoredMessage
-from bot.router import LEFT_CHECK, Router, TurnHandler
-from bot.session_key import build
-from bot.session_lease import SessionLeases, lease_lapsed, lease_retaken
+from bot.core.errors import AlreadyAnsweredError
+from bot.core.messages import ChatRef, InboundMessage, OutboundMessage, StoredMessage
+from bot.core.session_key import build
+from bot.intake.router import LEFT_CHECK, Router, TurnHandler
+from bot.intake.session_lease import SessionLeases, lease_lapsed, lease_retaken
 from bot.store import Instance, Store
 from tests.fakes import MovedClock
 from tests.sql import execute, rows

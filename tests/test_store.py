@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.errors import SessionNotFoundError, StoreError
-from bot.messages import ChatRef, InboundMessage
-from bot.session_key import SessionKey, build
+from bot.core.errors import SessionNotFoundError, StoreError
+from bot.core.messages import ChatRef, InboundMessage
+from bot.core.session_key import SessionKey, build
 from bot.store import Store
 from bot.store.schema import migrations
 from tests.sql import traced

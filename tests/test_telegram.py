@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from bot.access import refused_dm_reply
-from bot.brain import AnthropicBrain
-from bot.commands import COMMANDS
 from bot.config import Config
-from bot.daemon import Daemon, build_channels
-from bot.errors import ConfigError, DeliveryError
-from bot.messages import ChatRef, InboundMessage, OutboundMessage
-from bot.session_key import build
+from bot.core.errors import ConfigError, DeliveryError
+from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.core.session_key import build
+from bot.daemon.assembly import Daemon, build_channels
+from bot.intake.access import refused_dm_reply
+from bot.intake.commands import COMMANDS
+from bot.models.brain import AnthropicBrain
 from bot.store import Store
-from channels.telegram import TelegramChannel
+from channels.telegram.channel import TelegramChannel
 from tests.fakes import RecordingIntake
 from tests.harness import (
     API_KEY,

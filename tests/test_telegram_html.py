@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from channels.telegram_html import to_telegram_html
+from channels.telegram.html import to_telegram_html
 
 ALLOWED_TAGS = {"b", "i", "s", "u", "code", "pre", "a", "blockquote"}
 ALLOWED_ATTRS = {"a": {"href"}, "code": {"class"}}

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from bot.access import refused_dm_reply
 from bot.config import TelegramConfig
-from bot.messages import InboundMessage
-from channels.telegram import TelegramChannel
+from bot.core.messages import InboundMessage
+from bot.intake.access import refused_dm_reply
+from channels.telegram.channel import TelegramChannel
 from tests.fakes import RecordingIntake
 from tests.standins.telegram_api import Call, TelegramStandIn, message, private_chat, user
 

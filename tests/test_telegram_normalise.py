@@ -8,8 +8,8 @@ import pytest
 from telegram import Bot, Message
 
 from bot.config import TelegramConfig
-from channels.telegram_html import telegram_chunks
-from channels.telegram_normalise import BotIdentity, admit, to_inbound
+from channels.telegram.html import telegram_chunks
+from channels.telegram.normalise import BotIdentity, admit, to_inbound
 from tests.standins.telegram_api import (
     command_entities,
     group_chat,

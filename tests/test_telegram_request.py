@@ -17,7 +17,7 @@ from telegram import Update
 from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TimedOut
 from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
-from channels.telegram_request import AiohttpRequest
+from channels.telegram.request import AiohttpRequest
 from tests.standins.telegram_api import TelegramStandIn, private_chat, user
 
 TOKEN = "123456:TEST"

@@ -24,7 +24,7 @@ from telegram.error import (
 )
 from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandler, filters
 
-from channels.telegram_request import AiohttpRequest
+from channels.telegram.request import AiohttpRequest
 from tests.standins.telegram_api import (
     EntityParseError,
     TelegramStandIn,

@@ -18,15 +18,15 @@ from telegram import Bot
 from telegram.ext import ExtBot
 
 from bot.config import Config
-from bot.daemon import Daemon
-from bot.messages import ChatRef, OutboundMessage
+from bot.core.messages import ChatRef, OutboundMessage
+from bot.daemon.assembly import Daemon
 from bot.store import Store
 from bot.store.postgres import PostgresStore
-from bot.turn import FALLBACK_REPLY
-from channels.telegram_html import telegram_chunks
-from channels.telegram_preview import TelegramPreview, edit_into
-from channels.telegram_request import default_rate_limiter
-from channels.telegram_send import send_reply
+from bot.turn.runner import FALLBACK_REPLY
+from channels.telegram.html import telegram_chunks
+from channels.telegram.preview import TelegramPreview, edit_into
+from channels.telegram.request import default_rate_limiter
+from channels.telegram.send import send_reply
 from tests.harness import config_data, router_of
 from tests.standins.anthropic_api import AnthropicStandIn, Error, Text
 from tests.standins.telegram_api import (

@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from bot.brain import AnthropicBrain
 from bot.cli.base import setup_logging as _logging
 from bot.config import Config, check_startable, load_config
-from bot.daemon import Daemon, build_channels
-from bot.errors import ConfigError
+from bot.core.errors import ConfigError
+from bot.daemon.assembly import Daemon, build_channels
+from bot.models.brain import AnthropicBrain
 from bot.store import Store
-from channels.telegram import TelegramChannel
-from channels.telegram_webhook import WebhookServer
+from channels.telegram.channel import TelegramChannel
+from channels.telegram.webhook import WebhookServer
 from tests.harness import API_KEY, config_data, router_of, running, wait_until
 from tests.standins.anthropic_api import AnthropicStandIn
 from tests.standins.telegram_api import TelegramStandIn, WebhookAttempt, private_chat, user

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from bot.brain import AnthropicBrain
 from bot.config import Config
-from bot.daemon import Daemon
+from bot.daemon.assembly import Daemon
+from bot.models.brain import AnthropicBrain
 from bot.store import Store
-from bot.tool_loop import LIMIT_NOTE
 from bot.tools.base import FunctionTool, Tool, ToolContext, ToolResult, ToolSource
+from bot.turn.tool_loop import LIMIT_NOTE
 from tests.fakes import FakeChannel
 from tests.harness import (
     API_KEY,

@@ -10,18 +10,18 @@ from typing import Any
 import anthropic
 import pytest
 
-from bot.brain import AnthropicBrain, ReplyRequest
 from bot.config import AnthropicConfig, ToolsConfig, parse_config
-from bot.errors import ConfigError
-from bot.messages import ChatRef
-from bot.session_key import build
+from bot.core.errors import ConfigError
+from bot.core.messages import ChatRef
+from bot.core.session_key import build
+from bot.models.brain import AnthropicBrain, ReplyRequest
 from bot.store import Store, UserNote
-from bot.tool_loop import ToolLoop
 from bot.tools.base import FunctionTool, ToolContext, ToolResult
 from bot.tools.notes import notes_block
 from bot.tools.permissions import permitted
 from bot.tools.toolbox import ToolBox, definitions
 from bot.tools.transcript import INTERRUPTED, repair
+from bot.turn.tool_loop import ToolLoop
 from tests.harness import API_KEY, MODEL
 from tests.standins.anthropic_api import AnthropicStandIn, Text, ToolUse
 

@@ -15,15 +15,15 @@ from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 
 from bot.config import Config, parse_config
-from bot.embed_worker import embed_backlog
-from bot.embedding import Embedder, load_embedder, unavailable_reason
-from bot.messages import ChatRef, InboundMessage, StoredMessage
-from bot.session_key import SessionKey, build
+from bot.context.embed_worker import embed_backlog
+from bot.core.messages import ChatRef, InboundMessage, StoredMessage
+from bot.core.session_key import SessionKey, build
+from bot.ranking.embedding import Embedder, load_embedder, unavailable_reason
+from bot.schedule.reminder_tools import ReminderTools
 from bot.store import Store
 from bot.tools.base import ToolContext, ToolResult
 from bot.tools.builtins import BuiltinTools
-from bot.tools.reminders import ReminderTools
-from bot.turn_tools import TurnTools
+from bot.turn.tools import TurnTools
 
 NOW = datetime(2025, 3, 31, 12, 0, tzinfo=UTC).timestamp()
 WORDS = ("garden", "meeting", "invoice", "holiday", "bicycle", "concert", "recipe", "dentist")

@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bot.brain import Completion
-from bot.context import group_turns
-from bot.errors import ModelError
-from bot.messages import Role, StoredMessage
-from bot.triage import TRIAGE_SYSTEM, parse_triage_answer, triage, triage_prompt
+from bot.context.triage import TRIAGE_SYSTEM, parse_triage_answer, triage, triage_prompt
+from bot.core.errors import ModelError
+from bot.core.messages import Role, StoredMessage
+from bot.models.brain import Completion
+from bot.ranking.stages import group_turns
 
 SESSION = "agent:main:fake:group:7"
 T0 = datetime(2024, 3, 1, 9, 30, tzinfo=UTC).timestamp()

@@ -6,9 +6,9 @@ import dataclasses
 
 from structlog.testing import capture_logs
 
-from bot.errors import MissingApiKeyError, ModelError
-from bot.misconfiguration import Misconfiguration
-from bot.turn_answer import FALLBACK_REPLY, Answerer
+from bot.core.errors import MissingApiKeyError, ModelError
+from bot.core.misconfiguration import Misconfiguration
+from bot.turn.answer import FALLBACK_REPLY, Answerer
 from tests.turn_fakes import FakeBrain, FakeLoop, completion, composed, tool_call
 
 

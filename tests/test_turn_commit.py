@@ -8,14 +8,14 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from bot.compaction import NOTICE
-from bot.context import REPLY_CALL, TriageReport
-from bot.errors import AlreadyAnsweredError
-from bot.messages import ChatRef, OutboundMessage, StoredMessage
+from bot.context.compaction import NOTICE
+from bot.core.errors import AlreadyAnsweredError
+from bot.core.messages import ChatRef, OutboundMessage, StoredMessage
+from bot.ranking.stages import REPLY_CALL, TriageReport
 from bot.store import CompactionRecord, UsageRecord
-from bot.turn_answer import FALLBACK_REPLY, Answer, ToolUse
-from bot.turn_commit import Committer
-from bot.turn_compose import Composed
+from bot.turn.answer import FALLBACK_REPLY, Answer, ToolUse
+from bot.turn.commit import Committer
+from bot.turn.compose import Composed
 from tests.turn_fakes import FakeBrain, FakeLoop, FakePreview, completion, composed, context, record
 
 

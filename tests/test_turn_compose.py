@@ -7,12 +7,12 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from bot.config import Config
-from bot.context import Context
-from bot.media import MAX_INLINE_BYTES
-from bot.messages import ChatRef, InboundMessage, StoredMessage
-from bot.session_key import SessionKey
+from bot.core.media import MAX_INLINE_BYTES
+from bot.core.messages import ChatRef, InboundMessage, StoredMessage
+from bot.core.session_key import SessionKey
+from bot.ranking.stages import Context
 from bot.store import TurnOpening
-from bot.turn_compose import Composer
+from bot.turn.compose import Composer
 from tests.turn_fakes import FakeBrain, FakeLoop, completion, context, inbound, request
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 
-from bot.errors import DeliveryError
-from bot.messages import ChatRef, OutboundMessage, StoredMessage
+from bot.core.errors import DeliveryError
+from bot.core.messages import ChatRef, OutboundMessage, StoredMessage
 from bot.store import delivery_key
-from bot.turn_commit import Committed
-from bot.turn_deliver import Deliverer
+from bot.turn.commit import Committed
+from bot.turn.deliver import Deliverer
 
 OUTBOUND = OutboundMessage(ChatRef("fake", "42"), "hi there", preview_id="p1")
 

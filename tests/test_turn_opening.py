@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from bot.errors import AlreadyAnsweredError
-from bot.messages import ChatRef, InboundMessage, OutboundMessage
-from bot.session_key import build
+from bot.core.errors import AlreadyAnsweredError
+from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.core.session_key import build
 from bot.store import Store, TurnOpening, UsageRecord
 from tests.sql import traced, value
 

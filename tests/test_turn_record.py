@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from bot.context import REPLY_CALL, TriageReport
-from bot.turn_answer import FALLBACK_REPLY, Answer, ToolUse
-from bot.turn_compose import Composed
+from bot.ranking.stages import REPLY_CALL, TriageReport
+from bot.turn.answer import FALLBACK_REPLY, Answer, ToolUse
+from bot.turn.compose import Composed
 from tests.turn_fakes import FakeLoop, completion, composed, context, record
 
 LOG_LINE = ["channel", "model", "provider", "send_ms", "record_ms", "request_id", "reply_id",

@@ -11,9 +11,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from bot.config import parse_config
-from bot.embedding import unavailable_reason
-from bot.messages import ChatRef, InboundMessage
-from bot.session_key import build
+from bot.core.messages import ChatRef, InboundMessage
+from bot.core.session_key import build
+from bot.ranking.embedding import unavailable_reason
 from bot.store import Store
 from bot.store.vector_files import vectors_dir
 from tests.sql import execute, traced

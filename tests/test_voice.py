@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from bot.config import Config, MediaConfig
-from bot.daemon import Daemon, build_channels
-from bot.media_intake import Offer
-from bot.providers import build_brain
+from bot.daemon.assembly import Daemon, build_channels
+from bot.media.intake import Offer
+from bot.models.providers import build_brain
+from bot.models.voice import hear
 from bot.store import Store
-from bot.voice import hear
 from tests.harness import API_KEY, config_data, reply_requests, running
 from tests.standins.anthropic_api import AnthropicStandIn
 from tests.standins.discord_api import DiscordStandIn, file
@@ -120,7 +120,7 @@ async def test_without_a_transcriber_a_voice_note_stays_a_placeholder() -> None:
 async def test_a_failed_transcription_keeps_the_message_with_a_note(whisper: OpenAIStandIn) -> None:
     """The endpoint failing costs the words, never the message: a placeholder says what happened."""
     from bot.config.provider_sections import ProviderConfig
-    from bot.openai_brain import OpenAIBrain
+    from bot.models.openai_brain import OpenAIBrain
 
     brain = OpenAIBrain("whisper", ProviderConfig(kind="openai", base_url=whisper.base_url,
                                                   max_retries=0, timeout=2.0), "")

@@ -17,7 +17,7 @@ from yarl import URL
 
 from bot.cli import main
 from bot.config import Config
-from bot.daemon import Daemon
+from bot.daemon.assembly import Daemon
 from bot.store import Store
 from bot.web.auth import ACCOUNT_LIMIT, hash_password
 from bot.web.guard import CSP

@@ -16,10 +16,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from bot.access import APPROVED_REPLY
 from bot.config import Config
-from bot.daemon import Daemon
-from bot.messages import ChatRef
+from bot.core.messages import ChatRef
+from bot.daemon.assembly import Daemon
+from bot.intake.access import APPROVED_REPLY
 from bot.store import Store, UsageRecord
 from tests.fakes import FakeChannel
 from tests.harness import config_data, say
@@ -84,7 +84,7 @@ def telegram_console(
     api: AnthropicStandIn, tg: TelegramStandIn, make_config: Any, monkeypatch: pytest.MonkeyPatch
 ) -> Callable[[], Config]:
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", tg.token)
-    monkeypatch.setattr("bot.pairing.WELCOME_EVERY", 0.05)
+    monkeypatch.setattr("bot.intake.pairing.WELCOME_EVERY", 0.05)
     port = free_port()
 
     def make() -> Config:

@@ -14,12 +14,12 @@ from typing import Any
 
 import aiohttp
 
-from bot.brain import AnthropicBrain
 from bot.config import Config
-from bot.daemon import Daemon
+from bot.daemon.assembly import Daemon
+from bot.daemon.supervisor import web_channel
+from bot.models.brain import AnthropicBrain
 from bot.store import Store
 from bot.store.records import delivery_key
-from bot.supervisor import web_channel
 from bot.web.auth import hash_password
 from channels.web.channel import WebChatChannel, access
 from channels.web.hub import ChatHub

@@ -6,14 +6,14 @@ import asyncio
 import time
 from typing import Any
 
-from bot.brain import Completion, ReplyRequest, TextSink
-from bot.context import Context, ContextEntry, TriageReport
-from bot.messages import ChatRef, InboundMessage, StoredMessage
-from bot.session_key import build
-from bot.tool_loop import LoopOutcome, ToolCallRecord
-from bot.turn_answer import Answer
-from bot.turn_compose import Composed
-from bot.turn_record import TurnRecord
+from bot.core.messages import ChatRef, InboundMessage, StoredMessage
+from bot.core.session_key import build
+from bot.models.brain import Completion, ReplyRequest, TextSink
+from bot.ranking.stages import Context, ContextEntry, TriageReport
+from bot.turn.answer import Answer
+from bot.turn.compose import Composed
+from bot.turn.record import TurnRecord
+from bot.turn.tool_loop import LoopOutcome, ToolCallRecord
 
 KEY = build("main", "fake", "direct", "42")
 CHAT = ChatRef("fake", "42")

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bot.cli.base import CONFIG_VARIABLE, UsageError, default_config
-from bot.errors import BotError, ConfigError
+from bot.core.errors import BotError, ConfigError
 
 __all__ = ["main"]
 

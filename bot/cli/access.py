@@ -12,7 +12,7 @@ import time
 from zoneinfo import ZoneInfo
 
 from bot.cli.base import UsageError, load_config_file, on_database, open_store, utc_time
-from bot.errors import BotError
+from bot.core.errors import BotError
 
 
 def pairing_usage(args: argparse.Namespace) -> int:
@@ -91,7 +91,7 @@ def _user(text: str, channels: list[str]) -> tuple[str, str]:
 
 
 def show_usage(args: argparse.Namespace) -> int:
-    from bot.usage import describe, group_by, groupings, total, window
+    from bot.models.usage import describe, group_by, groupings, total, window
 
     config = load_config_file(args)
     zone = ZoneInfo(config.agent.timezone)

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bot.errors import BotError, ConfigError
+from bot.core.errors import BotError, ConfigError
 
 if TYPE_CHECKING:
     from bot.config import Config
@@ -52,7 +52,7 @@ def load_config_file(args: argparse.Namespace) -> Config:
 
 
 def setup_logging(config: Config, *, quiet: bool = False, console: bool = False) -> None:
-    from bot.log import configure_logging, log_file
+    from bot.core.log import configure_logging, log_file
 
     secrets = [value for name in config.secret_env_names() if (value := env_value(name))]
     level = config.logging.level
@@ -93,7 +93,7 @@ def on_database(config: Config, work: Any) -> Any:
 
 
 def control_path(config: Config) -> Path:
-    from bot.control import socket_path
+    from bot.daemon.control import socket_path
 
     return socket_path(config.database_path())
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from bot.cli.config_text import Layout, Table, general_name, layout, split_comment
 from bot.config import Config, load_config
-from bot.errors import BotError, ConfigError
+from bot.core.errors import BotError, ConfigError
 
 
 def upgrade(target: Path, example: str) -> int:

@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot.cli.base import utc_time
-from bot.context import REPLY_CALL
-from bot.media import with_labels
+from bot.context.turn_explained import COUNT_ORDER, failure
+from bot.context.turn_explained import speaker as speaker_of
+from bot.core.media import with_labels
+from bot.ranking.stages import REPLY_CALL
 from bot.tools.transcript import action_line
-from bot.turn_explained import COUNT_ORDER, failure
-from bot.turn_explained import speaker as speaker_of
 
 if TYPE_CHECKING:
-    from bot.messages import StoredMessage
+    from bot.core.messages import StoredMessage
     from bot.store import SnapshotRecord
 
 

@@ -19,7 +19,7 @@ from bot.cli.base import (
     setup_logging,
     utc_time,
 )
-from bot.errors import BotError
+from bot.core.errors import BotError
 
 if TYPE_CHECKING:
     from bot.config import Config
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     # is imported: a bad file costs what check-config costs.
     _check_startable(config, terminal=sys.stdin.isatty())
 
-    from bot.daemon import Daemon, build_channels, console_attached, serve
+    from bot.daemon.assembly import Daemon, build_channels, console_attached, serve
 
     console = config.channels.console.enabled and console_attached()
     setup_logging(config, console=console)
@@ -55,14 +55,14 @@ def _load_or_defaults(args: argparse.Namespace) -> Config:
 
 
 def _check_startable(config: Config, *, terminal: bool) -> None:
-    from bot.config_check import check_startable
+    from bot.context.config_check import check_startable
 
     check_startable(config, terminal=terminal)
 
 
 def chat(args: argparse.Namespace) -> int:
     from bot.config import parse_config
-    from bot.daemon import Daemon, build_channels, serve
+    from bot.daemon.assembly import Daemon, build_channels, serve
 
     # A newcomer with only an API key can chat before writing any config.
     explicit = args.config != DEFAULT_CONFIG
@@ -116,7 +116,7 @@ def init(args: argparse.Namespace) -> int:
 
 def check_config(args: argparse.Namespace) -> int:
     from bot.config import load_config
-    from bot.config_check import findings
+    from bot.context.config_check import findings
 
     path = args.path or args.config
     config = load_config(path)
@@ -130,7 +130,7 @@ def check_config(args: argparse.Namespace) -> int:
 def show_status(args: argparse.Namespace) -> int:
     import json
 
-    from bot.control import NotRunningError, request
+    from bot.daemon.control import NotRunningError, request
 
     config = load_config_file(args)
     try:
@@ -208,7 +208,7 @@ def mcp_status_line(server: dict[str, Any]) -> str:
 
 
 def reload(args: argparse.Namespace) -> int:
-    from bot.control import NotRunningError, request
+    from bot.daemon.control import NotRunningError, request
 
     config = load_config_file(args)  # a broken file is reported here (exit 2), before the daemon is asked
     try:

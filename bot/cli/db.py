@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bot.cli.base import control_path, load_config_file, on_database, open_store, setup_logging
-from bot.errors import BotError
-from bot.session_key import parse
+from bot.core.errors import BotError
+from bot.core.session_key import parse
 
 if TYPE_CHECKING:
     from bot.config import Config
@@ -31,7 +31,7 @@ def db_usage(args: argparse.Namespace) -> int:
 def backup(args: argparse.Namespace) -> int:
     import sqlite3
 
-    from bot.media_files import files_dir
+    from bot.media.files import files_dir
     from bot.store import SqliteStore
     from bot.store.copying import copy_kept_files
 
@@ -76,7 +76,7 @@ def backup(args: argparse.Namespace) -> int:
 
 
 def prune(args: argparse.Namespace) -> int:
-    from bot.media import size_text
+    from bot.core.media import size_text
 
     config = load_config_file(args)
 
@@ -120,8 +120,8 @@ async def _prune_messages(config: Config, store: Store, args: argparse.Namespace
 
 def embed(args: argparse.Namespace) -> int:
     """Compute the sentence vectors semantic recall needs for every stored message that lacks one."""
-    from bot.embed_worker import embed_backlog
-    from bot.embedding import HOW_TO_INSTALL, Embedder, model_files, unavailable_reason
+    from bot.context.embed_worker import embed_backlog
+    from bot.ranking.embedding import HOW_TO_INSTALL, Embedder, model_files, unavailable_reason
 
     config = load_config_file(args)
     setup_logging(config, quiet=True)  # warnings only, on stderr: the command prints its own lines
@@ -251,7 +251,7 @@ def _open_target(config: Config, target: str, partial: Path | None) -> AbstractA
 
 async def _refuse_while_running(config: Config, source: Store) -> None:
     """A daemon still writing would add messages the copy misses: it must be stopped first."""
-    from bot.control import answers
+    from bot.daemon.control import answers
     from bot.store.leases import LIVE_WINDOW
 
     alive = await source.instances(time.time() - LIVE_WINDOW)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.cli.base import DEFAULT_CONFIG, control_path, format_duration
 from bot.cli.finding import Finding, failed, passed, plural, skipped
-from bot.errors import BotError, ConfigError
+from bot.core.errors import BotError, ConfigError
 
 if TYPE_CHECKING:
     from bot.config import Config
@@ -47,7 +47,7 @@ def doctor(args: argparse.Namespace) -> int:
     if config is None:
         _print(findings, [])
         return 2
-    from bot.log import configure_logging
+    from bot.core.log import configure_logging
 
     secrets = [value for name in config.secret_env_names() if (value := os.environ.get(name))]
     # The lines below say everything; library log lines would only interleave with them.
@@ -87,7 +87,7 @@ def _config(args: argparse.Namespace) -> tuple[Config | None, list[Finding], boo
 
 def _daemon_view(config: Config) -> tuple[dict[str, Any] | None, list[Finding]]:
     """The running daemon's `status`, as lines: itself, each channel, its last error logged."""
-    from bot.control import NotRunningError, request
+    from bot.daemon.control import NotRunningError, request
 
     try:
         reply = request(control_path(config), "status", timeout=5.0)

@@ -173,7 +173,7 @@ def check_semantic(config: Config) -> Finding:
     setting = config.semantic.enabled
     if setting == "off":
         return skipped(label, 'off ([semantic] enabled = "off")')
-    from bot.embedding import HOW_TO_INSTALL, model_files, unavailable_reason
+    from bot.ranking.embedding import HOW_TO_INSTALL, model_files, unavailable_reason
 
     reason = unavailable_reason(config)
     files = model_files(config) if reason is None else None

@@ -113,7 +113,7 @@ async def _openai(label: str, name: str, settings: ProviderConfig, models: dict[
 
     url = settings.url() or ""
     env = settings.api_key_env
-    # Local servers want no key, but the SDK refuses to start without one (as bot.openai_brain).
+    # Local servers want no key, but the SDK refuses to start without one (as bot.models.openai_brain).
     client = openai.AsyncOpenAI(api_key=settings.api_key() or "no-key", base_url=url, max_retries=0,
                                 timeout=timeout)
     try:

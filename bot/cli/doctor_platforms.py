@@ -96,7 +96,7 @@ async def check_discord(name: str, section: DiscordConfig) -> Finding:
         warnings.simplefilter("ignore", DeprecationWarning)
         import discord
     # The intents the channel itself connects with, so this check asks for exactly those.
-    from channels.discord_normalise import default_intents
+    from channels.discord.normalise import default_intents
 
     env = section.token_env
     token = os.environ.get(env, "").strip()

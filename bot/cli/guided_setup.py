@@ -29,7 +29,7 @@ from bot.cli.config_text import set_value, toml_value
 from bot.config import Config, load_config, parse_config
 from bot.config.env_file import write_env_file
 from bot.config.root import DEFAULT_PRICES
-from bot.errors import BotError
+from bot.core.errors import BotError
 
 ENV_FILE = "switchboard.env"
 # What systemd/switchboard.service reads with EnvironmentFile= (`make install` creates it, root's,

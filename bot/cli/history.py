@@ -7,8 +7,8 @@ import asyncio
 
 from bot.cli.base import load_config_file, on_database, open_store, setup_logging, utc_time
 from bot.cli.context_view import context_lines
-from bot.media import with_labels
-from bot.session_key import parse
+from bot.core.media import with_labels
+from bot.core.session_key import parse
 
 
 def list_sessions(args: argparse.Namespace) -> int:
@@ -50,7 +50,7 @@ def show_history(args: argparse.Namespace) -> int:
 def show_context(args: argparse.Namespace) -> int:
     import json
 
-    from bot.turn_explained import TurnRead, context_record, read_turn
+    from bot.context.turn_explained import TurnRead, context_record, read_turn
 
     config = load_config_file(args)
     setup_logging(config, quiet=True)  # an unreadable snapshot's warning goes to stderr
@@ -71,9 +71,9 @@ def show_context(args: argparse.Namespace) -> int:
 
 
 def replay_turn(args: argparse.Namespace) -> int:
-    from bot.brain import AnthropicBrain
-    from bot.replay import replay
-    from bot.replay_settings import changed_settings
+    from bot.context.replay import replay
+    from bot.context.replay_settings import changed_settings
+    from bot.models.brain import AnthropicBrain
 
     config = load_config_file(args)
     setup_logging(config, quiet=True)  # skipped rows and snapshots are warned about on stderr
@@ -110,9 +110,9 @@ def replay_turn(args: argparse.Namespace) -> int:
 
 
 def compact_session(args: argparse.Namespace) -> int:
-    from bot.brain import AnthropicBrain
-    from bot.compaction import Compactor
-    from bot.context_builder import ContextBuilder
+    from bot.context.builder import ContextBuilder
+    from bot.context.compaction import Compactor
+    from bot.models.brain import AnthropicBrain
 
     key = str(parse(args.session_key))
     config = load_config_file(args).for_session(key)  # summarised as the session's agent would

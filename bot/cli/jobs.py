@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from bot.cli.base import EXIT_NOT_RUNNING, control_path, load_config_file, on_database, utc_time
-from bot.errors import BotError
+from bot.core.errors import BotError
 
 if TYPE_CHECKING:
     from bot.store import Reminder, ScheduleRun
 
 
 def list_jobs(args: argparse.Namespace) -> int:
-    from bot.scheduler import failing
-    from bot.schedules import job_trigger
+    from bot.schedule.scheduler import failing
+    from bot.schedule.triggers import job_trigger
     from bot.store.opening import open_store
 
     config = load_config_file(args)
@@ -66,7 +66,7 @@ def _last(runs: list[ScheduleRun]) -> str:
 
 def _reminder_line(reminder: Reminder, runs: list[ScheduleRun], now: float) -> str:
     """A pending reminder beside the configured jobs: when, where, whose, and what it says."""
-    from bot.reminder_schedule import next_time
+    from bot.schedule.reminders import next_time
 
     zone = ZoneInfo(reminder.timezone)
     when = f'cron "{reminder.repeat}"' if reminder.repeat else "once"
@@ -82,7 +82,7 @@ def _reminder_line(reminder: Reminder, runs: list[ScheduleRun], now: float) -> s
 
 
 def run_job(args: argparse.Namespace) -> int:
-    from bot.control import NotRunningError, request
+    from bot.daemon.control import NotRunningError, request
     from bot.store.opening import open_store
 
     config = load_config_file(args)

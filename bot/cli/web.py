@@ -13,7 +13,7 @@ import sys
 import time
 
 from bot.cli.base import UsageError, load_config_file, on_database, open_store, utc_time
-from bot.errors import BotError
+from bot.core.errors import BotError
 
 MIN_PASSWORD = 10
 

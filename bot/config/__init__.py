@@ -38,6 +38,7 @@ from bot.config.loading import load_config, parse_config
 from bot.config.mcp_sections import McpServerConfig
 from bot.config.root import Config, check_startable, resolve_history_limit
 from bot.config.schedule_sections import RemindersConfig, ScheduleConfig, SchedulerConfig
+from bot.config.schedule_spec import SCHEDULE_CHANNELS, parse_duration
 from bot.config.sections import (
     AgentConfig,
     AnthropicConfig,
@@ -51,7 +52,6 @@ from bot.config.sections import (
     SemanticConfig,
 )
 from bot.config.tool_sections import ToolRule, ToolsConfig
-from bot.schedule_spec import SCHEDULE_CHANNELS, parse_duration
 
 __all__ = [
     "MAX_REPLY_TOKENS",

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 from bot.config.provider_check import check_roles
 from bot.config.root import Config, channel_key
-from bot.errors import ConfigError
-from bot.messages import AGENT_PROVIDER
+from bot.core.errors import ConfigError
+from bot.core.messages import AGENT_PROVIDER
 
 # Turns a location (("bindings", "2", "agent")) into the key shown in the error.
 KeyOf = Callable[[tuple[str, ...]], str]

@@ -19,7 +19,7 @@ from bot.config.fields import (
     PosInt,
     Section,
 )
-from bot.session_key import SessionKey
+from bot.core.session_key import SessionKey
 
 
 class DmConfig(Section):

@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 
 from bot.config.fields import Section
-from bot.errors import ConfigError
+from bot.core.errors import ConfigError
 
 KEY = "secrets.env_file"
 _LINE = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=(.*)$")

@@ -18,7 +18,7 @@ from bot.config.provider_check import check_roles, with_provider_prices
 from bot.config.root import Config
 from bot.config.shard_check import check_shards
 from bot.config.webhook_check import check_webhooks
-from bot.errors import ConfigError
+from bot.core.errors import ConfigError
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:

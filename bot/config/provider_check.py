@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bot.config.provider_sections import ROLE_NAMES
-from bot.errors import ConfigError
+from bot.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from bot.config.root import Config

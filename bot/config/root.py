@@ -32,6 +32,7 @@ from bot.config.provider_sections import (
 )
 from bot.config.routing import Routing
 from bot.config.schedule_sections import RemindersConfig, ScheduleConfig, SchedulerConfig
+from bot.config.schedule_spec import delivery_key
 from bot.config.sections import (
     AgentConfig,
     AnthropicConfig,
@@ -46,9 +47,8 @@ from bot.config.sections import (
 )
 from bot.config.tool_sections import ToolsConfig
 from bot.config.web_sections import WebConfig
-from bot.errors import ConfigError
-from bot.schedule_spec import delivery_key
-from bot.session_key import SessionKey
+from bot.core.errors import ConfigError
+from bot.core.session_key import SessionKey
 
 ROLES = ROLE_NAMES
 # The default models' prices per million tokens (the example config's [anthropic] models), so

@@ -7,8 +7,8 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 
 from bot.config.fields import NonNegInt, PlatformId, PosFloat, PosInt, Section, known_timezone
-from bot.errors import SessionKeyError
-from bot.schedule_spec import crontab_trigger, delivery_key, parse_duration
+from bot.config.schedule_spec import crontab_trigger, delivery_key, parse_duration
+from bot.core.errors import SessionKeyError
 
 
 class SchedulerConfig(Section):

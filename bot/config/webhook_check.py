@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bot.config.channel_sections import TelegramConfig
 from bot.config.root import Config, channel_key
-from bot.errors import ConfigError
+from bot.core.errors import ConfigError
 
 
 def check_webhooks(config: Config, source: str) -> None:

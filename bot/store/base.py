@@ -12,7 +12,7 @@ from abc import abstractmethod
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
-from bot.messages import StoredMessage
+from bot.core.messages import StoredMessage
 from bot.store.compactions import Compactions
 from bot.store.delivery import Delivery
 from bot.store.embeddings import Embeddings

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bot.errors import StoreError
+from bot.core.errors import StoreError
 
 if TYPE_CHECKING:
     from bot.store import Store

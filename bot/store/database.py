@@ -20,9 +20,9 @@ from bot.store.dialect import Dialect
 if TYPE_CHECKING:
     import aiosqlite
 
-    from bot.lexical import SearchTerm
-    from bot.media_files import KeptFiles
-    from bot.messages import ChatRef
+    from bot.core.messages import ChatRef
+    from bot.media.files import KeptFiles
+    from bot.ranking.lexical import SearchTerm
 
 T = TypeVar("T")
 

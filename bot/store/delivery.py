@@ -9,8 +9,8 @@ import time
 from collections.abc import Sequence
 from typing import Literal
 
-from bot.messages import ChatRef, InboundMessage, OutboundMessage, StoredMessage
-from bot.session_key import parse as parse_session_key
+from bot.core.messages import ChatRef, InboundMessage, OutboundMessage, StoredMessage
+from bot.core.session_key import parse as parse_session_key
 from bot.store.database import Database
 from bot.store.messages import MESSAGE_COLUMNS, link_platform_id, qualified_columns, rows_to_messages
 from bot.store.records import PendingCommand, PendingDelivery, PendingRequest, delivery_key

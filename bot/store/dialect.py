@@ -19,7 +19,7 @@ class Dialect:
     # "sqlite" or "postgres": also the folder of its numbered migrations (`bot.store.schema`).
     name: str
     # Whether several daemons may share the store (then each session's work runs under a lease,
-    # `bot.session_lease`).
+    # `bot.intake.session_lease`).
     shared: bool
     # An SQL condition, true when the instance named by the SQL expression `{instance}` is known to
     # be gone (`leases`: its leases are then free before they expire).

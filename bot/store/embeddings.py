@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from bot.messages import StoredMessage
+from bot.core.messages import StoredMessage
 from bot.store.database import Database
 from bot.store.messages import MESSAGE_COLUMNS, rows_to_messages
 from bot.store.vector_files import VectorFiles, Vectors, vectors_dir
@@ -142,7 +142,7 @@ class Embeddings(Database):
 
     async def embedding_of(self, message_id: int, model: str) -> npt.NDArray[np.float32] | None:
         """A message's stored vector of `model` as a unit float32 vector, or None."""
-        from bot.embedding import vectors_from_bytes
+        from bot.ranking.embedding import vectors_from_bytes
 
         found = await self._conn.execute_fetchall(
             "SELECT vector FROM embeddings WHERE message_id = ? AND model = ?", (message_id, model)
@@ -199,7 +199,7 @@ class Embeddings(Database):
     ) -> list[tuple[int, float]] | None:
         """`semantic_matches` for a stored message's own vector, before it; None when it has none
         (yet). Its vector comes in the read that checks the session's cache."""
-        from bot.embedding import vectors_from_bytes
+        from bot.ranking.embedding import vectors_from_bytes
 
         if ((self._matrices is not None and (session_key, model) in self._matrices)
                 or self.vector_files().exists(session_key, model)):

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from bot.lexical import search_terms, term_weight
-from bot.messages import StoredMessage
+from bot.core.messages import StoredMessage
+from bot.ranking.lexical import search_terms, term_weight
 from bot.store.database import Database, like_prefix
 from bot.store.messages import MESSAGE_COLUMNS, rows_to_messages
 

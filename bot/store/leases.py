@@ -52,7 +52,7 @@ class Leases(Database):
 
     async def take_lease(self, session_key: str, owner: str, ttl: float, *, now: float | None = None) -> bool:
         """Whether `owner` holds the session's lease now (taken, or already its own, until now + ttl);
-        `now` is the caller's clock (`bot.session_lease.LeaseClock`), wall time by default."""
+        `now` is the caller's clock (`bot.intake.session_lease.LeaseClock`), wall time by default."""
         now = time.time() if now is None else now
         async with self._one_write():
             rows = await self._conn.execute_fetchall(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bot.errors import StoreError
-from bot.media import decode
+from bot.core.errors import StoreError
+from bot.core.media import decode
 from bot.store.database import Database
 from bot.store.records import PruneReport
 

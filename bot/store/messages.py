@@ -11,10 +11,10 @@ from typing import Any
 import aiosqlite
 import structlog
 
-from bot.budget import estimate_tokens
-from bot.errors import AlreadyAnsweredError, SessionNotFoundError
-from bot.media import Media, decode, encode
-from bot.messages import ChatRef, InboundMessage, Origin, OutboundMessage, Role, StoredMessage
+from bot.core.errors import AlreadyAnsweredError, SessionNotFoundError
+from bot.core.media import Media, decode, encode
+from bot.core.messages import ChatRef, InboundMessage, Origin, OutboundMessage, Role, StoredMessage
+from bot.ranking.budget import estimate_tokens
 from bot.store.database import Database
 from bot.store.records import SessionSummary
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from bot.lexical import LENGTH, SearchTerm, index_terms
-from bot.messages import Origin, StoredMessage
+from bot.core.messages import Origin, StoredMessage
+from bot.ranking.lexical import LENGTH, SearchTerm, index_terms
 from bot.store.database import Database
 from bot.store.messages import rows_to_messages
 from bot.store.turn_starts import P, Planner, TurnStarts
@@ -60,7 +60,7 @@ def _group(rows: Sequence[Any], asked: Sequence[int], *, max_len: int) -> dict[i
 
 class Recall(Database):
     """Lexical recall over per-session postings (`recall_terms` and the backend's index), ranked by
-    `bot.lexical`.
+    `bot.ranking.lexical`.
 
     Opening the store finishes the index first: interactive messages stored before migration 6
     (up to `index_backlog.upto`) get their terms, newest first, a batch per transaction, and the
@@ -81,9 +81,9 @@ class Recall(Database):
 
         Searched: the session's interactive messages above its context floor and below
         `before_id`, fallback replies left out. Each of the request's terms weighs its idf among
-        the searched messages (`bot.lexical.term_weight`; a term in more than RECALL_COMMON of
+        the searched messages (`bot.ranking.lexical.term_weight`; a term in more than RECALL_COMMON of
         them is left out); the POOL x `limit` messages with the largest summed weight are scored
-        with BM25's length factor (`bot.lexical.score`), ties going to the newer message. Nothing
+        with BM25's length factor (`bot.ranking.lexical.score`), ties going to the newer message. Nothing
         outside the session's searched range moves a score, so a replayed turn finds what it
         found. Each term's postings are walked once. (`lexical_matches` and `turns_at` give the
         same in two reads, for when the turns wanted are known only once another source answers.)

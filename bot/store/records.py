@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from bot.messages import ChatRef, InboundMessage, OutboundMessage, StoredMessage
+from bot.core.messages import ChatRef, InboundMessage, OutboundMessage, StoredMessage
 
 
 def delivery_key(message_id: int) -> str:

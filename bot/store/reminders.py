@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from bot.messages import ChatRef
+from bot.core.messages import ChatRef
 from bot.store.database import Database
 
 ReminderStatus = Literal["pending", "done", "cancelled", "failed"]

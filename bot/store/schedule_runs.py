@@ -7,7 +7,7 @@ import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from bot.messages import StoredMessage
+from bot.core.messages import StoredMessage
 from bot.store.database import Database
 from bot.store.messages import insert_message, qualified_columns, rows_to_messages
 from bot.store.records import RunStatus, RunTrigger, ScheduleRun

@@ -13,7 +13,7 @@ import re
 from functools import cache
 from importlib import resources
 
-from bot.errors import StoreError
+from bot.core.errors import StoreError
 
 _NAME = re.compile(r"(\d{4})_[a-z0-9_]+\.sql")
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from bot.messages import ChatRef, InboundMessage, Origin, StoredMessage
+    from bot.core.messages import ChatRef, InboundMessage, Origin, StoredMessage
     from bot.store.leases import Instance
     from bot.store.pairings import PairingState
     from bot.store.people import UserNote
@@ -99,7 +99,7 @@ class RunClaims(Protocol):
 
 class RunLedger(RunClaims, Protocol):
     """A job's run: its time claimed once, its output stored and delivered at most once, recorded
-    (the model call's tokens too, `bot.usage.record_usage`)."""
+    (the model call's tokens too, `bot.models.usage.record_usage`)."""
 
     async def claim_run(
         self, job_id: str, scheduled_for: float, trigger: RunTrigger = "schedule", *,

@@ -1,12 +1,12 @@
 """What the store knows around a send in doubt: the ids a reply's next chunk must come after, the
 platform ids recorded near it, and the other sends of its chat whose arrival is unknown too
-(`bot.sent_probe` asks the platform about the rest)."""
+(`bot.delivery.sent_probe` asks the platform about the rest)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.session_key import parse as parse_session_key
+from bot.core.session_key import parse as parse_session_key
 from bot.store.database import Database, like_prefix
 
 # How far back (in stored messages) a recorded platform id may belong to a message sent after the

@@ -8,7 +8,7 @@ from typing import Any
 
 import structlog
 
-from bot.context import read_snapshot
+from bot.ranking.stages import read_snapshot
 from bot.store.database import Database
 from bot.store.records import SnapshotRecord
 

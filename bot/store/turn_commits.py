@@ -15,7 +15,7 @@ from typing import Any
 
 import aiosqlite
 
-from bot.messages import OutboundMessage, StoredMessage
+from bot.core.messages import OutboundMessage, StoredMessage
 from bot.store.database import Database
 from bot.store.messages import reply_written
 from bot.store.usage import UsageRecord

@@ -1,7 +1,7 @@
 """The message_agent tool: an agent writes to another agent of the daemon and reads its answer.
 
 The message reaches the other agent as an inbound message of its session with the writer for the
-chat it is written from (`agent:<to>:agent:direct:<from>:thread:<tag>`, `bot.agent_chat`), answered
+chat it is written from (`agent:<to>:agent:direct:<from>:thread:<tag>`, `bot.core.agent_chat`), answered
 by its own turn runner like any message; the tool waits for that answer and returns it. An answer
 that comes after the tool stopped waiting goes to the writer's session with the other agent for
 that chat instead, as a message it answers there. One conversation per chat: the other agent never
@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from bot.agent_chat import hop_of
-from bot.channel import Channel
 from bot.config import Config
-from bot.errors import AgentMessageRefused
-from bot.messages import AGENT_PROVIDER
+from bot.core.agent_chat import hop_of
+from bot.core.errors import AgentMessageRefused
+from bot.core.messages import AGENT_PROVIDER
+from bot.intake.channel import Channel
 from bot.store.seams import MessageReads
 from bot.tools.base import FunctionTool, Tool, ToolContext, ToolResult
 

@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from bot.messages import ChatRef
-from bot.session_key import SessionKey
+from bot.core.messages import ChatRef
+from bot.core.session_key import SessionKey
 
 JsonSchema = Mapping[str, Any]
 

@@ -8,7 +8,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from bot.config import Config
-from bot.embedding import Embedder
+from bot.ranking.embedding import Embedder
 from bot.store.seams import ToolStore
 from bot.tools.base import FunctionTool, Tool, ToolContext, ToolResult
 from bot.tools.history import history_tool

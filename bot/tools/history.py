@@ -11,8 +11,8 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from bot.config import Config
-from bot.embedding import Embedder
-from bot.session_key import parse
+from bot.core.session_key import parse
+from bot.ranking.embedding import Embedder
 from bot.store.seams import HistoryReads
 from bot.tools.base import FunctionTool, ToolContext, ToolResult
 from bot.tools.scope import read_scope

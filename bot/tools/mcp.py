@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from bot.config import Config, McpServerConfig
-from bot.restart_delay import MAX_RESTART_DELAY, RESTART_DELAY
+from bot.core.restart_delay import MAX_RESTART_DELAY, RESTART_DELAY
 from bot.tools.base import Tool
 from bot.tools.mcp_plan import plan_mcp_servers
 

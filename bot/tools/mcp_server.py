@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from bot.config import McpServerConfig
-from bot.restart_delay import MAX_RESTART_DELAY, RESTART_DELAY
+from bot.core.restart_delay import MAX_RESTART_DELAY, RESTART_DELAY
 from bot.tools.base import ToolResult
 from bot.tools.mcp_stderr import StderrRelay
 from bot.tools.mcp_tools import McpTool, offered_tools, tool_result

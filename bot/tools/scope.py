@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from bot.messages import AGENT_PROVIDER
+from bot.core.messages import AGENT_PROVIDER
 from bot.tools.base import ToolContext
 
 # `[tools] search_scope`: "session" (the chat alone) or "user" (a private chat also reads the

@@ -6,5 +6,5 @@ stream, `pages` the sessions and turns, `replay_page`, `usage_page` (with `chart
 (pairing, jobs, notes) and `config_page` the rest of what the admin commands show and do;
 `running` is the daemon as they see it; `rendering` holds the Jinja2 templates (in `templates/`,
 with the stylesheet and the overview's module in `static/`).
-Only `bot.daemon` and `bot.cli` import this package.
+Only `bot.daemon.assembly` and `bot.cli` import this package.
 """

@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from bot.reminder_schedule import next_time
+from bot.schedule.reminders import next_time
 from bot.store import PairingError
 from bot.store.pairings import Pairing
 from bot.store.people import UserNote

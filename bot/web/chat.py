@@ -15,8 +15,8 @@ from typing import Any
 
 from aiohttp import web
 
-from bot.channel import Channel
-from bot.messages import StoredMessage
+from bot.core.messages import StoredMessage
+from bot.intake.channel import Channel
 from bot.store.records import delivery_key
 from bot.web.guard import SESSION_KEY, see_other
 from bot.web.pages import PageStore, message_row

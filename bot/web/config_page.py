@@ -14,9 +14,9 @@ from typing import Any
 from aiohttp import web
 
 from bot.config import Config, load_config
-from bot.config_check import check_startable, findings
-from bot.errors import BotError
-from bot.log import Redactor
+from bot.context.config_check import check_startable, findings
+from bot.core.errors import BotError
+from bot.core.log import Redactor
 from bot.web.guard import SESSION_KEY, see_other
 from bot.web.rendering import Renderer
 from bot.web.running import RunningDaemon

@@ -1,7 +1,7 @@
 """The console's session pages: the sessions, one session's history, a turn explained.
 
 Each page reads what the matching CLI command reads, through the same functions: a turn is
-`bot.turn_explained`'s record (`switchboard context --json`).
+`bot.context.turn_explained`'s record (`switchboard context --json`).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from bot.config.sections import ModelPrice
-from bot.errors import BotError
-from bot.media import with_labels
-from bot.messages import StoredMessage
-from bot.session_key import SessionKey, parse
+from bot.context.turn_explained import context_record, ordered_counts, read_turn, speaker
+from bot.core.errors import BotError
+from bot.core.media import with_labels
+from bot.core.messages import StoredMessage
+from bot.core.session_key import SessionKey, parse
 from bot.store.records import SessionSummary, SnapshotRecord
-from bot.turn_explained import context_record, ordered_counts, read_turn, speaker
 from bot.web.guard import SESSION_KEY
 from bot.web.rendering import Renderer
 

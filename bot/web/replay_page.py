@@ -1,5 +1,5 @@
 """A turn replayed in the console: its context built again from the stored log and the config in
-force (`bot.replay`, as `switchboard replay`), next to what the turn recorded, as a diff."""
+force (`bot.context.replay`, as `switchboard replay`), next to what the turn recorded, as a diff."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from bot.brain import AnthropicBrain
-from bot.errors import BotError
-from bot.messages import StoredMessage
-from bot.replay import ReplayResult, replay
-from bot.replay_settings import changed_settings
+from bot.context.replay import ReplayResult, replay
+from bot.context.replay_settings import changed_settings
+from bot.context.turn_explained import speaker
+from bot.core.errors import BotError
+from bot.core.messages import StoredMessage
+from bot.models.brain import AnthropicBrain
 from bot.store.records import SessionSummary
 from bot.store.seams import ReplayStore
-from bot.turn_explained import speaker
 from bot.web.guard import SESSION_KEY
 from bot.web.rendering import Renderer
 from bot.web.running import RunningDaemon

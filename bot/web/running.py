@@ -1,7 +1,7 @@
 """The running daemon as the console reaches it: what it is told (reload, run a job) and reads.
 
 The daemon hands itself over when it starts the console; the console sees it only through these
-protocols, so `bot.web` never imports `bot.daemon` (it sits just below it).
+protocols, so `bot.web` never imports `bot.daemon.assembly` (it sits just below it).
 """
 
 from __future__ import annotations

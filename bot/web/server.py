@@ -14,10 +14,10 @@ from typing import Protocol
 import structlog
 from aiohttp import web
 
-from bot.channel import Channel
 from bot.config.fields import split_listen
 from bot.config.web_sections import WebConfig
-from bot.errors import BotError
+from bot.core.errors import BotError
+from bot.intake.channel import Channel
 from bot.web.admin_pages import AdminPages, AdminStore
 from bot.web.auth import AccountStore, Logins
 from bot.web.chat import Chat

@@ -1,5 +1,6 @@
 """The console's usage page: tokens and estimated cost per day, model, agent and user, as SVG bar
-charts drawn on the server with the table beside each; summed by `bot.usage`, as `switchboard usage`."""
+charts drawn on the server with the table beside each; summed by `bot.models.usage`, as `switchboard
+usage`."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from zoneinfo import ZoneInfo
 
 from aiohttp import web
 
+from bot.models.usage import UsageTotal, group_by, groupings, total, window
 from bot.store import UsageRecord
-from bot.usage import UsageTotal, group_by, groupings, total, window
 from bot.web.charts import Chart, bars, columns, compact, money
 from bot.web.guard import SESSION_KEY
 from bot.web.rendering import Renderer

@@ -18,14 +18,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Literal
 
-from bot.access import allows
-from bot.channel import ChunkSent, Intake, PreviewPosted, ReplyPreview
-from bot.commands import is_known, parse_command
 from bot.config import WebChatConfig
-from bot.errors import BotError
-from bot.messages import ChatRef, InboundMessage, OutboundMessage
-from bot.preview import PreviewStream
-from bot.session_key import SessionKey, build
+from bot.core.errors import BotError
+from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.core.session_key import SessionKey, build
+from bot.delivery.preview import PreviewStream
+from bot.intake.access import allows
+from bot.intake.channel import ChunkSent, Intake, PreviewPosted, ReplyPreview
+from bot.intake.commands import is_known, parse_command
 from channels.web.hub import ChatHub
 
 PROVIDER = "web"

@@ -8,7 +8,7 @@ model's minimum is never cached (no error, simply billed in full); an entry live
 from its last use. Usage then reports `cache_read_input_tokens` (the prefix read),
 `cache_creation_input_tokens` (what was written beyond it) and `input_tokens` (the rest).
 
-Tokens are estimated (about four characters a token, as `bot.budget` does); the API's own
+Tokens are estimated (about four characters a token, as `bot.ranking.budget` does); the API's own
 tool-use system prompt (346 tokens for Claude 4 models with tool_choice auto or none) counts with
 the tools, as it does in the API's counts. Changing `tool_choice` invalidates only message-level
 entries, as documented. `ttl: "1h"` entries are not modelled.

@@ -17,7 +17,7 @@ BATCH = 500
 
 
 class PgKeptFiles:
-    """`bot.media_files.KeptFiles` over the `kept_files` table."""
+    """`bot.media.files.KeptFiles` over the `kept_files` table."""
 
     def __init__(self, conn: PgConnection) -> None:
         self._conn = conn

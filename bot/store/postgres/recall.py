@@ -4,7 +4,7 @@ an FTS5 table.
 
 A term is one range of the postings' primary key (the token, or every token it begins for a
 prefix): its postings hold one session's messages, as in SQLite, read from the index alone. Weights
-are `recall_weight` (bot.lexical.term_weight as a SQL function), scores BM25's length factor, ties
+are `recall_weight` (bot.ranking.lexical.term_weight as a SQL function), scores BM25's length factor, ties
 to the newer message: the same doubles as the SQLite store computes, so both find and rank the
 same messages. Each read's text is the same whatever the terms (they are array parameters), so
 psycopg prepares it once per connection and the server plans it once.
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bot.lexical import SearchTerm, search_terms
-from bot.messages import StoredMessage
+from bot.core.messages import StoredMessage
+from bot.ranking.lexical import SearchTerm, search_terms
 from bot.store.history_search import TERM_HITS, HistorySearch
 from bot.store.messages import MESSAGE_COLUMNS, qualified_columns
 from bot.store.recall import SEARCHED_CAP, Recall, _group, _scored_parameters

@@ -15,9 +15,9 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcon
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
-from bot.errors import StoreError
-from bot.media_files import KeptFiles
-from bot.messages import ChatRef
+from bot.core.errors import StoreError
+from bot.core.messages import ChatRef
+from bot.media.files import KeptFiles
 from bot.store.base import Store
 from bot.store.dialect import POSTGRES
 from bot.store.postgres.connection import PgConnection

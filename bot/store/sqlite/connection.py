@@ -12,8 +12,8 @@ from typing import Any, Self, TypeVar
 
 import aiosqlite
 
-from bot.errors import StoreError
-from bot.media_files import KeptFiles, MediaFiles, files_dir
+from bot.core.errors import StoreError
+from bot.media.files import KeptFiles, MediaFiles, files_dir
 from bot.store.database import Database
 from bot.store.dialect import SQLITE
 from bot.store.schema import migrations

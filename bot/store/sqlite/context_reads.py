@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.messages import StoredMessage
+from bot.core.messages import StoredMessage
 from bot.store.compactions import COMPACTION_COLUMNS, latest_compaction_sql
 from bot.store.database import Database
 from bot.store.messages import MESSAGE_COLUMNS, recent_sql, rows_to_messages, scheduled_sql

@@ -7,8 +7,8 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from bot.lexical import SearchTerm, search_terms, term_weight
-from bot.messages import StoredMessage
+from bot.core.messages import StoredMessage
+from bot.ranking.lexical import SearchTerm, search_terms, term_weight
 from bot.store.history_search import TERM_HITS
 from bot.store.messages import MESSAGE_COLUMNS, qualified_columns
 from bot.store.recall import (
@@ -26,7 +26,7 @@ from bot.store.turn_starts import TURN_STARTS, P, Planner, TurnStarts
 MERGE_PAGES = 256
 
 _M_COLUMNS = qualified_columns("m")  # the message columns of `messages m`
-_WEIGHT = "recall_weight"  # bot.lexical.term_weight, registered on the connection
+_WEIGHT = "recall_weight"  # bot.ranking.lexical.term_weight, registered on the connection
 _FLOOR = "(SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0))"
 
 

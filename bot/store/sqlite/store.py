@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from bot.messages import ChatRef
+from bot.core.messages import ChatRef
 from bot.store.base import Store
 from bot.store.sqlite.connection import SqliteDatabase, in_connection_thread
 from bot.store.sqlite.context_reads import SqliteContextReads

@@ -1,4 +1,4 @@
--- 6: recall's per-session postings: each interactive message's tagged terms (`bot.lexical`) as
+-- 6: recall's per-session postings: each interactive message's tagged terms (`bot.ranking.lexical`) as
 -- lexemes taken verbatim (array_to_tsvector: no parser, no stemming: the terms are stems
 -- already), GIN-indexed. A term's postings hold one session's messages, as in SQLite's FTS5
 -- table. Embeddings, the index rows a deleted message takes with it, the backlog, fallback.
@@ -9,7 +9,7 @@ CREATE TABLE recall_terms (
     tsv        tsvector GENERATED ALWAYS AS (array_to_tsvector(string_to_array(terms, ' '))) STORED
 );
 CREATE INDEX recall_terms_tsv ON recall_terms USING GIN (tsv);
--- bot.lexical.term_weight: BM25's idf, the same double operations in the same order.
+-- bot.ranking.lexical.term_weight: BM25's idf, the same double operations in the same order.
 CREATE FUNCTION recall_weight(matches BIGINT, searched BIGINT) RETURNS DOUBLE PRECISION
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     AS $$ SELECT ln(1::float8 + ((searched - matches)::float8 + 0.5::float8)

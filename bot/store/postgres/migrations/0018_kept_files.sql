@@ -1,5 +1,5 @@
 -- 18: kept pictures and files in the database every instance shares (SQLite keeps them on disk
--- beside its file: `bot.media_files`), so any instance reads what another one received.
+-- beside its file: `bot.media.files`), so any instance reads what another one received.
 
 CREATE TABLE kept_files (
     sha256     TEXT PRIMARY KEY,

@@ -1,6 +1,6 @@
 -- 6: context that finds what the question needs. Lexical recall gets postings of its own per
 -- session: each interactive message's terms (stems, each prefixed with its session's tag, written
--- by `bot.lexical`), so a term's postings hold one session's messages and a search never walks
+-- by `bot.ranking.lexical`), so a term's postings hold one session's messages and a search never walks
 -- another session's matches; the shared index of migration 4 goes. Sentence embeddings of
 -- interactive messages (the optional semantic extra) are kept per message, searched within the
 -- session. The fallback reply sent when the model could not answer is marked, so it is shown and

@@ -1,2 +1,2 @@
 -- 18: nothing here. PostgreSQL keeps pictures and files in a table (`postgres/migrations`); beside an
--- SQLite file they are files on disk (`bot.media_files`).
+-- SQLite file they are files on disk (`bot.media.files`).

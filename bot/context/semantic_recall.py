@@ -1,0 +1,67 @@
+"""Semantic recall for one turn: the request's vector (computed now if the worker has not yet) and
+the session's older messages nearest to it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+
+from bot.core.messages import StoredMessage
+from bot.ranking.embedding import Encoder, embedding_text, vector_bytes
+from bot.ranking.encode_threads import encode_in_thread
+
+if TYPE_CHECKING:
+    from bot.store.seams import SemanticReads
+
+log = structlog.get_logger("switchboard.recall")
+
+
+class SemanticRecall:
+    """Finds a session's messages close in meaning to a request, within that session only."""
+
+    def __init__(self, store: SemanticReads, embedder: Encoder) -> None:
+        self._store = store
+        self._embedder = embedder
+
+    async def matches(
+        self, session: str, request: StoredMessage, *, limit: int
+    ) -> list[tuple[int, float]]:
+        """(message id, cosine) of the `limit` nearest older messages, best first; none (with a
+        warning) when the model or its vectors fail: the turn goes on with lexical recall."""
+        found = await self.stored_matches(session, request, limit=limit)
+        return found if found is not None else await self.encoded_matches(session, request, limit=limit)
+
+    async def stored_matches(
+        self, session: str, request: StoredMessage, *, limit: int
+    ) -> list[tuple[int, float]] | None:
+        """`matches` by the request's stored vector; None when it has none yet (the worker has not
+        reached it), [] when the search failed (with the warning)."""
+        try:
+            return await self._store.semantic_matches_of(
+                session, request.id, model=self._embedder.model_id, limit=limit)
+        except Exception as exc:
+            _warn(session, exc)
+            return []
+
+    async def encoded_matches(
+        self, session: str, request: StoredMessage, *, limit: int
+    ) -> list[tuple[int, float]]:
+        """`matches` of a request the worker has not reached yet: embedded here (in a thread, so
+        the event loop keeps running) and kept, so the worker and replay reuse it. Searched as
+        stored (quantised, and the worker's if it stored one first), so replay, which reads it
+        back, scores the same; none when the request was deleted meanwhile."""
+        model = self._embedder.model_id
+        try:
+            encoded = await encode_in_thread(self._embedder, [embedding_text(request)], urgent=True)
+            await self._store.save_embeddings(model, [(request.id, session, vector_bytes(encoded[0]))])
+            found = await self._store.semantic_matches_of(session, request.id, model=model, limit=limit)
+        except Exception as exc:
+            _warn(session, exc)
+            return []
+        return found or []
+
+
+def _warn(session: str, exc: Exception) -> None:
+    log.warning("semantic recall failed; this turn uses lexical recall only",
+                session_key=session, error=f"{type(exc).__name__}: {exc}")

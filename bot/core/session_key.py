@@ -1,0 +1,107 @@
+"""Session keys: the one place that builds and parses `agent:<id>:<provider>:<kind>:<peer>[...]`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from bot.core.errors import SessionKeyError
+
+ChatKind = Literal["direct", "group", "channel"]
+SuffixKind = Literal["thread", "topic"]
+
+KINDS: tuple[ChatKind, ...] = ("direct", "group", "channel")
+SUFFIXES: tuple[SuffixKind, ...] = ("thread", "topic")
+_KIND_ALIASES: dict[str, ChatKind] = {"dm": "direct"}
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKey:
+    """A parsed session key; `str(key)` gives its canonical text form."""
+
+    agent_id: str
+    provider: str
+    kind: ChatKind
+    peer: str
+    suffix_kind: SuffixKind | None = None
+    suffix_id: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("agent_id", "provider", "peer"):
+            _check_part(name, getattr(self, name))
+        if self.kind not in KINDS:
+            raise SessionKeyError(f"unknown chat kind {self.kind!r}; expected one of {KINDS}")
+        if (self.suffix_kind is None) != (self.suffix_id is None):
+            raise SessionKeyError("a thread/topic suffix needs both its kind and its id")
+        if self.suffix_kind is not None:
+            if self.suffix_kind not in SUFFIXES:
+                raise SessionKeyError(
+                    f"unknown suffix {self.suffix_kind!r}; expected one of {SUFFIXES}"
+                )
+            _check_part("suffix_id", self.suffix_id or "")
+
+    def __str__(self) -> str:
+        base = f"agent:{self.agent_id}:{self.provider}:{self.kind}:{self.peer}"
+        if self.suffix_kind is None:
+            return base
+        return f"{base}:{self.suffix_kind}:{self.suffix_id}"
+
+    @property
+    def is_direct(self) -> bool:
+        return self.kind == "direct"
+
+    def base(self) -> SessionKey:
+        """The key without its thread/topic suffix (per-DM limits are looked up on this)."""
+        return SessionKey(self.agent_id, self.provider, self.kind, self.peer)
+
+
+def _check_part(name: str, value: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise SessionKeyError(f"session key part {name} must be a non-empty string")
+    if ":" in value or any(ch.isspace() for ch in value):
+        raise SessionKeyError(
+            f"session key part {name}={value!r} must not contain ':' or whitespace"
+        )
+
+
+def build(
+    agent_id: str,
+    provider: str,
+    kind: ChatKind,
+    peer: str | int,
+    *,
+    thread: str | int | None = None,
+    topic: str | int | None = None,
+) -> SessionKey:
+    """Build a key from its parts; ids may be ints (Telegram group ids are negative)."""
+    if thread is not None and topic is not None:
+        raise SessionKeyError("a session key has a thread or a topic, not both")
+    if thread is not None:
+        return SessionKey(agent_id, provider, kind, str(peer), "thread", str(thread))
+    if topic is not None:
+        return SessionKey(agent_id, provider, kind, str(peer), "topic", str(topic))
+    return SessionKey(agent_id, provider, kind, str(peer))
+
+
+def parse(text: str) -> SessionKey:
+    """Parse `agent:<id>:<provider>:<kind>:<peer>[:thread|topic:<id>]`, `dm` meaning `direct`."""
+    parts = text.split(":")
+    if len(parts) not in (5, 7):
+        raise SessionKeyError(
+            f"session key {text!r} has {len(parts)} parts; expected "
+            "agent:<agentId>:<provider>:<kind>:<peer> with an optional :thread:<id> or :topic:<id>"
+        )
+    if parts[0] != "agent":
+        raise SessionKeyError(f"session key {text!r} must start with 'agent:'")
+    kind = _KIND_ALIASES.get(parts[3], parts[3])
+    if kind not in KINDS:
+        raise SessionKeyError(
+            f"session key {text!r} has unknown kind {parts[3]!r}; expected direct, group or channel"
+        )
+    if len(parts) == 5:
+        return SessionKey(parts[1], parts[2], kind, parts[4])
+    if parts[5] not in SUFFIXES:
+        raise SessionKeyError(
+            f"session key {text!r} has unknown suffix {parts[5]!r}; expected thread or topic"
+        )
+    return SessionKey(parts[1], parts[2], kind, parts[4], parts[5], parts[6])

@@ -1,0 +1,2 @@
+"""The console: a local terminal (or any pair of streams) as one more channel.
+"""
