@@ -82,3 +82,19 @@ class AgentMessageRefused(BotError):
     def __init__(self, reason: str, message: str) -> None:
         self.reason = reason
         super().__init__(message)
+
+
+class ChannelNotStartedError(BotError):
+    """A channel was asked to act before `start` (or after `stop`): a bug in the assembly, not a
+    platform failure; the message names the channel and what was asked."""
+
+
+def describe(exc: BaseException) -> str:
+    """`Type: message`, the one-line description every log field and stored error uses.
+
+    An exception whose `__str__` fails still has a type to report."""
+    try:
+        message = str(exc)
+    except Exception:  # a foreign __str__ may fail any way: that only means "no message"
+        message = "(no message)"
+    return f"{type(exc).__name__}: {message}"

@@ -94,7 +94,9 @@ def configure_logging(
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
-        structlog.processors.format_exc_info if use_json else _noop,
+        # The traceback becomes text before the redactor, in both formats: a secret in an exception
+        # message (a token in a URL) is blanked there too, and the console never renders locals.
+        structlog.processors.format_exc_info,
         Redactor(secrets),
         _remember_errors,  # after the redactor: status shows what the log shows
     ]
@@ -138,7 +140,3 @@ def _private(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
     return path
-
-
-def _noop(logger: Any, name: str, event_dict: EventDict) -> EventDict:
-    return event_dict
