@@ -10,8 +10,10 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
+from bot.config import MediaConfig
 from bot.core.errors import describe
 from bot.core.log import REDACTED, configure_logging
+from bot.media.intake import Offer, take
 
 TOKEN = "123456789:AAHs0me-Telegram-Token-Value-0123456789ab"
 KNOWN = "a-configured-secret-value"
@@ -88,3 +90,25 @@ def test_describe_says_type_and_message() -> None:
     assert describe(TimeoutError("no answer")) == "TimeoutError: no answer"
     assert describe(TimeoutError()) == "TimeoutError: "
     assert describe(Broken()) == "Broken: (no message)"
+
+
+async def test_a_failed_download_logs_its_traceback_without_the_token(log_stream: io.StringIO) -> None:
+    """A file whose download fails is stored with a note, and the warning carries the traceback of
+    the failure (down to the platform call) with the bot token in its URL redacted."""
+    configure_logging("INFO", "json", stream=log_stream)
+
+    async def download() -> bytes:
+        _fail_with_token()
+        return b""
+
+    async def keep(data: bytes) -> str:
+        raise AssertionError("nothing to keep")
+
+    media = await take(Offer("photo", download, mime="image/jpeg"), MediaConfig(), keep)
+
+    assert (media.status, media.note) == ("failed", "the download failed")
+    (line,) = [json.loads(text) for text in log_stream.getvalue().splitlines()]
+    assert line["event"] == "file download failed; the message is stored with a note"
+    assert line["error"].startswith("ConnectionError: POST https://api.telegram.org")
+    assert "_fail_with_token" in line["exception"] and "in download" in line["exception"]
+    assert TOKEN not in log_stream.getvalue()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bot.cli.base import control_path, load_config_file, on_database, open_store, setup_logging
-from bot.core.errors import BotError
+from bot.core.errors import BotError, describe
 from bot.core.session_key import parse
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def embed(args: argparse.Namespace) -> int:
         embedder = Embedder.load(files)
     except Exception as exc:  # a damaged or foreign file: the libraries raise their own types
         raise BotError(f"cannot load the model at {files.archive or files.directory}: "
-                       f"{type(exc).__name__}: {exc}") from exc
+                       f"{describe(exc)}") from exc
     live = sys.stderr.isatty()
 
     async def fill() -> tuple[int, int]:

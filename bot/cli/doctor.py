@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.cli.base import DEFAULT_CONFIG, control_path, format_duration
 from bot.cli.finding import Finding, failed, passed, plural, skipped
-from bot.core.errors import BotError, ConfigError
+from bot.core.errors import BotError, ConfigError, describe
 
 if TYPE_CHECKING:
     from bot.config import Config
@@ -199,7 +200,8 @@ async def _guarded(check: Check) -> Finding:
         return failed(check.label, f"no answer within {check.timeout:g} s",
                       "check the network (or allow longer: --timeout)")
     except Exception as exc:
-        return failed(check.label, f"the check failed: {type(exc).__name__}: {exc}",
+        logging.getLogger("switchboard.doctor").debug("check crashed: %s", check.label, exc_info=True)
+        return failed(check.label, f"the check failed: {describe(exc)}",
                       "this is doctor's own fault: please report it")
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.cli.finding import Finding, failed, listed, passed, plural
 from bot.config.provider_sections import ROLE_NAMES, ProviderConfig, split_spec
+from bot.core.errors import describe
 
 if TYPE_CHECKING:
     from bot.config import Config
@@ -168,4 +169,4 @@ def _cause(exc: BaseException) -> str:
     """The root of a connection failure, in one line."""
     while exc.__cause__ is not None:
         exc = exc.__cause__
-    return " ".join(f"{type(exc).__name__}: {exc}".split()) if str(exc) else type(exc).__name__
+    return " ".join(describe(exc).split()) if str(exc) else type(exc).__name__

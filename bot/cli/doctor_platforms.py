@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from bot.cli.finding import Finding, failed, passed
 from bot.config.root import channel_key
+from bot.core.errors import describe
 
 if TYPE_CHECKING:
     from bot.config import DiscordConfig, TelegramConfig
@@ -117,7 +118,7 @@ async def check_discord(name: str, section: DiscordConfig) -> Finding:
         return failed(name, f"Discord answered HTTP {exc.status}: {exc.text}",
                       "try again later; if it persists, see discordstatus.com")
     except (aiohttp.ClientError, OSError) as exc:
-        return failed(name, f"cannot reach Discord ({type(exc).__name__}: {exc})",
+        return failed(name, f"cannot reach Discord ({describe(exc)})",
                       "check the network or a proxy")
     missing = [portal for intent, (flag, portal) in _PRIVILEGED.items() if getattr(intents, intent)
                and not (getattr(flags, flag) or getattr(flags, f"{flag}_limited"))]

@@ -19,7 +19,7 @@ from typing import Literal
 import structlog
 
 from bot.config import Config, resolve_history_limit
-from bot.core.errors import BotError, ModelError
+from bot.core.errors import BotError, ModelError, describe
 from bot.core.media import with_labels
 from bot.core.messages import StoredMessage
 from bot.core.session_key import parse
@@ -202,7 +202,7 @@ class Compactor:
         except Exception as exc:  # compaction is an optimisation: it must never cost a turn
             self._failed_at[session] = time.monotonic()
             log.warning("compaction failed; context is trimmed instead", session_key=session,
-                        error=f"{type(exc).__name__}: {exc}")
+                        error=describe(exc), exc_info=True)
             return None
 
     async def compact(self, session: str, *, notified: bool = False) -> Outcome:

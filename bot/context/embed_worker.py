@@ -21,6 +21,7 @@ from typing import Self
 
 import structlog
 
+from bot.core.errors import describe
 from bot.core.messages import StoredMessage
 from bot.ranking.embedding import Embedder, embedding_text, vector_bytes
 from bot.ranking.encode_threads import encode_in_thread
@@ -104,8 +105,9 @@ class EmbedWorker:
             except Exception as exc:
                 failures += 1
                 pause = min(MAX_BACKOFF, self._retry_delay * 2 ** (failures - 1))
-                log.error("embedding failed; retrying", error=f"{type(exc).__name__}: {exc}",
-                          retry_in_s=pause)
+                # The traceback once per run of failures: the same cause repeats every retry.
+                log.error("embedding failed; retrying", error=describe(exc),
+                          retry_in_s=pause, exc_info=failures == 1)
                 await asyncio.sleep(pause)
                 continue
             failures = 0

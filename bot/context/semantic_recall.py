@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from bot.core.errors import describe
 from bot.core.messages import StoredMessage
 from bot.ranking.embedding import Encoder, embedding_text, vector_bytes
 from bot.ranking.encode_threads import encode_in_thread
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from bot.store.seams import SemanticReads
 
 log = structlog.get_logger("switchboard.recall")
+RECALL_FAILED = "semantic recall failed; this turn uses lexical recall only"
 
 
 class SemanticRecall:
@@ -41,7 +43,7 @@ class SemanticRecall:
             return await self._store.semantic_matches_of(
                 session, request.id, model=self._embedder.model_id, limit=limit)
         except Exception as exc:
-            _warn(session, exc)
+            log.warning(RECALL_FAILED, session_key=session, error=describe(exc), exc_info=True)
             return []
 
     async def encoded_matches(
@@ -57,11 +59,7 @@ class SemanticRecall:
             await self._store.save_embeddings(model, [(request.id, session, vector_bytes(encoded[0]))])
             found = await self._store.semantic_matches_of(session, request.id, model=model, limit=limit)
         except Exception as exc:
-            _warn(session, exc)
+            log.warning(RECALL_FAILED, session_key=session, error=describe(exc), exc_info=True)
             return []
         return found or []
 
-
-def _warn(session: str, exc: Exception) -> None:
-    log.warning("semantic recall failed; this turn uses lexical recall only",
-                session_key=session, error=f"{type(exc).__name__}: {exc}")

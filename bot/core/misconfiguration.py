@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import structlog
 
-from bot.core.errors import ModelError
+from bot.core.errors import ModelError, describe
 from bot.core.messages import ChatRef, OutboundMessage
 
 log = structlog.get_logger("switchboard.setup")
@@ -183,7 +183,7 @@ class Misconfigurations:
             else:  # a console without notices shows it as a message of its own
                 await console.send(OutboundMessage(ChatRef(CONSOLE, "local"), problem.line()))
         except Exception as exc:  # the log line already says it
-            log.warning("setup problem not shown on the console", error=f"{type(exc).__name__}: {exc}")
+            log.warning("setup problem not shown on the console", error=describe(exc), exc_info=True)
 
 
 def warn(problem: Misconfiguration) -> None:

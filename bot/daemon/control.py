@@ -19,7 +19,7 @@ from typing import Any
 
 import structlog
 
-from bot.core.errors import BotError
+from bot.core.errors import BotError, describe
 
 log = structlog.get_logger("switchboard.control")
 
@@ -91,7 +91,7 @@ async def _dispatch(line: bytes, handlers: Mapping[str, Handler]) -> dict[str, A
         return {"ok": True, **await handler()}
     except Exception as exc:  # an answer, not a dead socket, tells the admin what went wrong
         log.exception("control command failed", command=command)
-        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        return {"ok": False, "error": describe(exc)}
 
 
 def _remove(path: Path) -> None:

@@ -17,7 +17,7 @@ import structlog
 
 from bot.config import Config, TelegramConfig
 from bot.config.root import channel_key, webhook_secret
-from bot.core.errors import BotError, ConfigError
+from bot.core.errors import BotError, ConfigError, describe
 from bot.core.restart_delay import MAX_RESTART_DELAY, RESTART_DELAY
 from bot.intake.channel import Channel, Intake
 
@@ -126,7 +126,7 @@ class ChannelSupervisor:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self._errors[provider] = f"{type(exc).__name__}: {exc}"
+                self._errors[provider] = describe(exc)
                 self._restarts[provider] = self._restarts.get(provider, 0) + 1
                 log.exception("channel stopped with an error; restarting it", channel=provider,
                               restarts=self._restarts[provider], restart_in=delay)

@@ -6,6 +6,7 @@ import asyncio
 
 import structlog
 
+from bot.core.errors import describe
 from bot.store.seams import RecallUpkeep
 
 log = structlog.get_logger("switchboard.upkeep")
@@ -21,4 +22,4 @@ async def merge_recall_index(store: RecallUpkeep, interval: float = INDEX_MERGE_
         try:
             await store.merge_recall_index()
         except Exception as exc:  # a busy or closing database: the next step tries again
-            log.warning("recall index merge failed", error=f"{type(exc).__name__}: {exc}")
+            log.warning("recall index merge failed", error=describe(exc), exc_info=True)

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import structlog
 
-from bot.core.errors import DeliveryError
+from bot.core.errors import DeliveryError, describe
 from bot.core.messages import OutboundMessage
 from bot.delivery.sent_probe import candidates, sent_as
 from bot.intake.channel import Channel, MessageProbe
@@ -107,8 +107,8 @@ class Outbox:
                 await self._noted_failed(message_id)
             return exc.sent_ids
         except Exception as exc:  # a send failure must not lose the stored reply
-            log.error("delivery failed", reply_id=message_id, error=f"{type(exc).__name__}: {exc}",
-                      kept_for_restart=True)
+            log.error("delivery failed", reply_id=message_id, error=describe(exc),
+                      kept_for_restart=True, exc_info=True)
             await self._noted_failed(message_id)
             return []
         await self._retrying(lambda: self._store.finish_delivery(message_id),
@@ -143,7 +143,7 @@ class Outbox:
                 await self._store.record_chunk(message_id, chat, skip, str(found))
             except Exception as exc:  # sending again beats not sending
                 log.warning("send in doubt not searched for; sent again", reply_id=message_id,
-                            error=f"{type(exc).__name__}: {exc}")
+                            error=describe(exc), exc_info=True)
                 break
             log.info("send in doubt found: not sent again", reply_id=message_id, chunk=skip,
                      provider_message_id=str(found), ids_asked=len(ids or ()))
@@ -176,6 +176,6 @@ class Outbox:
                 return
             except Exception as exc:
                 if attempt == RECORD_ATTEMPTS:
-                    log.error(what, reply_id=message_id, error=f"{type(exc).__name__}: {exc}")
+                    log.error(what, reply_id=message_id, error=describe(exc), exc_info=True)
                     return
                 await asyncio.sleep(0.1 * attempt)

@@ -21,7 +21,7 @@ from typing import Protocol
 
 import structlog
 
-from bot.core.errors import BotError
+from bot.core.errors import BotError, describe
 from bot.core.messages import ChatRef
 from bot.intake.channel import Channel, Previewing, PreviewPosted, ReplyPreview
 from bot.intake.session_lease import lease_lapsed
@@ -60,7 +60,7 @@ async def open_preview(
     try:
         earlier = opening.preview_id if opening is not None else await store.preview_of(request_id)
     except Exception as exc:  # a preview is worth no failed turn
-        log.warning("earlier preview unreadable", request_id=request_id, error=f"{type(exc).__name__}: {exc}")
+        log.warning("earlier preview unreadable", request_id=request_id, error=describe(exc), exc_info=True)
         earlier = None
 
     async def keep(posted: str) -> None:
@@ -151,7 +151,7 @@ class PreviewStream:
         try:
             return await self._surface.close(final)
         except Exception as exc:  # the reply is still sent in full without its preview
-            log.warning("preview not closed", error=f"{type(exc).__name__}: {exc}")
+            log.warning("preview not closed", error=describe(exc), exc_info=True)
             return None
 
     def abandon(self) -> None:
@@ -164,7 +164,7 @@ class PreviewStream:
         try:
             await self._surface.withdraw()
         except Exception as exc:  # what it showed stays: said in the log
-            log.warning("preview not withdrawn", error=f"{type(exc).__name__}: {exc}")
+            log.warning("preview not withdrawn", error=describe(exc), exc_info=True)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -194,13 +194,13 @@ class PreviewStream:
                 loop.call_later(self._surface.interval, self._changed.set)
                 continue
             except Exception as exc:  # the reply is sent in full at the end all the same
-                log.warning("reply preview stopped", error=f"{type(exc).__name__}: {exc}")
+                log.warning("reply preview stopped", error=describe(exc), exc_info=True)
                 return
             if posted is not None and self._on_posted is not None:
                 try:
                     await self._on_posted(posted)
                 except Exception as exc:  # only a restart mid-reply would miss it
-                    log.warning("preview message not recorded", error=f"{type(exc).__name__}: {exc}")
+                    log.warning("preview message not recorded", error=describe(exc), exc_info=True)
             self._last_shown = text
             last_update = loop.time()
             self._shown.set()
@@ -261,7 +261,7 @@ async def finish_preview(
     try:
         waiting = await store.still_awaiting(request_id)
     except Exception as exc:  # unknown: storing the reply tells
-        log.warning("request's state unreadable", request_id=request_id, error=f"{type(exc).__name__}: {exc}")
+        log.warning("request's state unreadable", request_id=request_id, error=describe(exc), exc_info=True)
         waiting = True
     if waiting:
         return await preview.finish(final)
@@ -269,6 +269,7 @@ async def finish_preview(
     try:
         return await store.preview_of(request_id)
     except Exception:  # then nothing is taken back
+        log.warning("preview of a dropped reply unreadable", request_id=request_id, exc_info=True)
         return None
 
 
@@ -279,7 +280,7 @@ async def withdraw_preview(
     try:
         taken = await store.preview_taken(chat, preview_id)
     except Exception as exc:  # unknown: better a stray preview than a deleted answer
-        log.warning("preview left in place", error=f"{type(exc).__name__}: {exc}")
+        log.warning("preview left in place", error=describe(exc), exc_info=True)
         return
     if not taken:
         await preview.withdraw()

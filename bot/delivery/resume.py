@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from bot.core.errors import describe
 from bot.core.messages import inbound_of
 from bot.core.session_key import parse as parse_session_key
 from bot.delivery.outbox import Outbox
@@ -141,7 +142,7 @@ async def repeat(every: float, step: Callable[[], Awaitable[None]], what: str) -
         except RouterClosedError:
             return
         except Exception as exc:
-            log.warning(f"{what} failed", error=f"{type(exc).__name__}: {exc}")
+            log.warning(f"{what} failed", error=describe(exc), exc_info=True)
 
 
 async def sweep(

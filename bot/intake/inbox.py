@@ -19,6 +19,7 @@ import structlog
 
 from bot.config import Config
 from bot.context.compaction import Compactor
+from bot.core.errors import describe
 from bot.core.messages import AGENT_PROVIDER, InboundMessage, OutboundMessage
 from bot.intake.channel import Channel
 from bot.intake.commands import QUEUED_COMMANDS, CommandHandler
@@ -129,4 +130,4 @@ class Inbox:
             await channel.send(OutboundMessage(inbound.chat, text, reply_to))
         except Exception as exc:  # a failed command answer must not take the channel down
             log.error("command answer not delivered", session_key=str(inbound.session_key),
-                      command=name, error=f"{type(exc).__name__}: {exc}")
+                      command=name, error=describe(exc), exc_info=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import structlog
 
 from bot.config import Config
+from bot.core.errors import describe
 from bot.core.messages import ChatRef, OutboundMessage
 from bot.intake.access import APPROVED_REPLY, pairing_reply, refused_dm_reply
 from bot.intake.channel import Channel
@@ -73,7 +74,7 @@ class PairingGate:
         try:
             await channel.send(OutboundMessage(chat, text))
         except Exception as exc:
-            log.warning("notice not delivered", chat_id=chat.chat_id, error=f"{type(exc).__name__}: {exc}")
+            log.warning("notice not delivered", chat_id=chat.chat_id, error=describe(exc), exc_info=True)
 
 
 async def welcome_approved(store: PairingLedger, channels: Mapping[str, Channel]) -> None:
@@ -90,9 +91,9 @@ async def welcome_approved(store: PairingLedger, channels: Mapping[str, Channel]
                     await channel.send(OutboundMessage(ChatRef(provider, chat_id), APPROVED_REPLY))
                 except Exception as exc:
                     log.warning("approval not delivered", chat_id=chat_id,
-                                error=f"{type(exc).__name__}: {exc}")
+                                error=describe(exc), exc_info=True)
                 await store.mark_welcomed(provider, user_id, now=time.time())
                 log.info("paired user told they are in", channel=provider, sender_id=user_id)
         except Exception as exc:  # the store is busy or closing: look again next time
-            log.warning("approvals not read", error=f"{type(exc).__name__}: {exc}")
+            log.warning("approvals not read", error=describe(exc), exc_info=True)
         await asyncio.sleep(WELCOME_EVERY)

@@ -347,7 +347,7 @@ class Router:
             try:
                 waiting, free = await self._store.left_requests(list(self._left), now=clock.time())
             except Exception as exc:  # a store hiccup: the next check tries again
-                log.warning("requests left to other instances not checked", error=str(exc))
+                log.warning("requests left to other instances not checked", error=str(exc), exc_info=True)
                 continue
             for request_id in list(self._left):
                 if request_id not in waiting:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from bot.core.errors import describe
 from bot.store import Instance
 from bot.store.leases import HEARTBEAT
 from bot.store.seams import LeaseStore
@@ -95,7 +96,8 @@ async def lease_retaken() -> bool:
     try:
         return await held.leases.take_again(held.session_key)
     except Exception as exc:
-        log.warning("lease not taken again", session_key=held.session_key, error=_described(exc))
+        log.warning("lease not taken again", session_key=held.session_key, error=describe(exc),
+                    exc_info=True)
         return True
 
 
@@ -143,7 +145,7 @@ class SessionLeases:
             try:
                 await asyncio.shield(self._store.drop_lease(session_key, self.owner))
             except Exception as exc:  # it expires on its own
-                log.warning("lease not dropped", session_key=session_key, error=_described(exc))
+                log.warning("lease not dropped", session_key=session_key, error=describe(exc), exc_info=True)
 
     async def take_again(self, session_key: str) -> bool:
         """Take the session's lease for this instance, unless another holds it (see `lease_retaken`)."""
@@ -156,6 +158,7 @@ class SessionLeases:
         """Renew the lease every third of its ttl. Once it lapsed (a renewal too late, or refused),
         it stays lost for the work under it, even should a renewal find it free again: another
         instance may have answered in between."""
+        failing = False
         while True:
             await self.clock.sleep(self.ttl / 3)
             asked = self.clock.monotonic()
@@ -163,8 +166,12 @@ class SessionLeases:
             try:
                 taken = await self._take(session_key)
             except Exception as exc:  # a store hiccup: the next renewal tries again
-                log.warning("lease not renewed", session_key=session_key, error=_described(exc))
+                # The traceback once per run of failures: a store that is away fails every renewal.
+                log.warning("lease not renewed", session_key=session_key, error=describe(exc),
+                            exc_info=not failing)
+                failing = True
                 continue
+            failing = False
             if taken and not lapsed:
                 held.until = asked + self.ttl * TRUSTED_SHARE
             elif not held.lost:
@@ -179,13 +186,14 @@ class SessionLeases:
 
     async def beat(self) -> None:
         """Tell the store this instance is alive, every HEARTBEAT seconds, until cancelled."""
+        failing = False
         while True:
             await self.clock.sleep(HEARTBEAT)
             try:
                 await self.beat_once()
             except Exception as exc:
-                log.warning("heartbeat not recorded", error=_described(exc))
-
-
-def _described(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {exc}"
+                # The traceback once per run of failures, as for renewals.
+                log.warning("heartbeat not recorded", error=describe(exc), exc_info=not failing)
+                failing = True
+                continue
+            failing = False

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import structlog
 
 from bot.config import MediaConfig
+from bot.core.errors import describe
 from bot.core.media import IMAGE_TYPES, PDF, PDF_MAX_PAGES, Media, is_text, pdf_pages, size_text, sniff
 
 log = structlog.get_logger("switchboard.media")
@@ -91,7 +92,7 @@ async def take(offer: Offer, limits: MediaConfig, keep: Keep, *, timeout: float 
             data = bytes(await offer.download())
     except Exception as exc:  # the platform's errors, timeouts, a dropped connection
         log.warning("file download failed; the message is stored with a note", kind=offer.kind,
-                    error=f"{type(exc).__name__}: {exc}")
+                    error=describe(exc), exc_info=True)
         return replace(base, status="failed", note="the download failed")
     if len(data) > cap:
         return replace(base, status="too_large", size=len(data), note=over)
@@ -114,7 +115,7 @@ async def take(offer: Offer, limits: MediaConfig, keep: Keep, *, timeout: float 
     try:
         return replace(base, sha256=await keep(data))
     except Exception as exc:  # a full disk: the message is still worth storing
-        log.error("file not kept; the message is stored with a note", error=f"{type(exc).__name__}: {exc}")
+        log.error("file not kept; the message is stored with a note", error=describe(exc), exc_info=True)
         return replace(base, status="failed", note="it could not be saved")
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import structlog
 
 from bot.config import AnthropicConfig
-from bot.core.errors import MissingApiKeyError, ModelError
+from bot.core.errors import MissingApiKeyError, ModelError, describe
 from bot.core.misconfiguration import (
     Misconfiguration,
     Misconfigurations,
@@ -327,7 +327,7 @@ def tell(on_text: TextSink | None, text: str) -> None:
     try:
         on_text(text)
     except Exception as exc:
-        log.warning("reply preview failed", error=f"{type(exc).__name__}: {exc}")
+        log.warning("reply preview failed", error=describe(exc), exc_info=True)
 
 
 def _classify(exc: Exception) -> tuple[bool, float | None, str, ProblemKind | None]:

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 import structlog
 
 from bot.config import ModelPrice
+from bot.core.errors import describe as describe_error
 from bot.models.brain import Completion, FastCompleter
 from bot.store import UsageRecord
 
@@ -47,7 +48,7 @@ async def record_usage(
         await store.record_usage(record)
     except Exception as exc:
         log.warning("usage not recorded", session_key=session_key, kind=kind,
-                    error=f"{type(exc).__name__}: {exc}")
+                    error=describe_error(exc), exc_info=True)
 
 
 class RecordingCompleter:

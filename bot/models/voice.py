@@ -16,6 +16,7 @@ from dataclasses import replace
 import structlog
 
 from bot.config import MediaConfig
+from bot.core.errors import describe
 from bot.core.media import Media, label
 from bot.media.intake import DOWNLOAD_TIMEOUT, Offer
 
@@ -67,7 +68,7 @@ async def _transcribed(
             text = (await transcribe(data, _file_name(offer), offer.mime)).strip()
     except Exception as exc:  # the platform's errors, the endpoint's, a timeout
         log.warning("voice note not transcribed; stored as a placeholder", kind=offer.kind,
-                    error=f"{type(exc).__name__}: {exc}")
+                    error=describe(exc), exc_info=True)
         return replace(base, status="failed", note="it could not be transcribed")
     marker = label(Media(offer.kind, "kept", duration=offer.duration,
                          name=offer.name if offer.kind == "audio" else None))

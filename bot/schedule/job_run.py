@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 import structlog
 
-from bot.core.errors import DeliveryError, ModelError
+from bot.core.errors import DeliveryError, ModelError, describe
 from bot.core.messages import AGENT_PROVIDER, ChatRef, OutboundMessage, StoredMessage
 from bot.core.session_key import SessionKey
 from bot.schedule.triggers import delivery_chat, job_zone
@@ -99,7 +99,8 @@ async def deliver_output(
             if sent or exc.permanent or attempt > settings.retries:
                 break
         except Exception as exc:  # it may have arrived: never send twice
-            sent, error = [], f"{type(exc).__name__}: {exc}"
+            sent, error = [], describe(exc)
+            bound.warning("delivery crashed; not retried, it may have arrived", error=error, exc_info=True)
             break
         bound.warning("delivery failed, retrying", attempt=attempt, error=error)
         await sleep(settings.retry_delay)
@@ -200,7 +201,7 @@ class JobRunner:
                     break
             except Exception as exc:  # the provider path surprised us: record it, keep the daemon up
                 bound.exception("model call crashed")
-                error = f"{type(exc).__name__}: {exc}"
+                error = describe(exc)
             else:
                 from bot.models.usage import record_usage
 

@@ -26,6 +26,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from bot.config import McpServerConfig
+from bot.core.errors import describe
 from bot.core.restart_delay import MAX_RESTART_DELAY, RESTART_DELAY
 from bot.tools.base import ToolResult
 from bot.tools.mcp_stderr import StderrRelay
@@ -129,7 +130,8 @@ class McpServer:
                                         "it is being restarted")
             return ToolResult.error(exc.message)
         except Exception as exc:  # a result the SDK refuses (bad shape, input it would need)
-            log.warning("mcp call failed", server=self.name, tool=remote_name, error=_describe(exc))
+            log.warning("mcp call failed", server=self.name, tool=remote_name, error=_describe(exc),
+                        exc_info=True)
             return ToolResult.error(_describe(exc))
         return tool_result(result)
 
@@ -142,6 +144,8 @@ class McpServer:
                 with anyio.fail_after(self.config.timeout):
                     await session.send_ping()
             except Exception:
+                # The restart that follows says so at warning; why the ping failed is detail.
+                log.debug("mcp ping failed", server=self.name, exc_info=True)
                 if self._session is session:
                     self._hung.set()
 
@@ -165,6 +169,7 @@ class McpServer:
                 return
             except Exception as exc:
                 error = self._exited(_describe(exc))
+                log.debug("mcp server session ended", server=self.name, exc_info=True)
             if error is None:
                 break
             if loop.time() - began >= self._max_restart_delay:
@@ -234,7 +239,7 @@ class McpServer:
         except Exception as exc:
             error = f"no answer within {self.config.timeout:g} s" if isinstance(exc, TimeoutError) else exc
             log.warning("mcp server's new tool list could not be read; the old one stays",
-                        server=self.name, error=str(error))
+                        server=self.name, error=str(error), exc_info=not isinstance(exc, TimeoutError))
             return
         self._offer(session, listing)
         log.info("mcp server's tools changed", server=self.name, tools=[t.name for t in self.tools])
@@ -329,4 +334,4 @@ def _describe(exc: BaseException) -> str:
         return str(exc)
     if isinstance(exc, OSError) and exc.strerror:
         return f"could not start it: {exc.strerror}" + (f": {exc.filename}" if exc.filename else "")
-    return f"{type(exc).__name__}: {exc}"
+    return describe(exc)

@@ -11,6 +11,7 @@ from typing import Any
 import structlog
 
 from bot.config import ToolsConfig
+from bot.core.errors import describe
 from bot.tools.base import Tool, ToolContext, ToolSource
 from bot.tools.permissions import permitted
 
@@ -36,7 +37,7 @@ class ToolBox:
                 tools = list(source.tools())
             except Exception as exc:  # a broken source offers nothing; the rest still work
                 self._warn(f"source:{type(source).__name__}", "tool source failed",
-                           error=f"{type(exc).__name__}: {exc}")
+                           error=describe(exc), exc_info=True)
                 continue
             for tool in tools:
                 if not VALID_NAME.match(tool.name):

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import aiohttp
 import structlog
 
+from bot.core.errors import describe
 from bot.intake.channel import Intake
 from channels.discord.client import Shards
 
@@ -126,7 +127,7 @@ class CatchUp:
                 continue
             except _READ_ERRORS as exc:
                 log.warning("catch-up failed for a channel", channel_id=chat_id,
-                            error=f"{type(exc).__name__}: {exc}")
+                            error=describe(exc))
                 self._pending.discard(chat_id)
                 continue
             if self._stopped.is_set():

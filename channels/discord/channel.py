@@ -23,7 +23,7 @@ import structlog
 
 from bot.config import DiscordConfig
 from bot.core.chunking import split_message
-from bot.core.errors import DeliveryError
+from bot.core.errors import DeliveryError, describe
 from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.core.misconfiguration import report, token_refused
 from bot.delivery.preview import PreviewStream
@@ -161,7 +161,7 @@ class DiscordChannel:
             log.error("Discord refused the login; the channel stays off", status=exc.status, error=exc.text)
         except (*_NETWORK_ERRORS, discord.GatewayNotFound) as exc:
             if not self._stopped.is_set():
-                log.warning("Discord connection failed", error=f"{type(exc).__name__}: {exc}")
+                log.warning("Discord connection failed", error=describe(exc))
             return True
         return False
 
@@ -292,7 +292,7 @@ class DiscordChannel:
                     raise
                 log.warning("discord message not stored; trying again",
                             message_id=inbound.provider_message_id,
-                            error=f"{type(exc).__name__}: {exc}", retry_in=delay)
+                            error=describe(exc), retry_in=delay)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopped.wait(), delay)
             delay = min(delay * 2, MAX_SUBMIT_RETRY_DELAY)
@@ -347,7 +347,7 @@ class DiscordChannel:
                 # Not retried here: the message may have arrived. The core's resend carries the same
                 # nonce (with a delivery key), so Discord does not post it twice.
                 raise DeliveryError(
-                    f"Discord send failed: {type(exc).__name__}: {exc}", sent_ids=sent
+                    f"Discord send failed: {describe(exc)}", sent_ids=sent
                 ) from exc
             sent.append(posted_id)
             if on_chunk is not None:

@@ -23,6 +23,7 @@ from telegram.error import InvalidToken, TelegramError
 from telegram.ext import Application, BaseRateLimiter
 
 from bot.config import TelegramConfig
+from bot.core.errors import describe
 from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.core.misconfiguration import report, token_refused
 from bot.delivery.preview import PreviewStream
@@ -109,7 +110,7 @@ class TelegramChannel:
             except TelegramError as exc:
                 await self._app.bot.shutdown()  # initialize() leaves its HTTP client open on failure
                 log.warning("Telegram unreachable; retrying", channel=self.provider,
-                            error=f"{type(exc).__name__}: {exc}", retry_in=delay)
+                            error=describe(exc), retry_in=delay)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopped.wait(), delay)
             delay = min(delay * 2, 60.0)
@@ -194,6 +195,8 @@ class TelegramChannel:
             message = self._message(raw)
             verdict = self._verdict(message) if message is not None else "ignore"
         except Exception as exc:  # one malformed update must not hold up the others
+            # The intake logs the quarantine (one line); why it does not parse is detail.
+            log.debug("telegram update unreadable", update_id=update_ref(raw), exc_info=True)
             await self._quarantine(raw, exc)
             return
         if verdict == "pair":
@@ -204,6 +207,7 @@ class TelegramChannel:
         try:
             inbound = self._normalise(message)
         except Exception as exc:
+            log.debug("telegram message not normalised", update_id=update_ref(raw), exc_info=True)
             await self._quarantine(raw, exc)
             return
         if inbound is None:

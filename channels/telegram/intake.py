@@ -23,6 +23,7 @@ from telegram.request import BaseRequest, RequestData
 from telegram.request._requestparameter import RequestParameter
 from telegram.warnings import PTBDeprecationWarning
 
+from bot.core.errors import describe
 from channels.telegram.quarantine import reason
 
 # Takes one raw update; returns once it is committed (stored, deliberately skipped or
@@ -131,8 +132,10 @@ class UpdatePoller:
                 failing = True
             except Exception as exc:  # network errors, timeouts, an answer that is no update list
                 delay = backoff.next()
-                self._log.warning("telegram polling failed; retrying", error=f"{type(exc).__name__}: {exc}",
+                self._log.warning("telegram polling failed; retrying", error=describe(exc),
                             retry_in=delay)
+                # Retried every few seconds while Telegram is away: the traceback at debug only.
+                self._log.debug("telegram polling failure", exc_info=True)
                 failing = True
             else:
                 if batch is None:  # stopped while waiting
@@ -162,7 +165,7 @@ class UpdatePoller:
             except Exception as exc:
                 # A second failure for the same reason comes back quarantined (`_take`).
                 self._log.warning("telegram update not stored; fetching it again", update_id=update_id,
-                                  error=reason(exc))
+                                  error=reason(exc), exc_info=True)
                 return False
             if isinstance(update_id, int) and not isinstance(update_id, bool):
                 self._offset = max(self._offset, update_id + 1)
@@ -215,7 +218,7 @@ class UpdatePoller:
                                         read_timeout=CONFIRM_TIMEOUT)
         except Exception as exc:
             self._log.info("telegram offset not confirmed; those updates come again next start",
-                     offset=self._offset, error=f"{type(exc).__name__}: {exc}")
+                     offset=self._offset, error=describe(exc), exc_info=True)
 
 
 def retry_after_seconds(exc: RetryAfter) -> float:

@@ -18,6 +18,8 @@ import structlog
 from telegram import Bot
 from telegram.error import BadRequest, TelegramError
 
+from bot.core.errors import describe
+
 log = structlog.get_logger("switchboard.telegram")
 
 _OWN = "message is not modified"
@@ -50,7 +52,7 @@ async def is_own_message(bot: Bot, chat_id: str, message_id: int) -> bool | None
         return None
     except (TelegramError, ValueError) as exc:
         log.info("message probe unanswered", chat_id=chat_id, message_id=message_id,
-                 error=f"{type(exc).__name__}: {exc}")
+                 error=describe(exc))
         return None
     # It changed something: a keyboard another program sent with this bot's token. Not ours.
     log.warning("message probe took a keyboard off a message", chat_id=chat_id, message_id=message_id)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from bot.core.errors import describe
+
 # How many updates' last failure is kept: polling holds at most one failing update at a time, but
 # webhook requests fail side by side, and a sender could vary update ids without end.
 REMEMBERED = 1000
@@ -50,11 +52,7 @@ def update_ref(raw: Any) -> str | None:
 
 def reason(exc: BaseException) -> str:
     """`Type: message`, storable whatever the message quotes."""
-    try:
-        message = str(exc)
-    except Exception:  # an exception whose __str__ fails still has a type to report
-        message = "(no message)"
-    return printable(f"{type(exc).__name__}: {message}")
+    return printable(describe(exc))
 
 
 def raw_json(raw: Any) -> str:

@@ -10,7 +10,7 @@ from telegram import Bot, Message, ReplyParameters
 from telegram.constants import ChatAction
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError, TimedOut
 
-from bot.core.errors import DeliveryError
+from bot.core.errors import DeliveryError, describe
 from bot.core.messages import ChatRef, OutboundMessage
 from bot.intake.channel import ChunkSent
 from channels.telegram.html import html_or_plain, telegram_chunks
@@ -50,7 +50,7 @@ async def send_reply(bot: Bot, message: OutboundMessage, on_chunk: ChunkSent | N
             if isinstance(exc, Forbidden):
                 log.warning("the chat blocked the bot or removed it", chat_id=chat.chat_id)
             raise DeliveryError(
-                f"Telegram refused the message: {type(exc).__name__}: {exc}",
+                f"Telegram refused the message: {describe(exc)}",
                 sent_ids=sent, permanent=permanent,
             ) from exc
         sent.append(sent_id)

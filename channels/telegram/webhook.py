@@ -27,6 +27,7 @@ from telegram import Bot
 from telegram.error import InvalidToken, RetryAfter, TelegramError
 
 from bot.config.fields import split_listen
+from bot.core.errors import describe
 from channels.telegram.intake import Backoff, Take, retry_after_seconds
 from channels.telegram.quarantine import reason
 
@@ -134,7 +135,7 @@ class WebhookServer:
             except TelegramError as exc:
                 delay = backoff.next()
                 self._log.warning("could not set the telegram webhook; retrying", url=self._url,
-                                  error=f"{type(exc).__name__}: {exc}", retry_in=delay)
+                                  error=describe(exc), retry_in=delay)
             else:
                 self._log.info("telegram webhook set", url=self._url)
                 self._on_connected()
@@ -167,7 +168,7 @@ class WebhookServer:
                 await self._take(raw)
             except Exception as exc:
                 self._log.warning("telegram update not stored; Telegram sends it again", update_id=update_id,
-                                  error=reason(exc))
+                                  error=reason(exc), exc_info=True)
                 return web.Response(status=500, text="not stored")
             return web.Response(status=200)
         finally:
@@ -181,7 +182,7 @@ class WebhookServer:
             await self._set_aside(text, exc)
         except Exception as failed:
             self._log.warning("unreadable telegram webhook body not quarantined; Telegram sends it again",
-                              error=reason(failed))
+                              error=reason(failed), exc_info=True)
             return web.Response(status=500, text="not stored")
         return web.Response(status=200)
 
