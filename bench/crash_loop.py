@@ -5,7 +5,7 @@ Usage: .venv/bin/python bench/crash_loop.py [--platform telegram|discord|both] [
        [--downtime 0.5] [--quiet 5] [--grace 5] [--window-samples 40] [--keep DIR] [--verbose]
 
 The daemon is a real subprocess (`python -m bot run --config X`; for Discord `python -m
-tests.daemon_child`, which only points discord.py at the stand-in first) with JSON logs at INFO, a
+bot.testing.daemon_child`, which only points discord.py at the stand-in first) with JSON logs at INFO, a
 file per cycle. The stand-ins of Telegram, Discord (gateway + REST) and the Anthropic Messages API
 run in this process on 127.0.0.1: they stand for the platforms, so they outlive every daemon. The
 model echoes the current message's last line ("re: m17-3") after 50-300 ms, so turns are in flight
@@ -56,12 +56,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.harness import FAST, MODEL, last_user_line  # noqa: E402
-from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text  # noqa: E402
-from tests.standins.discord_api import DiscordStandIn  # noqa: E402
-from tests.standins.discord_api import user as discord_user  # noqa: E402
-from tests.standins.telegram_api import TelegramStandIn, private_chat  # noqa: E402
-from tests.standins.telegram_api import user as telegram_user  # noqa: E402
+from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text  # noqa: E402
+from bot.testing.discord_api import DiscordStandIn  # noqa: E402
+from bot.testing.discord_api import user as discord_user  # noqa: E402
+from bot.testing.models import FAST, MODEL, last_user_line  # noqa: E402
+from bot.testing.telegram_api import TelegramStandIn, private_chat  # noqa: E402
+from bot.testing.telegram_api import user as telegram_user  # noqa: E402
 
 MARKER = re.compile(r"\bm\d+-\d+\b")
 API_KEY = "sk-ant-crash-loop-0123456789abcdef"
@@ -136,7 +136,7 @@ class DiscordPlatform:
                 "SWITCHBOARD_DISCORD_GATEWAY": self.dc.gateway_url}
 
     def command(self, config: Path) -> list[str]:
-        return [sys.executable, "-m", "tests.daemon_child", "--config", str(config)]
+        return [sys.executable, "-m", "bot.testing.daemon_child", "--config", str(config)]
 
     def contacts(self) -> int:
         return len(self.dc.identifies) + len(self.dc.resumes)

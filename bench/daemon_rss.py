@@ -88,7 +88,7 @@ async def _drive(
     from bot.core.messages import OutboundMessage
     from bot.daemon.assembly import Daemon
     from bot.models.brain import Completion, ReplyRequest, TextSink
-    from tests.fakes import FakeChannel
+    from bot.testing.fake_channel import FakeChannel
 
     injected: dict[str, float] = {}  # a message's mark -> when it was handed to the daemon
     to_request: list[float] = []

@@ -53,8 +53,8 @@ from bot.config import parse_config  # noqa: E402
 from bot.core.log import configure_logging  # noqa: E402
 from bot.daemon.assembly import Daemon  # noqa: E402
 from bot.store import Store  # noqa: E402
+from bot.testing.discord_api import DiscordStandIn, user  # noqa: E402
 from channels.discord.channel import DiscordChannel  # noqa: E402
-from tests.standins.discord_api import DiscordStandIn, user  # noqa: E402
 
 BOT_ID = 900_000_000_000_000_000
 GUILD, GENERAL = 100, 101

@@ -6,7 +6,7 @@ A seeded, generated chat of `--turns` turns (user and assistant messages of vari
 dozen topics) states a fact once, at turn 3 ("my new gym locker code is 4417"); no other message
 holds it, and the last user message asks for it with overlapping words. Every turn runs through
 the real `Daemon` (inbox, router, `TurnRunner`, `ContextBuilder`, `Compactor`, SQLite `Store` in a
-temp dir) and the real SDK brain against the Anthropic API stand-in (tests/standins), in-process.
+temp dir) and the real SDK brain against the Anthropic API stand-in (bot/testing), in-process.
 The stand-in is scripted: the reply model answers with the generated assistant message of that
 turn (so the stored history is the generated chat); the fast model answers triage by picking the
 earlier turns that share at least two content words with the new message, and writes compaction
@@ -52,8 +52,8 @@ from bot.ranking.budget import estimate_tokens  # noqa: E402
 from bot.ranking.lexical import STOPWORDS, query_terms  # noqa: E402
 from bot.ranking.lexical import content_words as lexical_words  # noqa: E402
 from bot.store import Store  # noqa: E402
-from tests.fakes import FakeChannel  # noqa: E402
-from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text  # noqa: E402
+from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text  # noqa: E402
+from bot.testing.fake_channel import FakeChannel  # noqa: E402
 
 TARGET_RATIO = 0.20
 MAIN, FAST, API_KEY = "bench-main", "bench-fast", "bench-key"

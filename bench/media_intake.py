@@ -33,8 +33,8 @@ from bot.config import parse_config  # noqa: E402
 from bot.core.log import configure_logging  # noqa: E402
 from bot.daemon.assembly import Daemon  # noqa: E402
 from bot.models.brain import Completion, ReplyRequest  # noqa: E402
+from bot.testing.telegram_api import TelegramStandIn, private_chat, user  # noqa: E402
 from channels.telegram.channel import TelegramChannel  # noqa: E402
-from tests.standins.telegram_api import TelegramStandIn, private_chat, user  # noqa: E402
 
 
 class RecordingBrain(InstantBrain):

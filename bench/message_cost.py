@@ -11,7 +11,7 @@ through a thin wrapper in this file (`--daemon-child`) that hides from it the in
 cProfile. The config is what `switchboard init` writes from config.toml.example with the stand-ins'
 URLs, the bot token and the users' ids filled in and nothing else changed: python-telegram-bot's
 rate limiter keeps Telegram's 30 messages/s, streaming is "auto", triage runs, tools are offered.
-The Telegram Bot API and Anthropic Messages API stand-ins (tests/standins) run in this process on
+The Telegram Bot API and Anthropic Messages API stand-ins (bot/testing) run in this process on
 127.0.0.1, so their CPU is not the daemon's; the daemon's is read from /proc/<pid>/stat (utime +
 stime) and its memory from /proc/<pid>/status.
 
@@ -65,8 +65,8 @@ if str(ROOT) not in sys.path:
 if TYPE_CHECKING:
     from bench.crash_loop import Cycle, Driver
     from bot.config import Config
-    from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Text
-    from tests.standins.telegram_api import TelegramStandIn
+    from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Text
+    from bot.testing.telegram_api import TelegramStandIn
 
 TARGET_CPU_MS = 10.0
 TARGET_RSS_MIB = 150.0
@@ -331,7 +331,7 @@ class Model:
 
     def __init__(self, fast_model: str) -> None:
         from bench.crash_loop import MARKER
-        from tests.standins.anthropic_api import Text
+        from bot.testing.anthropic_api import Text
 
         self._text, self._marker = Text, MARKER
         self.fast_model = fast_model
@@ -481,8 +481,8 @@ class Bench:
 
     def push(self, user: int) -> tuple[str, int]:
         """One DM from `user` carrying a fresh marker ("m17-3"); the marker and the chat id."""
-        from tests.standins.telegram_api import private_chat
-        from tests.standins.telegram_api import user as telegram_user
+        from bot.testing.telegram_api import private_chat
+        from bot.testing.telegram_api import user as telegram_user
 
         n = self.written.get(user, 0)
         self.written[user] = n + 1
@@ -578,8 +578,8 @@ async def read_report(path: Path, timeout: float = 15.0) -> dict[str, Any]:
 async def measure(args: argparse.Namespace, hidden: dict[str, list[str]], folder: Path) -> list[str]:
     """The stand-ins, the measured run, the profile run; the report's lines."""
     from bench.crash_loop import TELEGRAM_TOKEN
-    from tests.standins.anthropic_api import AnthropicStandIn
-    from tests.standins.telegram_api import TelegramStandIn
+    from bot.testing.anthropic_api import AnthropicStandIn
+    from bot.testing.telegram_api import TelegramStandIn
 
     async with AnthropicStandIn() as api, TelegramStandIn(token=TELEGRAM_TOKEN) as tg:
         model = Model(fast_model="")

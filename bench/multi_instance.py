@@ -13,7 +13,7 @@ next backend in turn and, on a connection error (the backend is down, or died mi
 one after (the round-robin sender). The Telegram Bot API stand-in (this process) delivers updates to
 that URL as Telegram does: per chat one at a time, the next once the last was answered 2xx,
 retrying anything else. The Anthropic stand-in (this process) echoes the current message at once
-("re: m17-3"). PostgreSQL is a throwaway server (tests/postgres.py) with its own fresh database per
+("re: m17-3"). PostgreSQL is a throwaway server (bot/testing/postgres.py) with its own fresh database per
 run; logs are JSON at INFO, a file per daemon.
 
 Runs, each with `users × per-user` updates (every user's messages queued at once; the stand-in
@@ -56,10 +56,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-from tests.harness import FAST, MODEL, echo  # noqa: E402
-from tests.standins.anthropic_api import AnthropicStandIn  # noqa: E402
-from tests.standins.round_robin import RoundRobin  # noqa: E402
-from tests.standins.telegram_api import TelegramStandIn, private_chat, user  # noqa: E402
+from bot.testing.anthropic_api import AnthropicStandIn  # noqa: E402
+from bot.testing.models import FAST, MODEL, echo  # noqa: E402
+from bot.testing.round_robin import RoundRobin  # noqa: E402
+from bot.testing.telegram_api import TelegramStandIn, private_chat, user  # noqa: E402
 
 MARKER = re.compile(r"\bm(\d+)-(\d+)\b")
 API_KEY = "sk-ant-multi-instance-0123456789abcdef"
@@ -462,7 +462,7 @@ def block(o: Outcome) -> list[str]:
 
 
 async def bench(plan: Plan, workdir: Path, only: str | None) -> None:
-    from tests.postgres import PostgresServer
+    from bot.testing.postgres import PostgresServer
 
     print(f"multi_instance: {plan.users} users × {plan.per_user} = {plan.users * plan.per_user} updates, "
           f"instant model replies, webhook mode through the round-robin proxy, Telegram limiter "

@@ -1,4 +1,4 @@
-"""context_build.py on PostgreSQL: a throwaway server when no URL is given (tests/postgres.py's), and
+"""context_build.py on PostgreSQL: a throwaway server when no URL is given (bot/testing/postgres.py's), and
 the generated SQLite database loaded into it with `switchboard db copy`'s code: COPY per table, ids
 kept, recall terms as the PostgreSQL store writes them (its triggers write the postings)."""
 
@@ -25,7 +25,7 @@ def databases(url: str | None) -> Iterator[Callable[[], str] | None]:
     if url:
         yield lambda: url
         return
-    from tests.postgres import PostgresServer
+    from bot.testing.postgres import PostgresServer
 
     server = PostgresServer()
     try:

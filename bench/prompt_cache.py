@@ -6,7 +6,7 @@ Usage: flock /tmp/bench.lock .venv/bin/python bench/prompt_cache.py [--turns 300
 Every turn of long_conversation.py's generated chat (its seeded messages, its scripted model)
 runs through the real `Daemon` (inbox, router, `TurnRunner`, context, the shipped tools offered,
 SQLite `Store` in a temp dir) and the real SDK brain against the Anthropic API stand-in, which
-meters each request as the API bills it (tests/standins/prompt_cache.py): a prefix up to each
+meters each request as the API bills it (bot/testing/prompt_cache.py): a prefix up to each
 `cache_control` breakpoint is cached when it reaches the model family's minimum (1 024 tokens
 for Sonnet and Opus, 2 048 for Haiku; about four characters a token, plus the API's 346-token
 tool-use prompt), read by a later request with the same bytes up to there, and kept five
@@ -50,9 +50,9 @@ from bot.core.log import configure_logging  # noqa: E402
 from bot.daemon.assembly import Daemon  # noqa: E402
 from bot.daemon.notify import Notifier  # noqa: E402
 from bot.models.brain import AnthropicBrain  # noqa: E402
-from tests.fakes import FakeChannel  # noqa: E402
-from tests.standins.anthropic_api import AnthropicStandIn, PromptCache  # noqa: E402
-from tests.standins.prompt_cache import Metered  # noqa: E402
+from bot.testing.anthropic_api import AnthropicStandIn, PromptCache  # noqa: E402
+from bot.testing.fake_channel import FakeChannel  # noqa: E402
+from bot.testing.prompt_cache import Metered  # noqa: E402
 
 SONNET, HAIKU, FAST, API_KEY = "bench-sonnet", "bench-haiku", "bench-fast-haiku", "bench-key"
 WRITE, READ = 1.25, 0.1

@@ -33,9 +33,9 @@ from structlog.testing import capture_logs  # noqa: E402
 from bot.config import parse_config  # noqa: E402
 from bot.core.log import configure_logging  # noqa: E402
 from bot.daemon.assembly import Daemon  # noqa: E402
-from tests.fakes import FakeChannel  # noqa: E402
-from tests.standins.anthropic_api import AnthropicStandIn, Text  # noqa: E402
-from tests.standins.openai_api import OpenAIStandIn, Reply  # noqa: E402
+from bot.testing.anthropic_api import AnthropicStandIn, Text  # noqa: E402
+from bot.testing.fake_channel import FakeChannel  # noqa: E402
+from bot.testing.openai_api import OpenAIStandIn, Reply  # noqa: E402
 
 
 def config_for(path: str, tmp: str, api: AnthropicStandIn, local: OpenAIStandIn) -> Any:

@@ -32,8 +32,8 @@ from bot.core.session_key import build  # noqa: E402
 from bot.schedule.reminder_tools import ReminderTools  # noqa: E402
 from bot.schedule.reminders import ReminderSchedule  # noqa: E402
 from bot.store import Store  # noqa: E402
+from bot.testing.fake_channel import FakeChannel  # noqa: E402
 from bot.tools.base import ToolContext  # noqa: E402
-from tests.fakes import FakeChannel  # noqa: E402
 
 
 class TimedChannel(FakeChannel):

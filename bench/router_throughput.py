@@ -36,8 +36,8 @@ from bot.core.log import configure_logging  # noqa: E402
 from bot.core.messages import OutboundMessage  # noqa: E402
 from bot.intake.router import Router  # noqa: E402
 from bot.store import Store  # noqa: E402
+from bot.testing.fake_channel import FakeChannel  # noqa: E402
 from bot.turn.runner import TurnRunner  # noqa: E402
-from tests.fakes import FakeChannel  # noqa: E402
 
 TARGET_TURNS_PER_S = 1000.0
 REPLY_TIMEOUT = 30.0

@@ -38,18 +38,18 @@ from bot.config import Config, parse_config  # noqa: E402
 from bot.core.log import configure_logging  # noqa: E402
 from bot.daemon.assembly import Daemon  # noqa: E402
 from bot.models.brain import AnthropicBrain  # noqa: E402
-from channels.discord.channel import DiscordChannel  # noqa: E402
-from channels.telegram.channel import TelegramChannel  # noqa: E402
-from tests.standins.anthropic_api import AnthropicStandIn, Text  # noqa: E402
-from tests.standins.discord_api import DiscordStandIn  # noqa: E402
-from tests.standins.discord_api import user as discord_user  # noqa: E402
-from tests.standins.telegram_api import (  # noqa: E402
+from bot.testing.anthropic_api import AnthropicStandIn, Text  # noqa: E402
+from bot.testing.discord_api import DiscordStandIn  # noqa: E402
+from bot.testing.discord_api import user as discord_user  # noqa: E402
+from bot.testing.telegram_api import (  # noqa: E402
     TelegramStandIn,
     group_chat,
     mention_entities,
     private_chat,
 )
-from tests.standins.telegram_api import user as telegram_user  # noqa: E402
+from bot.testing.telegram_api import user as telegram_user  # noqa: E402
+from channels.discord.channel import DiscordChannel  # noqa: E402
+from channels.telegram.channel import TelegramChannel  # noqa: E402
 
 REPLY = " ".join(
     f"Point {n}: the moon pulls the sea toward it, and the earth turns under that bulge." for n in range(8)

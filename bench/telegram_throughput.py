@@ -71,11 +71,11 @@ from bot.config import parse_config  # noqa: E402
 from bot.core.log import configure_logging  # noqa: E402
 from bot.daemon.assembly import Daemon  # noqa: E402
 from bot.models.brain import AnthropicBrain, Brain  # noqa: E402
+from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Text  # noqa: E402
+from bot.testing.telegram_api import TelegramStandIn, private_chat, user  # noqa: E402
 from channels.telegram.channel import TelegramChannel  # noqa: E402
 from channels.telegram.limits import FloodLimiter  # noqa: E402
 from channels.telegram.request import AiohttpRequest  # noqa: E402
-from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Text  # noqa: E402
-from tests.standins.telegram_api import TelegramStandIn, private_chat, user  # noqa: E402
 
 TARGET_TURNS_PER_S = 300.0
 TARGET_LIMITED_PER_S = 29.0  # Telegram's 30 messages/s, less a little

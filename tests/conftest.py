@@ -12,12 +12,12 @@ import pytest
 
 from bot.config import Config, parse_config
 from bot.store import Store
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.discord_api import DiscordStandIn
+from bot.testing.fake_channel import FakeChannel
+from bot.testing.postgres import PostgresServer
+from bot.testing.telegram_api import TelegramStandIn
 from tests.harness import echo
-from tests.postgres import PostgresServer
-from tests.standins.anthropic_api import AnthropicStandIn
-from tests.standins.discord_api import DiscordStandIn
-from tests.standins.telegram_api import TelegramStandIn
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -23,12 +22,18 @@ from bot.daemon.assembly import Daemon
 from bot.intake.channel import Channel
 from bot.intake.router import Router
 from bot.models.brain import AnthropicBrain
-from tests.fakes import FakeChannel
-from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
+from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest
+from bot.testing.fake_channel import FakeChannel
 
-MODEL = "test-model"
-FAST = "test-fast"
-API_KEY = "test-key"
+# Re-exported: most end-to-end tests take the model names and `echo` from here with the rest.
+from bot.testing.models import API_KEY as API_KEY
+from bot.testing.models import FAST as FAST
+from bot.testing.models import MODEL as MODEL
+from bot.testing.models import STAMP as STAMP
+from bot.testing.models import echo as echo
+from bot.testing.models import last_user_line as last_user_line
+from bot.testing.models import unstamped as unstamped
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -49,30 +54,6 @@ def config_data(api: AnthropicStandIn, **sections: dict[str, Any]) -> dict[str, 
     semantic.update(sections.pop("semantic", {}))
     return {"anthropic": anthropic, "conversation": conversation, "router": router,
             "semantic": semantic, **sections}
-
-
-# The time each user message carries in the prompt ("[14:02] "), which is not what the user wrote.
-STAMP = re.compile(r"^\[\d\d:\d\d\] ")
-
-
-def last_user_line(request: RecordedRequest) -> str:
-    """The last line the user wrote in a recorded request (the current message, without its time)."""
-    content = request.messages[-1]["content"]
-    text = content if isinstance(content, str) else " ".join(b.get("text", "") for b in content)
-    return STAMP.sub("", text.strip().splitlines()[-1])
-
-
-def unstamped(text: str) -> str:
-    """A prompt text with the dates and times the history carries taken out, for comparing."""
-    lines = [line for line in text.split("\n") if not re.fullmatch(r"\[\w+ \d{4}-\d\d-\d\d\]", line)]
-    return "\n".join(STAMP.sub("", line) for line in lines)
-
-
-def echo(request: RecordedRequest) -> Response:
-    """A default answer: the reply model echoes the current message; triage picks nothing."""
-    if request.model == FAST:
-        return Text('{"relevant": []}')
-    return Text(f"re: {last_user_line(request)}")
 
 
 def reply_requests(api: AnthropicStandIn) -> list[RecordedRequest]:

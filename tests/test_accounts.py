@@ -19,10 +19,10 @@ from bot.core.messages import ChatRef
 from bot.daemon.assembly import Daemon, build_channels
 from bot.models.brain import AnthropicBrain
 from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.telegram_api import TelegramStandIn, private_chat, user
 from channels.telegram.channel import TelegramChannel
 from tests.harness import API_KEY, config_data, reply_requests, request_text, router_of, running
-from tests.standins.anthropic_api import AnthropicStandIn
-from tests.standins.telegram_api import TelegramStandIn, private_chat, user
 from tests.test_cli import _one_line, switchboard
 from tests.test_operations import toml
 from tests.test_pairing import cli

@@ -13,9 +13,9 @@ from typing import Any
 from bot.config import Config, load_config
 from bot.core.agent_chat import origin_thread
 from bot.store import Store
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn, Text, ToolUse
+from bot.testing.fake_channel import FakeChannel
 from tests.harness import MODEL, config_data, daemon_with, last_user_line, reply_requests, router_of, say
-from tests.standins.anthropic_api import AnthropicStandIn, Text, ToolUse
 from tests.test_agents_daemon import FAMILY_AND_WORK, souls, write_config
 from tests.test_tool_loop import results, tool_names
 

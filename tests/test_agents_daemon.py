@@ -14,8 +14,10 @@ from bot.context.replay import replay
 from bot.daemon.assembly import build_channels
 from bot.models.brain import AnthropicBrain
 from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest
+from bot.testing.fake_channel import FakeChannel
+from bot.testing.telegram_api import TelegramStandIn, group_chat, mention_entities, private_chat
 from channels.telegram.channel import TelegramChannel
-from tests.fakes import FakeChannel
 from tests.harness import (
     API_KEY,
     config_data,
@@ -27,8 +29,6 @@ from tests.harness import (
     running,
     say,
 )
-from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest
-from tests.standins.telegram_api import TelegramStandIn, group_chat, mention_entities, private_chat
 from tests.test_accounts import ADA
 from tests.test_operations import toml
 from tests.test_telegram import texts_to

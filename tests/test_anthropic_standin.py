@@ -23,7 +23,7 @@ from anthropic.types import (
     TextDelta,
 )
 
-from tests.standins.anthropic_api import (
+from bot.testing.anthropic_api import (
     AnthropicStandIn,
     DropConnection,
     Error,

@@ -16,8 +16,7 @@ from bot.core.messages import StoredMessage
 from bot.core.session_key import build
 from bot.models.brain import AnthropicBrain, ReplyRequest
 from bot.ranking.stages import Context, ContextEntry, TriageReport
-from tests.harness import API_KEY, FAST, MODEL
-from tests.standins.anthropic_api import (
+from bot.testing.anthropic_api import (
     AnthropicStandIn,
     DropConnection,
     Error,
@@ -26,6 +25,7 @@ from tests.standins.anthropic_api import (
     Text,
     TruncatedStream,
 )
+from tests.harness import API_KEY, FAST, MODEL
 
 
 def anthropic_config(api: AnthropicStandIn, **overrides: Any) -> AnthropicConfig:

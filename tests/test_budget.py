@@ -25,9 +25,9 @@ from bot.ranking.budget import (
 )
 from bot.ranking.stages import ContextEntry
 from bot.store import Store
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.fake_channel import FakeChannel
 from tests.harness import config_data, daemon_with, reply_requests, say, unstamped
-from tests.standins.anthropic_api import AnthropicStandIn
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 

@@ -13,7 +13,8 @@ import pytest
 from bot.config import Config
 from bot.intake.commands import COMMANDS, parse_command
 from bot.store import Store
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
+from bot.testing.fake_channel import FakeChannel
 from tests.harness import (
     config_data,
     daemon_with,
@@ -25,7 +26,6 @@ from tests.harness import (
     say,
     wait_until,
 )
-from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 

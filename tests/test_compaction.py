@@ -27,8 +27,10 @@ from bot.daemon.assembly import Daemon
 from bot.models.brain import AnthropicBrain
 from bot.ranking.budget import message_cost
 from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Response, Text
+from bot.testing.fake_channel import FakeChannel
+from bot.testing.postgres import database_toml
 from bot.turn.runner import FALLBACK_REPLY
-from tests.fakes import FakeChannel
 from tests.harness import (
     API_KEY,
     FAST,
@@ -42,8 +44,6 @@ from tests.harness import (
     switchboard_cli,
     wait_until,
 )
-from tests.postgres import database_toml
-from tests.standins.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Response, Text
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 CLI_ENV = {"ANTHROPIC_API_KEY": API_KEY}  # `switchboard compact` calls the model

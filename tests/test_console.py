@@ -12,10 +12,10 @@ from bot.core.messages import InboundMessage, OutboundMessage
 from bot.daemon.assembly import Daemon
 from bot.models.brain import AnthropicBrain
 from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.recording_intake import RecordingIntake
 from channels.console.channel import ConsoleChannel
-from tests.fakes import RecordingIntake
 from tests.harness import API_KEY, config_data, echo, last_user_line
-from tests.standins.anthropic_api import AnthropicStandIn
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from bot.daemon.control import request, socket_path
+from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
 from tests.harness import API_KEY, FAST, MODEL, ROOT, last_user_line, reply_requests, wait_until
-from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 

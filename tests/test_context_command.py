@@ -7,10 +7,10 @@ import json
 import re
 from pathlib import Path
 
+from bot.testing.anthropic_api import AnthropicStandIn, Error
+from bot.testing.fake_channel import FakeChannel
 from bot.turn.runner import FALLBACK_REPLY
-from tests.fakes import FakeChannel
 from tests.harness import MODEL, config_data, daemon_with, say, switchboard_cli
-from tests.standins.anthropic_api import AnthropicStandIn, Error
 from tests.test_replay import written_config
 
 LONG = "the long one: " + "a great many words about the weather " * 6 + "\nand a second line at the end"
@@ -169,7 +169,7 @@ async def test_a_tool_loop_shows_as_model_calls_not_attempts(
 ) -> None:
     """A reply that called a tool took two model calls: `context` says "2 model calls", not "2
     attempts" (which read as a call retried), and lists the call."""
-    from tests.standins.anthropic_api import Text, ToolUse
+    from bot.testing.anthropic_api import Text, ToolUse
 
     api.script(ToolUse((("current_time", {}),)), Text("It is late."), model=MODEL)
     path = tmp_path / "config.toml"
@@ -189,7 +189,7 @@ async def test_context_names_every_part_of_the_system_prompt_with_its_size(
     """Knowledge that came from the system prompt can be traced: `context` lists the agent's
     instructions, each prompt file, where and when, the asker's notes and the tool definitions,
     each with its size."""
-    from tests.standins.anthropic_api import Text, ToolUse
+    from bot.testing.anthropic_api import Text, ToolUse
 
     (tmp_path / "SOUL.md").write_text("You like weather talk.", encoding="utf-8")
     api.script(ToolUse((("remember", {"note": "Ada is vegetarian"}),)), Text("Noted."), Text("Soup."),

@@ -20,9 +20,9 @@ from bot.core.messages import ChatRef, StoredMessage
 from bot.models.brain import AnthropicBrain
 from bot.ranking.embedding import Embedder, load_embedder, unavailable_reason
 from bot.store import Store
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Response, Text
+from bot.testing.fake_channel import FakeChannel
 from tests.harness import FAST, config_data, daemon_with, echo, reply_requests, request_text, say
-from tests.standins.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Response, Text
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 SEMANTIC = unavailable_reason(parse_config({}, "<defaults>")) is None

@@ -19,11 +19,11 @@ from bot.daemon.assembly import Daemon, build_channels
 from bot.intake.access import refused_dm_reply
 from bot.models.brain import AnthropicBrain
 from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn, Text
+from bot.testing.discord_api import DiscordStandIn, file, user
+from bot.testing.recording_intake import RecordingIntake
 from channels.discord.channel import DiscordChannel
-from tests.fakes import RecordingIntake
 from tests.harness import API_KEY, config_data, echo, reply_requests, request_text, router_of, running
-from tests.standins.anthropic_api import AnthropicStandIn, Text
-from tests.standins.discord_api import DiscordStandIn, file, user
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 TOKEN = "TEST.TOKEN"

@@ -15,11 +15,11 @@ from bot.core.errors import DeliveryError, StoreError
 from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.intake.channel import CatchUpPoint
 from bot.models.brain import AnthropicBrain
+from bot.testing.anthropic_api import AnthropicStandIn, Text
+from bot.testing.discord_api import DiscordStandIn
+from bot.testing.recording_intake import RecordingIntake
 from channels.discord.channel import DiscordChannel
-from tests.fakes import RecordingIntake
 from tests.harness import API_KEY, FAST, echo, reply_requests, request_text, running
-from tests.standins.anthropic_api import AnthropicStandIn, Text
-from tests.standins.discord_api import DiscordStandIn
 from tests.test_discord import (
     ADMINS,
     ALICE,

@@ -17,12 +17,12 @@ from bot.core.errors import ConfigError
 from bot.daemon.assembly import Daemon
 from bot.daemon.reload_plan import plan_reload
 from bot.models.brain import AnthropicBrain
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.discord_api import DiscordStandIn
+from bot.testing.recording_intake import RecordingIntake
 from channels.discord.channel import DiscordChannel
 from channels.discord.client import shard_of
-from tests.fakes import RecordingIntake
 from tests.harness import API_KEY, config_data, running
-from tests.standins.anthropic_api import AnthropicStandIn
-from tests.standins.discord_api import DiscordStandIn
 from tests.test_discord import (
     ALICE,
     ALICE_ID,

@@ -17,11 +17,11 @@ from bot.core.messages import ChatRef
 from bot.daemon.assembly import Daemon
 from bot.models.brain import AnthropicBrain
 from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn, Error, Text
+from bot.testing.discord_api import DiscordStandIn, user
 from bot.turn.runner import FALLBACK_REPLY
 from channels.discord.channel import DiscordChannel
 from tests.harness import API_KEY, config_data, router_of, running
-from tests.standins.anthropic_api import AnthropicStandIn, Error, Text
-from tests.standins.discord_api import DiscordStandIn, user
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 TOKEN = "TEST.TOKEN"

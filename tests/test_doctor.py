@@ -21,12 +21,12 @@ import telegram
 from bot.cli.doctor_host import check_database, service_finding
 from bot.config import load_config
 from bot.store import Store
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.discord_api import DiscordStandIn
+from bot.testing.fake_channel import FakeChannel
+from bot.testing.openai_api import OpenAIStandIn
+from bot.testing.telegram_api import TelegramStandIn, private_chat, user
 from tests.harness import FAST, MODEL, running, switchboard_cli
-from tests.standins.anthropic_api import AnthropicStandIn
-from tests.standins.discord_api import DiscordStandIn
-from tests.standins.openai_api import OpenAIStandIn
-from tests.standins.telegram_api import TelegramStandIn, private_chat, user
 from tests.test_replay import _run_cli
 
 KEY = "sk-ant-doctor-test-key"

@@ -21,9 +21,9 @@ from bot.daemon.assembly import Daemon
 from bot.intake.channel import ChunkSent, Intake
 from bot.models.brain import AnthropicBrain
 from bot.store import Store
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Slow, Text
+from bot.testing.fake_channel import FakeChannel
 from tests.harness import API_KEY, FAST, config_data, echo, last_user_line, router_of, running, wait_until
-from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Slow, Text
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 

@@ -15,8 +15,9 @@ from bot.core.messages import StoredMessage
 from bot.daemon.assembly import Daemon
 from bot.models.brain import AnthropicBrain
 from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Slow, Text
+from bot.testing.fake_channel import FakeChannel
 from bot.turn.runner import FALLBACK_REPLY
-from tests.fakes import FakeChannel
 from tests.harness import (
     API_KEY,
     FAST,
@@ -32,7 +33,6 @@ from tests.harness import (
     unstamped,
     wait_until,
 )
-from tests.standins.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Slow, Text
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 TOPICS = ["cats", "taxes", "weather", "lunch"]

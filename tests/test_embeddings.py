@@ -35,10 +35,10 @@ from bot.ranking.embedding import (
 from bot.ranking.encode_threads import encode_in_thread
 from bot.ranking.safetensors_reader import read_safetensors
 from bot.store import Store
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.fake_channel import FakeChannel
 from tests.harness import config_data, daemon_with, say, switchboard_cli
 from tests.sql import execute, rows
-from tests.standins.anthropic_api import AnthropicStandIn
 
 pytestmark = pytest.mark.skipif(unavailable_reason(parse_config({}, "<defaults>")) is not None,
                                 reason="the semantic extra is not installed (`make semantic`)")

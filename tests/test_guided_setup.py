@@ -17,8 +17,8 @@ import pytest
 
 from bot.cli.guided_setup import PLATFORMS, Answers, compose, env_file_for
 from bot.config import check_startable, load_config, parse_config
-from tests.standins.anthropic_api import AnthropicStandIn
-from tests.standins.telegram_api import TelegramStandIn
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.telegram_api import TelegramStandIn
 
 ROOT = Path(__file__).resolve().parents[1]
 PASTED = "7654321:AAFtoken-pasted-into-the-terminal_x9"

@@ -15,9 +15,9 @@ import structlog
 from bot.cli.base import setup_logging as _logging
 from bot.config import Config
 from bot.models.brain import AnthropicBrain
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.discord_api import DiscordStandIn
 from tests.harness import config_data, running
-from tests.standins.anthropic_api import AnthropicStandIn
-from tests.standins.discord_api import DiscordStandIn
 from tests.test_discord import ALICE, ALICE_ID, BOT_ID, DM_ALICE, GENERAL, GUILD, make_channel
 
 DISCORD_TOKEN = "MTIzNDU2Nzg5MDEyMzQ1Njc4OTA.GsEcRt.service-test-discord-token-value"

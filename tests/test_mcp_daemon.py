@@ -14,11 +14,11 @@ import pytest
 
 from bot.config import McpServerConfig, load_config, parse_config
 from bot.core.errors import ConfigError
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.fake_channel import FakeChannel
 from bot.tools.base import Tool
 from bot.tools.mcp_plan import McpPlan, plan_mcp_servers
-from tests.fakes import FakeChannel
 from tests.harness import config_data, daemon_with, switchboard_cli, wait_until
-from tests.standins.anthropic_api import AnthropicStandIn
 from tests.test_mcp import CONTEXT, SERVER, alive, pids
 
 PYTHON = json.dumps(sys.executable)

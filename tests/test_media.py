@@ -24,9 +24,9 @@ from bot.models.brain import AnthropicBrain
 from bot.ranking.budget import message_cost
 from bot.ranking.stages import Context, ContextEntry, TriageReport
 from bot.store import Store
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn, Error
+from bot.testing.fake_channel import FakeChannel
 from tests.harness import API_KEY, MODEL, config_data, daemon_with, reply_requests, say, turn
-from tests.standins.anthropic_api import AnthropicStandIn, Error
 from tests.test_cli import switchboard
 
 JPEG = b"\xff\xd8\xff\xe0" + b"j" * 100

@@ -9,9 +9,9 @@ from typing import Any
 
 from bot.config import Config
 from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest
+from bot.testing.discord_api import DiscordStandIn, file
 from tests.harness import reply_requests
-from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest
-from tests.standins.discord_api import DiscordStandIn, file
 from tests.test_discord import (
     ALICE,
     ALICE_ID,

@@ -18,9 +18,9 @@ from structlog.testing import capture_logs
 from bot.config import Config
 from bot.media.files import files_dir
 from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
+from bot.testing.telegram_api import TelegramStandIn, group_chat, private_chat, user
 from tests.harness import FAST, config_data, reply_requests, router_of
-from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
-from tests.standins.telegram_api import TelegramStandIn, group_chat, private_chat, user
 from tests.test_telegram import settled, telegram_daemon, texts_to
 
 ADA = user(42, "Ada", "ada")

@@ -20,16 +20,16 @@ from structlog.testing import capture_logs
 
 from bot.config import Config, load_config
 from bot.core.misconfiguration import Misconfiguration, Misconfigurations
+from bot.testing.anthropic_api import AnthropicStandIn, Error
+from bot.testing.discord_api import DiscordStandIn
+from bot.testing.fake_channel import FakeChannel
+from bot.testing.openai_api import OpenAIStandIn
+from bot.testing.telegram_api import TelegramStandIn
 from bot.turn.runner import FALLBACK_REPLY
 from channels.console.channel import ConsoleChannel
 from channels.discord.channel import DiscordChannel
 from channels.telegram.channel import TelegramChannel
-from tests.fakes import FakeChannel
 from tests.harness import FAST, MODEL, ROOT, config_data, daemon_with, running, say, wait_until
-from tests.standins.anthropic_api import AnthropicStandIn, Error
-from tests.standins.discord_api import DiscordStandIn
-from tests.standins.openai_api import OpenAIStandIn
-from tests.standins.telegram_api import TelegramStandIn
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 GOOD_KEY, BAD_KEY = "sk-ant-good-0123456789abcdef", "sk-ant-revoked-fedcba9876543210"

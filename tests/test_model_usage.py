@@ -14,9 +14,9 @@ from bot.config import Config
 from bot.models.brain import AnthropicBrain
 from bot.ranking.stages import REPLY_CALL
 from bot.store import Store
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn, Text
+from bot.testing.fake_channel import FakeChannel
 from tests.harness import API_KEY, FAST, MODEL, config_data, daemon_with, reply_requests, say, wait_until
-from tests.standins.anthropic_api import AnthropicStandIn, Text
 from tests.test_pairing import cli
 
 MakeConfig = Callable[[dict[str, Any]], Config]

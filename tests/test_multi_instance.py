@@ -27,12 +27,12 @@ from bot.daemon.control import request, socket_path
 from bot.models.brain import AnthropicBrain
 from bot.store import Instance
 from bot.store.postgres import PostgresStore
+from bot.testing.anthropic_api import AnthropicStandIn, Text
+from bot.testing.round_robin import RoundRobin
+from bot.testing.telegram_api import TelegramStandIn, private_chat, user
 from channels.telegram.channel import TelegramChannel
 from tests.harness import API_KEY, MODEL, config_data, reply_requests, router_of, running
 from tests.sql import execute
-from tests.standins.anthropic_api import AnthropicStandIn, Text
-from tests.standins.round_robin import RoundRobin
-from tests.standins.telegram_api import TelegramStandIn, private_chat, user
 from tests.test_telegram_webhook import SECRET, SECRET_ENV, free_port
 
 MakeConfig = Callable[[dict[str, Any]], Config]

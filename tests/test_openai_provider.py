@@ -13,7 +13,7 @@ from bot.config.provider_sections import ProviderConfig
 from bot.core.errors import ModelError
 from bot.models.brain import ReplyRequest
 from bot.models.openai_brain import OpenAIBrain
-from tests.standins.openai_api import Cut, Error, Malformed, OpenAIStandIn, Reply, Slow, ToolCalls
+from bot.testing.openai_api import Cut, Error, Malformed, OpenAIStandIn, Reply, Slow, ToolCalls
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 16
 

@@ -29,7 +29,10 @@ from bot.daemon.notify import Notifier
 from bot.intake.access import refused_dm_reply
 from bot.models.brain import AnthropicBrain
 from bot.store import Store
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
+from bot.testing.fake_channel import FakeChannel
+from bot.testing.telegram_api import TelegramStandIn, private_chat
+from bot.testing.telegram_api import user as tg_user
 from tests.harness import (
     API_KEY,
     config_data,
@@ -43,9 +46,6 @@ from tests.harness import (
     wait_until,
 )
 from tests.sql import execute
-from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
-from tests.standins.telegram_api import TelegramStandIn, private_chat
-from tests.standins.telegram_api import user as tg_user
 from tests.test_cli import ROOT
 
 

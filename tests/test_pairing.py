@@ -16,10 +16,10 @@ from bot.config import Config
 from bot.intake.access import APPROVED_REPLY, refused_dm_reply
 from bot.store import PairingError, Store
 from bot.store.pairings import CODE_ALPHABET
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.discord_api import DiscordStandIn
+from bot.testing.telegram_api import TelegramStandIn, private_chat, user
 from tests.harness import config_data, reply_requests
-from tests.standins.anthropic_api import AnthropicStandIn
-from tests.standins.discord_api import DiscordStandIn
-from tests.standins.telegram_api import TelegramStandIn, private_chat, user
 from tests.test_discord import (
     DM_STRANGER,
     STRANGER,

@@ -22,8 +22,8 @@ from bot.store import ReminderLimitError, Store
 from bot.store.opening import open_store
 from bot.store.postgres import PostgresStore
 from bot.store.schema import migrations
+from bot.testing.postgres import PostgresServer
 from tests.harness import ROOT, switchboard_cli
-from tests.postgres import PostgresServer
 from tests.sql import execute
 
 DM = build("main", "telegram", "direct", "42")

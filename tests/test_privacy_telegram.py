@@ -15,9 +15,8 @@ from aiohttp import web
 from bot.config import Config
 from bot.daemon.assembly import Daemon
 from bot.store import Store
-from tests.harness import MODEL, config_data, echo, reply_requests, router_of
-from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text, ToolUse
-from tests.standins.telegram_api import (
+from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text, ToolUse
+from bot.testing.telegram_api import (
     TelegramStandIn,
     group_chat,
     mention_entities,
@@ -25,6 +24,7 @@ from tests.standins.telegram_api import (
     private_chat,
     user,
 )
+from tests.harness import MODEL, config_data, echo, reply_requests, router_of
 from tests.test_telegram import telegram_daemon
 from tests.test_tool_loop import results
 

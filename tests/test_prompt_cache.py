@@ -16,10 +16,10 @@ from bot.config import AnthropicConfig, Config
 from bot.models.brain import AnthropicBrain, ReplyRequest
 from bot.ranking.stages import REPLY_CALL
 from bot.store import Store
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn, PromptCache
+from bot.testing.fake_channel import FakeChannel
+from bot.testing.prompt_cache import TOOL_PROMPT_TOKENS, estimate
 from tests.harness import API_KEY, MODEL, config_data, daemon_with, reply_requests, say
-from tests.standins.anthropic_api import AnthropicStandIn, PromptCache
-from tests.standins.prompt_cache import TOOL_PROMPT_TOKENS, estimate
 from tests.test_model_usage import command
 from tests.test_pairing import cli
 

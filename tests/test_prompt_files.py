@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from bot.config import Config
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest
+from bot.testing.fake_channel import FakeChannel
 from tests.harness import config_data, daemon_with, reply_requests, say
-from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 

@@ -17,11 +17,11 @@ from bot.daemon.assembly import Daemon
 from bot.models.brain import AnthropicBrain
 from bot.models.providers import RoleBrain, build_brain
 from bot.store import Store
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.anthropic_api import Error as AnthropicError
+from bot.testing.fake_channel import FakeChannel
+from bot.testing.openai_api import OpenAIStandIn, Recorded, Reply, ToolCalls
 from tests.harness import API_KEY, MODEL, STAMP, config_data, reply_requests, running, say
-from tests.standins.anthropic_api import AnthropicStandIn
-from tests.standins.anthropic_api import Error as AnthropicError
-from tests.standins.openai_api import OpenAIStandIn, Recorded, Reply, ToolCalls
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 DM = "agent:main:fake:direct:42"
@@ -287,7 +287,7 @@ async def test_a_stalled_first_provider_leaves_the_fallback_its_time(
 ) -> None:
     """main = [local, anthropic]: a local model that sends no first token within its timeout is
     given up, and Anthropic still answers within the turn (each link has its own time)."""
-    from tests.standins.openai_api import Slow
+    from bot.testing.openai_api import Slow
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
     local.script(Slow(5.0, Reply("too late")))

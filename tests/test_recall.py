@@ -29,10 +29,10 @@ from bot.ranking.lexical import (
 )
 from bot.store import RECALL_COMMON, Store
 from bot.store.schema import migrations
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.fake_channel import FakeChannel
 from tests.harness import FAST, config_data, daemon_with, reply_requests, request_text, say, wait_until
 from tests.sql import execute, rows, traced, value
-from tests.standins.anthropic_api import AnthropicStandIn
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 FACT = "my locker combination is 4711"

@@ -11,7 +11,7 @@ from bot.core.messages import StoredMessage
 from bot.ranking.candidates import Candidate, fuse, lookback_turns, matched_turns
 from bot.store import Store
 from bot.store.turn_starts import TurnStarts
-from tests.fakes import FakeChannel
+from bot.testing.fake_channel import FakeChannel
 from tests.sql import execute, traced
 
 FAR = 10**9

@@ -18,8 +18,8 @@ from bot.schedule.reminder_time import parse_when
 from bot.schedule.reminder_tools import ReminderTools
 from bot.schedule.reminders import ReminderSchedule
 from bot.store import Store
+from bot.testing.fake_channel import FakeChannel
 from bot.tools.base import ToolContext, ToolResult
-from tests.fakes import FakeChannel
 from tests.harness import wait_until
 
 MakeConfig = Callable[[dict[str, Any]], Config]

@@ -21,12 +21,12 @@ from bot.daemon.assembly import Daemon, build_channels
 from bot.intake.channel import Channel
 from bot.models.brain import AnthropicBrain
 from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.fake_channel import FakeChannel
+from bot.testing.telegram_api import TelegramStandIn, group_chat, user
 from bot.tools.base import ToolContext, ToolResult
 from channels.telegram.channel import TelegramChannel
-from tests.fakes import FakeChannel
 from tests.harness import API_KEY, config_data, reply_requests, request_text, running, say, switchboard_cli
-from tests.standins.anthropic_api import AnthropicStandIn
-from tests.standins.telegram_api import TelegramStandIn, group_chat, user
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 DM = "agent:main:telegram:direct:42"

@@ -27,10 +27,10 @@ from bot.core.messages import ChatRef, StoredMessage
 from bot.models.brain import AnthropicBrain
 from bot.store import Store
 from bot.store.schema import migrations
+from bot.testing.anthropic_api import AnthropicStandIn, Text
+from bot.testing.fake_channel import FakeChannel
 from bot.turn.runner import FALLBACK_REPLY
-from tests.fakes import FakeChannel
 from tests.harness import FAST, config_data, daemon_with, last_user_line, reply_requests, request_text, say
-from tests.standins.anthropic_api import AnthropicStandIn, Text
 
 ROOT = Path(__file__).resolve().parents[1]
 MakeConfig = Callable[[dict[str, Any]], Config]

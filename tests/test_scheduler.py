@@ -21,7 +21,8 @@ from bot.models.brain import AnthropicBrain, Brain
 from bot.schedule.scheduler import Scheduler
 from bot.schedule.triggers import crontab_trigger, delivery_chat, delivery_key, plan_runs
 from bot.store import Instance, Store
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Text
+from bot.testing.fake_channel import FakeChannel
 from tests.harness import (
     API_KEY,
     MODEL,
@@ -32,7 +33,6 @@ from tests.harness import (
     say,
     switchboard_cli,
 )
-from tests.standins.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Text
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 TARGET = "agent:main:telegram:direct:42"

@@ -21,8 +21,8 @@ from bench.crash_loop import (
     TelegramPlatform,
     slow_echo,
 )
-from tests.standins.anthropic_api import AnthropicStandIn
-from tests.standins.telegram_api import TelegramStandIn
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.telegram_api import TelegramStandIn
 
 
 def recorded_reply_ids(db: Path) -> list[str]:

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
+from bot.testing.telegram_api import TelegramStandIn, private_chat, user
 from tests.harness import FAST, MODEL, last_user_line
-from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
-from tests.standins.telegram_api import TelegramStandIn, private_chat, user
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIT = ROOT / "systemd" / "switchboard.service"

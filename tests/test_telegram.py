@@ -22,8 +22,18 @@ from bot.intake.access import refused_dm_reply
 from bot.intake.commands import COMMANDS
 from bot.models.brain import AnthropicBrain
 from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Slow, Text
+from bot.testing.recording_intake import RecordingIntake
+from bot.testing.telegram_api import (
+    TelegramStandIn,
+    command_entities,
+    group_chat,
+    mention_entities,
+    message,
+    private_chat,
+    user,
+)
 from channels.telegram.channel import TelegramChannel
-from tests.fakes import RecordingIntake
 from tests.harness import (
     API_KEY,
     FAST,
@@ -33,16 +43,6 @@ from tests.harness import (
     request_text,
     router_of,
     running,
-)
-from tests.standins.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Slow, Text
-from tests.standins.telegram_api import (
-    TelegramStandIn,
-    command_entities,
-    group_chat,
-    mention_entities,
-    message,
-    private_chat,
-    user,
 )
 from tests.test_telegram_intake import running as channel_running
 

@@ -18,9 +18,9 @@ from structlog.testing import capture_logs
 from bot.config import TelegramConfig
 from bot.core.messages import InboundMessage
 from bot.intake.access import refused_dm_reply
+from bot.testing.recording_intake import RecordingIntake
+from bot.testing.telegram_api import Call, TelegramStandIn, message, private_chat, user
 from channels.telegram.channel import TelegramChannel
-from tests.fakes import RecordingIntake
-from tests.standins.telegram_api import Call, TelegramStandIn, message, private_chat, user
 
 ADA = user(42, "Ada", "ada")
 STRANGER = user(666, "Mallory")

@@ -8,9 +8,7 @@ import pytest
 from telegram import Bot, Message
 
 from bot.config import TelegramConfig
-from channels.telegram.html import telegram_chunks
-from channels.telegram.normalise import BotIdentity, admit, to_inbound
-from tests.standins.telegram_api import (
+from bot.testing.telegram_api import (
     command_entities,
     group_chat,
     mention_entities,
@@ -18,6 +16,8 @@ from tests.standins.telegram_api import (
     private_chat,
     user,
 )
+from channels.telegram.html import telegram_chunks
+from channels.telegram.normalise import BotIdentity, admit, to_inbound
 
 BOT = BotIdentity(1000, "switchboard_bot")
 BOT_USER = user(1000, "Switchboard", "switchboard_bot", is_bot=True)

@@ -17,9 +17,9 @@ from structlog.testing import capture_logs
 
 from bot.config import Config
 from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.telegram_api import TelegramStandIn, private_chat, user
 from tests.harness import router_of
-from tests.standins.anthropic_api import AnthropicStandIn
-from tests.standins.telegram_api import TelegramStandIn, private_chat, user
 from tests.test_telegram import settled, telegram_config, telegram_daemon, texts_to  # noqa: F401
 from tests.test_telegram_webhook import SECRET, secrets, webhook_config, webhook_daemon  # noqa: F401
 

@@ -17,8 +17,8 @@ from telegram import Update
 from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TimedOut
 from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
+from bot.testing.telegram_api import TelegramStandIn, private_chat, user
 from channels.telegram.request import AiohttpRequest
-from tests.standins.telegram_api import TelegramStandIn, private_chat, user
 
 TOKEN = "123456:TEST"
 ANN = user(42, "Ann", username="ann")

@@ -24,8 +24,7 @@ from telegram.error import (
 )
 from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandler, filters
 
-from channels.telegram.request import AiohttpRequest
-from tests.standins.telegram_api import (
+from bot.testing.telegram_api import (
     EntityParseError,
     TelegramStandIn,
     command_entities,
@@ -36,6 +35,7 @@ from tests.standins.telegram_api import (
     private_chat,
     user,
 )
+from channels.telegram.request import AiohttpRequest
 
 TOKEN = "123456:TEST"
 ANN = user(42, "Ann", username="ann")

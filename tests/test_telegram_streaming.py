@@ -22,19 +22,19 @@ from bot.core.messages import ChatRef, OutboundMessage
 from bot.daemon.assembly import Daemon
 from bot.store import Store
 from bot.store.postgres import PostgresStore
+from bot.testing.anthropic_api import AnthropicStandIn, Error, Text
+from bot.testing.telegram_api import (
+    TelegramStandIn,
+    group_chat,
+    mention_entities,
+    private_chat,
+)
 from bot.turn.runner import FALLBACK_REPLY
 from channels.telegram.html import telegram_chunks
 from channels.telegram.preview import TelegramPreview, edit_into
 from channels.telegram.request import default_rate_limiter
 from channels.telegram.send import send_reply
 from tests.harness import config_data, router_of
-from tests.standins.anthropic_api import AnthropicStandIn, Error, Text
-from tests.standins.telegram_api import (
-    TelegramStandIn,
-    group_chat,
-    mention_entities,
-    private_chat,
-)
 from tests.test_telegram import ADA, BOT, telegram_daemon
 
 MakeConfig = Callable[[dict[str, Any]], Config]

@@ -22,11 +22,11 @@ from bot.core.errors import ConfigError
 from bot.daemon.assembly import Daemon, build_channels
 from bot.models.brain import AnthropicBrain
 from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.telegram_api import TelegramStandIn, WebhookAttempt, private_chat, user
 from channels.telegram.channel import TelegramChannel
 from channels.telegram.webhook import WebhookServer
 from tests.harness import API_KEY, config_data, router_of, running, wait_until
-from tests.standins.anthropic_api import AnthropicStandIn
-from tests.standins.telegram_api import TelegramStandIn, WebhookAttempt, private_chat, user
 from tests.test_log_secrets import log_stream  # noqa: F401 - the fixture
 from tests.test_operations import toml
 from tests.test_telegram import texts_to

@@ -16,9 +16,10 @@ from bot.config import Config
 from bot.daemon.assembly import Daemon
 from bot.models.brain import AnthropicBrain
 from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Slow, Text, ToolUse
+from bot.testing.fake_channel import FakeChannel
 from bot.tools.base import FunctionTool, Tool, ToolContext, ToolResult, ToolSource
 from bot.turn.tool_loop import LIMIT_NOTE
-from tests.fakes import FakeChannel
 from tests.harness import (
     API_KEY,
     MODEL,
@@ -28,7 +29,6 @@ from tests.harness import (
     switchboard_cli,
     wait_until,
 )
-from tests.standins.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Slow, Text, ToolUse
 from tests.test_replay import written_config
 
 MakeConfig = Callable[[dict[str, Any]], Config]

@@ -16,6 +16,7 @@ from bot.core.messages import ChatRef
 from bot.core.session_key import build
 from bot.models.brain import AnthropicBrain, ReplyRequest
 from bot.store import Store, UserNote
+from bot.testing.anthropic_api import AnthropicStandIn, Text, ToolUse
 from bot.tools.base import FunctionTool, ToolContext, ToolResult
 from bot.tools.notes import notes_block
 from bot.tools.permissions import permitted
@@ -23,7 +24,6 @@ from bot.tools.toolbox import ToolBox, definitions
 from bot.tools.transcript import INTERRUPTED, repair
 from bot.turn.tool_loop import ToolLoop
 from tests.harness import API_KEY, MODEL
-from tests.standins.anthropic_api import AnthropicStandIn, Text, ToolUse
 
 
 def use(tool_id: str, name: str = "t") -> dict[str, Any]:

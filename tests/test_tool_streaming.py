@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bot.config import Config
-from tests.standins.anthropic_api import AnthropicStandIn, ToolUse
-from tests.standins.telegram_api import TelegramStandIn, private_chat
+from bot.testing.anthropic_api import AnthropicStandIn, ToolUse
+from bot.testing.telegram_api import TelegramStandIn, private_chat
 from tests.test_telegram import telegram_daemon
 from tests.test_telegram_streaming import ADA, ANSWER, answered, slowly, telegram_config  # noqa: F401
 

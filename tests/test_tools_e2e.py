@@ -10,9 +10,9 @@ from typing import Any
 
 from bot.config import Config
 from bot.store import Store
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn, Text, ToolUse
+from bot.testing.fake_channel import FakeChannel
 from tests.harness import MODEL, config_data, reply_requests, say, wait_until
-from tests.standins.anthropic_api import AnthropicStandIn, Text, ToolUse
 from tests.test_mcp import SERVER
 from tests.test_reminders_daemon import Clock, daemon_on
 from tests.test_tool_loop import results, tool_names

@@ -19,11 +19,11 @@ from bot.media.intake import Offer
 from bot.models.providers import build_brain
 from bot.models.voice import hear
 from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.discord_api import DiscordStandIn, file
+from bot.testing.openai_api import Error, OpenAIStandIn, Transcript
+from bot.testing.telegram_api import TelegramStandIn, private_chat, user
 from tests.harness import API_KEY, config_data, reply_requests, running
-from tests.standins.anthropic_api import AnthropicStandIn
-from tests.standins.discord_api import DiscordStandIn, file
-from tests.standins.openai_api import Error, OpenAIStandIn, Transcript
-from tests.standins.telegram_api import TelegramStandIn, private_chat, user
 from tests.test_discord import ALICE, ALICE_ID, DM_ALICE, GUILD, make_channel, settled, texts_to
 from tests.test_telegram import texts_to as telegram_texts
 

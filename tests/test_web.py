@@ -19,11 +19,11 @@ from bot.cli import main
 from bot.config import Config
 from bot.daemon.assembly import Daemon
 from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.fake_channel import FakeChannel
 from bot.web.auth import ACCOUNT_LIMIT, hash_password
 from bot.web.guard import CSP
-from tests.fakes import FakeChannel
 from tests.harness import config_data, daemon_with, say
-from tests.standins.anthropic_api import AnthropicStandIn
 
 PASSWORD = "correct horse battery"
 FORM_TOKEN = re.compile(r'name="csrf" value="([^"]+)"')

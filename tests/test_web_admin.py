@@ -21,10 +21,10 @@ from bot.core.messages import ChatRef
 from bot.daemon.assembly import Daemon
 from bot.intake.access import APPROVED_REPLY
 from bot.store import Store, UsageRecord
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.fake_channel import FakeChannel
+from bot.testing.telegram_api import TelegramStandIn, private_chat, user
 from tests.harness import config_data, say
-from tests.standins.anthropic_api import AnthropicStandIn
-from tests.standins.telegram_api import TelegramStandIn, private_chat, user
 from tests.test_pairing import code_in
 from tests.test_telegram import settled, telegram_daemon, texts_to
 from tests.test_web import FORM_TOKEN, browser, console, free_port, log_in, with_account

@@ -17,9 +17,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn, Text
+from bot.testing.fake_channel import FakeChannel
 from tests.harness import MODEL, say
-from tests.standins.anthropic_api import AnthropicStandIn, Text
 from tests.test_web import PASSWORD, console, free_port
 
 INSTALL = "apt-get install chromium chromium-driver (.ci/run does it when they are missing)"

@@ -17,9 +17,9 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from bot.store import Store, UsageRecord
-from tests.fakes import FakeChannel
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.fake_channel import FakeChannel
 from tests.harness import say
-from tests.standins.anthropic_api import AnthropicStandIn
 from tests.test_web import PASSWORD, console
 from tests.test_web_browser import chromium
 

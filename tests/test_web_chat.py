@@ -20,12 +20,12 @@ from bot.daemon.supervisor import web_channel
 from bot.models.brain import AnthropicBrain
 from bot.store import Store
 from bot.store.records import delivery_key
+from bot.testing.anthropic_api import AnthropicStandIn, Text
+from bot.testing.fake_channel import FakeChannel
 from bot.web.auth import hash_password
 from channels.web.channel import WebChatChannel, access
 from channels.web.hub import ChatHub
-from tests.fakes import FakeChannel
 from tests.harness import API_KEY, MODEL, config_data, router_of, running
-from tests.standins.anthropic_api import AnthropicStandIn, Text
 from tests.test_web import FORM_TOKEN, PASSWORD, browser, free_port
 
 ANSWER = "Tides follow the moon. Its pull and the earth turning under it give two high tides a day."

@@ -1,6 +1,6 @@
 """`switchboard run` in a child process with discord.py pointed at a local Discord stand-in.
 
-Usage: python -m tests.daemon_child --config PATH   (from the repository root, or with it on PYTHONPATH)
+Usage: python -m bot.testing.daemon_child --config PATH   (from the repository root, or with it on PYTHONPATH)
 
 discord.py has no base-URL option, so a daemon run as a subprocess against the stand-in needs these
 two class attributes set before it starts; everything after that is the real `switchboard run`.

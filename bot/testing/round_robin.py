@@ -13,7 +13,7 @@ from collections import Counter
 import aiohttp
 from aiohttp import web
 
-from tests.standins.telegram_webhook import SECRET_HEADER
+from bot.testing.telegram_webhook import SECRET_HEADER
 
 
 class RoundRobin:

@@ -4,24 +4,39 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import itertools
 import json
-import math
-import re
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, TypeAlias
+from dataclasses import replace
+from typing import Any, Literal
 
 from aiohttp import web
 
-from tests.standins.prompt_cache import MAX_BREAKPOINTS, Metered, PromptCache, breakpoints
+from bot.testing.anthropic_checks import (
+    cache_problem,
+    content_problem,
+    tools_problem,
+)
+from bot.testing.anthropic_responses import (
+    DropConnection,
+    Error,
+    MalformedStream,
+    RecordedRequest,
+    Response,
+    Slow,
+    Text,
+    ToolUse,
+    TruncatedStream,
+    chunks,
+)
+from bot.testing.prompt_cache import PromptCache
 
 __all__ = [
     "AnthropicStandIn",
     "DropConnection",
     "Error",
+    "MalformedStream",
     "PromptCache",
     "RecordedRequest",
     "Response",
@@ -30,119 +45,6 @@ __all__ = [
     "ToolUse",
     "TruncatedStream",
 ]
-
-
-@dataclass(frozen=True)
-class Text:
-    """A normal assistant reply: JSON, or a complete SSE stream when the request streams."""
-
-    text: str
-    input_tokens: int = 10
-    output_tokens: int = 5
-    delay: float = 0.0
-    stop_reason: str = "end_turn"  # "max_tokens": the answer was cut at the request's limit
-    # Prompt-cache tokens, reported apart from input_tokens as the API does.
-    cache_write_tokens: int = 0
-    cache_read_tokens: int = 0
-    # A stream sends the text in `parts` deltas, `delta_delay` seconds apart (a model writing).
-    parts: int = 3
-    delta_delay: float = 0.0
-    # A stream stops after its first delta until this is set (a test looks at what the user sees
-    # while the model is still writing, with no clock involved).
-    hold: asyncio.Event | None = field(default=None, compare=False)
-
-
-@dataclass(frozen=True)
-class ToolUse:
-    """The model calling tools: optional text, then one tool_use block per (name, input) in `calls`,
-    stop_reason "tool_use". A stream sends each input as input_json_delta fragments."""
-
-    calls: tuple[tuple[str, dict[str, Any]], ...]
-    text: str = ""
-    input_tokens: int = 10
-    output_tokens: int = 5
-    delay: float = 0.0
-
-
-@dataclass(frozen=True)
-class Error:
-    """An API error. `mid_stream=True` sends it as an SSE `error` event (status 200) to streams."""
-
-    status: int
-    type: str
-    message: str = "stand-in error"
-    retry_after: float | None = None
-    delay: float = 0.0
-    mid_stream: bool = False
-    # With mid_stream: text written before the error event (a model failing half-way), in
-    # `parts` deltas `delta_delay` seconds apart.
-    partial: str = ""
-    parts: int = 3
-    delta_delay: float = 0.0
-
-
-@dataclass(frozen=True)
-class Slow:
-    """Sleep `seconds` (cancelled if the client goes away), then answer with `then`."""
-
-    seconds: float
-    then: Response
-
-
-@dataclass(frozen=True)
-class TruncatedStream:
-    """A stream that ends cleanly before message_delta/message_stop; a plain reply otherwise."""
-
-    text: str
-    input_tokens: int = 10
-
-
-@dataclass(frozen=True)
-class MalformedStream:
-    """A stream whose second text delta is not valid JSON (seen from real proxies); a plain reply
-    otherwise."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class DropConnection:
-    """Abort the TCP connection: before any response, or after message_start + one delta."""
-
-
-Response: TypeAlias = Text | ToolUse | Error | Slow | TruncatedStream | MalformedStream | DropConnection
-
-
-@dataclass
-class RecordedRequest:
-    """One request as the stand-in received it."""
-
-    body: dict[str, Any]
-    headers: dict[str, str]
-    model: str
-    stream: bool
-    retry_count: int = 0
-    # The input as billed, when the stand-in meters requests with a `PromptCache`.
-    metered: Metered | None = None
-
-    @property
-    def messages(self) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] = self.body.get("messages", [])
-        return messages
-
-    @property
-    def system_text(self) -> str:
-        system = self.body.get("system")
-        if system is None:
-            return ""
-        if isinstance(system, str):
-            return system
-        return "\n".join(str(b.get("text", "")) for b in system if isinstance(b, dict))
-
-
-def _chunks(text: str, parts: int = 3) -> list[str]:
-    size = max(1, math.ceil(len(text) / parts))
-    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
 class AnthropicStandIn:
@@ -253,7 +155,7 @@ class AnthropicStandIn:
         for name, kind in (("model", str), ("messages", list), ("max_tokens", int)):
             if not isinstance(parsed.get(name), kind):
                 return self._error(Error(400, "invalid_request_error", f"{name}: Field required"))
-        problem = _content_problem(parsed["messages"]) or _tools_problem(parsed) or _cache_problem(parsed)
+        problem = content_problem(parsed["messages"]) or tools_problem(parsed) or cache_problem(parsed)
         if problem is not None:
             return self._error(Error(400, "invalid_request_error", problem))
         if self.models is not None and model not in self.models:
@@ -411,7 +313,7 @@ class AnthropicStandIn:
         message = self._message_json(rec, reply, started=True)
         events: list[dict[str, Any]] = [{"type": "message_start", "message": message}]
         events.append({"type": "ping"})
-        deltas = [{"type": "text_delta", "text": chunk} for chunk in _chunks(reply.text, reply.parts)]
+        deltas = [{"type": "text_delta", "text": chunk} for chunk in chunks(reply.text, reply.parts)]
         keep = {"complete": len(deltas), "truncated": max(1, len(deltas) - 1), "drop": 1,
                 "malformed": 1}[end]
         has_text = error is None or bool(reply.text)
@@ -440,7 +342,7 @@ class AnthropicStandIn:
                 events.append({"type": "content_block_start", "index": index, "content_block": start})
                 events += [{"type": "content_block_delta", "index": index,
                             "delta": {"type": "input_json_delta", "partial_json": piece}}
-                           for piece in ["", *_chunks(json.dumps(tool["input"]), 3)]]
+                           for piece in ["", *chunks(json.dumps(tool["input"]), 3)]]
                 events.append({"type": "content_block_stop", "index": index})
             events.append({"type": "message_delta", "delta": stop, "usage": usage})
             events.append({"type": "message_stop"})
@@ -467,144 +369,3 @@ def _abort(request: web.Request) -> None:
     transport = request.transport
     if transport is not None:
         transport.abort()
-
-
-_IMAGE_MAGIC = {"image/jpeg": (b"\xff\xd8\xff",), "image/png": (b"\x89PNG\r\n\x1a\n",),
-                "image/gif": (b"GIF87a", b"GIF89a"), "image/webp": (b"RIFF",)}
-
-
-def _content_problem(messages: list[Any]) -> str | None:
-    """What the Messages API would refuse in the turns' content blocks (text, image, document,
-    tool_use in assistant turns, tool_result in user turns), and tool pairing across turns."""
-    for i, message in enumerate(messages):
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, str):
-            continue
-        if not isinstance(content, list) or not content:
-            return f"messages.{i}.content: Input should be a valid string or a non-empty list"
-        role = message.get("role")
-        for j, block in enumerate(content):
-            where = f"messages.{i}.content.{j}"
-            block = block if isinstance(block, dict) else {}
-            kind = block.get("type")
-            if kind == "tool_use" and role == "assistant":
-                ok = (isinstance(block.get("id"), str) and isinstance(block.get("name"), str)
-                      and isinstance(block.get("input"), dict))
-                problem = None if ok else f"{where}.tool_use: id, name and an input object are required"
-            elif kind == "tool_result" and role == "user":
-                problem = _result_problem(where, block)
-            else:
-                problem = _block_problem(where, block)
-            if problem is not None:
-                return problem
-    return _pairing_problem(messages)
-
-
-def _ids(message: Any, kind: str, key: str) -> list[str]:
-    content = message.get("content") if isinstance(message, dict) else None
-    if not isinstance(content, list):
-        return []
-    return [str(b.get(key)) for b in content if isinstance(b, dict) and b.get("type") == kind]
-
-
-def _pairing_problem(messages: list[Any]) -> str | None:
-    """Every tool_use answered by a tool_result in the very next (user) turn, and no result for a
-    call the previous turn did not make: the API's own words for each."""
-    for i, message in enumerate(messages):
-        uses = _ids(message, "tool_use", "id")
-        following = messages[i + 1] if i + 1 < len(messages) else None
-        answered = set(_ids(following, "tool_result", "tool_use_id")) if following else set()
-        missing = [use for use in uses if use not in answered]
-        if missing:
-            return (f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately "
-                    f"after: {', '.join(missing)}. Each `tool_use` block must have a corresponding "
-                    "`tool_result` block in the next message.")
-        results = _ids(message, "tool_result", "tool_use_id")
-        previous = set(_ids(messages[i - 1], "tool_use", "id")) if i > 0 else set()
-        for j, result in enumerate(results):
-            if result not in previous:
-                return (f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
-                        f"blocks: {result}. Each `tool_result` block must have a corresponding "
-                        "`tool_use` block in the previous message.")
-    return None
-
-
-def _result_problem(where: str, block: dict[str, Any]) -> str | None:
-    if not isinstance(block.get("tool_use_id"), str):
-        return f"{where}.tool_result.tool_use_id: Field required"
-    content = block.get("content", "")
-    if isinstance(content, list):
-        if not all(isinstance(b, dict) and b.get("type") in ("text", "image", "document") for b in content):
-            return f"{where}.tool_result.content: Input should be a valid string or a list of blocks"
-    elif not isinstance(content, str):
-        return f"{where}.tool_result.content: Input should be a valid string or a list of blocks"
-    if "is_error" in block and not isinstance(block["is_error"], bool):
-        return f"{where}.tool_result.is_error: Input should be a valid boolean"
-    return None
-
-
-def _cache_problem(body: dict[str, Any]) -> str | None:
-    """More breakpoints than the API takes, in its words."""
-    found = breakpoints(body)
-    if found > MAX_BREAKPOINTS:
-        return f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {found}."
-    return None
-
-
-_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-
-
-def _tools_problem(body: dict[str, Any]) -> str | None:
-    """The `tools` and `tool_choice` parameters as the API checks them, and that a request holding
-    tool blocks defines tools."""
-    tools = body.get("tools")
-    if tools is not None:
-        if not isinstance(tools, list):
-            return "tools: Input should be a valid list"
-        names: set[str] = set()
-        for i, tool in enumerate(tools):
-            if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
-                return f"tools.{i}.custom.name: Field required"
-            if not _TOOL_NAME.match(tool["name"]):
-                return f"tools.{i}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'"
-            schema = tool.get("input_schema")
-            if not isinstance(schema, dict) or schema.get("type") != "object":
-                return f"tools.{i}.custom.input_schema.type: Input should be 'object'"
-            if tool["name"] in names:
-                return "tools: Tool names must be unique."
-            names.add(tool["name"])
-    choice = body.get("tool_choice")
-    if choice is not None and (not isinstance(choice, dict)
-                               or choice.get("type") not in ("auto", "any", "tool", "none")):
-        return "tool_choice: Input tag does not match any of the expected tags: 'auto', 'any', 'tool', 'none'"
-    holds_tools = any(_ids(m, "tool_use", "id") or _ids(m, "tool_result", "tool_use_id")
-                      for m in body.get("messages", []))
-    if holds_tools and not tools:
-        return "Requests which include `tool_use` or `tool_result` blocks must define tools."
-    return None
-
-
-def _block_problem(where: str, block: dict[str, Any]) -> str | None:
-    kind, source = block.get("type"), block.get("source")
-    if kind == "text":
-        return None if isinstance(block.get("text"), str) and block["text"] else (
-            "text content blocks must be non-empty")
-    if kind not in ("image", "document"):
-        return f"{where}: Input tag '{kind}' found using 'type' does not match any expected tag"
-    if not isinstance(source, dict) or source.get("type") not in ("base64", "text"):
-        return f"{where}.{kind}.source: Input tag does not match the expected tags"
-    media_type = source.get("media_type")
-    if source["type"] == "text":
-        text_ok = kind == "document" and media_type == "text/plain" and isinstance(source.get("data"), str)
-        return None if text_ok else f"{where}.{kind}.source.text: expected text/plain string data"
-    allowed = _IMAGE_MAGIC if kind == "image" else {"application/pdf": (b"%PDF-",)}
-    if media_type not in allowed:
-        return f"{where}.{kind}.source.base64.media_type: Input should be one of {sorted(allowed)}"
-    try:
-        data = base64.b64decode(str(source.get("data")), validate=True)
-    except ValueError:
-        return f"{where}.{kind}.source.base64.data: invalid base64 data"
-    if not data.startswith(allowed[media_type]):
-        return (f"{where}.image.source.base64: Image does not match the provided media type {media_type}"
-                if kind == "image" else "The PDF specified was not valid.")
-    return None

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 __all__ = ["Cut", "Error", "Malformed", "OpenAIStandIn", "Reply", "Slow", "ToolCalls", "Transcript"]
 
@@ -228,11 +228,12 @@ class OpenAIStandIn:
         fields: dict[str, Any] = {}
         files: dict[str, bytes] = {}
         reader = await request.multipart()
-        async for part in reader:
-            if part.name is None:
+        while (part := await reader.next()) is not None:
+            # A transcription form is flat: a nested multipart is not a field.
+            if not isinstance(part, BodyPartReader) or part.name is None:
                 continue
-            data = await part.read()  # type: ignore[union-attr]
-            if part.filename:  # type: ignore[union-attr]
+            data = await part.read()
+            if part.filename:
                 files[part.name] = bytes(data)
             else:
                 fields[part.name] = bytes(data).decode()

@@ -1,1 +1,0 @@
-"""Local stand-ins of the external services Switchboard talks to, for tests."""
