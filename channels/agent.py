@@ -24,7 +24,7 @@ import structlog
 
 from bot.config import Config
 from bot.core.agent_chat import agent_chat, agent_session, chat_agents, hop_message_id, hop_of, origin_thread
-from bot.core.errors import AgentMessageRefused, DeliveryError
+from bot.core.errors import AgentMessageRefused, ChannelNotStartedError, DeliveryError
 from bot.core.messages import AGENT_PROVIDER, ChatRef, InboundMessage, OutboundMessage
 from bot.intake.channel import ChunkSent, Intake
 
@@ -153,5 +153,6 @@ class AgentChannel:
                 await asyncio.wait_for(self.ready.wait(), START_WAIT)
             except TimeoutError as exc:
                 raise DeliveryError("the agent channel has not started") from exc
-        assert self._intake is not None
+        if self._intake is None:
+            raise ChannelNotStartedError("the agent channel has not started")
         return self._intake

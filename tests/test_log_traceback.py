@@ -93,9 +93,9 @@ def test_describe_says_type_and_message() -> None:
 
 
 async def test_a_failed_download_logs_its_traceback_without_the_token(log_stream: io.StringIO) -> None:
-    """A file whose download fails is stored with a note, and the warning carries the traceback of
-    the failure (down to the platform call) with the bot token in its URL redacted."""
-    configure_logging("INFO", "json", stream=log_stream)
+    """A file whose download fails is stored with a note, with one warning and, at DEBUG, the traceback
+    of the failure (down to the platform call), the bot token in its URL redacted in both."""
+    configure_logging("DEBUG", "json", stream=log_stream)
 
     async def download() -> bytes:
         _fail_with_token()
@@ -107,8 +107,11 @@ async def test_a_failed_download_logs_its_traceback_without_the_token(log_stream
     media = await take(Offer("photo", download, mime="image/jpeg"), MediaConfig(), keep)
 
     assert (media.status, media.note) == ("failed", "the download failed")
-    (line,) = [json.loads(text) for text in log_stream.getvalue().splitlines()]
-    assert line["event"] == "file download failed; the message is stored with a note"
-    assert line["error"].startswith("ConnectionError: POST https://api.telegram.org")
-    assert "_fail_with_token" in line["exception"] and "in download" in line["exception"]
+    warning, detail = [json.loads(text) for text in log_stream.getvalue().splitlines()]
+    assert (warning["event"], warning["level"]) == ("file download failed; the message is stored with a note",
+                                                    "warning")
+    assert warning["error"].startswith("ConnectionError: POST https://api.telegram.org")
+    assert "exception" not in warning
+    assert (detail["event"], detail["level"]) == ("file download failure", "debug")
+    assert "_fail_with_token" in detail["exception"] and "in download" in detail["exception"]
     assert TOKEN not in log_stream.getvalue()

@@ -92,7 +92,9 @@ async def take(offer: Offer, limits: MediaConfig, keep: Keep, *, timeout: float 
             data = bytes(await offer.download())
     except Exception as exc:  # the platform's errors, timeouts, a dropped connection
         log.warning("file download failed; the message is stored with a note", kind=offer.kind,
-                    error=describe(exc), exc_info=True)
+                    error=describe(exc))
+        # A platform's refusal is expected (a file gone, a timeout): the traceback at debug only.
+        log.debug("file download failure", exc_info=True)
         return replace(base, status="failed", note="the download failed")
     if len(data) > cap:
         return replace(base, status="too_large", size=len(data), note=over)

@@ -68,7 +68,8 @@ async def _transcribed(
             text = (await transcribe(data, _file_name(offer), offer.mime)).strip()
     except Exception as exc:  # the platform's errors, the endpoint's, a timeout
         log.warning("voice note not transcribed; stored as a placeholder", kind=offer.kind,
-                    error=describe(exc), exc_info=True)
+                    error=describe(exc))
+        log.debug("voice note failure", exc_info=True)  # the platform's or endpoint's refusal is expected
         return replace(base, status="failed", note="it could not be transcribed")
     marker = label(Media(offer.kind, "kept", duration=offer.duration,
                          name=offer.name if offer.kind == "audio" else None))

@@ -23,7 +23,7 @@ import structlog
 
 from bot.config import DiscordConfig
 from bot.core.chunking import split_message
-from bot.core.errors import DeliveryError, describe
+from bot.core.errors import ChannelNotStartedError, DeliveryError, describe
 from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.core.misconfiguration import report, token_refused
 from bot.delivery.preview import PreviewStream
@@ -211,8 +211,10 @@ class DiscordChannel:
         self._catch_up.session_ready()
 
     def gateway_ready(self, client: discord.Client) -> None:
-        assert client.user is not None
-        log.info("discord connected", channel=self.provider, bot=client.user.name, guilds=len(client.guilds),
+        user = client.user
+        if user is None:  # discord.py sets it before READY is dispatched
+            raise ChannelNotStartedError(f"{self.provider}: READY without the bot's own user")
+        log.info("discord connected", channel=self.provider, bot=user.name, guilds=len(client.guilds),
                  shards=self.shards.describe() if self.shards is not None else None)
         self._catch_up.session_ready()
         self.ready.set()

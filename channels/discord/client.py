@@ -66,6 +66,7 @@ class _Events:
     """discord.py's event methods, handed to the owning channel."""
 
     _owner: GatewayEvents
+    _client: discord.Client  # the instance itself, typed as the client it is mixed into
 
     async def on_connect(self) -> None:
         # Dispatched while parsing READY (never for RESUMED), so it is queued before any message
@@ -81,8 +82,7 @@ class _Events:
         self._owner.shard_ready()
 
     async def on_ready(self) -> None:
-        assert isinstance(self, discord.Client)
-        self._owner.gateway_ready(self)
+        self._owner.gateway_ready(self._client)
 
     async def on_resumed(self) -> None:
         log.info("discord gateway resumed")
@@ -95,12 +95,14 @@ class _Client(_Events, discord.Client):
     def __init__(self, owner: GatewayEvents, **options: Any) -> None:
         super().__init__(**options)
         self._owner = owner
+        self._client = self
 
 
 class _ShardedClient(_Events, discord.AutoShardedClient):
     def __init__(self, owner: GatewayEvents, **options: Any) -> None:
         super().__init__(**options)
         self._owner = owner
+        self._client = self
 
 
 def make_client(owner: GatewayEvents, shards: Shards | None, **options: Any) -> discord.Client:

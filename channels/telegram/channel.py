@@ -23,7 +23,7 @@ from telegram.error import InvalidToken, TelegramError
 from telegram.ext import Application, BaseRateLimiter
 
 from bot.config import TelegramConfig
-from bot.core.errors import describe
+from bot.core.errors import BotError, ChannelNotStartedError, describe
 from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.core.misconfiguration import report, token_refused
 from bot.delivery.preview import PreviewStream
@@ -128,7 +128,7 @@ class TelegramChannel:
         config = self._config
         if config.mode == "webhook":
             if config.webhook_url is None or secret is None:
-                raise ValueError("webhook mode needs webhook_url and the webhook secret")
+                raise BotError("webhook mode needs webhook_url and the webhook secret")
             return WebhookServer(self._app.bot, self._take, self._quarantine, listen=config.webhook_listen,
                                  url=config.webhook_url, secret=secret, allowed_updates=ALLOWED_UPDATES,
                                  on_connected=self._connected, channel=self.provider)
@@ -190,7 +190,7 @@ class TelegramChannel:
     async def _commit(self, raw: Any) -> None:
         """Submit one update, skip it, or quarantine it when it does not parse; raises when the
         intake could not store it (or, for a stranger under the pairing policy, look them up)."""
-        assert self._intake is not None
+        intake = self._started()
         try:
             message = self._message(raw)
             verdict = self._verdict(message) if message is not None else "ignore"
@@ -199,8 +199,7 @@ class TelegramChannel:
             log.debug("telegram update unreadable", update_id=update_ref(raw), exc_info=True)
             await self._quarantine(raw, exc)
             return
-        if verdict == "pair":
-            assert message is not None
+        if verdict == "pair" and message is not None:
             verdict = await self._pair(message)
         if verdict != "accept" or message is None:
             return
@@ -214,14 +213,18 @@ class TelegramChannel:
             return
         told = None
         if carries_media(message) and inbound.command is None:  # never raises: a failure is a note
-            inbound, told = await with_media(message, inbound, self._intake)
-        await self._intake.submit(inbound)
+            inbound, told = await with_media(message, inbound, intake)
+        await intake.submit(inbound)
         if told is not None:
             self._notify(message.chat.id, told)
 
+    def _started(self) -> Intake:
+        if self._intake is None:
+            raise ChannelNotStartedError(f"{self.provider}: an update came before the channel started")
+        return self._intake
+
     async def _quarantine(self, raw: Any, exc: BaseException) -> None:
-        assert self._intake is not None
-        await self._intake.quarantine(self.provider, update_ref(raw), raw_json(raw), reason(exc))
+        await self._started().quarantine(self.provider, update_ref(raw), raw_json(raw), reason(exc))
 
     def _message(self, raw: Any) -> Message | None:
         if not isinstance(raw, dict):
@@ -247,15 +250,17 @@ class TelegramChannel:
     async def _pair(self, message: Message) -> Verdict:
         """A stranger under the pairing policy: in when approved; else the core sends their code
         and the message is not stored."""
-        assert self._intake is not None and message.from_user is not None
         sender = message.from_user
-        paired = await self._intake.pair(self.provider, str(message.chat.id), str(sender.id),
+        if sender is None:  # a channel post has no sender to pair
+            return "ignore"
+        paired = await self._started().pair(self.provider, str(message.chat.id), str(sender.id),
                                          sender.full_name or sender.username)
         return "accept" if paired else "ignore"
 
     def _normalise(self, message: Message) -> InboundMessage | None:
         """The message to submit, or None when there is none (notices are sent in the background)."""
-        assert self._bot is not None
+        if self._bot is None:
+            raise ChannelNotStartedError(f"{self.provider}: a message came before the bot was known")
         inbound = to_inbound(message, agent_id=self._agent_id, bot=self._bot, config=self._config,
                              media=carries_media(message), provider=self.provider)
         if inbound is None and message.chat.type == ChatType.PRIVATE:
