@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from bot.core.errors import MissingApiKeyError, ModelError
+from bot.core.errors import MissingApiKeyError, ModelError, describe
 from bot.core.misconfiguration import Misconfiguration
 from bot.models.brain import Completion, ReplyRequest, TextSink
 from bot.turn.compose import Composed, ToolRounds
@@ -96,7 +96,7 @@ class Answerer:
             said = await self._model_failed(exc, local)
         except Exception as exc:  # a bug or surprise in the provider path still gets a reply
             log.exception("model call crashed", session_key=composed.session_key)
-            said = Answer(FALLBACK_REPLY, error=f"{type(exc).__name__}: {exc}", fallback=True)
+            said = Answer(FALLBACK_REPLY, error=describe(exc), fallback=True)
         else:
             tools = ToolUse.of(composed.loop.outcome if composed.loop is not None else None)
             return Answer(completion.text.strip() or "(no reply)", completion, written=True, tools=tools)

@@ -21,7 +21,7 @@ import structlog
 from bot.config import Config
 from bot.context.compaction import NOTICE
 from bot.context.replay_settings import selection_settings
-from bot.core.errors import AlreadyAnsweredError
+from bot.core.errors import AlreadyAnsweredError, describe
 from bot.core.messages import OutboundMessage, StoredMessage
 from bot.delivery.preview import PreviewRecords, finish_preview, withdraw_preview
 from bot.intake.channel import ReplyPreview
@@ -161,7 +161,7 @@ class Committer:
             except Exception as exc:
                 if attempt == self._attempts:
                     log.error("reply not stored; delivering it anyway", session_key=record.session_key,
-                              request_id=request.id, error=f"{type(exc).__name__}: {exc}")
+                              request_id=request.id, error=describe(exc), exc_info=True)
                     return None, False
                 await asyncio.sleep(self._retry_delay * attempt)
         return None, False
@@ -173,7 +173,7 @@ class Committer:
                 await self._ledger.record_usage(each)
             except Exception as exc:
                 log.warning("usage not recorded", session_key=each.session_key, kind=each.kind,
-                            error=f"{type(exc).__name__}: {exc}")
+                            error=describe(exc), exc_info=True)
 
     def _rendered(self, record: TurnRecord) -> dict[str, Any] | None:
         """The snapshot stored with the reply; None (logged) when it cannot be rendered."""
@@ -181,7 +181,7 @@ class Committer:
             return record.snapshot(selection_settings(self._config))
         except Exception as exc:  # the reply matters more than its explanation
             log.error("context snapshot not stored", session_key=record.session_key,
-                      request_id=record.request.id, error=f"{type(exc).__name__}: {exc}")
+                      request_id=record.request.id, error=describe(exc), exc_info=True)
             return None
 
     async def _with_notice(self, record: TurnRecord) -> str:
@@ -194,7 +194,7 @@ class Committer:
             notice = await self._ledger.take_compaction_notice(record.session_key) is not None
         except Exception as exc:  # a note about the chat is not worth failing the reply for
             log.warning("compaction notice unreadable", session_key=record.session_key,
-                        error=f"{type(exc).__name__}: {exc}")
+                        error=describe(exc), exc_info=True)
             notice = False
         return f"{record.answer.text}\n\n{NOTICE}" if notice else record.answer.text
 
@@ -203,7 +203,7 @@ class Committer:
             await self._ledger.attach_tool_calls(request_id, reply_id)
         except Exception as exc:  # the calls stay with their request; the reply still goes out
             log.error("tool calls not linked to their reply", request_id=request_id,
-                      error=f"{type(exc).__name__}: {exc}")
+                      error=describe(exc), exc_info=True)
 
     async def _snapshot(self, record: TurnRecord, reply: StoredMessage) -> None:
         try:
@@ -213,7 +213,7 @@ class Committer:
             )
         except Exception as exc:  # the reply matters more than its explanation
             log.error("context snapshot not stored", session_key=record.session_key,
-                      request_id=record.request.id, error=f"{type(exc).__name__}: {exc}")
+                      request_id=record.request.id, error=describe(exc), exc_info=True)
 
 
 class _Kept:

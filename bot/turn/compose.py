@@ -21,6 +21,7 @@ import structlog
 from bot.config import Config
 from bot.config.provider_check import reply_timeout
 from bot.context.prompt import conversation_turns, media_hashes, turn_system_prompt
+from bot.core.errors import describe
 from bot.core.media import MAX_INLINE_BYTES
 from bot.core.messages import ChatRef, InboundMessage, StoredMessage
 from bot.core.session_key import SessionKey
@@ -150,7 +151,7 @@ class Composer:
         try:
             context = await self._contexts.build(key, request, inbound.chat)
         except Exception as exc:  # a store or pipeline failure still gets the fallback reply
-            error = f"context_build_error: {type(exc).__name__}: {exc}"
+            error = f"context_build_error: {describe(exc)}"
             log.exception("context build failed", session_key=str(key), error_class="context_build_error")
             context = Context.failed(error, inbound.chat)
         done = time.perf_counter()
@@ -163,7 +164,7 @@ class Composer:
             return await self._assemble(composed, request, inbound, opening)
         except Exception as exc:  # a bug or surprise in assembling the prompt still gets a reply
             log.exception("reply prompt not assembled", session_key=str(key))
-            return dataclasses.replace(composed, error=f"{type(exc).__name__}: {exc}")
+            return dataclasses.replace(composed, error=describe(exc))
 
     async def session_model(self, key: str, opening: TurnOpening | None = None) -> str:
         """The model this session chose with /model (if still allowed), else the configured one."""
@@ -171,7 +172,7 @@ class Composer:
         try:
             chosen = opening.model if opening is not None else await self._models.session_model(key)
         except Exception as exc:  # the default model beats no reply
-            log.warning("session model unreadable", session_key=key, error=f"{type(exc).__name__}: {exc}")
+            log.warning("session model unreadable", session_key=key, error=describe(exc), exc_info=True)
             chosen = None
         # The main role's model ("provider:model" when the brain routes by role).
         return allowed[chosen] if chosen in allowed else self._names.model_for("main")

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import structlog
 
-from bot.core.errors import DeliveryError
+from bot.core.errors import DeliveryError, describe
 from bot.core.messages import OutboundMessage
 from bot.store import delivery_key
 from bot.turn.commit import Committed
@@ -74,5 +74,5 @@ class Deliverer:
             log.error("delivery failed", error=str(exc), permanent=exc.permanent)
             return exc.sent_ids
         except Exception as exc:
-            log.error("delivery failed", error=f"{type(exc).__name__}: {exc}")
+            log.error("delivery failed", error=describe(exc), exc_info=True)
             return []

@@ -21,6 +21,7 @@ from bot.context.builder import ContextBuilder
 from bot.context.compaction import Compactor
 from bot.context.prompt import PromptFiles
 from bot.context.semantic_recall import SemanticRecall
+from bot.core.errors import describe
 from bot.core.messages import AGENT_PROVIDER, InboundMessage, StoredMessage
 from bot.core.misconfiguration import Misconfigurations
 from bot.delivery.outbox import Outbox
@@ -108,7 +109,7 @@ class TurnRunner:
                 notes=key.is_direct and is_person(chat.provider, inbound.sender_id))
         except Exception as exc:
             log.warning("turn opening unreadable; read part by part", session_key=str(key),
-                        error=f"{type(exc).__name__}: {exc}")
+                        error=describe(exc), exc_info=True)
             return None
 
     @staticmethod

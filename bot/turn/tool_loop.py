@@ -20,6 +20,7 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped]
 import structlog
 
+from bot.core.errors import describe
 from bot.models.brain import Brain, Completion, ReplyRequest, TextSink
 from bot.store import StoredToolCall
 from bot.store.seams import ToolCallLedger
@@ -203,8 +204,8 @@ class ToolLoop:
         except TimeoutError:
             return ToolResult.error(f"{name} took longer than {timeout:g} s and was stopped")
         except Exception as exc:
-            log.warning("tool failed", tool=name, error=f"{type(exc).__name__}: {exc}")
-            return ToolResult.error(f"{name} failed: {type(exc).__name__}: {exc}")
+            log.warning("tool failed", tool=name, error=describe(exc), exc_info=True)
+            return ToolResult.error(f"{name} failed: {describe(exc)}")
 
 
 def _arguments(use: dict[str, Any]) -> dict[str, Any]:
@@ -249,5 +250,5 @@ def _reset(on_text: TextSink | None) -> None:
     try:
         on_text("")
     except Exception as exc:  # a preview is worth no failed turn
-        log.warning("reply preview failed", error=f"{type(exc).__name__}: {exc}")
+        log.warning("reply preview failed", error=describe(exc), exc_info=True)
 

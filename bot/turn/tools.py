@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 import structlog
 
 from bot.config import Config
+from bot.core.errors import describe
 from bot.core.messages import InboundMessage, StoredMessage
 from bot.models.brain import Brain
 from bot.store import TurnOpening
@@ -54,7 +55,7 @@ class TurnTools:
                 ZoneInfo(zone)
             return zone
         except Exception as exc:  # the agent's zone beats no answer
-            log.warning("user timezone unusable", error=f"{type(exc).__name__}: {exc}")
+            log.warning("user timezone unusable", error=describe(exc), exc_info=True)
             return None
 
     def context(self, inbound: InboundMessage, request: StoredMessage, zone: str | None) -> ToolContext:
@@ -104,7 +105,7 @@ class TurnTools:
                     parts.append((f"notes of {inbound.chat.provider}:{inbound.sender_id} "
                                   f"({len(notes)}, remember)", block))
         except Exception as exc:  # the reply matters more than the notes
-            log.warning("user notes unreadable", error=f"{type(exc).__name__}: {exc}")
+            log.warning("user notes unreadable", error=describe(exc), exc_info=True)
         return parts
 
 
