@@ -52,23 +52,23 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/lint-imports
 
 bench: $(VENV)/.installed-dev
-	$(BIN)/python bench/context_build.py
-	$(BIN)/python bench/embedding_speed.py
-	$(BIN)/python bench/context_quality.py
-	$(BIN)/python bench/router_throughput.py
-	$(BIN)/python bench/daemon_rss.py
-	$(BIN)/python bench/telegram_throughput.py
-	$(BIN)/python bench/discord_throughput.py
-	$(BIN)/python bench/media_intake.py
-	$(BIN)/python bench/streaming_latency.py
-	$(BIN)/python bench/long_conversation.py
-	$(BIN)/python bench/history_search.py
-	$(BIN)/python bench/reminders.py
-	$(BIN)/python bench/crash_loop.py
-	$(BIN)/python bench/multi_instance.py
-	$(BIN)/python bench/mcp_soak.py
-	$(BIN)/python bench/provider_overhead.py
-	$(BIN)/python bench/cli_start.py
+	$(BIN)/python -m bench.context_build
+	$(BIN)/python -m bench.embedding_speed
+	$(BIN)/python -m bench.context_quality
+	$(BIN)/python -m bench.router_throughput
+	$(BIN)/python -m bench.daemon_rss
+	$(BIN)/python -m bench.telegram_throughput
+	$(BIN)/python -m bench.discord_throughput
+	$(BIN)/python -m bench.media_intake
+	$(BIN)/python -m bench.streaming_latency
+	$(BIN)/python -m bench.long_conversation
+	$(BIN)/python -m bench.history_search
+	$(BIN)/python -m bench.reminders
+	$(BIN)/python -m bench.crash_loop
+	$(BIN)/python -m bench.multi_instance
+	$(BIN)/python -m bench.mcp_soak
+	$(BIN)/python -m bench.provider_overhead
+	$(BIN)/python -m bench.cli_start
 
 # The man page, rendered from the command's argparse parser; not kept in git. Read: man ./switchboard.1
 man: $(VENV)/.installed

@@ -1,6 +1,6 @@
 """How long the `switchboard` command takes to start, beside a bare interpreter.
 
-Usage: .venv/bin/python bench/cli_start.py [--runs 10]
+Usage: .venv/bin/python -m bench.cli_start [--runs 10]
 
 Each figure is a whole process, median and max over `--runs`: `python -c pass`, then
 `switchboard --version`, `switchboard status` with a config and no daemon running (it exits 3

@@ -1,6 +1,6 @@
 """Context build latency (store reads + recall + selection + instant triage) at 10 k, 100 k and 1 M messages.
 
-Usage: .venv/bin/python bench/context_build.py [--sizes 10000,100000,1000000] [--sessions 1000]
+Usage: .venv/bin/python -m bench.context_build [--sizes 10000,100000,1000000] [--sessions 1000]
        [--samples 2000] [--repeat 3] [--pin-cpu N] [--keep DIR] [--recall N] [--recall-only]
        [--backfill] [--semantic] [--postgres [URL]]
 
@@ -20,7 +20,6 @@ import os
 import random
 import sqlite3
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -30,22 +29,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench import postgres_load  # noqa: E402
-from bench.instant_brain import InstantBrain  # noqa: E402
-from bot.config import Config, parse_config  # noqa: E402
-from bot.config.sections import ConversationConfig  # noqa: E402
-from bot.context.builder import ContextBuilder  # noqa: E402
-from bot.context.semantic_recall import SemanticRecall  # noqa: E402
-from bot.core.messages import ChatRef, StoredMessage  # noqa: E402
-from bot.core.session_key import SessionKey, build  # noqa: E402
-from bot.ranking.budget import estimate_tokens  # noqa: E402
-from bot.ranking.lexical import index_terms  # noqa: E402
-from bot.store import Store  # noqa: E402
-from bot.store.vector_files import vectors_dir  # noqa: E402
+from bench import postgres_load
+from bench.instant_brain import InstantBrain
+from bot.config import Config, parse_config
+from bot.config.sections import ConversationConfig
+from bot.context.builder import ContextBuilder
+from bot.context.semantic_recall import SemanticRecall
+from bot.core.messages import ChatRef, StoredMessage
+from bot.core.session_key import SessionKey, build
+from bot.ranking.budget import estimate_tokens
+from bot.ranking.lexical import index_terms
+from bot.store import Store
+from bot.store.vector_files import vectors_dir
 
 Opener = Callable[[], AbstractAsyncContextManager[Store]]
 

@@ -1,6 +1,6 @@
 """Context quality: does the real ContextBuilder find the turns a question needs, and at what cost?
 
-Usage: .venv/bin/python bench/context_quality.py [--conversations 20] [--seed 13] [--mix 10:6:4]
+Usage: .venv/bin/python -m bench.context_quality [--conversations 20] [--seed 13] [--mix 10:6:4]
        [--configs triage,triage-lexical,ranked,lexical,everything] [--keep DIR]
        [--encoder minilm|static|distilled|onnx] [--onnx DIR]
 
@@ -39,8 +39,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 from bench.instant_brain import InstantBrain  # noqa: E402
 from bench.labelled_set import (  # noqa: E402
@@ -478,7 +476,7 @@ def main() -> None:
         overrides[key] = tomllib.loads(f"v = {value}")["v"] if value[:1] in "-0123456789[tf\"" else value
     configure_logging("WARNING", "console", [], stream=sys.stderr)
 
-    print("$ " + shlex.join([".venv/bin/python", "bench/context_quality.py", *sys.argv[1:]]))
+    print("$ " + shlex.join([".venv/bin/python", "-m", "bench.context_quality", *sys.argv[1:]]))
     print(f"commit {commit()}; load average {os.getloadavg()[0]:.2f}")
     conversations = generate(args.conversations, args.seed, mix)
     d = describe(conversations)

@@ -1,6 +1,6 @@
 """Crash loop: kill the daemon at random moments under load and count, from outside, what was lost or doubled.
 
-Usage: .venv/bin/python bench/crash_loop.py [--platform telegram|discord|both] [--signals kill,term]
+Usage: .venv/bin/python -m bench.crash_loop [--platform telegram|discord|both] [--signals kill,term]
        [--cycles 20] [--users 50] [--per-cycle 1] [--seed 1] [--max-uptime 2.0] [--kill-from contact|spawn]
        [--downtime 0.5] [--quiet 5] [--grace 5] [--window-samples 40] [--keep DIR] [--verbose]
 
@@ -53,8 +53,6 @@ from pathlib import Path
 from typing import Protocol
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text  # noqa: E402
 from bot.testing.discord_api import DiscordStandIn  # noqa: E402
@@ -831,7 +829,7 @@ def main() -> None:
     args = parser.parse_args()
     if any(s not in SIGNALS for s in args.signals.split(",")):
         parser.error("--signals takes kill and/or term")
-    print("command: .venv/bin/python bench/crash_loop.py " + " ".join(sys.argv[1:]))
+    print("command: .venv/bin/python -m bench.crash_loop " + " ".join(sys.argv[1:]))
     print(code_version())
     with tempfile.TemporaryDirectory(prefix="sb-crash-") as tmp:
         folder = Path(args.keep) if args.keep else Path(tmp)

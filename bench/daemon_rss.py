@@ -1,7 +1,7 @@
 """RSS and CPU of the daemon under load: 10 k sessions in its database, or a chat service's first
 2 000 messages with semantic recall on.
 
-Usage: .venv/bin/python bench/daemon_rss.py [--sessions 10000] [--per-session 20] [--turns 1000]
+Usage: .venv/bin/python -m bench.daemon_rss [--sessions 10000] [--per-session 20] [--turns 1000]
        [--concurrency 100] [--rate PER_S] [--semantic [--encoder minilm|static]] [--tracemalloc N]
        [--keep DIR]
 
@@ -18,7 +18,7 @@ start to the end of the turns (numpy's arrays included; native libraries' own al
 OpenBLAS or the tokenizer, are not seen: compare with the RSS). Prints figures only.
 
 The issue's setting, 100 users writing 2 000 direct messages from an empty database:
-    .venv/bin/python bench/daemon_rss.py --sessions 100 --per-session 0 --turns 2000 --rate 30 \\
+    .venv/bin/python -m bench.daemon_rss --sessions 100 --per-session 0 --turns 2000 --rate 30 \\
         --semantic
 """
 
@@ -39,8 +39,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 
 def _status_mib(field: str) -> float:
@@ -222,8 +220,7 @@ def child(args: argparse.Namespace) -> None:
 
 
 def parent(args: argparse.Namespace) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from context_build import generate_db
+    from bench.context_build import generate_db
 
     print(f"daemon RSS: {args.sessions:,} sessions x ~{args.per_session} messages in the database, "
           f"{args.turns:,} turns over random sessions, {args.concurrency} at a time, instant brain, "
@@ -239,7 +236,7 @@ def parent(args: argparse.Namespace) -> None:
             generated = generate_db(db, args.sessions * args.per_session, args.sessions, seed=13)
             print(f"generated {generated.messages:,} messages over {args.sessions:,} sessions in "
                   f"{generated.seconds:.1f} s ({db.stat().st_size / 2**20:.0f} MiB)")
-        command = [sys.executable, str(Path(__file__).resolve()), "--child", str(db),
+        command = [sys.executable, "-m", "bench.daemon_rss", "--child", str(db),
                    "--sessions", str(args.sessions), "--turns", str(args.turns),
                    "--concurrency", str(args.concurrency), "--tracemalloc", str(args.tracemalloc),
                    "--rate", str(args.rate)]

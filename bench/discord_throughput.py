@@ -1,6 +1,6 @@
 """Discord end to end: MESSAGE_CREATE events/s and dispatch→reply latency through the real discord.py.
 
-Usage: .venv/bin/python bench/discord_throughput.py [--messages 2000] [--chats 50] [--serial 200]
+Usage: .venv/bin/python -m bench.discord_throughput [--messages 2000] [--chats 50] [--serial 200]
        [--chatter 2000] [--standin process|inline] [--pin-cpu N]
 
 The daemon runs with the real DiscordChannel (discord.py's gateway client and REST) against the
@@ -37,24 +37,19 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Protocol
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = Path(__file__).resolve()
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import aiohttp
+import pytest
+import yarl
+from aiohttp import web
 
-import aiohttp  # noqa: E402
-import pytest  # noqa: E402
-import yarl  # noqa: E402
-from aiohttp import web  # noqa: E402
-
-from bench import standin_process  # noqa: E402
-from bench.instant_brain import InstantBrain  # noqa: E402
-from bot.config import parse_config  # noqa: E402
-from bot.core.log import configure_logging  # noqa: E402
-from bot.daemon.assembly import Daemon  # noqa: E402
-from bot.store import Store  # noqa: E402
-from bot.testing.discord_api import DiscordStandIn, user  # noqa: E402
-from channels.discord.channel import DiscordChannel  # noqa: E402
+from bench import standin_process
+from bench.instant_brain import InstantBrain
+from bot.config import parse_config
+from bot.core.log import configure_logging
+from bot.daemon.assembly import Daemon
+from bot.store import Store
+from bot.testing.discord_api import DiscordStandIn, user
+from channels.discord.channel import DiscordChannel
 
 BOT_ID = 900_000_000_000_000_000
 GUILD, GENERAL = 100, 101
@@ -153,7 +148,7 @@ async def inline_standin() -> AsyncIterator[Gateway]:
 
 @asynccontextmanager
 async def child_standin() -> AsyncIterator[Gateway]:
-    async with standin_process.child_standin(SCRIPT, WAIT + 10) as (session, hello):
+    async with standin_process.child_standin("bench.discord_throughput", WAIT + 10) as (session, hello):
         yield RemoteGateway(session, hello)
 
 
@@ -330,7 +325,7 @@ def main() -> None:
     configure_logging("INFO", "json", [], stream=devnull)
     print(f"discord throughput: real discord.py + Daemon, Discord stand-in {args.standin}, instant brain, "
           f"CPUs {sorted(os.sched_getaffinity(0))}")
-    print("command: .venv/bin/python bench/discord_throughput.py " + " ".join(sys.argv[1:]))
+    print("command: .venv/bin/python -m bench.discord_throughput " + " ".join(sys.argv[1:]))
     with tempfile.TemporaryDirectory(prefix="sb-discord-bench-") as tmp:
         asyncio.run(run(args, Path(tmp)))
     print(f"load average {os.getloadavg()[0]:.2f} (other processes share the CPUs)")

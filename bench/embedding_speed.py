@@ -1,6 +1,6 @@
 """Semantic recall's costs: loading the sentence model, encoding, storing and searching vectors.
 
-Usage: .venv/bin/python bench/embedding_speed.py [--rows 1000000] [--per-session 1000]
+Usage: .venv/bin/python -m bench.embedding_speed [--rows 1000000] [--per-session 1000]
        [--samples 2000] [--messages 64] [--static] [--onnx DIR] [--skip-search]
 
 Prints, for the numpy runtime Switchboard ships (`bot.ranking.embedding`): model load time and the RSS it
@@ -40,12 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bot.config import parse_config  # noqa: E402
-from bot.ranking.embedding import load_embedder, vector_bytes, vectors_from_bytes  # noqa: E402
+from bot.config import parse_config
+from bot.ranking.embedding import load_embedder, vector_bytes, vectors_from_bytes
 
 WORDS = str.split(
     "the a to of and in is it you that for on with this can be we have not are do what will your "
@@ -212,7 +208,8 @@ def child(runtime: str, messages: int, onnx_dir: str | None) -> None:
 
 
 def run_child(runtime: str, args: argparse.Namespace) -> dict[str, Any] | None:
-    command = [sys.executable, __file__, "--child", runtime, "--messages", str(args.messages)]
+    command = [sys.executable, "-m", "bench.embedding_speed", "--child", runtime,
+               "--messages", str(args.messages)]
     if args.onnx:
         command += ["--onnx", args.onnx]
     done = subprocess.run(command, capture_output=True, text=True, check=False)

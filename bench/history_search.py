@@ -16,21 +16,16 @@ import functools
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench.context_build import AGENT, PROVIDER, bench_config, generate_db, percentile  # noqa: E402
-from bot.core.messages import ChatRef  # noqa: E402
-from bot.core.session_key import build  # noqa: E402
-from bot.store import Store  # noqa: E402
-from bot.tools.base import ToolContext  # noqa: E402
-from bot.tools.history import history_tool  # noqa: E402
+from bench.context_build import AGENT, PROVIDER, bench_config, generate_db, percentile
+from bot.core.messages import ChatRef
+from bot.core.session_key import build
+from bot.store import Store
+from bot.tools.base import ToolContext
+from bot.tools.history import history_tool
 
 
 def figures(name: str, values: list[float]) -> str:

@@ -1,6 +1,6 @@
 """A 500-turn chat: tokens sent per turn against sending everything, and whether one early fact is kept.
 
-Usage: .venv/bin/python bench/long_conversation.py [--turns 500] [--seed 3] [--only NAME ...]
+Usage: .venv/bin/python -m bench.long_conversation [--turns 500] [--seed 3] [--only NAME ...]
 
 A seeded, generated chat of `--turns` turns (user and assistant messages of varied length over a
 dozen topics) states a fact once, at turn 3 ("my new gym locker code is 4417"); no other message
@@ -36,24 +36,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bot.config import parse_config  # noqa: E402
-from bot.context.compaction import MERGE_SYSTEM, SUMMARY_SYSTEM  # noqa: E402
-from bot.context.triage import TRIAGE_SYSTEM  # noqa: E402
-from bot.context.triage import _clip as triage_clip  # noqa: E402  (to compare prompt lines with what was said)
-from bot.core.log import configure_logging  # noqa: E402
-from bot.daemon.assembly import Daemon  # noqa: E402
-from bot.daemon.notify import Notifier  # noqa: E402
-from bot.models.brain import AnthropicBrain  # noqa: E402
-from bot.ranking.budget import estimate_tokens  # noqa: E402
-from bot.ranking.lexical import STOPWORDS, query_terms  # noqa: E402
-from bot.ranking.lexical import content_words as lexical_words  # noqa: E402
-from bot.store import Store  # noqa: E402
-from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text  # noqa: E402
-from bot.testing.fake_channel import FakeChannel  # noqa: E402
+from bot.config import parse_config
+from bot.context.compaction import MERGE_SYSTEM, SUMMARY_SYSTEM
+from bot.context.triage import TRIAGE_SYSTEM
+from bot.context.triage import _clip as triage_clip
+from bot.core.log import configure_logging
+from bot.daemon.assembly import Daemon
+from bot.daemon.notify import Notifier
+from bot.models.brain import AnthropicBrain
+from bot.ranking.budget import estimate_tokens
+from bot.ranking.lexical import STOPWORDS, query_terms
+from bot.ranking.lexical import content_words as lexical_words
+from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
+from bot.testing.fake_channel import FakeChannel
 
 TARGET_RATIO = 0.20
 MAIN, FAST, API_KEY = "bench-main", "bench-fast", "bench-key"

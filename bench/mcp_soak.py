@@ -1,6 +1,6 @@
 """MCP servers under load and crashes: call latency, crash-to-tools-back time, and nothing leaked.
 
-Usage: .venv/bin/python bench/mcp_soak.py [--calls 2000] [--concurrency 8] [--crashes 20]
+Usage: .venv/bin/python -m bench.mcp_soak [--calls 2000] [--concurrency 8] [--crashes 20]
 
 Runs the real `McpManager` with the tests' SDK server (tests/mcp_calc_server.py) over stdio:
 `--calls` calls of `add` from `--concurrency` coroutines (latency median, p95, max; calls/s), then
@@ -22,8 +22,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 from bot.config import parse_config  # noqa: E402
 from bot.core.log import configure_logging  # noqa: E402

@@ -1,6 +1,6 @@
 """Pictures on Telegram: what a photo costs between Telegram and the model, against a text message.
 
-Usage: .venv/bin/python bench/media_intake.py [--samples 20]
+Usage: .venv/bin/python -m bench.media_intake [--samples 20]
 
 The daemon runs with the real TelegramChannel against the local Bot API stand-in (in this process)
 and an in-process brain that records what it is sent. For a text message and photos of 100 KB,
@@ -16,25 +16,19 @@ import asyncio
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve()
-ROOT = SCRIPT.parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from telegram.ext import AIORateLimiter
 
-from telegram.ext import AIORateLimiter  # noqa: E402
-
-from bench.instant_brain import InstantBrain  # noqa: E402
-from bot.config import parse_config  # noqa: E402
-from bot.core.log import configure_logging  # noqa: E402
-from bot.daemon.assembly import Daemon  # noqa: E402
-from bot.models.brain import Completion, ReplyRequest  # noqa: E402
-from bot.testing.telegram_api import TelegramStandIn, private_chat, user  # noqa: E402
-from channels.telegram.channel import TelegramChannel  # noqa: E402
+from bench.instant_brain import InstantBrain
+from bot.config import parse_config
+from bot.core.log import configure_logging
+from bot.daemon.assembly import Daemon
+from bot.models.brain import Completion, ReplyRequest
+from bot.testing.telegram_api import TelegramStandIn, private_chat, user
+from channels.telegram.channel import TelegramChannel
 
 
 class RecordingBrain(InstantBrain):

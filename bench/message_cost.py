@@ -1,6 +1,6 @@
 """The whole cost of a message: the shipped daemon, as `make run` installs it, against the stand-ins.
 
-Usage: flock /tmp/bench.lock .venv/bin/python bench/message_cost.py [--quick] [--users 100]
+Usage: flock /tmp/bench.lock .venv/bin/python -m bench.message_cost [--quick] [--users 100]
        [--per-user 20] [--samples 20] [--restarts 2] [--settle 3] [--first-token 0.3]
        [--stream-seconds 1.2] [--no-profile] [--profile-per-user N] [--trace-memory] [--keep DIR]
 
@@ -59,8 +59,6 @@ from typing import TYPE_CHECKING, Any
 
 # The daemon child imports this module too: only the standard library at the top.
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 if TYPE_CHECKING:
     from bench.crash_loop import Cycle, Driver
@@ -901,7 +899,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.users, args.per_user, args.samples, args.restarts = 20, 5, 5, 1
-    print("command: .venv/bin/python bench/message_cost.py " + " ".join(sys.argv[1:]))
+    print("command: .venv/bin/python -m bench.message_cost " + " ".join(sys.argv[1:]))
     print(code_version())
     EXTRAS, others, INSTALLS_HOW = run_installs()
     hidden = hidden_packages(EXTRAS, others)

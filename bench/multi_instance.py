@@ -1,7 +1,7 @@
 """Three daemons on one PostgreSQL behind a round-robin load balancer: each message answered once, in
 order, while one instance is killed and started again; throughput against one instance.
 
-Usage: .venv/bin/python bench/multi_instance.py [--quick] [--users 500] [--per-user 10]
+Usage: .venv/bin/python -m bench.multi_instance [--quick] [--users 500] [--per-user 10]
        [--instances 3] [--seed 1] [--downtime 3] [--quiet 45] [--telegram-limits] [--keep DIR]
 
 Every daemon is a real subprocess: this script with `--child --config X`, which is `switchboard run
@@ -52,8 +52,6 @@ from typing import Any
 
 SCRIPT = Path(__file__).resolve()
 ROOT = SCRIPT.parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 
 from bot.testing.anthropic_api import AnthropicStandIn  # noqa: E402
@@ -146,7 +144,7 @@ class Daemon:
         log = self.workdir / f"{self.name}-{self.starts}.log"
         with log.open("wb") as out:
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, str(SCRIPT), "--child", "--config", str(self.config),
+                sys.executable, "-m", "bench.multi_instance", "--child", "--config", str(self.config),
                 cwd=self.workdir, env=self.env | {"XDG_STATE_HOME": str(state)},
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
 

@@ -1,6 +1,6 @@
 """A 300-turn chat's billed input tokens with Anthropic's prompt cache and without.
 
-Usage: flock /tmp/bench.lock .venv/bin/python bench/prompt_cache.py [--turns 300] [--seed 3]
+Usage: flock /tmp/bench.lock .venv/bin/python -m bench.prompt_cache [--turns 300] [--seed 3]
        [--only NAME ...]
 
 Every turn of long_conversation.py's generated chat (its seeded messages, its scripted model)
@@ -40,19 +40,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench.long_conversation import ScriptedModel, generate  # noqa: E402
-from bot.config import parse_config  # noqa: E402
-from bot.core.log import configure_logging  # noqa: E402
-from bot.daemon.assembly import Daemon  # noqa: E402
-from bot.daemon.notify import Notifier  # noqa: E402
-from bot.models.brain import AnthropicBrain  # noqa: E402
-from bot.testing.anthropic_api import AnthropicStandIn, PromptCache  # noqa: E402
-from bot.testing.fake_channel import FakeChannel  # noqa: E402
-from bot.testing.prompt_cache import Metered  # noqa: E402
+from bench.long_conversation import ScriptedModel, generate
+from bot.config import parse_config
+from bot.core.log import configure_logging
+from bot.daemon.assembly import Daemon
+from bot.daemon.notify import Notifier
+from bot.models.brain import AnthropicBrain
+from bot.testing.anthropic_api import AnthropicStandIn, PromptCache
+from bot.testing.fake_channel import FakeChannel
+from bot.testing.prompt_cache import Metered
 
 SONNET, HAIKU, FAST, API_KEY = "bench-sonnet", "bench-haiku", "bench-fast-haiku", "bench-key"
 WRITE, READ = 1.25, 0.1

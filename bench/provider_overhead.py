@@ -1,6 +1,6 @@
 """The daemon's time per turn through the OpenAI-compatible path against the Anthropic path.
 
-Usage: .venv/bin/python bench/provider_overhead.py [--turns 200] [--repeat 3]
+Usage: .venv/bin/python -m bench.provider_overhead [--turns 200] [--repeat 3]
 
 The real `Daemon` (store, router, context builder, turn runner, tool loop with the built-in tools
 offered) with an in-process channel, answering through the real SDK brains against local
@@ -23,19 +23,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-SCRIPT = Path(__file__).resolve()
-ROOT = SCRIPT.parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from structlog.testing import capture_logs
 
-from structlog.testing import capture_logs  # noqa: E402
-
-from bot.config import parse_config  # noqa: E402
-from bot.core.log import configure_logging  # noqa: E402
-from bot.daemon.assembly import Daemon  # noqa: E402
-from bot.testing.anthropic_api import AnthropicStandIn, Text  # noqa: E402
-from bot.testing.fake_channel import FakeChannel  # noqa: E402
-from bot.testing.openai_api import OpenAIStandIn, Reply  # noqa: E402
+from bot.config import parse_config
+from bot.core.log import configure_logging
+from bot.daemon.assembly import Daemon
+from bot.testing.anthropic_api import AnthropicStandIn, Text
+from bot.testing.fake_channel import FakeChannel
+from bot.testing.openai_api import OpenAIStandIn, Reply
 
 
 def config_for(path: str, tmp: str, api: AnthropicStandIn, local: OpenAIStandIn) -> Any:
@@ -106,7 +101,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    print("command: .venv/bin/python bench/provider_overhead.py " + " ".join(sys.argv[1:]))
+    print("command: .venv/bin/python -m bench.provider_overhead " + " ".join(sys.argv[1:]))
     with open(os.devnull, "w") as sink:
         configure_logging("INFO", "json", secrets=[], stream=sink)
         asyncio.run(run(args))

@@ -1,6 +1,6 @@
 """Reminders: what setting one costs, what loading many costs at start, and how late they arrive.
 
-Usage: .venv/bin/python bench/reminders.py [--set 2000] [--users 100] [--due 50]
+Usage: .venv/bin/python -m bench.reminders [--set 2000] [--users 100] [--due 50]
 
 Three figures with the real Store, ReminderTools, ReminderSchedule and APScheduler on the real
 clock, delivering to an in-process FakeChannel: `set_reminder` calls (parse, store, schedule) in
@@ -14,26 +14,21 @@ import argparse
 import asyncio
 import os
 import statistics
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bot.config import parse_config  # noqa: E402
-from bot.core.log import configure_logging  # noqa: E402
-from bot.core.messages import ChatRef, OutboundMessage  # noqa: E402
-from bot.core.session_key import build  # noqa: E402
-from bot.schedule.reminder_tools import ReminderTools  # noqa: E402
-from bot.schedule.reminders import ReminderSchedule  # noqa: E402
-from bot.store import Store  # noqa: E402
-from bot.testing.fake_channel import FakeChannel  # noqa: E402
-from bot.tools.base import ToolContext  # noqa: E402
+from bot.config import parse_config
+from bot.core.log import configure_logging
+from bot.core.messages import ChatRef, OutboundMessage
+from bot.core.session_key import build
+from bot.schedule.reminder_tools import ReminderTools
+from bot.schedule.reminders import ReminderSchedule
+from bot.store import Store
+from bot.testing.fake_channel import FakeChannel
+from bot.tools.base import ToolContext
 
 
 class TimedChannel(FakeChannel):

@@ -1,6 +1,6 @@
 """Turns per second through the real Router + TurnRunner + Store with an instant in-process brain.
 
-Usage: .venv/bin/python bench/router_throughput.py [--sessions 100] [--turns 5000] [--warmup 15]
+Usage: .venv/bin/python -m bench.router_throughput [--sessions 100] [--turns 5000] [--warmup 15]
        [--repeat 3] [--max-concurrent N] [--only quiet|production] [--pin-cpu N] [--profile FILE]
 
 100 client coroutines (one per session) each send a message, wait for the reply to be sent, and
@@ -19,25 +19,20 @@ import os
 import random
 import resource
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench.instant_brain import InstantBrain  # noqa: E402
-from bot.config import parse_config  # noqa: E402
-from bot.core.log import configure_logging  # noqa: E402
-from bot.core.messages import OutboundMessage  # noqa: E402
-from bot.intake.router import Router  # noqa: E402
-from bot.store import Store  # noqa: E402
-from bot.testing.fake_channel import FakeChannel  # noqa: E402
-from bot.turn.runner import TurnRunner  # noqa: E402
+from bench.instant_brain import InstantBrain
+from bot.config import parse_config
+from bot.core.log import configure_logging
+from bot.core.messages import OutboundMessage
+from bot.intake.router import Router
+from bot.store import Store
+from bot.testing.fake_channel import FakeChannel
+from bot.turn.runner import TurnRunner
 
 TARGET_TURNS_PER_S = 1000.0
 REPLY_TIMEOUT = 30.0

@@ -7,25 +7,24 @@ import json
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 
 @asynccontextmanager
-async def child_standin(script: Path, timeout: float) -> AsyncIterator[tuple[aiohttp.ClientSession, Any]]:
-    """Run `script --serve-standin`, which prints one JSON hello line when ready and stops when its
+async def child_standin(module: str, timeout: float) -> AsyncIterator[tuple[aiohttp.ClientSession, Any]]:
+    """Run `python -m module --serve-standin`, which prints one JSON hello line when ready and stops when its
     stdin closes; yields a control session and the hello."""
     child = await asyncio.create_subprocess_exec(
-        sys.executable, str(script), "--serve-standin",
+        sys.executable, "-m", module, "--serve-standin",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )
     assert child.stdin is not None and child.stdout is not None
     try:
         line = await asyncio.wait_for(child.stdout.readline(), 30)
         if not line:
-            raise RuntimeError(f"the stand-in process of {script.name} exited before it was ready")
+            raise RuntimeError(f"the stand-in process of {module} exited before it was ready")
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
             yield session, json.loads(line)
     finally:

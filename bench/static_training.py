@@ -1,6 +1,6 @@
 """Make the static encoder's table (bot/ranking/static_model) from all-MiniLM-L6-v2 and text on this machine.
 
-Usage: .venv/bin/python bench/static_training.py corpus|teach|fit|all [--work DIR] [--real N]
+Usage: .venv/bin/python -m bench.static_training corpus|teach|fit|all [--work DIR] [--real N]
        [--jobs 2] [--onnx DIR] [--lam 0.003] [--dim 256] [--texts 76000]
 
 Not a benchmark: it makes the file that `encoder = "static"` reads, from the MiniLM weights
@@ -45,8 +45,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 OUT = ROOT / "bot" / "ranking" / "static_model"
 MINILM = {"semantic": {"encoder": "minilm"}}
@@ -164,8 +162,9 @@ def corpus(work: Path, real: int) -> None:
 
 def teach(work: Path, jobs: int, onnx: str | None) -> None:
     extra = ["--onnx", onnx] if onnx else []
-    children = [subprocess.Popen(["nice", "-n", "10", sys.executable, __file__, "teach-shard", "--work",
-                                  str(work), "--shard", str(shard), "--jobs", str(jobs), *extra])
+    command = ["nice", "-n", "10", sys.executable, "-m", "bench.static_training", "teach-shard", "--work",
+               str(work)]
+    children = [subprocess.Popen([*command, "--shard", str(shard), "--jobs", str(jobs), *extra])
                 for shard in range(jobs)]
     if any(child.wait() for child in children):
         raise SystemExit("a teacher process failed")

@@ -1,6 +1,6 @@
 """Time to first visible text, with and without streaming, on Telegram and Discord.
 
-Usage: .venv/bin/python bench/streaming_latency.py [--samples 3] [--first-token 0.5] [--seconds 4]
+Usage: .venv/bin/python -m bench.streaming_latency [--samples 3] [--first-token 0.5] [--seconds 4]
 
 The daemon runs with the real TelegramChannel (python-telegram-bot) and the real DiscordChannel
 (discord.py) against their local stand-ins, and the real SDK brain against an Anthropic stand-in
@@ -27,29 +27,24 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-SCRIPT = Path(__file__).resolve()
-ROOT = SCRIPT.parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import pytest
 
-import pytest  # noqa: E402
-
-from bot.config import Config, parse_config  # noqa: E402
-from bot.core.log import configure_logging  # noqa: E402
-from bot.daemon.assembly import Daemon  # noqa: E402
-from bot.models.brain import AnthropicBrain  # noqa: E402
-from bot.testing.anthropic_api import AnthropicStandIn, Text  # noqa: E402
-from bot.testing.discord_api import DiscordStandIn  # noqa: E402
-from bot.testing.discord_api import user as discord_user  # noqa: E402
-from bot.testing.telegram_api import (  # noqa: E402
+from bot.config import Config, parse_config
+from bot.core.log import configure_logging
+from bot.daemon.assembly import Daemon
+from bot.models.brain import AnthropicBrain
+from bot.testing.anthropic_api import AnthropicStandIn, Text
+from bot.testing.discord_api import DiscordStandIn
+from bot.testing.discord_api import user as discord_user
+from bot.testing.telegram_api import (
     TelegramStandIn,
     group_chat,
     mention_entities,
     private_chat,
 )
-from bot.testing.telegram_api import user as telegram_user  # noqa: E402
-from channels.discord.channel import DiscordChannel  # noqa: E402
-from channels.telegram.channel import TelegramChannel  # noqa: E402
+from bot.testing.telegram_api import user as telegram_user
+from channels.discord.channel import DiscordChannel
+from channels.telegram.channel import TelegramChannel
 
 REPLY = " ".join(
     f"Point {n}: the moon pulls the sea toward it, and the earth turns under that bulge." for n in range(8)
@@ -180,7 +175,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4.0,
                         help="seconds the model takes to write the rest")
     args = parser.parse_args()
-    print("command: .venv/bin/python bench/streaming_latency.py " + " ".join(sys.argv[1:]))
+    print("command: .venv/bin/python -m bench.streaming_latency " + " ".join(sys.argv[1:]))
     with open(os.devnull, "w") as sink:
         configure_logging("INFO", "json", secrets=[], stream=sink)
         asyncio.run(run(args))

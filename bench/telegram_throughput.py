@@ -1,6 +1,6 @@
 """Telegram end to end: updates/s and update→typing latency through the real python-telegram-bot.
 
-Usage: .venv/bin/python bench/telegram_throughput.py [--users 100] [--per-user 30] [--samples 50]
+Usage: .venv/bin/python -m bench.telegram_throughput [--users 100] [--per-user 30] [--samples 50]
        [--standin process|inline] [--backend default|httpx|aiohttp] [--profile FILE]
        [--model brain|instant|stream] [--stream-seconds 1.0] [--limiter off|on]
        [--streaming auto|off] [--max-turns N]
@@ -55,27 +55,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-SCRIPT = Path(__file__).resolve()
-ROOT = SCRIPT.parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import aiohttp
+from aiohttp import web
+from telegram.ext import ApplicationBuilder
+from telegram.request import BaseRequest, HTTPXRequest
 
-import aiohttp  # noqa: E402
-from aiohttp import web  # noqa: E402
-from telegram.ext import ApplicationBuilder  # noqa: E402
-from telegram.request import BaseRequest, HTTPXRequest  # noqa: E402
-
-from bench import standin_process  # noqa: E402
-from bench.instant_brain import InstantBrain  # noqa: E402
-from bot.config import parse_config  # noqa: E402
-from bot.core.log import configure_logging  # noqa: E402
-from bot.daemon.assembly import Daemon  # noqa: E402
-from bot.models.brain import AnthropicBrain, Brain  # noqa: E402
-from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Text  # noqa: E402
-from bot.testing.telegram_api import TelegramStandIn, private_chat, user  # noqa: E402
-from channels.telegram.channel import TelegramChannel  # noqa: E402
-from channels.telegram.limits import FloodLimiter  # noqa: E402
-from channels.telegram.request import AiohttpRequest  # noqa: E402
+from bench import standin_process
+from bench.instant_brain import InstantBrain
+from bot.config import parse_config
+from bot.core.log import configure_logging
+from bot.daemon.assembly import Daemon
+from bot.models.brain import AnthropicBrain, Brain
+from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Text
+from bot.testing.telegram_api import TelegramStandIn, private_chat, user
+from channels.telegram.channel import TelegramChannel
+from channels.telegram.limits import FloodLimiter
+from channels.telegram.request import AiohttpRequest
 
 TARGET_TURNS_PER_S = 300.0
 TARGET_LIMITED_PER_S = 29.0  # Telegram's 30 messages/s, less a little
@@ -192,7 +187,7 @@ async def inline_standin() -> AsyncIterator[BotApi]:
 
 @asynccontextmanager
 async def child_standin() -> AsyncIterator[BotApi]:
-    async with standin_process.child_standin(SCRIPT, WAIT + 10) as (session, hello):
+    async with standin_process.child_standin("bench.telegram_throughput", WAIT + 10) as (session, hello):
         yield RemoteBotApi(session, hello)
 
 
@@ -368,7 +363,7 @@ def main() -> None:
         asyncio.run(serve_standin())
         return
     force_backend(args.backend)
-    print("command: .venv/bin/python bench/telegram_throughput.py " + " ".join(sys.argv[1:]))
+    print("command: .venv/bin/python -m bench.telegram_throughput " + " ".join(sys.argv[1:]))
     with open(os.devnull, "w") as sink:
         configure_logging("INFO", "json", secrets=[], stream=sink)
         asyncio.run(bench(args))
