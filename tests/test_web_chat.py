@@ -114,7 +114,8 @@ async def test_a_posted_message_is_stored_before_it_is_answered_then_replied_thr
     async with chat_daemon(config) as (daemon, url), browser() as client:
         await log_in(client, url)
         status, answer = await post(client, url, "why are there tides?")
-        assert (status, answer) == (200, {"stored": True, "refusal": None})
+        assert (status, answer) == (200, {"stored": True, "refusal": None, "shown": "why are there tides?",
+                                      "notice": None})
         assert ("user", "why are there tides?") in await stored(db)
         await router_of(daemon).idle()
         html, _, _ = await chat_form(client, url)

@@ -7,6 +7,7 @@ behind the console's door: a session, and its CSRF token on the POST.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ from bot.web.pages import PageStore, message_row
 from bot.web.rendering import Renderer
 from channels.web.channel import MAX_CHARS, Posted, WebChatChannel, WebChatClosed
 from channels.web.hub import ChatEvent, Subscription
+from channels.web.upload import Upload, largest_cap
 
 SHOWN = 50  # messages of the history a chat page shows
 # A comment line this often keeps proxies from closing an idle stream (and finds a closed one).
@@ -38,6 +40,16 @@ def chat_row(message: StoredMessage) -> dict[str, Any]:
     row["key"] = delivery_key(message.id) if message.role == "assistant" else ""
     row["nonce"] = (message.provider_message_id or "") if message.role == "user" else ""
     return row
+
+
+async def uploaded(field: object) -> Upload | None:
+    """The form's file, None when none was picked (a browser sends an empty, unnamed part)."""
+    if not isinstance(field, web.FileField):
+        return None
+    data = await asyncio.to_thread(field.file.read)
+    if not data and not field.filename:
+        return None
+    return Upload(bytes(data), name=field.filename or None, mime=field.content_type or None)
 
 
 def sse(kind: str, data: Mapping[str, Any]) -> bytes:
@@ -60,6 +72,13 @@ class Chat:
         app.router.add_get(f"{self.base}/chat/events", self.events)
         app.on_shutdown.append(self._close_streams)
 
+    def body_limit(self, request: web.Request) -> int | None:
+        """The chat's POST takes a file under the `[media]` caps; every other form the default."""
+        channel = self.channels.get("web")
+        if request.path != f"{self.base}/chat" or not isinstance(channel, WebChatChannel):
+            return None
+        return channel.body_limit()
+
     def _channel(self) -> WebChatChannel:
         channel = self.channels.get("web")
         if not isinstance(channel, WebChatChannel):
@@ -77,25 +96,29 @@ class Chat:
             "chat.html", session, status=status, rows=[chat_row(m) for m in messages], newest=newest,
             session_key=key, nonce=secrets.token_urlsafe(16), refusal=refusal,
             notices=channel.notices(session.account), max_chars=MAX_CHARS,
+            max_bytes=largest_cap(channel.media_limits()),
         )
 
     async def post(self, request: web.Request) -> web.StreamResponse:
         """A message from the form: answered once it is stored (303 back to the chat, or JSON to
-        the page's script); refused (403) for an account that may not chat, 503 while stopping."""
+        the page's script); refused (403) for an account that may not chat, 503 while stopping. A
+        file sent with it goes to the media intake (the door has read the body, under its limit)."""
         channel = self._channel()
         session = request[SESSION_KEY]
         form = await request.post()
         text, nonce = form.get("text"), form.get("nonce")
         wants_json = "application/json" in request.headers.get("Accept", "")
+        upload = await uploaded(form.get("file"))
         try:
             posted = await channel.post(session.account, session.role, text if isinstance(text, str) else "",
-                                        nonce if isinstance(nonce, str) else None)
+                                        nonce if isinstance(nonce, str) else None, upload)
         except WebChatClosed as exc:
             posted, status = Posted(stored=False, refusal=str(exc)), 503
         else:
             status = 200 if posted.stored else 403
         if wants_json:
-            return web.json_response({"stored": posted.stored, "refusal": posted.refusal}, status=status)
+            return web.json_response({"stored": posted.stored, "refusal": posted.refusal,
+                                      "shown": posted.shown, "notice": posted.notice}, status=status)
         if posted.stored:
             return see_other(f"{self.base}/chat")
         return await self.page(request, refusal=posted.refusal, status=status)

@@ -11,6 +11,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from bot.config.web_sections import WebConfig
+from bot.core.media import size_text
 from bot.store.web_accounts import WebSession
 from bot.web.auth import FAILURE_WINDOW, SESSION_SECONDS, Logins, same_token
 from bot.web.rendering import Renderer
@@ -24,6 +25,14 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# How big a request body may be (the app's own limit): forms only, a login, a button, a message.
+BODY_LIMIT = 64 * 1024
+# A route that takes more (the chat's uploads) says so: its limit for a request, None for the default.
+BodyLimit = Callable[[web.Request], int | None]
+
+
+def no_body_limit(request: web.Request) -> int | None:
+    return None
 
 
 def see_other(location: str) -> web.Response:
@@ -38,6 +47,7 @@ class Door:
     config: WebConfig
     logins: Logins
     renderer: Renderer
+    body_limit: BodyLimit = no_body_limit
 
     @property
     def base(self) -> str:
@@ -70,13 +80,42 @@ class Door:
             if request.method in ("GET", "HEAD"):
                 raise web.HTTPSeeOther(f"{self.base}/chat")
             raise web.HTTPForbidden(text="this account may use the chat only")
-        if request.method == "POST":
-            form = await request.post()
+        if request.method != "POST":
+            request[SESSION_KEY] = session
+            return await handler(request)
+        request = await self._read_form(request)
+        form = await request.post()
+        try:
             token = form.get("csrf")
             if not same_token(token if isinstance(token, str) else None, session.csrf_token):
                 raise web.HTTPForbidden(text="the form's CSRF token is missing or wrong; reload the page")
-        request[SESSION_KEY] = session
-        return await handler(request)
+            request[SESSION_KEY] = session
+            return await handler(request)
+        finally:
+            for value in form.values():  # a file sent with the form waits in a temporary file
+                if isinstance(value, web.FileField):
+                    value.file.close()
+
+    async def _read_form(self, request: web.Request) -> web.Request:
+        """The request with its form read, under its route's body limit: a bigger body is refused
+        (413) with what the limit is, before any of it is kept."""
+        limit = self.body_limit(request)
+        if limit is not None and limit != request.client_max_size:
+            request = request.clone(client_max_size=limit)
+        limit = request.client_max_size
+
+        def too_large() -> web.HTTPRequestEntityTooLarge:
+            return web.HTTPRequestEntityTooLarge(
+                max_size=limit, actual_size=request.content_length or 0,
+                text=f"Too big to send: this form takes at most {size_text(limit)}; nothing was sent.")
+
+        if request.content_length is not None and request.content_length > limit:
+            raise too_large()
+        try:
+            await request.post()
+        except web.HTTPRequestEntityTooLarge:
+            raise too_large() from None
+        return request
 
     def _chat_only_path(self, path: str) -> bool:
         """What a chat-only account may open: the chat (its page, posts, stream) and the logout."""

@@ -11,6 +11,7 @@ from urllib.parse import quote
 import jinja2
 from aiohttp import web
 
+from bot.core.media import size_text
 from bot.store.web_accounts import WebSession
 
 
@@ -43,7 +44,8 @@ def templates() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    environment.filters.update(when=when, duration=duration, session_path=session_path)
+    environment.filters.update(when=when, duration=duration, session_path=session_path,
+                               filesize=size_text)
     return environment
 
 

@@ -22,7 +22,7 @@ from bot.web.admin_pages import AdminPages, AdminStore
 from bot.web.auth import AccountStore, Logins
 from bot.web.chat import Chat
 from bot.web.config_page import ConfigPage
-from bot.web.guard import Door
+from bot.web.guard import BODY_LIMIT, Door
 from bot.web.live import Overview, QuarantineStore
 from bot.web.pages import Pages, PageStore
 from bot.web.rendering import Renderer, templates
@@ -52,15 +52,16 @@ def console_app(
     base = config.base_path
     channels = channels or {}
     renderer = Renderer(templates(), base, chat=lambda: "web" in channels)
-    app = web.Application(client_max_size=64 * 1024)  # forms only: a login, a button, a message
-    Door(config, Logins(store), renderer).routes(app)
+    app = web.Application(client_max_size=BODY_LIMIT)
+    chat = Chat(base, store, channels, renderer)
+    Door(config, Logins(store), renderer, chat.body_limit).routes(app)
     Overview(base, store, daemon, renderer).routes(app)
     Pages(base, store, lambda: daemon.config.prices, renderer).routes(app)
     ReplayPage(base, store, daemon, renderer).routes(app)
     UsagePage(base, store, daemon, renderer).routes(app)
     AdminPages(base, store, daemon, renderer).routes(app)
     ConfigPage(base, daemon, renderer).routes(app)
-    Chat(base, store, channels, renderer).routes(app)
+    chat.routes(app)
     app.router.add_static(f"{base}/static", STATIC)
     return app
 

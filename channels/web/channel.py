@@ -18,8 +18,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Literal
 
-from bot.config import WebChatConfig
+from bot.config import MediaConfig, WebChatConfig
 from bot.core.errors import BotError
+from bot.core.media import with_labels
 from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.core.session_key import SessionKey, build
 from bot.delivery.preview import PreviewStream
@@ -27,6 +28,7 @@ from bot.intake.access import allows
 from bot.intake.channel import ChunkSent, Intake, PreviewPosted, ReplyPreview
 from bot.intake.commands import is_known, parse_command
 from channels.web.hub import ChatHub
+from channels.web.upload import Upload, body_limit, with_upload
 
 PROVIDER = "web"
 # One message at most this long (the form's own limit too): a pasted book belongs in a file.
@@ -58,10 +60,14 @@ def access(section: WebChatConfig, account: str, role: str) -> Access:
 
 @dataclass(frozen=True, slots=True)
 class Posted:
-    """What became of a posted message: stored (and queued), or refused and why."""
+    """What became of a posted message: stored (and queued), or refused and why; `shown` is the
+    stored text as the page shows it (a file's label first), `notice` what the account is told
+    about a file that was not opened."""
 
     stored: bool
     refusal: str | None = None
+    shown: str | None = None
+    notice: str | None = None
 
 
 class WebSurface:
@@ -112,6 +118,15 @@ class WebChatChannel:
         """The latest lines sent to an account that are not stored (newest last)."""
         return list(self._notices.get(account, ()))
 
+    def media_limits(self) -> MediaConfig:
+        """The `[media]` caps in force (the defaults before the channel runs)."""
+        intake = self._intake
+        return intake.media_limits() if intake is not None else MediaConfig()
+
+    def body_limit(self) -> int:
+        """How big a chat POST may be, by the `[media]` caps in force."""
+        return body_limit(self.media_limits())
+
     async def run(self, intake: Intake) -> None:
         self._intake = intake
         self._stopped.clear()
@@ -123,8 +138,10 @@ class WebChatChannel:
         self._intake = None
         await self._idle.wait()
 
-    async def post(self, account: str, role: str, text: str, nonce: str | None) -> Posted:
-        """Store a message an account wrote and queue its turn; returns once it is committed.
+    async def post(self, account: str, role: str, text: str, nonce: str | None,
+                   upload: Upload | None = None) -> Posted:
+        """Store a message an account wrote (and the file it sent: taken in under the `[media]`
+        caps, or noted when refused) and queue its turn; returns once it is committed.
 
         Raises WebChatClosed when the channel is not taking messages, and the store's error when
         it could not be stored (the page is then told it was not received).
@@ -133,8 +150,8 @@ class WebChatChannel:
         if intake is None or self._stopped.is_set():
             raise WebChatClosed("the web chat is not taking messages now; try again in a moment")
         text = text.strip()
-        if not text:
-            return Posted(stored=False, refusal="Write something first.")
+        if not text and upload is None:
+            return Posted(stored=False, refusal="Write something or pick a file first.")
         if len(text) > MAX_CHARS:
             return Posted(stored=False, refusal=f"A message of at most {MAX_CHARS} characters, please.")
         self._in_hand += 1
@@ -149,13 +166,25 @@ class WebChatChannel:
                     "(the pairing code, if one was given, is shown below)."
                     if self._section.dm_policy == "pairing" else
                     "This account may not chat with the agent; ask an admin."))
-            await intake.submit(self._inbound(account, text, nonce))
+            inbound, told = self._inbound(account, text, nonce), None
+            if upload is not None:
+                inbound, told = await with_upload(upload, inbound, intake)
+            await intake.submit(inbound)
         finally:
             self._in_hand -= 1
             if not self._in_hand:
                 self._idle.set()
-        self.hub.publish(account, "inbound", text=text, nonce=nonce)
-        return Posted(stored=True)
+        shown = with_labels(inbound.text, inbound.media)
+        self.hub.publish(account, "inbound", text=shown, nonce=nonce)
+        if told is not None:
+            self._notify(account, told)
+        return Posted(stored=True, shown=shown, notice=told)
+
+    def _notify(self, account: str, text: str) -> None:
+        """A line that is not stored: kept for a page opened later, and sent to the open ones."""
+        kept = self._notices.setdefault(account, deque(maxlen=NOTICES_KEPT))
+        kept.append(text)
+        self.hub.publish(account, "notice", text=text)
 
     def _inbound(self, account: str, text: str, nonce: str | None) -> InboundMessage:
         name = parse_command(text)
@@ -174,9 +203,7 @@ class WebChatChannel:
         # open now; the others read it from the store when they open).
         sent = f"web-{time.time_ns()}"
         if message.delivery_key is None:  # a notice: not stored, so kept here for a page opened later
-            kept = self._notices.setdefault(account, deque(maxlen=NOTICES_KEPT))
-            kept.append(message.text)
-            self.hub.publish(account, "notice", text=message.text)
+            self._notify(account, message.text)
         else:
             self.hub.publish(account, "reply", text=message.text, key=message.delivery_key, id=sent)
         if on_chunk is not None:

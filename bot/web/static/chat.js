@@ -94,23 +94,45 @@ function nonce() {
   return btoa(String.fromCharCode(...bytes)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
 
+function sizeText(bytes) {
+  if (bytes < 1000) return `${bytes} B`;
+  if (bytes < 1000000) return `${Math.round(bytes / 1000)} KB`;
+  return `${(bytes / 1000000).toFixed(1)} MB`;
+}
+
+async function answerOf(response) {
+  // The chat answers in JSON; a body refused before it reaches the chat (too big) in plain text.
+  const type = response.headers.get("Content-Type") ?? "";
+  if (type.includes("application/json")) return response.json();
+  return { stored: false, refusal: (await response.text()).trim() || null };
+}
+
 form.addEventListener("submit", async (event) => {
   event.preventDefault();
   const data = new FormData(form);
   const text = String(data.get("text") ?? "").trim();
-  if (!text) return;
+  const file = form.elements.file.files[0];
+  if (!text && !file) return;
+  const limit = Number(form.dataset.maxBytes);
+  if (file && limit && file.size > limit) {
+    // Refused here, before sending: the text stays in the box.
+    status.textContent = `That file is ${sizeText(file.size)}, over the ${sizeText(limit)} limit; nothing was sent.`;
+    return;
+  }
+  if (!file) data.delete("file");
   const button = form.querySelector("button");
   button.disabled = true;
   try {
     const response = await fetch(form.action, {
       method: "POST", body: data, headers: { Accept: "application/json" }, credentials: "same-origin",
     });
-    const answer = await response.json();
+    const answer = await answerOf(response);
     if (answer.stored) {
-      said({ text, nonce: String(data.get("nonce")) });
+      said({ text: answer.shown ?? text, nonce: String(data.get("nonce")) });
       form.elements.text.value = "";
+      form.elements.file.value = "";
       form.elements.nonce.value = nonce(); // the next message is another one
-      status.textContent = "Sent.";
+      status.textContent = answer.notice ?? "Sent.";
     } else {
       status.textContent = answer.refusal ?? `Not sent (${response.status}).`;
     }
