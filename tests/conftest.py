@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import ipaddress
+import logging
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from bot.config import Config, parse_config
 from bot.store import Store
@@ -188,3 +191,19 @@ def discord_config(
     from tests.test_discord import config_maker
 
     return config_maker(api, dc, make_config, monkeypatch)
+
+
+@pytest.fixture
+def log_stream() -> Iterator[io.StringIO]:
+    """A stream for the real logging chain (as `switchboard run` configures it); the logging setup
+    of the test run comes back after."""
+    saved_structlog = structlog.get_config()
+    root = logging.getLogger()
+    saved_handlers, saved_level = list(root.handlers), root.level
+    yield io.StringIO()
+    structlog.configure(**saved_structlog)
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in saved_handlers:
+        root.addHandler(handler)
+    root.setLevel(saved_level)

@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import structlog
 
 from bot.cli.base import setup_logging as _logging
 from bot.config import Config
@@ -31,21 +29,6 @@ async def dc(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[DiscordStandIn]:
         standin.patch(monkeypatch)
         yield standin
 
-
-@pytest.fixture
-def log_stream() -> Iterator[io.StringIO]:
-    """Whatever the daemon logs, as `switchboard run` configures it; the test setup comes back after."""
-    saved_structlog = structlog.get_config()
-    root = logging.getLogger()
-    saved_handlers, saved_level = list(root.handlers), root.level
-    stream = io.StringIO()
-    yield stream
-    structlog.configure(**saved_structlog)
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    for handler in saved_handlers:
-        root.addHandler(handler)
-    root.setLevel(saved_level)
 
 
 async def test_a_discord_run_at_debug_logs_no_token_key_or_authorization_header(

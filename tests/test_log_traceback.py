@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
 
 import pytest
 import structlog
@@ -18,20 +17,6 @@ from bot.media.intake import Offer, take
 TOKEN = "123456789:AAHs0me-Telegram-Token-Value-0123456789ab"
 KNOWN = "a-configured-secret-value"
 
-
-@pytest.fixture
-def log_stream() -> Iterator[io.StringIO]:
-    """A stream the real logging chain writes to; the test setup comes back after."""
-    saved_structlog = structlog.get_config()
-    root = logging.getLogger()
-    saved_handlers, saved_level = list(root.handlers), root.level
-    yield io.StringIO()
-    structlog.configure(**saved_structlog)
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    for handler in saved_handlers:
-        root.addHandler(handler)
-    root.setLevel(saved_level)
 
 
 def _fail_with_token() -> None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -31,20 +30,6 @@ CONTEXT = ToolContext(
     user_id="local", request_id=1, is_admin=True, shared=False, now=0.0, timezone="UTC",
 )
 
-
-@pytest.fixture
-def log_stream() -> Iterator[io.StringIO]:
-    """Whatever is logged, as `switchboard run` configures it; the test setup comes back after."""
-    saved_structlog = structlog.get_config()
-    root = logging.getLogger()
-    saved_handlers, saved_level = list(root.handlers), root.level
-    yield io.StringIO()
-    structlog.configure(**saved_structlog)
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    for handler in saved_handlers:
-        root.addHandler(handler)
-    root.setLevel(saved_level)
 
 
 def calc(name: str = "calc", *extra: str, **options: Any) -> dict[str, Any]:
