@@ -24,6 +24,7 @@ from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.core.session_key import build
 from bot.daemon.assembly import Daemon, build_channels
 from bot.daemon.control import request, socket_path
+from bot.delivery.resume import GONE_CHECK
 from bot.models.brain import AnthropicBrain
 from bot.store import Instance
 from bot.store.postgres import PostgresStore
@@ -31,6 +32,7 @@ from bot.testing.anthropic_api import AnthropicStandIn, Text
 from bot.testing.round_robin import RoundRobin
 from bot.testing.telegram_api import TelegramStandIn, private_chat, user
 from channels.telegram.channel import TelegramChannel
+from tests.fakes import MovedClock
 from tests.harness import API_KEY, MODEL, config_data, reply_requests, router_of, running
 from tests.sql import execute
 from tests.test_telegram_webhook import SECRET, SECRET_ENV, free_port
@@ -57,15 +59,16 @@ def instance_config(api: AnthropicStandIn, tg: TelegramStandIn, make_config: Mak
 
 
 @asynccontextmanager
-async def instances(configs: list[Config]) -> AsyncIterator[list[Daemon]]:
-    """The daemons as `switchboard run` assembles them, each once Telegram has its webhook."""
+async def instances(configs: list[Config], **options: Any) -> AsyncIterator[list[Daemon]]:
+    """The daemons as `switchboard run` assembles them (`options` go to each `Daemon`), each once
+    Telegram has its webhook."""
     async with AsyncExitStack() as stack:
         daemons = []
         for config in configs:
             (channel,) = build_channels(config, console=False)
             assert isinstance(channel, TelegramChannel)
             daemon = await stack.enter_async_context(
-                running(config, [channel], AnthropicBrain(config.anthropic, API_KEY)))
+                running(config, [channel], AnthropicBrain(config.anthropic, API_KEY), **options))
             await asyncio.wait_for(channel.ready.wait(), 5)
             daemons.append(daemon)
         yield daemons
@@ -110,6 +113,15 @@ async def rounds_of_looking(url: str, state: Path, count: int) -> None:
                     if not list(rows):
                         break
                     await asyncio.sleep(0.05)
+
+
+async def a_look(clock: MovedClock) -> None:
+    """Move the lease clock of one live instance on to its next look for what dead instances left
+    (every GONE_CHECK seconds), and return once that look is over: it waits on the clock again,
+    beside its heartbeat."""
+    await clock.asleep(2)
+    clock.advance(GONE_CHECK)
+    await clock.asleep(2)
 
 
 def replies_by_chat(tg: TelegramStandIn) -> dict[int, list[int]]:
@@ -269,14 +281,16 @@ async def test_what_a_killed_instance_left_is_taken_over_at_once_not_when_its_le
     tmp_path: Path,
 ) -> None:
     """An instance that lived (its lock held, a heartbeat) dies holding Ada's lease with her message
-    unanswered: PostgreSQL ends its connection, and a live instance answers her within seconds,
-    long before the 60 s lease would have expired."""
+    unanswered: while it lives, the live instance looks and leaves her to it; once PostgreSQL ends
+    its connection, the live instance answers her at its next look, long before the 60 s lease
+    would have expired."""
     port = free_port()
     config = instance_config(api, tg, make_config, pg_url, port=port, users=[FIRST_USER],
                              webhook_url=f"http://127.0.0.1:{port}/telegram", lease_ttl=60.0)
     chat = ChatRef("telegram", str(FIRST_USER))
     key = build("main", "telegram", "direct", str(FIRST_USER))
-    async with instances([config]), \
+    clock = MovedClock()
+    async with instances([config], lease_clock=clock) as (daemon,), \
             PostgresStore.connect(pg_url, state_path=tmp_path / "dying.db", label=pg_url) as dying:
         living = dying.living("h:1:dying")
         await living.__aenter__()  # never left: the process dies with its lock held
@@ -285,14 +299,16 @@ async def test_what_a_killed_instance_left_is_taken_over_at_once_not_when_its_le
                                  provider_message_id="9001")
         assert await dying.append_inbound(request) is not None
         assert await dying.take_lease(str(key), "h:1:dying", 60.0)
-        await asyncio.sleep(1.5)
+        await a_look(clock)
+        await asyncio.wait_for(router_of(daemon).idle(), 30)
         assert tg.sent == []  # it lives: its lease holds
         # What a SIGKILL does to a process's connections: the server ends their backends.
         await execute(dying,
             "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
             "AND objsubid = 2 AND objid = hashtext('h:1:dying')::oid")
         await living.__aexit__(None, None, None)  # the process is gone: nothing takes the lock again
-        await tg.wait_for(lambda: tg.sent, timeout=5)
+        await a_look(clock)
+        await tg.wait_for(lambda: tg.sent, timeout=30)
 
     assert replies_by_chat(tg) == {FIRST_USER: [1]}
 

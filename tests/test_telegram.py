@@ -73,12 +73,13 @@ def telegram_config(
 
 
 @asynccontextmanager
-async def telegram_daemon(config: Config) -> AsyncIterator[Daemon]:
-    """The daemon as `switchboard run` assembles it, with Telegram as its only channel."""
+async def telegram_daemon(config: Config, **options: Any) -> AsyncIterator[Daemon]:
+    """The daemon as `switchboard run` assembles it (`options` go to `Daemon`), with Telegram as
+    its only channel."""
     channels = build_channels(config, console=False)
     (channel,) = channels
     assert isinstance(channel, TelegramChannel)
-    async with running(config, channels, AnthropicBrain(config.anthropic, API_KEY)) as daemon:
+    async with running(config, channels, AnthropicBrain(config.anthropic, API_KEY), **options) as daemon:
         await asyncio.wait_for(channel.ready.wait(), 5)
         yield daemon
 

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import itertools
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from channels.telegram.html import telegram_chunks
 from channels.telegram.preview import TelegramPreview, edit_into
 from channels.telegram.request import default_rate_limiter
 from channels.telegram.send import send_reply
+from tests.fakes import MovedClock
 from tests.harness import config_data, router_of
 from tests.test_telegram import ADA, BOT, telegram_daemon
 
@@ -437,23 +437,24 @@ async def test_a_reply_dropped_as_answered_elsewhere_takes_its_preview_back(
 
 
 OTHER_REPLY = "Because of the moon (from the other instance)."
+# How long a stalled instance's loop stands still: past its 1 s lease.
+STALL = 3.0
 
 
-def _takes_over(url: str, state: Path, preview_id: str | None, done: list[str],
-                answer_when: threading.Event | None = None) -> None:
-    """Another instance on the shared database, in a thread of its own: once the stalled one's lease
-    on the group has expired it takes the chat over and answers the waiting request (once
-    `answer_when` is set, if given: until then it holds the chat), its reply taking over the
-    preview message (it found it recorded for the request), then lets go."""
+def _takes_over(url: str, state: Path, now: float, preview_id: str | None, done: list[str],
+                took: threading.Event, answer_when: threading.Event | None = None) -> None:
+    """Another instance on the shared database, in a thread of its own, whose clock reads `now`
+    (the stalled one's lease on the group has expired by then): it takes the chat over and answers
+    the waiting request (once `answer_when` is set, if given: until then it holds the chat), its
+    reply taking over the preview message (it found it recorded for the request), then lets go."""
 
     async def run() -> None:
         chat = ChatRef("telegram", "-100123")
         async with PostgresStore.connect(url, state_path=state, label="other") as other:
-            deadline = time.monotonic() + 10
-            while not await other.take_lease(GROUP_KEY, "other:2:b", 15.0):
-                assert time.monotonic() < deadline, "the stalled instance's lease never expired"
-                await asyncio.sleep(0.05)
+            assert await other.take_lease(GROUP_KEY, "other:2:b", 15.0, now=now), \
+                "the stalled instance's lease has not expired"
             done.append("took the chat")
+            took.set()
             if answer_when is not None:
                 assert await asyncio.to_thread(answer_when.wait, 15)
             (waiting,) = await other.awaiting_requests(GROUP_KEY)
@@ -480,14 +481,17 @@ async def test_a_turn_that_stalled_past_its_lease_leaves_the_preview_the_chat_s_
                                      database={"url": pg_url, "lease_ttl": 1.0}))
     api.script(slowly(ANSWER, 4.0, parts=40))
     done: list[str] = []
-    async with telegram_daemon(config) as daemon:
+    clock = MovedClock()
+    async with telegram_daemon(config, lease_clock=clock) as daemon:
         tg.push_message(GROUP, ADA, f"@{BOT} why are there tides?",
                         entities=mention_entities(f"@{BOT} why are there tides?", BOT))
         (preview,) = await tg.wait_for(lambda: tg.sent, timeout=10)
-        other = threading.Thread(target=_takes_over,
-                                 args=(pg_url, tmp_path / "other.db", str(preview.message_id), done))
+        # The stall: the loop blocked (the clock moved without awaiting) past the lease's ttl, and
+        # still blocked while the other instance takes the chat over and answers.
+        clock.advance(STALL)
+        other = threading.Thread(target=_takes_over, args=(
+            pg_url, tmp_path / "other.db", clock.time(), str(preview.message_id), done, threading.Event()))
         other.start()
-        time.sleep(3.0)  # noqa: ASYNC251 -- the stall (the next edit was due 3.5 s after the preview)
         other.join(10)
         assert done == ["took the chat", "answered"]
         await tg.wait_for(lambda: api.count == 1 and not router_of(daemon).sessions(), timeout=10)
@@ -519,8 +523,9 @@ async def test_a_turn_that_stalled_past_its_lease_leaves_the_chat_to_the_instanc
                                      database={"url": pg_url, "lease_ttl": 1.0}))
     api.script(slowly(ANSWER, 4.0, parts=40))
     done: list[str] = []
-    answer_now = threading.Event()
-    async with telegram_daemon(config) as daemon:
+    answer_now, took = threading.Event(), threading.Event()
+    clock = MovedClock()
+    async with telegram_daemon(config, lease_clock=clock) as daemon:
         tg.push_message(GROUP, ADA, f"@{BOT} why are there tides?",
                         entities=mention_entities(f"@{BOT} why are there tides?", BOT))
         if streaming == "auto":
@@ -528,17 +533,18 @@ async def test_a_turn_that_stalled_past_its_lease_leaves_the_chat_to_the_instanc
             preview_id = str(preview.message_id)
         else:
             await tg.wait_for(lambda: api.count == 1, timeout=10)  # the reply is being written
-            await asyncio.sleep(0.5)
+            await clock.asleep(3)  # under the lease: its renewal waits, beside heartbeat and looking
             preview_id = None
         async with PostgresStore.connect(pg_url, state_path=tmp_path / "c.db", label="c") as store:
             (request,) = [m for m in await store.history(GROUP_KEY, 10) if m.role == "user"]
             assert await store.record_compaction(
                 GROUP_KEY, summary="tides", last_summarised_id=request.id, first_kept_message_id=request.id,
                 tokens_before=10, tokens_after=2, model="m", replaces=None) is not None
+        clock.advance(STALL)  # the stall, as above: blocked until the other holds the chat
         other = threading.Thread(target=_takes_over, args=(
-            pg_url, tmp_path / "other.db", preview_id, done, answer_now))
+            pg_url, tmp_path / "other.db", clock.time(), preview_id, done, took, answer_now))
         other.start()
-        time.sleep(3.0)  # noqa: ASYNC251 -- the stall (the next edit was due 3.5 s after the preview)
+        assert took.wait(10)
         assert done == ["took the chat"]
         await tg.wait_for(lambda: api.count == 1 and not router_of(daemon).sessions(), timeout=10)
         await router_of(daemon).idle()

@@ -28,7 +28,7 @@ from bot.intake.channel import Announcing, CatchUpPoint, Channel
 from bot.intake.inbox import Inbox
 from bot.intake.pairing import PairingGate, welcome_approved
 from bot.intake.router import Router, TurnHandler
-from bot.intake.session_lease import SessionLeases
+from bot.intake.session_lease import LeaseClock, SessionLeases
 from bot.models import sdks as model_sdks
 from bot.models.brain import Brain
 from bot.models.providers import brains_by_model, model_sdks_of, transcriber_of
@@ -67,6 +67,7 @@ class Daemon(DaemonHealth):
         notifier: Notifier | None = None,
         ready_timeout: float = READY_TIMEOUT,
         clock: Callable[[], float] = time.time,
+        lease_clock: LeaseClock | None = None,
     ) -> None:
         self.config = config
         self.channels = list(channels)
@@ -86,6 +87,7 @@ class Daemon(DaemonHealth):
         self.reminders: ReminderSchedule | None = None
         self.reminder_tools: ReminderTools | None = None
         self._clock = clock
+        self._lease_clock = lease_clock  # the session leases' time (tests move it); None: the real one
         self._store: Store | None = None
         self._inbox: Inbox | None = None
         self._outbox: Outbox | None = None
@@ -136,7 +138,8 @@ class Daemon(DaemonHealth):
             brain = self._brain = agents.brain(config)
             agents.configure(config)
             # Several daemons on one store: each session's work runs under its lease.
-            leases = SessionLeases(store, ttl=config.database.lease_ttl) if store.shared else None
+            leases = SessionLeases(store, ttl=config.database.lease_ttl,
+                                   clock=self._lease_clock) if store.shared else None
             if leases is not None:
                 store.instance = leases.owner  # runs it claims are known as this instance's
                 await stack.enter_async_context(store.living(leases.owner))
@@ -173,7 +176,8 @@ class Daemon(DaemonHealth):
             if leases is not None:
                 self._spawn(leases.beat(), name="heartbeat")
                 self._spawn(repeat(LIVE_WINDOW, self._take_over_runs, "taking over runs"))
-                self._spawn(adopt_waiting(store, router, self._current_inbox, self._by_provider, leases.ttl))
+                self._spawn(adopt_waiting(store, router, self._current_inbox, self._by_provider, leases.ttl,
+                                          leases.clock))
             announce = asyncio.create_task(self._announce_ready(), name="ready")
             self._spawn(self._preload(sdks), name="model SDKs")
             self.started.set()

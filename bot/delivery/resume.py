@@ -25,6 +25,7 @@ from bot.delivery.outbox import Outbox
 from bot.intake.channel import Channel
 from bot.intake.inbox import Inbox
 from bot.intake.router import Router, RouterClosedError, Work
+from bot.intake.session_lease import LeaseClock
 from bot.store import PendingCommand, PendingDelivery, PendingRequest
 from bot.store.leases import LIVE_WINDOW
 from bot.store.seams import ResumeStore
@@ -132,11 +133,12 @@ async def redeliver(
     return queued, dropped
 
 
-async def repeat(every: float, step: Callable[[], Awaitable[None]], what: str) -> None:
-    """Run `step` every `every` seconds until the router closes; a step that fails (a store
-    hiccup) is logged as `what` failing, and the next one tries again."""
+async def repeat(every: float, step: Callable[[], Awaitable[None]], what: str, *,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+    """Run `step` every `every` seconds (waited with `sleep`) until the router closes; a step that
+    fails (a store hiccup) is logged as `what` failing, and the next one tries again."""
     while True:
-        await asyncio.sleep(every)
+        await sleep(every)
         try:
             await step()
         except RouterClosedError:
@@ -161,7 +163,7 @@ async def sweep(
 
 async def adopt_waiting(
     store: ResumeStore, router: Router, inbox: Callable[[], Inbox], channels: Mapping[str, Channel],
-    every: float,
+    every: float, clock: LeaseClock | None = None,
 ) -> None:
     """Several daemons on one store: every `every` seconds (the lease TTL), queue the requests still
     waiting for a reply and the commands not yet run, older than that, that nothing here has
@@ -173,32 +175,34 @@ async def adopt_waiting(
     without either, for sessions no live instance holds the lease of now. One another live
     instance has queued but not reached is harmless to queue too: under the session's lease it is
     answered (or run) once, by whichever comes first. Late ones are marked `late`, as at start.
+    Time is read and waited on `clock`, the session leases' (tests move it).
     """
-
+    clock = clock or LeaseClock()
     known_gone: set[str] = set()
-    last_round = time.monotonic()
+    last_round = clock.monotonic()
 
     async def step() -> None:
         nonlocal last_round
-        gone = set(await store.gone_instances(time.time() - LIVE_WINDOW)) - known_gone
+        gone = set(await store.gone_instances(clock.time() - LIVE_WINDOW)) - known_gone
         known_gone.update(gone)
-        due = time.monotonic() - last_round >= every
+        due = clock.monotonic() - last_round >= every
         if not gone and not due:
             return
         if due:
-            last_round = time.monotonic()
-            await store.forget_leases(expired_before=time.time() - every)
+            last_round = clock.monotonic()
+            await store.forget_leases(expired_before=clock.time() - every)
         # An instance died just now (the store can tell): what it left is taken over at once.
-        queued = await _adopt(store, router, inbox(), channels, older_than=0.0 if gone else every)
+        queued = await _adopt(store, router, inbox(), channels, older_than=0.0 if gone else every,
+                              now=clock.time())
         if queued:
             log.info("waiting requests taken over", queued=queued, instances_gone=sorted(gone))
 
-    await repeat(min(every, GONE_CHECK), step, "checking waiting requests")
+    await repeat(min(every, GONE_CHECK), step, "checking waiting requests", sleep=clock.sleep)
 
 
 async def _adopt(store: ResumeStore, router: Router, inbox: Inbox, channels: Mapping[str, Channel], *,
-                 older_than: float) -> int:
-    queued, mine, now = 0, router.queued_requests(), time.time()
+                 older_than: float, now: float) -> int:
+    queued, mine = 0, router.queued_requests()
     # A session some instance holds the lease of is being worked through: it answers them in turn.
     # A command another instance queued may be queued here too: it runs once (`Inbox.queue_command`).
     left: list[PendingRequest | PendingCommand] = [
