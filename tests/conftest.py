@@ -14,6 +14,7 @@ import pytest
 import structlog
 
 from bot.config import Config, parse_config
+from bot.ranking.encode_threads import single_threaded_blas
 from bot.store import Store
 from bot.testing.anthropic_api import AnthropicStandIn
 from bot.testing.discord_api import DiscordStandIn
@@ -21,6 +22,12 @@ from bot.testing.fake_channel import FakeChannel
 from bot.testing.postgres import PostgresServer
 from bot.testing.telegram_api import TelegramStandIn
 from tests.harness import echo
+
+# One BLAS thread, as the daemon runs its encoders: set here, before any test module imports numpy
+# (tests/test_db_copy.py does at collection), since the first import fixes OpenBLAS's thread count.
+# With a thread a core, the threads spin waiting for cores the other worker keeps busy: beside two
+# busy loops, search by meaning (tests/test_tool_privacy.py) took 104 s instead of 13 s.
+single_threaded_blas()
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
