@@ -1,17 +1,21 @@
 """The overview, live: the page, and a server-sent event stream of its changing parts.
 
 The overview's parts (agents, channels, queue, jobs, errors, the quarantined updates) are one
-template fragment; `/events` renders it every LIVE_EVERY seconds and sends it only when it changed,
-and `static/overview.js` swaps it in. A stream ends after STREAM_LIFETIME: the browser reconnects
+template fragment; one `LiveFeed` per server renders it every LIVE_EVERY seconds while any `/events`
+stream is open and hands each change to every stream (so a hundred open pages cost one look, not a
+hundred), and `static/overview.js` swaps it in. A stream ends after STREAM_LIFETIME: the browser reconnects
 through the door, so a logged-out or expired session stops getting updates.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import structlog
 from aiohttp import web
 
 from bot.web.guard import SESSION_KEY
@@ -25,6 +29,8 @@ RETRY_MS = 3000  # how soon the browser reconnects
 QUARANTINE_SHOWN = 10  # the newest quarantined updates listed
 RAW_SHOWN = 300  # characters of a quarantined update's raw form shown
 
+log = structlog.get_logger(__name__)
+
 
 class QuarantineStore(Protocol):
     async def quarantined(self, provider: str | None = None) -> list[tuple[str, str | None, str, str]]: ...
@@ -36,6 +42,56 @@ def event(name: str, data: str) -> bytes:
     return f"event: {name}\n{lines}\n".encode()
 
 
+class LiveFeed:
+    """The overview's live parts, looked at once every LIVE_EVERY seconds for all open streams, and
+    only while one is open; each change gets a new version that every stream waits for."""
+
+    def __init__(self, render: Callable[[], Awaitable[str]]) -> None:
+        self._render = render
+        self._html = ""
+        self._version = 0
+        self._changed = asyncio.Event()
+        self._streams = 0
+        self._poller: asyncio.Task[None] | None = None
+
+    @asynccontextmanager
+    async def watching(self) -> AsyncIterator[None]:
+        """A stream is open: the feed runs until the last one closes."""
+        self._streams += 1
+        if self._poller is None:
+            self._poller = asyncio.create_task(self._poll())
+        try:
+            yield
+        finally:
+            self._streams -= 1
+            if not self._streams and self._poller is not None:
+                self._poller.cancel()
+                self._poller, self._version = None, 0  # a later stream starts from a fresh look
+
+    async def after(self, seen: int, timeout: float) -> tuple[int, str | None]:
+        """The newest parts once they are newer than version `seen`: (version, HTML); or (seen,
+        None) when nothing changed within `timeout` seconds."""
+        if self._version <= seen:
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout)
+            except TimeoutError:
+                return seen, None
+        return self._version, self._html
+
+    async def _poll(self) -> None:
+        while True:
+            try:
+                html = await self._render()
+            except Exception:  # a failed look is logged and the next one tried; streams stay open
+                log.warning("overview look failed", exc_info=True)
+            else:
+                if html != self._html or not self._version:
+                    self._html, self._version = html, self._version + 1
+                    self._changed.set()
+                    self._changed = asyncio.Event()
+            await asyncio.sleep(LIVE_EVERY)
+
+
 @dataclass(frozen=True, slots=True)
 class Overview:
     """GET / (the page) and GET /events (its live parts), behind the door."""
@@ -44,6 +100,10 @@ class Overview:
     store: QuarantineStore
     daemon: RunningDaemon
     renderer: Renderer
+    feed: LiveFeed = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "feed", LiveFeed(self.fragment))
 
     def routes(self, app: web.Application) -> None:
         app.router.add_get(f"{self.base}/", self.page)
@@ -72,18 +132,16 @@ class Overview:
         })
         await response.prepare(request)
         loop = asyncio.get_running_loop()
-        ends, quiet_since, last = loop.time() + STREAM_LIFETIME, loop.time(), None
+        ends, seen = loop.time() + STREAM_LIFETIME, 0
         try:
             await response.write(f"retry: {RETRY_MS}\n\n".encode())
-            while loop.time() < ends:
-                html = await self.fragment()
-                if html != last:
-                    await response.write(event("overview", html))
-                    last, quiet_since = html, loop.time()
-                elif loop.time() - quiet_since >= KEEP_ALIVE:
-                    await response.write(b": still here\n\n")
-                    quiet_since = loop.time()
-                await asyncio.sleep(LIVE_EVERY)
+            async with self.feed.watching():
+                while (left := ends - loop.time()) > 0:
+                    seen, html = await self.feed.after(seen, min(KEEP_ALIVE, left))
+                    if html is not None:
+                        await response.write(event("overview", html))
+                    elif loop.time() < ends:
+                        await response.write(b": still here\n\n")
         except ConnectionError:
             pass  # the page was closed
         return response
