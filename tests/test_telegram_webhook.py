@@ -27,7 +27,6 @@ from bot.testing.telegram_api import TelegramStandIn, WebhookAttempt, private_ch
 from channels.telegram.channel import TelegramChannel
 from channels.telegram.webhook import WebhookServer
 from tests.harness import API_KEY, config_data, router_of, running, wait_until
-from tests.test_log_secrets import log_stream  # noqa: F401 - the fixture
 from tests.test_operations import toml
 from tests.test_telegram import texts_to
 
@@ -265,7 +264,7 @@ async def test_switching_from_webhook_to_polling_deletes_the_webhook_and_polls(
 
 async def test_the_webhook_secret_never_reaches_the_logs(
     tg: TelegramStandIn, api: AnthropicStandIn, webhook_config: Callable[..., Config],
-    monkeypatch: pytest.MonkeyPatch, log_stream: io.StringIO,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch, log_stream: io.StringIO,
 ) -> None:
     """Setting the webhook, a message, a forged request and a stop, with every library at DEBUG
     (python-telegram-bot logs each call's parameters), leave no trace of the secret."""
