@@ -30,6 +30,7 @@ from bot.testing.anthropic_responses import (
     TruncatedStream,
     chunks,
 )
+from bot.testing.inflight import InFlight
 from bot.testing.prompt_cache import PromptCache
 
 __all__ = [
@@ -67,7 +68,7 @@ class AnthropicStandIn:
         self.default: Callable[[RecordedRequest], Response] = lambda rec: Text("ok")
         self._queues: defaultdict[str | None, deque[Response]] = defaultdict(deque)
         self._ids = itertools.count(1)
-        self._inflight: set[asyncio.Task[Any]] = set()
+        self._inflight = InFlight()
         self._runner: web.AppRunner | None = None
         self._port = 0
 
@@ -90,11 +91,7 @@ class AnthropicStandIn:
 
     async def close(self) -> None:
         """Cancel in-flight handlers and stop the server; safe to call twice."""
-        inflight = list(self._inflight)
-        for task in inflight:
-            task.cancel()
-        if inflight:
-            await asyncio.wait(inflight)
+        await self._inflight.cancel()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -122,14 +119,8 @@ class AnthropicStandIn:
         return self.default(rec)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        task = asyncio.current_task()
-        if task is not None:
-            self._inflight.add(task)
-        try:
+        with self._inflight.serving():
             return await self._serve(request)
-        finally:
-            if task is not None:
-                self._inflight.discard(task)
 
     async def _serve(self, request: web.Request) -> web.StreamResponse:
         headers = {k.lower(): v for k, v in request.headers.items()}

@@ -100,11 +100,7 @@ class TelegramStandIn(TelegramBotApi):
         """Cancel in-flight requests (long polls) and stop the server; safe to call twice."""
         for bot in self._bots.values():
             await bot.webhook_sender.close()
-        inflight = list(self._inflight)
-        for task in inflight:
-            task.cancel()
-        if inflight:
-            await asyncio.wait(inflight)
+        await self._inflight.cancel()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -239,15 +235,9 @@ class TelegramStandIn(TelegramBotApi):
     # -- HTTP
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        task = asyncio.current_task()
-        if task is not None:
-            self._inflight.add(task)
-        try:
+        with self._inflight.serving():
             # Each bot keeps its own state; an unknown token is answered by this one (401).
             return await self._bots.get(request.match_info["token"], self)._serve(request)
-        finally:
-            if task is not None:
-                self._inflight.discard(task)
 
     async def _serve(self, request: web.Request) -> web.StreamResponse:
         method = request.match_info["method"]

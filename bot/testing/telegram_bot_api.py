@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.testing.inflight import InFlight
 from bot.testing.telegram_html import (
     EntityParseError,
     parse_html,
@@ -63,7 +64,7 @@ class TelegramBotApi:
         self._messages: dict[tuple[int, int], JSON] = {}
         self._chats: dict[int, JSON] = {}
         self._pushed = asyncio.Event()
-        self._inflight: set[asyncio.Task[Any]] = set()
+        self._inflight = InFlight()
         self._runner: web.AppRunner | None = None
         self._port = 0
         # Files the bot may download: file_id -> (file_unique_id, file_path, bytes).
