@@ -69,6 +69,9 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python -m bench.mcp_soak
 	$(BIN)/python -m bench.provider_overhead
 	$(BIN)/python -m bench.cli_start
+	$(BIN)/python -m bench.message_cost
+	$(BIN)/python -m bench.prompt_cache
+	$(BIN)/python -m bench.web
 
 # The man page, rendered from the command's argparse parser; not kept in git. Read: man ./switchboard.1
 man: $(VENV)/.installed
