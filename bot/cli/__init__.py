@@ -107,6 +107,8 @@ EXAMPLES = {
                      "switchboard web user add bob --chat-only   # the web chat only",
                      "printf '%s\\n' \"$PASSWORD\" | switchboard web user add ada"],
     "web user list": ["switchboard web user list"],
+    "web user passwd": ["switchboard web user passwd ada   # asks for the new password twice",
+                        "printf '%s\\n' \"$PASSWORD\" | switchboard web user passwd ada"],
     "web user remove": ["switchboard web user remove ada"],
 }
 
@@ -244,14 +246,17 @@ def _parser() -> argparse.ArgumentParser:
                        help="the last N days, today included (default: this month)")
     web = add("web", "web:web_usage", "the browser console ([web]): its admin accounts")
     web_sub = web.add_subparsers(dest="web_command", metavar="user")
-    user = add("web user", "web:web_usage", "admin accounts: add, list, remove", web_sub)
-    user_sub = user.add_subparsers(dest="user_command", metavar="add|list|remove")
+    user = add("web user", "web:web_usage", "admin accounts: add, list, passwd, remove", web_sub)
+    user_sub = user.add_subparsers(dest="user_command", metavar="add|list|passwd|remove")
     user_add = add("web user add", "web:add_user", "add an account; the password is asked twice (or "
                    "read from standard input) and stored hashed (Argon2id)", user_sub)
     user_add.add_argument("name", metavar="NAME")
     user_add.add_argument("--chat-only", action="store_true",
                           help="an account for the web chat alone ([channels.web]), not the console")
     add("web user list", "web:list_users", "every account, with its last login", user_sub)
+    add("web user passwd", "web:change_password", "set an account's password (asked twice, or read "
+        "from standard input; hashed as by add) and end its sessions", user_sub).add_argument(
+        "name", metavar="NAME")
     add("web user remove", "web:remove_user", "remove an account and end its sessions",
         user_sub).add_argument("name", metavar="NAME")
     return parser

@@ -71,6 +71,17 @@ class WebAccounts(Database):
             await self._conn.execute(
                 "UPDATE web_accounts SET password_hash = ? WHERE name = ?", (password_hash, name))
 
+    async def change_web_password(self, name: str, password_hash: str) -> bool:
+        """A new password (`switchboard web user passwd`): the hash replaced and every session of the
+        account ended, on every instance; False (nothing written) when there is no such account."""
+        async with self._transaction():
+            cursor = await self._conn.execute(
+                "UPDATE web_accounts SET password_hash = ? WHERE name = ?", (password_hash, name))
+            if cursor.rowcount != 1:
+                return False
+            await self._conn.execute("DELETE FROM web_sessions WHERE account = ?", (name,))
+        return True
+
     async def remove_web_account(self, name: str) -> bool:
         """Delete the account and end its sessions; False when there was none."""
         async with self._transaction():
