@@ -17,12 +17,16 @@ import pytest
 
 from bot.cli.guided_setup import PLATFORMS, Answers, compose, env_file_for
 from bot.config import check_startable, load_config, parse_config
+from bot.store.opening import open_store
+from bot.store.web_accounts import WebAccount
 from bot.testing.anthropic_api import AnthropicStandIn
 from bot.testing.telegram_api import TelegramStandIn
+from bot.web.auth import password_matches
 
 ROOT = Path(__file__).resolve().parents[1]
 PASTED = "7654321:AAFtoken-pasted-into-the-terminal_x9"
 FROM_ENV = "sk-ant-from-the-environment-0042"
+WEB_PASSWORD = "typed-at-the-guided-setup"
 TIMEOUT = 30
 
 
@@ -46,9 +50,10 @@ def _answer(child: pexpect.spawn, question: str, answer: str) -> None:
     child.send(answer + "\r")
 
 
-def _guided_run(tmp_path: Path) -> tuple[int | None, str]:
+def _guided_run(tmp_path: Path, *, web: bool = False) -> tuple[int | None, str]:
     """`switchboard init` in a pseudo-terminal: Telegram with a pasted token, the Anthropic key from
-    the environment, the default model, an allowlist, no doctor; (exit status, what it showed)."""
+    the environment, the default model, an allowlist, the browser console (`web`: on port 8799, an
+    account "ada" whose password is first mistyped once), no doctor; (exit status, what it showed)."""
     child = pexpect.spawn(sys.executable, ["-m", "bot", "init"], cwd=str(tmp_path), encoding="utf-8",
                           env=_environment(ANTHROPIC_API_KEY=FROM_ENV), dimensions=(50, 200),
                           timeout=TIMEOUT)
@@ -64,6 +69,17 @@ def _guided_run(tmp_path: Path) -> tuple[int | None, str]:
         child.expect_exact("Who may write to the Telegram bot in private chats?")
         _answer(child, "allowlist, pairing or open?", "")
         _answer(child, "Telegram user ids allowed", "123456789, 987654321")
+        _answer(child, "Turn on the browser console?", "y" if web else "")
+        if web:
+            _answer(child, "Listen on HOST:PORT", "127.0.0.1:8799")
+            _answer(child, "Make its first admin account now?", "")
+            _answer(child, "Account name", "ada")
+            _answer(child, "Password (hidden)", WEB_PASSWORD)
+            _answer(child, "The password again (hidden)", WEB_PASSWORD + "x")
+            child.expect_exact("The two passwords differ")
+            _answer(child, "Password (hidden)", WEB_PASSWORD)
+            _answer(child, "The password again (hidden)", WEB_PASSWORD)
+            child.expect_exact("account ada added")
         _answer(child, "Run `switchboard doctor` now", "n")
         child.expect(pexpect.EOF)
     finally:
@@ -136,6 +152,27 @@ def test_guided_init_writes_config_and_env_file(tmp_path: Path, monkeypatch: pyt
     assert config.channels.telegram.allow_from == ["123456789", "987654321"]
 
 
+def test_guided_init_turns_the_console_on_with_its_first_account(tmp_path: Path) -> None:
+    """Asked, the guided setup turns `[web]` on at the listen address given and makes the first
+    admin account as `web user add` does: in the database the config names, the password (typed
+    twice, hidden) stored only as its Argon2id hash, never shown."""
+    status, shown = _guided_run(tmp_path, web=True)
+    assert status == 0, shown
+    assert WEB_PASSWORD not in shown
+    config = load_config(tmp_path / "config.toml")
+    assert config.web.enabled and config.web.listen == "127.0.0.1:8799"
+    assert WEB_PASSWORD not in (tmp_path / "config.toml").read_text(encoding="utf-8")
+
+    async def accounts() -> tuple[list[WebAccount], str | None]:
+        async with open_store(config) as store:
+            return await store.web_accounts(), await store.web_password_hash("ada")
+
+    listed, stored = asyncio.run(accounts())
+    assert [(account.name, account.role) for account in listed] == [("ada", "admin")]
+    assert stored is not None and stored.startswith("$argon2id$") and password_matches(stored, WEB_PASSWORD)
+    assert "http://127.0.0.1:8799/" in shown
+
+
 def test_init_without_a_terminal_copies_the_example(tmp_path: Path) -> None:
     """Without a terminal `init` asks nothing: config.toml is the documented example, no env file."""
     result = _switchboard(tmp_path, "init")
@@ -143,6 +180,7 @@ def test_init_without_a_terminal_copies_the_example(tmp_path: Path) -> None:
     assert (tmp_path / "config.toml").read_text(encoding="utf-8") == (
         ROOT / "config.toml.example").read_text(encoding="utf-8")
     assert not (tmp_path / "switchboard.env").exists()
+    assert load_config(tmp_path / "config.toml").web.enabled is False  # the console stays off
 
 
 def test_a_service_config_leaves_the_secrets_to_the_units_env_file() -> None:

@@ -1,6 +1,7 @@
 """`switchboard init` on a terminal: a few questions (channels, keys and tokens, model, who may
-write), then config.toml written from the documented example with those answers, the pasted
-secrets in a 0600 env file beside it, and `switchboard doctor` to try them.
+write, the browser console and its first account), then config.toml written from the documented
+example with those answers, the pasted secrets in a 0600 env file beside it, the account in the
+database, and `switchboard doctor` to try them.
 
 Secrets never go in config.toml: it names their variables, and the env file holds what was pasted
 (`[secrets] env_file`, read by the daemon; variables already set in the environment win). For a
@@ -28,6 +29,7 @@ from bot.cli.base import DEFAULT_CONFIG
 from bot.cli.config_text import set_value, toml_value
 from bot.config import Config, load_config, parse_config
 from bot.config.env_file import write_env_file
+from bot.config.fields import split_listen
 from bot.config.root import DEFAULT_PRICES
 from bot.core.errors import BotError
 
@@ -72,6 +74,8 @@ class Answers:
     from_environment: list[str] = field(default_factory=list)
     unset: list[str] = field(default_factory=list)
     shadowed: list[str] = field(default_factory=list)  # pasted, but the environment's value wins
+    web_listen: str | None = None  # the browser console's `[web] listen`; None: the console stays off
+    admin: tuple[str, str] | None = None  # its first account: (name, password hash), never the password
 
 
 def guided_setup(target: Path, example: str) -> int:
@@ -80,7 +84,7 @@ def guided_setup(target: Path, example: str) -> int:
     print(f"Setting up {target}: a few questions, then the file (other keys: defaults).")
     print("Nothing is written before the last answer; Ctrl-C stops.")
     try:
-        answers = _ask(defaults)
+        answers = _ask(defaults, service=env_file_for(target)[1] is None)
     except (KeyboardInterrupt, EOFError):
         print("Stopped; nothing written.", file=sys.stderr)
         return 130
@@ -97,6 +101,8 @@ def guided_setup(target: Path, example: str) -> int:
         raise BotError(f"cannot write {exc.filename or target}: {exc.strerror or exc}") from exc
     config = load_config(target)  # as the daemon will: the env file read, its mode checked
     _summary(target, config, answers, env_path if needs_file else None, env_key)
+    if answers.admin is not None:
+        _first_account(config, *answers.admin)
     if _yes("Run `switchboard doctor` now (it tries the key and each token)?", default=True):
         _doctor(target)
     start = "`make run` (or `switchboard run`)" if str(target) == DEFAULT_CONFIG else (
@@ -125,12 +131,15 @@ def compose(example: str, answers: Answers, env_key: str | None, *, service: boo
         text = set_value(text, table, "enabled", toml_value(True))
         text = set_value(text, table, "dm_policy", toml_value(policy))
         text = set_value(text, table, "allow_from", toml_value(ids))
+    if answers.web_listen is not None:
+        text = set_value(text, "web", "enabled", toml_value(True))
+        text = set_value(text, "web", "listen", toml_value(answers.web_listen))
     if env_key is not None:
         text = set_value(text, "secrets", "env_file", toml_value(env_key))
     return text
 
 
-def _ask(defaults: Config) -> Answers:
+def _ask(defaults: Config, *, service: bool = False) -> Answers:
     answers = Answers()
     print("The console is always on: `switchboard chat`, or `make run` on a terminal.")
     answers.platforms = [platform for platform in PLATFORMS
@@ -157,7 +166,46 @@ def _ask(defaults: Config) -> Answers:
         if policy == "allowlist" and not ids:
             print(f"  Nobody may write to the {platform.title} bot yet: add ids to allow_from later.")
         answers.access[platform.name] = (policy, ids)
+    _ask_web(answers, defaults, service=service)
     return answers
+
+
+def _ask_web(answers: Answers, defaults: Config, *, service: bool) -> None:
+    """The browser console: on or not, where it listens, and its first admin account (for the
+    systemd unit's config the account is made later, as the daemon's user, in its database)."""
+    from bot.cli.web import password_problem
+    from bot.web.auth import account_name_problem, hash_password
+
+    print("The browser console shows the agents, sessions and each turn explained, and approves pairing")
+    print("  requests, in a web browser (docs/web.md).")
+    if not _yes("Turn on the browser console?", default=False):
+        return
+    answers.web_listen = _question("  Listen on HOST:PORT (keep it on loopback; put an HTTPS proxy in front)",
+                                   default=defaults.web.listen, check=_listen)
+    if service:
+        print("  Make its first account as the daemon's user once installed: "
+              "`sudo -u switchboard switchboard web user add NAME --config /etc/switchboard/config.toml`.")
+        return
+    if not _yes("  Make its first admin account now?", default=True):
+        print("  Later: `switchboard web user add NAME`.")
+        return
+    name = _question("  Account name", check=account_name_problem)
+    while True:
+        password = _question("  Password (hidden)", check=password_problem, hidden=True)
+        if _question("  The password again (hidden)", hidden=True) == password:
+            break
+        print("  The two passwords differ; once more.")
+    answers.admin = (name, hash_password(password))
+
+
+def _first_account(config: Config, name: str, password_hash: str) -> None:
+    """The console's first admin account, as `switchboard web user add` makes it."""
+    from bot.cli.web import add_account
+
+    try:
+        print(add_account(config, name, password_hash))
+    except BotError as exc:
+        print(f"The account was not made ({exc}): `switchboard web user add {name}` makes it.")
 
 
 def _secret(answers: Answers, name: str, what: str, where: str, shape: re.Pattern[str] | None) -> None:
@@ -223,6 +271,14 @@ def _one_word(text: str) -> str | None:
     return None if text and not any(ch.isspace() for ch in text) else "a model id, such as claude-sonnet-5-5"
 
 
+def _listen(text: str) -> str | None:
+    try:
+        split_listen(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _policy(text: str) -> str | None:
     return None if text in POLICIES else "one of: " + ", ".join(POLICIES)
 
@@ -244,6 +300,8 @@ def _summary(target: Path, config: Config, answers: Answers, env_path: Path | No
         policy, ids = answers.access[platform.name]
         listed = f", {len(ids)} id{'s' if len(ids) != 1 else ''}" if ids else ""
         print(f"  {platform.title} private chats: {policy}{listed}; groups: none yet (docs/channels.md).")
+    if config.web.enabled:
+        print(f"  Browser console: http://{config.web.listen}/ once the daemon runs (docs/web.md).")
     if env_path is not None:
         print(f"Wrote {env_path} (mode 0600): {', '.join(answers.pasted) or 'no secret yet'}.")
         print("  The systemd unit reads it (EnvironmentFile=)." if env_key is None
