@@ -12,7 +12,7 @@ import stat
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import pytest
 import structlog
 
 from bot.config import load_config
-from bot.core.errors import StoreError
+from bot.core.errors import NotStartedError, StoreError
 from bot.core.messages import ChatRef, InboundMessage
 from bot.core.session_key import build
 from bot.daemon.assembly import Daemon, build_channels
@@ -555,3 +555,22 @@ async def test_a_damaged_database_stops_the_daemon_with_a_clear_error(
     message = str(caught.value)
     assert str(config.database_path()) in message and "damaged" in message and "backup" in message
 
+
+
+async def test_a_channel_calling_the_daemon_before_it_started_is_told_so(config_file: Any) -> None:
+    """The intake host's calls before `run` has opened the store raise NotStartedError naming the
+    daemon (not an AttributeError on None, nor an assert that `python -O` drops)."""
+    config = load_config(config_file())
+    daemon = Daemon(config, [FakeChannel()], notifier=Notifier(None))
+    inbound = InboundMessage(session_key=build("main", "telegram", "direct", 7),
+                             chat=ChatRef("telegram", "7"), sender_id="7", sender_name="Ada", text="hi",
+                             provider_message_id="1")
+    calls: list[Callable[[], Awaitable[object]]] = [
+        lambda: daemon.submit(inbound), lambda: daemon.keep_file(b"x"),
+        lambda: daemon.catch_up_points("telegram", 0.0),
+        lambda: daemon.quarantine("telegram", None, "{}", "bad"),
+        lambda: daemon.pair("telegram", "7", "7", None),
+    ]
+    for call in calls:
+        with pytest.raises(NotStartedError, match="the daemon has not started"):
+            await call()

@@ -33,6 +33,7 @@ from tests.harness import (
     say,
     switchboard_cli,
 )
+from tests.sql import execute
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 TARGET = "agent:main:telegram:direct:42"
@@ -258,6 +259,28 @@ async def test_a_crash_between_generating_and_delivering_delivers_once_after_res
     assert api.count == 1
     assert [m.text for m in channel.sent] == ["briefing text"]
     assert [(r.status, r.delivered_ids) for r in runs] == [("delivered", ("out-1001",))]
+
+
+async def test_a_generated_run_whose_stored_text_is_missing_is_recorded_failed_not_retried_forever(
+    api: AnthropicStandIn, make_config: MakeConfig, store: Store
+) -> None:
+    """A run left `generated` whose row lost its text (a database edited or restored) is recorded
+    failed, saying so, on the next look: nothing is sent, the model is not asked again."""
+    config = make(api, make_config)
+    clock = Clock(NINE + 5)
+    scheduler, brain = scheduler_for(config, store, CrashingChannel("telegram"), clock)
+    with pytest.raises(Crash):
+        await scheduler.run_job(scheduler.jobs["daily"], NINE)
+    (run,) = await store.schedule_runs("daily", 10)
+    await execute(store, "UPDATE schedule_runs SET reply_message_id = NULL WHERE id = ?", (run.id,))
+
+    channel = FakeChannel("telegram")
+    scheduler, brain = scheduler_for(config, store, channel, clock)
+    again = await scheduler.run_job(scheduler.jobs["daily"], NINE)
+    await brain.aclose()
+
+    assert again.status == "failed" and again.error is not None and "stored text is missing" in again.error
+    assert channel.sent == [] and api.count == 1
 
 
 async def test_down_across_two_times_runs_the_newest_once_within_grace(

@@ -17,6 +17,8 @@ from bot.config.root import channel_key
 from bot.core.errors import describe
 
 if TYPE_CHECKING:
+    from telegram import WebhookInfo
+
     from bot.config import DiscordConfig, TelegramConfig
 
 # A webhook delivery that failed longer ago than this is history, not a problem now.
@@ -53,20 +55,19 @@ async def check_telegram(name: str, section: TelegramConfig, *, daemon_running: 
                       "get the bot's current token from @BotFather (/mybots → API Token) and export "
                       f"it in {env}")
     except NetworkError as exc:  # BadRequest and TimedOut are network errors too
-        return failed(name, f"no good answer from {section.base_url} ({type(exc).__name__}: {exc.message})",
+        return failed(name, f"no good answer from {section.base_url} ({describe(exc)})",
                       f"check the network, a proxy, or {channel_key(name)}.base_url")
     except TelegramError as exc:
-        return failed(name, f"Telegram answered {type(exc).__name__}: {exc.message}",
+        return failed(name, f"Telegram answered {describe(exc)}",
                       "try again later; if it persists, see the log")
     finally:
         await bot.shutdown()
 
 
-def _webhook(name: str, section: TelegramConfig, detail: str, info: object, daemon_running: bool) -> Finding:
+def _webhook(
+    name: str, section: TelegramConfig, detail: str, info: WebhookInfo, daemon_running: bool
+) -> Finding:
     """What Telegram's getWebhookInfo says about the webhook this channel serves."""
-    from telegram import WebhookInfo
-
-    assert isinstance(info, WebhookInfo)
     want = section.webhook_url
     key = channel_key(name)
     if not info.url:

@@ -31,7 +31,6 @@ def list_jobs(args: argparse.Namespace) -> int:
             exists = config.database.url is not None or path.exists()
             store = await stack.enter_async_context(open_store(config)) if exists else None
             now = datetime.now(UTC)
-            reminders = await store.pending_reminders() if store else []
             if not config.schedules:
                 print(f"no [[schedules]] in {config.source}")
             for job in config.schedules:
@@ -47,10 +46,10 @@ def list_jobs(args: argparse.Namespace) -> int:
                     at = job_trigger(job, config).get_next_fire_time(None, now)
                     upcoming = f"next {at.strftime('%Y-%m-%d %H:%M %Z')}" if at else "no next run"
                 print(f"{job.id}  {when} {zone}  to {job.deliver_to}  {upcoming}  {_last(runs)}")
-            for reminder in reminders:
-                assert store is not None
-                runs = await store.schedule_runs(reminder.job_id, 1)
-                print(_reminder_line(reminder, runs, now.timestamp()))
+            if store is not None:
+                for reminder in await store.pending_reminders():
+                    runs = await store.schedule_runs(reminder.job_id, 1)
+                    print(_reminder_line(reminder, runs, now.timestamp()))
 
     asyncio.run(show())
     return 0
@@ -120,7 +119,8 @@ def run_job(args: argparse.Namespace) -> int:
             while args.wait > 0 and time.monotonic() < deadline:
                 await asyncio.sleep(0.2)
                 current = await store.schedule_run_by_id(run.id)
-                assert current is not None
+                if current is None:  # the database was replaced or edited meanwhile
+                    raise BotError(f"run #{run.id} is no longer in the database")
                 status = current.status
                 if status in ("delivered", "quiet", "failed", "stale"):
                     detail = f": {current.error}" if current.error else ""

@@ -84,7 +84,12 @@ class AgentMessageRefused(BotError):
         super().__init__(message)
 
 
-class ChannelNotStartedError(BotError):
+class NotStartedError(BotError):
+    """A part was asked to act before it started: a bug in the assembly (or in a plugin calling
+    too early), not a platform failure; the message names the part and what was asked."""
+
+
+class ChannelNotStartedError(NotStartedError):
     """A channel was asked to act before `start` (or after `stop`): a bug in the assembly, not a
     platform failure; the message names the channel and what was asked."""
 

@@ -14,7 +14,7 @@ import structlog
 
 from bot.config import Config, MediaConfig, load_config
 from bot.context.embed_worker import EmbedWorker
-from bot.core.errors import BotError
+from bot.core.errors import BotError, NotStartedError
 from bot.core.messages import AGENT_PROVIDER, ChatRef, InboundMessage, StoredMessage
 from bot.daemon.control import serving, socket_path
 from bot.daemon.health import DaemonHealth
@@ -224,8 +224,7 @@ class Daemon(DaemonHealth):
 
     async def submit(self, inbound: InboundMessage) -> None:
         """Store and queue one message through the inbox of the config in force."""
-        assert self._inbox is not None, "the daemon has not started"
-        await self._inbox.submit(inbound)
+        await self._current_inbox().submit(inbound)
         self._message_stored()
 
     def _announcing(self, runner: TurnHandler) -> TurnHandler:
@@ -250,24 +249,29 @@ class Daemon(DaemonHealth):
         if self.embed_worker is not None:
             self.embed_worker.notify()
 
+    # A channel calls these only once `run` has opened the store and built the inbox; one that
+    # calls earlier (a plugin's bug) is told so instead of failing on None.
     def _current_inbox(self) -> Inbox:
-        assert self._inbox is not None, "the daemon has not started"
+        if self._inbox is None:
+            raise NotStartedError("the daemon has not started: no inbox to take a message yet")
         return self._inbox
 
+    def _open(self) -> Store:
+        if self._store is None:
+            raise NotStartedError("the daemon has not started: its store is not open yet")
+        return self._store
+
     async def catch_up_points(self, provider: str, since: float) -> list[CatchUpPoint]:
-        assert self._store is not None, "the daemon has not started"
         return [CatchUpPoint(chat_id, after) for chat_id, after in
-                await self._store.catch_up_points(provider, since)]
+                await self._open().catch_up_points(provider, since)]
 
     async def quarantine(self, provider: str, ref: str | None, raw: str, error: str) -> None:
-        assert self._store is not None, "the daemon has not started"
-        await self._store.quarantine(provider, ref, raw, error)
+        await self._open().quarantine(provider, ref, raw, error)
         # Not only unparseable updates: also one that failed to store twice the same way.
         log.warning("update quarantined", channel=provider, ref=ref, error=error)
 
     async def pair(self, provider: str, chat_id: str, user_id: str, user_name: str | None) -> bool:
-        assert self._store is not None, "the daemon has not started"
-        gate = PairingGate(self.config, self._store, self._by_provider)
+        gate = PairingGate(self.config, self._open(), self._by_provider)
         verdict = await gate.check(provider, user_id, user_name, chat_id)
         if verdict.notice is not None:  # sent beside the intake, never holding it up
             self._spawn(gate.tell(ChatRef(provider, chat_id), verdict.notice), name=f"notice {chat_id}")
@@ -277,8 +281,7 @@ class Daemon(DaemonHealth):
         return self.config.media
 
     async def keep_file(self, data: bytes) -> str:
-        assert self._store is not None, "the daemon has not started"
-        return await self._store.kept_files().keep(data)
+        return await self._open().kept_files().keep(data)
 
     def transcriber(self) -> Transcribe | None:
         return transcriber_of(self._brain)

@@ -249,7 +249,7 @@ class Router:
                     return
                 async with leases.hold(key, wait=False) as held:
                     if not held:
-                        self._leave(key, item)
+                        self._leave(key, item, leases)
                         return
                     await self._work_through(key, item, tried)
         while not self._work_behind(key):
@@ -325,7 +325,7 @@ class Router:
         requests after it wait for it."""
         return any(isinstance(queued, _Job) for queued in list(self._queues.get(key, ()))[1:])
 
-    def _leave(self, key: str, item: _Turn) -> None:
+    def _leave(self, key: str, item: _Turn, leases: SessionLeases) -> None:
         """Leave a request to the instance holding its session; watch it in case that instance dies
         before answering (its lease then ends and the request is queued here again)."""
         self._queued_at.pop(item.request.id, None)
@@ -333,15 +333,14 @@ class Router:
         log.info("request left to the instance holding the session", session_key=key,
                  request_id=item.request.id)
         if self._watcher is None or self._watcher.done():
-            self._watcher = asyncio.create_task(self._watch_left(), name="requests left to others")
+            self._watcher = asyncio.create_task(self._watch_left(leases), name="requests left to others")
             self._loose.add(self._watcher)
             self._watcher.add_done_callback(self._loose.discard)
 
-    async def _watch_left(self) -> None:
+    async def _watch_left(self, leases: SessionLeases) -> None:
         """One query for every request left to another instance, every LEFT_CHECK seconds: drop the
         answered ones, queue again those whose session nobody holds now."""
-        assert self._leases is not None  # only requests of a shared store are left to others
-        clock = self._leases.clock
+        clock = leases.clock
         while self._left and not self._closed:
             await clock.sleep(LEFT_CHECK)
             try:

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 import structlog
 
-from bot.core.errors import DeliveryError, ModelError, describe
+from bot.core.errors import DeliveryError, ModelError, StoreError, describe
 from bot.core.messages import AGENT_PROVIDER, ChatRef, OutboundMessage, StoredMessage
 from bot.core.session_key import SessionKey
 from bot.schedule.triggers import delivery_chat, job_zone
@@ -75,6 +75,27 @@ async def failing(store: RunLedger, job_id: str, limit: int) -> bool:
     runs = await store.schedule_runs(job_id, limit * 4 + 20)
     finished = [run.status for run in runs if run.status in _FINISHED][:limit]
     return len(finished) == limit and all(status == "failed" for status in finished)
+
+
+async def run_by_id(store: RunLedger, run_id: int) -> ScheduleRun:
+    """A run read back after writing it; StoreError if its row is gone (a database edited by hand
+    or restored from an older copy): nothing this module does can go on without it."""
+    run = await store.schedule_run_by_id(run_id)
+    if run is None:
+        raise StoreError(f"schedule run #{run_id} is no longer in the database")
+    return run
+
+
+async def stored_output(store: RunLedger, run: ScheduleRun) -> StoredMessage | None:
+    """The text a generated run stored, or None when the database lacks it (a damaged row): the
+    caller records the run failed instead of leaving it `generated` to fail again on every start."""
+    if run.reply_message_id is None:
+        return None
+    return await store.message_by_id(run.reply_message_id)
+
+
+def output_missing(run: ScheduleRun) -> str:
+    return f"run #{run.id} is generated but its stored text is missing from the database"
 
 
 async def deliver_output(
@@ -168,9 +189,7 @@ class JobRunner:
             key = self._config.job_key(job)
             await self._store.record_scheduled_output(run.id, str(key), text, job_id=job.id,
                                                       attempts=attempts)
-            generated = await self._store.schedule_run_by_id(run.id)
-            assert generated is not None
-            return await self._deliver(job, generated, bound)
+            return await self._deliver(job, await run_by_id(self._store, run.id), bound)
 
     async def _generate(
         self, job: ScheduleConfig, scheduled_for: float, bound: Any
@@ -217,9 +236,9 @@ class JobRunner:
     async def _deliver(self, job: ScheduleConfig, run: ScheduleRun, bound: Any) -> ScheduleRun:
         if self._stale(run.scheduled_for):
             return await self._finish(job, run, "stale", bound, error=self._stale_reason(run.scheduled_for))
-        assert run.reply_message_id is not None
-        message = await self._store.message_by_id(run.reply_message_id)
-        assert message is not None
+        message = await stored_output(self._store, run)
+        if message is None:
+            return await self._finish(job, run, "failed", bound, error=output_missing(run))
         key = self._config.job_key(job)
         chat = delivery_chat(key, job.chat)
         channel = self._channels.get(key.provider)
@@ -237,8 +256,7 @@ class JobRunner:
         error: str | None = None, attempts: int | None = None, sent: list[str] | None = None,
     ) -> ScheduleRun:
         await self._store.finish_run(run.id, status, error=error, delivered_ids=sent or (), attempts=attempts)
-        finished = await self._store.schedule_run_by_id(run.id)
-        assert finished is not None
+        finished = await run_by_id(self._store, run.id)
         if status == "failed":
             bound.error("scheduled run failed", error=error, attempts=finished.attempts)
             if await failing(self._store, job.id, self._settings.max_failures):

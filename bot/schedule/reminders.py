@@ -27,7 +27,7 @@ from apscheduler.triggers.date import DateTrigger  # type: ignore[import-untyped
 
 from bot.config.schedule_spec import crontab_trigger
 from bot.core.session_key import parse
-from bot.schedule.job_run import Sleep, deliver_output, failing
+from bot.schedule.job_run import Sleep, deliver_output, failing, output_missing, run_by_id, stored_output
 from bot.schedule.reminder_time import describe
 from bot.schedule.triggers import MISSED_RECORDS, plan_runs
 from bot.store import Reminder, reminder_id
@@ -236,9 +236,7 @@ class ReminderSchedule:
                                      self._config().scheduler.misfire_grace)
                 await self._store.record_scheduled_output(run.id, reminder.session_key, text,
                                                           job_id=reminder.job_id, attempts=1)
-                generated = await self._store.schedule_run_by_id(run.id)
-                assert generated is not None
-                run = await self._deliver(reminder, generated, bound)
+                run = await self._deliver(reminder, await run_by_id(self._store, run.id), bound)
             elif run.status == "generated" and not self._store.at_work_elsewhere(run, me, live):
                 # stored before a crash: send it, never store it again
                 run = await self._deliver(reminder, run, bound)
@@ -259,16 +257,14 @@ class ReminderSchedule:
             status, error, sent = "stale", f"not delivered: {round(late)}s after its time", []
         elif channel is None:
             status, error, sent = "failed", f"channel {reminder.chat.provider} is not running", []
+        elif (message := await stored_output(self._store, run)) is None:
+            status, error, sent = "failed", output_missing(run), []
         else:
-            assert run.reply_message_id is not None
-            message = await self._store.message_by_id(run.reply_message_id)
-            assert message is not None
             sent, failure = await deliver_output(self._store, channel, reminder.chat, message, settings,
                                                  self._sleep, bound)
             status, error = ("failed", f"delivery: {failure}") if failure else ("delivered", None)
         await self._store.finish_run(run.id, status, error=error, delivered_ids=sent)
-        finished = await self._store.schedule_run_by_id(run.id)
-        assert finished is not None
+        finished = await run_by_id(self._store, run.id)
         if status == "failed":
             bound.error("reminder not delivered", error=error)
         else:

@@ -20,6 +20,7 @@ from telegram.error import NetworkError, TelegramError, TimedOut
 from telegram.ext import BaseRateLimiter
 from telegram.request import BaseRequest, RequestData
 
+from bot.core.errors import describe
 from channels.telegram.limits import FloodLimiter
 
 if TYPE_CHECKING:
@@ -160,7 +161,7 @@ class AiohttpRequest(BaseRequest):
         except TimeoutError as exc:  # aiohttp's read timeout, or an upload's overall bound
             raise TimedOut from exc
         except aiohttp.ClientError as exc:
-            raise NetworkError(f"aiohttp.{type(exc).__name__}: {_redact(str(exc), url)}") from exc
+            raise NetworkError(f"aiohttp.{_redact(describe(exc), url)}") from exc
 
 
 def _given(value: ODVInput[float], default: float | None) -> float | None:
