@@ -202,14 +202,13 @@ def test_the_default_models_are_priced_out_of_the_box() -> None:
     """With no [prices] in the file, usage of the default models shows a cost, not "no price";
     an entry for a model replaces its built-in price and adds others."""
     from bot.config import parse_config
-    from bot.models.usage import describe, total
-    from bot.store.usage import UsageRecord
+    from bot.models.usage import describe, fold
+    from bot.store import UsageSum
 
     config = parse_config({}, "<defaults>")
-    calls = [UsageRecord("agent:main:console:direct:local", "local", "reply", config.anthropic.model,
-                         1_000_000, 100_000),
-             UsageRecord("agent:main:console:direct:local", "local", "triage", config.anthropic.fast_model,
-                         1_000_000, 0)]
-    assert describe(total(calls, config.prices)).endswith("2 calls, about 5.5000")
-    mine = parse_config({"prices": {config.anthropic.model: {"input": 1.0, "output": 1.0}}}, "<file>")
-    assert describe(total(calls[:1], mine.prices)).endswith("1 call, about 1.1000")
+    main, fast = config.anthropic.model, config.anthropic.fast_model
+    calls = [UsageSum("model", main, main, 1, 1_000_000, 100_000, 0, 0, 0),
+             UsageSum("model", fast, fast, 1, 1_000_000, 0, 0, 0, 0)]
+    assert describe(fold(calls, ("model",), config.prices).total).endswith("2 calls, about 5.5000")
+    mine = parse_config({"prices": {main: {"input": 1.0, "output": 1.0}}}, "<file>")
+    assert describe(fold(calls[:1], ("model",), mine.prices).total).endswith("1 call, about 1.1000")

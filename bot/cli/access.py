@@ -91,7 +91,7 @@ def _user(text: str, channels: list[str]) -> tuple[str, str]:
 
 
 def show_usage(args: argparse.Namespace) -> int:
-    from bot.models.usage import describe, group_by, groupings, total, window
+    from bot.models.usage import describe, usage_report, window
 
     config = load_config_file(args)
     zone = ZoneInfo(config.agent.timezone)
@@ -99,13 +99,12 @@ def show_usage(args: argparse.Namespace) -> int:
 
     async def show() -> None:
         async with open_store(config) as store:
-            records = await store.usage_since(since)
-        prices = config.prices
-        groups = group_by(records, groupings(zone)[args.by], prices)
+            report = await usage_report(store, since, zone, (args.by,), config.prices)
+        groups = report.groups[args.by]
         print(f"model use {period} ({config.agent.timezone}), by {args.by}; cost estimated from [prices]")
         for name in sorted(groups):
             print(f"{name}  {describe(groups[name])}")
-        print(f"total  {describe(total(records, prices))}")
+        print(f"total  {describe(report.total)}")
 
     on_database(config, show)
     return 0

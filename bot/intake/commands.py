@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from bot.config import Config, resolve_history_limit
@@ -17,7 +18,7 @@ from bot.context.compaction import CompactionError, Compactor
 from bot.core.errors import SessionNotFoundError
 from bot.core.messages import InboundMessage
 from bot.intake.router import Router
-from bot.models.usage import describe, period_starts, total
+from bot.models.usage import UsageTotal, describe, period_starts, usage_report
 from bot.store.seams import CommandStore
 
 
@@ -157,13 +158,16 @@ class CommandHandler:
 
     async def _usage(self, inbound: InboundMessage) -> str:
         """This session's tokens today and this month, with the estimate from [prices]."""
-        today, month = period_starts(time.time(), ZoneInfo(self._config.agent.timezone))
-        records = await self._store.usage_since(month, str(inbound.session_key))
-        prices = self._config.prices
+        zone = ZoneInfo(self._config.agent.timezone)
+        now = time.time()
+        month = period_starts(now, zone)[1]
+        report = await usage_report(self._store, month, zone, ("day",), self._config.prices,
+                                    str(inbound.session_key))
+        today = report.groups["day"].get(datetime.fromtimestamp(now, zone).date().isoformat(), UsageTotal())
         return "\n".join([
             "This chat's model use (cost estimated from the configured prices):",
-            f"Today: {describe(total((r for r in records if r.created_at >= today), prices))}",
-            f"This month: {describe(total(records, prices))}",
+            f"Today: {describe(today)}",
+            f"This month: {describe(report.total)}",
         ])
 
     async def _stop(self, inbound: InboundMessage) -> str:

@@ -1,16 +1,17 @@
 """Usage: recording what each model call used, and summing it with an estimated cost.
 
 Every call that reports tokens (a reply, its triage, a compaction summary, a scheduled run) is one
-row of the store's `model_usage`, written where the call is made. Sums are pure functions over
-those rows, so `/usage` in a chat and `switchboard usage` on the host always agree.
+row of the store's `model_usage`, written where the call is made. The store sums them per group and
+model in one read (`usage_summed`), and `usage_report` prices those sums: `/usage` in a chat,
+`switchboard usage` on the host and the console's usage page all read it, so they always agree.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
@@ -19,7 +20,7 @@ import structlog
 from bot.config import ModelPrice
 from bot.core.errors import describe as describe_error
 from bot.models.brain import Completion, FastCompleter
-from bot.store import UsageRecord
+from bot.store import UsageRecord, UsageSum
 
 log = structlog.get_logger("switchboard.usage")
 
@@ -69,6 +70,14 @@ class RecordingCompleter:
         return completion
 
 
+class UsageSums(Protocol):
+    """Where the calls are summed (the store)."""
+
+    async def usage_summed(
+        self, since: float, by: Sequence[str], zone: tzinfo, session_key: str | None = None
+    ) -> list[UsageSum]: ...
+
+
 @dataclass(slots=True)
 class UsageTotal:
     """Summed tokens of some calls, and their estimated cost (None: no call had a price)."""
@@ -82,59 +91,57 @@ class UsageTotal:
     cost: float | None = None
     unpriced: set[str] = field(default_factory=set)  # models seen without a price
 
-    def add(self, record: UsageRecord, prices: Mapping[str, ModelPrice]) -> None:
-        self.calls += 1
-        self.input_tokens += record.input_tokens
-        self.output_tokens += record.output_tokens
-        self.cache_write_tokens += record.cache_write_tokens
-        self.cache_read_tokens += record.cache_read_tokens
-        self.cache_hits += record.cache_read_tokens > 0
-        price = prices.get(record.model)
+    def add(self, summed: UsageSum, prices: Mapping[str, ModelPrice]) -> None:
+        """Count one model's calls of a group in, priced as one: a price is per token, so the
+        cost of the sums is the sum of the costs."""
+        self.calls += summed.calls
+        self.input_tokens += summed.input_tokens
+        self.output_tokens += summed.output_tokens
+        self.cache_write_tokens += summed.cache_write_tokens
+        self.cache_read_tokens += summed.cache_read_tokens
+        self.cache_hits += summed.cache_hits
+        price = prices.get(summed.model)
         if price is None:
-            self.unpriced.add(record.model)
+            self.unpriced.add(summed.model)
             return
-        cost = price.cost(record.input_tokens, record.output_tokens, record.cache_write_tokens,
-                          record.cache_read_tokens)
+        cost = price.cost(summed.input_tokens, summed.output_tokens, summed.cache_write_tokens,
+                          summed.cache_read_tokens)
         self.cost = cost if self.cost is None else self.cost + cost
 
 
-def total(records: Iterable[UsageRecord], prices: Mapping[str, ModelPrice]) -> UsageTotal:
+@dataclass(frozen=True, slots=True)
+class UsageReport:
+    """A window's calls summed per group of each name asked for (`groups["day"]["2026-11-28"]`),
+    and all of them."""
+
+    groups: dict[str, dict[str, UsageTotal]]
+    total: UsageTotal
+
+
+async def usage_report(
+    store: UsageSums, since: float, zone: tzinfo, by: Sequence[str], prices: Mapping[str, ModelPrice],
+    session_key: str | None = None,
+) -> UsageReport:
+    """The calls since `since` (of one session, or all) summed per group of each name in `by`
+    (`bot.store.USAGE_KEYS`; days in `zone`), by the store in one read: what `/usage`, `switchboard
+    usage` and the console's usage page show."""
+    return fold(await store.usage_summed(since, by, zone, session_key), by, prices)
+
+
+def fold(sums: Iterable[UsageSum], by: Sequence[str], prices: Mapping[str, ModelPrice]) -> UsageReport:
+    """The store's sums per group and model priced and gathered per group, and into the total
+    (from the first name's groups: each name's groups hold every call once)."""
+    groups: dict[str, dict[str, UsageTotal]] = {name: {} for name in by}
     summed = UsageTotal()
-    for record in records:
-        summed.add(record, prices)
-    return summed
-
-
-def group_by(
-    records: Iterable[UsageRecord], key: Callable[[UsageRecord], str], prices: Mapping[str, ModelPrice]
-) -> dict[str, UsageTotal]:
-    """Totals per group, in the order each group first appears."""
-    groups: dict[str, UsageTotal] = {}
-    for record in records:
-        groups.setdefault(key(record), UsageTotal()).add(record, prices)
-    return groups
-
-
-def day_of(zone: ZoneInfo) -> Callable[[UsageRecord], str]:
-    return lambda record: datetime.fromtimestamp(record.created_at, zone).strftime("%Y-%m-%d")
-
-
-def user_of(record: UsageRecord) -> str:
-    """A user across platforms: `telegram:42`; calls no person made (compaction, jobs) as `-`."""
-    provider = record.session_key.split(":")[2] if record.session_key.count(":") >= 2 else "?"
-    return f"{provider}:{record.user_id}" if record.user_id else "-"
-
-
-def agent_of(record: UsageRecord) -> str:
-    """The agent whose session made the call (`agent:<id>:...`)."""
-    parts = record.session_key.split(":")
-    return parts[1] if len(parts) > 1 and parts[0] == "agent" else "?"
-
-
-def groupings(zone: ZoneInfo) -> dict[str, Callable[[UsageRecord], str]]:
-    """The ways usage is summed (`switchboard usage --by`, the console's charts), by name."""
-    return {"user": user_of, "session": lambda r: r.session_key, "day": day_of(zone),
-            "model": lambda r: r.model, "kind": lambda r: r.kind, "agent": agent_of}
+    for part in sums:
+        named = groups[part.by]
+        group = named.get(part.key)
+        if group is None:
+            group = named[part.key] = UsageTotal()
+        group.add(part, prices)
+        if part.by == by[0]:
+            summed.add(part, prices)
+    return UsageReport(groups, summed)
 
 
 def window(now: float, zone: ZoneInfo, days: int | None) -> tuple[float, str]:

@@ -35,10 +35,11 @@ from bot.store.sends_in_doubt import SendsNearby
 from bot.store.sqlite import SqliteStore
 from bot.store.tool_calls import StoredToolCall
 from bot.store.turn_openings import TurnOpening
-from bot.store.usage import UsageRecord
+from bot.store.usage import USAGE_KEYS, UsageRecord, UsageSum
 
 __all__ = [
     "RECALL_COMMON",
+    "USAGE_KEYS",
     "CompactionRecord",
     "Instance",
     "Pairing",
@@ -63,6 +64,7 @@ __all__ = [
     "StoredToolCall",
     "TurnOpening",
     "UsageRecord",
+    "UsageSum",
     "UserNote",
     "delivery_key",
     "open_store",

@@ -36,6 +36,12 @@ class Dialect:
     # something else) `vectors` reads those of the first one's size (`embeddings`).
     all_vectors: str
     vectors: str
+    # The whole part of the positive SQL number `{number}`, as an integer (`usage`: a call's day).
+    whole: str
+    # The second and the third `:`-separated part of the SQL text `{text}`, which holds at least
+    # one and two `:` (`usage`: a session key's agent and provider).
+    second_part: str
+    third_part: str
 
     def held(self, session_column: str) -> str:
         """SQL true while the session in `session_column` has a lease unexpired at the time given
@@ -68,6 +74,15 @@ SQLITE = Dialect(
         "AND message_id > ?3 AND length(vector) = (SELECT length(vector) FROM embeddings "
         "WHERE session_key = ?1 AND model = ?2 AND message_id > ?3 ORDER BY message_id LIMIT 1)"
     ),
+    # CAST truncates, which for a positive number is its floor.
+    whole="CAST({number} AS INTEGER)",
+    # No split function: what follows the first `:` (the second part and on), and what follows
+    # the second, each up to its next `:`.
+    second_part=("substr(substr({text}, instr({text}, ':') + 1), 1, "
+                 "instr(substr({text}, instr({text}, ':') + 1) || ':', ':') - 1)"),
+    third_part=("substr(substr({text}, instr({text}, ':') + instr(substr({text}, instr({text}, ':') + 1), "
+                "':') + 1), 1, instr(substr({text}, instr({text}, ':') + instr(substr({text}, "
+                "instr({text}, ':') + 1), ':') + 1) || ':', ':') - 1)"),
 )
 
 POSTGRES = Dialect(
@@ -96,4 +111,8 @@ POSTGRES = Dialect(
         "SELECT length(vector) FROM embeddings WHERE session_key = ?1 AND model = ?2 "
         "AND message_id > ?3 ORDER BY message_id LIMIT 1)"
     ),
+    # A cast to an integer rounds: floor first.
+    whole="CAST(floor({number}) AS BIGINT)",
+    second_part="split_part({text}, ':', 2)",
+    third_part="split_part({text}, ':', 3)",
 )

@@ -13,6 +13,8 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
+    from datetime import tzinfo
+
     import numpy as np
     import numpy.typing as npt
 
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
     from bot.store.people import UserNote
     from bot.store.records import (
         CompactionRecord,
+        ContextRead,
+        LexicalFound,
         PendingCommand,
         PendingDelivery,
         PendingRequest,
@@ -35,7 +39,7 @@ if TYPE_CHECKING:
     from bot.store.sends_in_doubt import SendsNearby
     from bot.store.tool_calls import StoredToolCall
     from bot.store.turn_starts import P, Planner, TurnStarts
-    from bot.store.usage import UsageRecord
+    from bot.store.usage import UsageRecord, UsageSum
 
 
 class EmbeddingWrites(Protocol):
@@ -198,7 +202,9 @@ class CommandStore(CompactionStore, Protocol):
     async def session(self, session_key: str) -> SessionSummary: ...
     async def session_model(self, session_key: str) -> str | None: ...
     async def set_session_model(self, session_key: str, model: str | None, set_by: str | None) -> None: ...
-    async def usage_since(self, since: float, session_key: str | None = None) -> list[UsageRecord]: ...
+    async def usage_summed(
+        self, since: float, by: Sequence[str], zone: tzinfo, session_key: str | None = None
+    ) -> list[UsageSum]: ...
 
 
 class InboxStore(CommandStore, Protocol):
@@ -352,6 +358,10 @@ class ContextReads(TurnReads, Protocol):
         self, session_key: str, *, before_id: int, limit: int, request_id: int,
         scheduled: int, compaction: bool,
     ) -> tuple[CompactionRecord | None, list[StoredMessage], list[StoredMessage]]: ...
+    async def context_and_recall(
+        self, session_key: str, *, before_id: int, limit: int, request_id: int,
+        scheduled: int, compaction: bool, text: str, recall_before: int, recall_limit: int,
+    ) -> tuple[ContextRead, LexicalFound]: ...
     async def lexical_then_turns(
         self, session_key: str, text: str, *, before_id: int, limit: int, plan: Planner[P],
     ) -> tuple[list[tuple[int, float]], TurnStarts, P | None, dict[int, list[StoredMessage]]]: ...

@@ -1,11 +1,30 @@
-"""Model choice and model spending: the model a session switched to, and every call's tokens."""
+"""Model choice and model spending: the model a session switched to, every call's tokens, and
+their sums per day, model, agent, user, session or kind, summed by the database."""
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import date, datetime, timedelta, tzinfo
 
 from bot.store.database import Database
+
+EPOCH = date(1970, 1, 1)
+DAY = 86_400
+# A call's group by each name a sum can take (`usage_summed`); {agent} and {provider} are the
+# dialect's parts of the session key. The names and groups are `switchboard usage --by`'s.
+_KEYS = {
+    "day": "{day}",
+    "model": "model",
+    "agent": "CASE WHEN substr(session_key, 1, 6) = 'agent:' THEN {agent} ELSE '?' END",
+    "user": ("CASE WHEN user_id IS NULL OR user_id = '' THEN '-' WHEN session_key LIKE '%:%:%' "
+             "THEN {provider} || ':' || user_id ELSE '?:' || user_id END"),
+    "session": "session_key",
+    "kind": "kind",
+}
+USAGE_KEYS = tuple(_KEYS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +40,60 @@ class UsageRecord:
     cache_write_tokens: int = 0
     cache_read_tokens: int = 0
     created_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class UsageSum:
+    """The calls of one model in one group of a sum (`by` "day" and `key` "2026-11-28", say)."""
+
+    by: str
+    key: str
+    model: str
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cache_write_tokens: int
+    cache_read_tokens: int
+    cache_hits: int  # calls that read from the prompt cache
+
+
+def offset_changes(zone: tzinfo, since: float, until: float) -> tuple[float, list[tuple[int, float]]]:
+    """The zone's UTC offset (seconds) at `since`, and each change up to `until`: (the instant it
+    takes effect, the new offset). Looked for day by day, each change found to the second."""
+
+    def offset(at: float) -> float:
+        shift = datetime.fromtimestamp(at, zone).utcoffset()
+        return shift.total_seconds() if shift is not None else 0.0
+
+    first = offset(since)
+    changes: list[tuple[int, float]] = []
+    current, at = first, math.floor(since)
+    while at < until:
+        step = at + DAY
+        if offset(step) != current:
+            low, high = at, step  # offset(low) is the current one, offset(high) is not
+            while high - low > 1:
+                middle = (low + high) // 2
+                low, high = (middle, high) if offset(middle) == current else (low, middle)
+            current = offset(high)
+            changes.append((high, current))
+        at = step
+    return first, changes
+
+
+def local_day(changes: tuple[float, list[tuple[int, float]]], whole: str) -> tuple[str, list[float]]:
+    """SQL of a `model_usage` row's local day (whole days since 1970-01-01) and its parameters: its
+    instant shifted by the zone's offset at that instant."""
+    first, later = changes
+    if not later:
+        return whole.format(number="(created_at + ?) / 86400"), [first]
+    shift = "CASE " + " ".join("WHEN created_at < ? THEN ?" for _ in later) + " ELSE ? END"
+    params: list[float] = []
+    offset = first
+    for instant, after in later:
+        params += [float(instant), offset]
+        offset = after
+    return whole.format(number=f"(created_at + {shift}) / 86400"), [*params, offset]
 
 
 class Usage(Database):
@@ -67,3 +140,40 @@ class Usage(Database):
             params.append(session_key)
         rows = await self._conn.execute_fetchall(sql + " ORDER BY id", params)
         return [UsageRecord(*row) for row in rows]
+
+    async def usage_summed(
+        self, since: float, by: Sequence[str], zone: tzinfo, session_key: str | None = None
+    ) -> list[UsageSum]:
+        """The calls recorded at or after `since` (of one session, or all) summed per group of each
+        name in `by` (of `USAGE_KEYS`) and per model, in one statement: the rows of each name are a
+        whole, so any one name's sum to the total. Days are the zone's, as YYYY-MM-DD."""
+        names = list(dict.fromkeys(by))
+        unknown = set(names) - set(_KEYS)
+        if unknown or not names:
+            raise ValueError(f"usage is summed by {', '.join(USAGE_KEYS)}, not {sorted(unknown)}")
+        params: list[object] = []
+        parts = {"agent": self.dialect.second_part.format(text="session_key"),
+                 "provider": self.dialect.third_part.format(text="session_key"), "day": ""}
+        if "day" in names:
+            changes = offset_changes(zone, since, max(since, time.time()) + 2 * DAY)
+            parts["day"], shifts = local_day(changes, self.dialect.whole)
+            params += shifts
+        columns = "".join(f"{_KEYS[name].format(**parts)} AS k_{name}, " for name in names)
+        where = "created_at >= ?" + (" AND session_key = ?" if session_key is not None else "")
+        params += [since, *([session_key] if session_key is not None else [])]
+        sums = ("COUNT(*), SUM(input_tokens), SUM(output_tokens), SUM(cache_write_tokens), "
+                "SUM(cache_read_tokens), SUM(CASE WHEN cache_read_tokens > 0 THEN 1 ELSE 0 END)")
+        picks = " UNION ALL ".join(f"SELECT '{name}', CAST(k_{name} AS TEXT), model, {sums} "
+                                   "FROM calls GROUP BY 2, 3" for name in names)
+        rows = await self._conn.execute_fetchall(
+            f"WITH calls AS MATERIALIZED (SELECT {columns}model, input_tokens, output_tokens, "
+            f"cache_write_tokens, cache_read_tokens FROM model_usage WHERE {where}) {picks}", params)
+        return [UsageSum(str(name), day_text(group) if name == "day" else str(group), str(model),
+                         int(calls), int(tokens_in or 0), int(tokens_out or 0), int(written or 0),
+                         int(read or 0), int(hits or 0))
+                for name, group, model, calls, tokens_in, tokens_out, written, read, hits in rows]
+
+
+def day_text(days: str) -> str:
+    """Whole days since 1970-01-01 as YYYY-MM-DD."""
+    return (EPOCH + timedelta(days=int(days))).isoformat()

@@ -1,6 +1,6 @@
 """The console's usage page: tokens and estimated cost per day, model, agent and user, as SVG bar
-charts drawn on the server with the table beside each; summed by `bot.models.usage`, as `switchboard
-usage`."""
+charts drawn on the server with the table beside each; summed by the store in one read and priced by
+`bot.models.usage`, as `switchboard usage`."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from zoneinfo import ZoneInfo
 
 from aiohttp import web
 
-from bot.models.usage import UsageTotal, group_by, groupings, total, window
-from bot.store import UsageRecord
+from bot.models.usage import UsageSums, UsageTotal, usage_report, window
 from bot.web.charts import Chart, bars, columns, compact, money
 from bot.web.guard import SESSION_KEY
 from bot.web.rendering import Renderer
@@ -26,8 +25,8 @@ BY_NAME = ("model", "agent", "user")  # charts of bars by name, after the column
 MOST = 15  # names drawn in a chart; the table lists them all
 
 
-class UsageStore(Protocol):
-    async def usage_since(self, since: float, session_key: str | None = None) -> list[UsageRecord]: ...
+class UsageStore(UsageSums, Protocol):
+    """The page's one read: the window's calls summed per group by the store."""
 
 
 def tokens_of(summed: UsageTotal) -> float:
@@ -82,17 +81,16 @@ class UsagePage:
         metric = metric if metric in METRICS else "tokens"
         now = self.clock()
         since, period = window(now, zone, days)
-        records = await self.store.usage_since(since)
-        prices, keys = config.prices, groupings(zone)
-        by_day = group_by(records, keys["day"], prices)
+        report = await usage_report(self.store, since, zone, ("day", *BY_NAME), config.prices)
+        by_day = report.groups["day"]
         sections: list[dict[str, Any]] = [{"by": "day", "chart": day_chart(by_day, since, now, zone, metric),
                                            "rows": sorted(by_day.items(), reverse=True)}]
         for by in BY_NAME:
-            groups = group_by(records, keys[by], prices)
+            groups = report.groups[by]
             sections.append({"by": by, "chart": name_chart(groups, by, metric),
                              "rows": sorted(groups.items(), key=lambda item: (-tokens_of(item[1]), item[0]))})
         return self.renderer.page(
-            "usage.html", request[SESSION_KEY], sections=sections, summed=total(records, prices),
+            "usage.html", request[SESSION_KEY], sections=sections, summed=report.total,
             period=period, days=days, periods=PERIODS, metric=metric, metrics=METRICS,
             zone=config.agent.timezone,
         )
