@@ -68,13 +68,14 @@ def _check_accounts(config: Config, source: str, agents: set[str], known: str) -
         platform = name.partition(".")[0]
         if not section.enabled:
             continue
-        other = tokens.get(f"{platform} {section.token_env}")
-        if other is not None:
-            raise ConfigError(source, f"{where}.token_env",
-                              f"a variable of its own; {channel_key(other)} reads the same bot token "
-                              f"from {section.token_env}")
-        tokens[f"{platform} {section.token_env}"] = name
-    for platform in ("telegram", "discord"):
+        for key, env in section.token_envs().items():
+            other = tokens.get(f"{platform} {env}")
+            if other is not None:
+                raise ConfigError(source, f"{where}.{key}",
+                                  f"a variable of its own; {channel_key(other)} reads the same token "
+                                  f"from {env}")
+            tokens[f"{platform} {env}"] = name
+    for platform in ("telegram", "discord", "slack"):
         for name, account in getattr(config.channels, platform).accounts.items():
             if account.accounts:
                 raise ConfigError(source, f"channels.{platform}.accounts.{name}.accounts",

@@ -12,7 +12,7 @@ from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 
-from bot.config.fields import PlatformId, PosInt, Section, known_timezone
+from bot.config.fields import PlatformId, PosInt, Section, SlackId, known_timezone
 from bot.config.provider_sections import RolesConfig
 from bot.config.sections import ConversationConfig
 from bot.config.tool_sections import ToolsConfig
@@ -20,7 +20,7 @@ from bot.config.tool_sections import ToolsConfig
 AgentId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
 # A channel: "console", a platform ("telegram", "discord": its default bot) or one of a platform's
 # extra bots, "<platform>.<account>" (`[channels.telegram.accounts.<account>]`).
-ChannelName = Annotated[str, Field(pattern=r"^(console|telegram|discord)(\.[a-z0-9][a-z0-9_-]*)?$")]
+ChannelName = Annotated[str, Field(pattern=r"^(console|telegram|discord|slack)(\.[a-z0-9][a-z0-9_-]*)?$")]
 
 
 class AgentEntry(Section):
@@ -51,8 +51,9 @@ class BindingConfig(Section):
     agent: AgentId
     channel: ChannelName | None = None
     guild: PlatformId | None = None  # a Discord guild (server)
-    chat: PlatformId | None = None  # a group, a channel (its threads too) or a private chat
-    user: PlatformId | None = None  # whoever writes, wherever they are (within the rest)
+    # A group, a channel (its threads too) or a private chat; Slack's ids are letters and digits.
+    chat: PlatformId | SlackId | None = None
+    user: PlatformId | SlackId | None = None  # whoever writes, wherever they are (within the rest)
 
     @model_validator(mode="after")
     def _matches_something(self) -> BindingConfig:

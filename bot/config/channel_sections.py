@@ -1,5 +1,5 @@
-"""The channel config sections: console, Telegram, Discord and the web chat, their access lists and
-per-chat settings."""
+"""The channel config sections: console, Telegram, Discord, Slack and the web chat, their access
+lists and per-chat settings."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from bot.config.fields import (
     Policy,
     PosInt,
     Section,
+    SlackId,
+    SlackKey,
 )
 from bot.core.session_key import SessionKey
 
@@ -61,6 +63,10 @@ class ChatChannelConfig(Section):
     def settings_for(self, key: SessionKey) -> list[ChatSettings]:
         """The per-chat overrides that apply to a session, most specific first."""
         return []
+
+    def token_envs(self) -> dict[str, str]:
+        """The variables holding this channel's tokens, by the key that names each."""
+        return {"token_env": getattr(self, "token_env", "")}
 
     def requires_mention(self, key: SessionKey) -> bool:
         """Whether a group/channel message needs a mention (or reply, or command) to start a turn."""
@@ -118,6 +124,41 @@ class DiscordConfig(ChatChannelConfig):
         return [self.channel_settings[i] for i in ids if i is not None and i in self.channel_settings]
 
 
+class SlackConfig(ChatChannelConfig):
+    """A Slack app in Socket Mode: its bot token (xoxb-) calls the Web API, its app-level token
+    (xapp-, scope connections:write) opens the socket. Ids are Slack's (U…, C…, D…)."""
+
+    bot_token_env: EnvName = "SLACK_BOT_TOKEN"
+    app_token_env: EnvName = "SLACK_APP_TOKEN"
+    base_url: HttpUrl = "https://slack.com/api/"
+    allow_from: list[SlackId] = Field(default_factory=list)
+    admins: list[SlackId] = Field(default_factory=list)
+    dms: dict[SlackKey, DmConfig] = Field(default_factory=dict)
+    # Channels (public and private) the bot answers in: "allowlist" (those in `channels`), "open"
+    # (any it is a member of), "disabled" (DMs only).
+    channel_policy: Policy = "allowlist"
+    channels: list[SlackId] = Field(default_factory=list)
+    channel_settings: dict[SlackKey, ChatSettings] = Field(default_factory=dict)
+    allow_bots: bool = False
+    accounts: dict[AccountName, SlackConfig] = Field(default_factory=dict)
+
+    def settings_for(self, key: SessionKey) -> list[ChatSettings]:
+        found = self.channel_settings.get(key.peer)
+        return [found] if found is not None else []
+
+    @property
+    def token_env(self) -> str:
+        """The bot token's variable (what other platforms call their one token)."""
+        return self.bot_token_env
+
+    def token_envs(self) -> dict[str, str]:
+        return {"bot_token_env": self.bot_token_env, "app_token_env": self.app_token_env}
+
+
+# A platform channel's section.
+PlatformConfig = TelegramConfig | DiscordConfig | SlackConfig
+
+
 class ConsoleConfig(Section):
     enabled: bool = True
     user_name: str = "you"
@@ -157,14 +198,17 @@ class ChannelsConfig(Section):
     console: ConsoleConfig = ConsoleConfig()
     telegram: TelegramConfig = TelegramConfig()
     discord: DiscordConfig = DiscordConfig()
+    slack: SlackConfig = SlackConfig()
     web: WebChatConfig = WebChatConfig()
 
-    def chat_sections(self) -> dict[str, TelegramConfig | DiscordConfig]:
+    def chat_sections(self) -> dict[str, PlatformConfig]:
         """Every platform channel by name, enabled or not: "telegram", "discord", and each extra
         account as "<platform>.<account>", its section the platform's with the account's keys over it
         (an account is enabled unless it says otherwise)."""
-        found: dict[str, TelegramConfig | DiscordConfig] = {}
-        for platform, section in (("telegram", self.telegram), ("discord", self.discord)):
+        found: dict[str, PlatformConfig] = {}
+        sections: tuple[tuple[str, PlatformConfig], ...] = (
+            ("telegram", self.telegram), ("discord", self.discord), ("slack", self.slack))
+        for platform, section in sections:
             found[platform] = section.model_copy(update={"accounts": {}})
             for name, account in section.accounts.items():
                 written = {key: getattr(account, key) for key in account.model_fields_set}

@@ -31,6 +31,20 @@ def _numeric_key(value: str) -> str:
 
 # A table keyed by a chat, user, guild or channel id (TOML keys are strings).
 IdKey = Annotated[str, AfterValidator(_numeric_key)]
+# Slack's ids: a capital letter for the kind (U, W user; C, G channel; D DM; T workspace), then
+# capitals and digits.
+SlackId = Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9]{2,}$")]
+
+
+def _slack_key(value: str) -> str:
+    if not (len(value) > 2 and value.isascii() and value.isalnum() and value.isupper()
+            and value[0].isalpha()):
+        raise ValueError("a Slack id as the key, such as \"U0123ABCD\" or \"C0123ABCD\"")
+    return value
+
+
+# A table keyed by a Slack user or channel id.
+SlackKey = Annotated[str, AfterValidator(_slack_key)]
 
 
 def _http_url(value: str) -> str:

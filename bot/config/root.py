@@ -16,6 +16,8 @@ from bot.config.channel_sections import (
     ChannelsConfig,
     ConsoleConfig,
     DiscordConfig,
+    PlatformConfig,
+    SlackConfig,
     TelegramConfig,
     WebChatConfig,
 )
@@ -111,7 +113,7 @@ class Config(Section):
             return candidate
         return Path(self.source).resolve().parent / candidate
 
-    def channel(self, provider: str) -> ConsoleConfig | WebChatConfig | TelegramConfig | DiscordConfig | None:
+    def channel(self, provider: str) -> ConsoleConfig | WebChatConfig | PlatformConfig | None:
         """A channel's section by name ("console", "web", "telegram", "telegram.work", ...), if it has one."""
         if provider == "console":
             return self.channels.console
@@ -126,8 +128,8 @@ class Config(Section):
         return copied
 
     @cached_property
-    def chat_sections(self) -> dict[str, TelegramConfig | DiscordConfig]:
-        """Every Telegram and Discord channel (extra accounts too) by name; see ChannelsConfig."""
+    def chat_sections(self) -> dict[str, PlatformConfig]:
+        """Every Telegram, Discord and Slack channel (extra accounts too) by name; see ChannelsConfig."""
         return self.channels.chat_sections()
 
     def channel_agent(self, channel: str) -> str:
@@ -184,16 +186,16 @@ class Config(Section):
             "tools": _overlaid(self.tools, entry.tools),
         })
 
-    def chat_channel(self, provider: str) -> TelegramConfig | DiscordConfig | None:
+    def chat_channel(self, provider: str) -> PlatformConfig | None:
         """The section of a platform channel (access lists, admins, reply age), if it has one."""
         section = self.channel(provider)
-        return section if isinstance(section, TelegramConfig | DiscordConfig) else None
+        return section if isinstance(section, TelegramConfig | DiscordConfig | SlackConfig) else None
 
     def secret_env_names(self) -> list[str]:
         """Names of the environment variables holding secrets, for redaction and `init`."""
         return [
             self.anthropic.api_key_env,
-            *(section.token_env for section in self.chat_sections.values()),
+            *(env for section in self.chat_sections.values() for env in section.token_envs().values()),
             *(section.webhook_secret_env for section in self.chat_sections.values()
               if isinstance(section, TelegramConfig) and section.webhook_secret_env),
             *(name for server in self.mcp_servers for name in server.env),
@@ -226,12 +228,14 @@ def check_startable(config: Config) -> None:
     and an enabled channel for each enabled job to deliver to.
     A ConfigError naming the key otherwise (`run` and `check-config` both ask)."""
     for name, section in config.chat_sections.items():
-        if section.enabled and not os.environ.get(section.token_env, "").strip():
-            raise ConfigError(
-                config.source, f"{channel_key(name)}.token_env",
-                f"the environment variable {section.token_env} it names is not set; export the bot "
-                f"token there or set {channel_key(name)}.enabled = false",
-            )
+        for key, env in section.token_envs().items() if section.enabled else ():
+            if not os.environ.get(env, "").strip():
+                raise ConfigError(
+                    config.source, f"{channel_key(name)}.{key}",
+                    f"the environment variable {env} it names is not set; export the "
+                    f"{'app' if key == 'app_token_env' else 'bot'} token there or set "
+                    f"{channel_key(name)}.enabled = false",
+                )
         if section.enabled and isinstance(section, TelegramConfig) and section.mode == "webhook":
             webhook_secret(config, name)
     if config.channels.web.enabled and not config.web.enabled:

@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from bot.config import Config, TelegramConfig
+from bot.config import Config, SlackConfig, TelegramConfig
 from bot.config.root import channel_key, webhook_secret
 from bot.core.errors import BotError, ConfigError, describe
 from bot.core.restart_delay import MAX_RESTART_DELAY, RESTART_DELAY
@@ -57,13 +57,19 @@ def web_channel(config: Config) -> Channel:
 
 
 def platform_channel(config: Config, name: str) -> Channel:
-    """The Telegram or Discord channel named `name` ("telegram", "telegram.work", "discord", ...),
+    """The Telegram, Discord or Slack channel named `name` ("telegram", "telegram.work", "slack", ...),
     its token read from the environment now; its messages' sessions start with its account's agent."""
     section = config.chat_sections.get(name)
     if section is None:
         raise ConfigError(config.source, channel_key(name), "a channel of this config; there is none")
-    token = _token(config, name, section.token_env)
+    tokens = {key: _token(config, name, key, env) for key, env in section.token_envs().items()}
+    token = next(iter(tokens.values()))
     agent_id = config.channel_agent(name)
+    if isinstance(section, SlackConfig):
+        from channels.slack.channel import SlackChannel  # slack-bolt loads only when Slack is on
+
+        return SlackChannel(section, agent_id=agent_id, bot_token=tokens["bot_token_env"],
+                            app_token=tokens["app_token_env"], name=name)
     if isinstance(section, TelegramConfig):
         from channels.telegram.channel import TelegramChannel
 
@@ -74,12 +80,12 @@ def platform_channel(config: Config, name: str) -> Channel:
     return DiscordChannel(section, agent_id=agent_id, token=token, name=name)
 
 
-def _token(config: Config, name: str, env: str) -> str:
+def _token(config: Config, name: str, key: str, env: str) -> str:
     token = os.environ.get(env, "").strip()
     if not token:
         where = channel_key(name)
         raise ConfigError(
-            config.source, f"{where}.token_env",
+            config.source, f"{where}.{key}",
             f"the environment variable {env} it names is not set; export the bot token there "
             f"or set {where}.enabled = false",
         )
@@ -190,7 +196,8 @@ class ChannelSupervisor:
         task.add_done_callback(self._closing.discard)
 
     def state(self, channel: Channel) -> str:
-        """starting, connected, restarting, stopping, stopped or error (for `switchboard status`)."""
+        """starting, connected, reconnecting (the platform stopped answering; retried), restarting,
+        stopping, stopped or error (for `switchboard status`)."""
         provider = channel.provider
         task = self._tasks.get(provider)
         if task is None or task.done():
@@ -202,14 +209,16 @@ class ChannelSupervisor:
         ready = getattr(channel, "ready", None)
         if isinstance(ready, asyncio.Event) and not ready.is_set():
             return "restarting" if provider in self._errors else "starting"
-        return "connected"
+        return "reconnecting" if getattr(channel, "trouble", None) else "connected"
 
     def status(self) -> list[dict[str, Any]]:
         """Each running channel's state, last unexpected error and restarts; for a Discord bot split
         over daemons, also the gateway shards this one runs ({"ids": [...], "count": N})."""
         found = []
         for c in self.by_provider.values():
-            entry = {"provider": c.provider, "state": self.state(c), "error": self._errors.get(c.provider),
+            # The last unexpected error, else why the platform is not answering now.
+            error = self._errors.get(c.provider) or getattr(c, "trouble", None)
+            entry = {"provider": c.provider, "state": self.state(c), "error": error,
                      "restarts": self._restarts.get(c.provider, 0)}
             shards = getattr(c, "shards", None)
             if shards is not None:

@@ -1,0 +1,125 @@
+"""What the Slack stand-in records and builds: users, message timestamps, the Web API calls it saw,
+the messages posted and edited, the method-to-scope table and the rate tiers."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+Json = dict[str, Any]
+
+# The scopes a bot token of the channel's app manifest has (docs/channels.md lists the same).
+BOT_SCOPES = frozenset({
+    "app_mentions:read", "channels:history", "groups:history", "im:history", "mpim:history",
+    "chat:write", "users:read",
+})
+# Methods the stand-in answers: the scope a bot token needs for each (None: any valid token),
+# "history" meaning the one of the conversation's kind (channels:, groups:, im: or mpim:history).
+METHOD_SCOPES: dict[str, str | None] = {
+    "auth.test": None,
+    "chat.postMessage": "chat:write",
+    "chat.update": "chat:write",
+    "chat.delete": "chat:write",
+    "conversations.history": "history",
+    "conversations.replies": "history",
+    "users.info": "users:read",
+}
+# Slack's rate tiers per method (calls a minute, per workspace); chat.postMessage is "special":
+# about one message a second per channel.
+TIERS: dict[str, int] = {
+    "auth.test": 4, "chat.update": 3, "chat.delete": 3, "conversations.history": 3,
+    "conversations.replies": 3, "users.info": 4, "apps.connections.open": 1,
+}
+TIER_PER_MINUTE = {1: 1, 2: 20, 3: 50, 4: 100}
+# Slack refuses a text longer than this (msg_too_long); it truncates display after 4 000.
+MAX_TEXT = 40_000
+
+
+def user(user_id: str, name: str, real_name: str | None = None, *, is_bot: bool = False) -> Json:
+    """A user object as users.info returns it."""
+    shown = real_name or name
+    return {
+        "id": user_id, "team_id": "", "name": name, "real_name": shown, "deleted": False,
+        "is_bot": is_bot, "is_app_user": False,
+        "profile": {"real_name": shown, "display_name": name, "display_name_normalized": name},
+    }
+
+
+def history_scope(channel: str) -> str:
+    """The history scope a conversation needs, by the kind its id says (D, G or C)."""
+    if channel.startswith("D"):
+        return "im:history"
+    if channel.startswith("G"):
+        return "groups:history"
+    return "channels:history"
+
+
+def channel_type(channel: str) -> str:
+    """The `channel_type` of a message event in a conversation of this id."""
+    return {"D": "im", "G": "group"}.get(channel[:1], "channel")
+
+
+class Timestamps:
+    """Slack's message ids: "1700000000.000100"-style strings, unique and increasing per channel."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, int] = {}
+
+    def next(self, channel: str) -> str:
+        micros = max(int(time.time() * 1_000_000), self._last.get(channel, 0) + 1)
+        self._last[channel] = micros
+        return f"{micros // 1_000_000}.{micros % 1_000_000:06d}"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedCall:
+    """One Web API call: the method, its arguments (query, form or JSON merged), the token kind
+    ("bot", "app" or None) and the HTTP status answered."""
+
+    method: str
+    args: Json
+    token: str | None
+    status: int
+    error: str | None = None
+    time: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True, slots=True)
+class PostedMessage:
+    """A message the bot posted with chat.postMessage."""
+
+    channel: str
+    ts: str
+    text: str
+    thread_ts: str | None
+    args: Json
+    time: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True, slots=True)
+class UpdatedMessage:
+    """A chat.update of one of the bot's messages."""
+
+    channel: str
+    ts: str
+    text: str
+    time: float = field(default_factory=time.monotonic)
+
+
+@dataclass(slots=True)
+class Envelope:
+    """An Events API envelope of Socket Mode, and what became of it."""
+
+    event_id: str
+    payload: Json
+    attempts: int = 0
+    sent_at: float = 0.0
+    envelope_ids: list[str] = field(default_factory=list)
+    acked: bool = False
+
+    def frame(self, envelope_id: str, reason: str) -> Json:
+        """The JSON Slack sends over the socket for this attempt."""
+        return {"envelope_id": envelope_id, "payload": self.payload, "type": "events_api",
+                "accepts_response_payload": False, "retry_attempt": self.attempts,
+                "retry_reason": reason}

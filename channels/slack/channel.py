@@ -1,0 +1,264 @@
+"""Slack: slack-bolt's AsyncApp in Socket Mode, run by hand inside the daemon's event loop;
+normalising and gating what arrives is `channels.slack.normalise`, rendering replies
+`channels.slack.mrkdwn`.
+
+Nothing lost: the app runs with `process_before_response`, so an envelope is acknowledged only once
+its listener returned, that is once the message is stored (or deliberately ignored); a listener that
+raises leaves it unacknowledged and Slack sends it again (3 s later, up to three times). Nothing
+twice: the store drops a message it holds already (by conversation and `ts`), so a redelivered
+envelope, or the `app_mention` beside a channel's `message`, starts no second turn. Replies go
+through the outbox, each chunk's `ts` recorded as it is posted; chat.postMessage has no idempotency
+key, so a chunk posted just before a crash, its ts not yet recorded, is posted again on restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import structlog
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.config import SlackConfig
+from bot.core.errors import ChannelNotStartedError, DeliveryError, describe
+from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.core.misconfiguration import report, token_refused
+from bot.intake.access import RefusalNotices, refused_dm_reply
+from bot.intake.channel import ChunkSent, Intake
+from channels.slack.mrkdwn import slack_chunks
+from channels.slack.normalise import (
+    PLATFORM,
+    SlackMessage,
+    admit,
+    mentioned_users,
+    read_event,
+    to_inbound,
+)
+
+log = structlog.get_logger("switchboard.slack")
+
+DRAIN_TIMEOUT = 2.0  # envelopes already received are handed to the core this long at most after stop()
+SUBMIT_RETRY_DELAY = 0.5
+MAX_SUBMIT_RETRY_DELAY = 30.0
+# A 429 is waited out (its Retry-After) this many times per call before the send fails.
+RATE_LIMIT_RETRIES = 3
+# Refusals that no retry can change: the reply fails for good.
+_PERMANENT = frozenset({
+    "channel_not_found", "not_in_channel", "is_archived", "msg_too_long", "no_text", "invalid_auth",
+    "account_inactive", "token_revoked", "missing_scope", "restricted_action", "invalid_blocks",
+})
+_NETWORK_ERRORS = (OSError, aiohttp.ClientError, TimeoutError)
+_TOKEN_HELP = "api.slack.com/apps → the app → OAuth & Permissions (bot) or Basic Information (app-level)"
+
+
+class SlackChannel:
+    """Receives over Socket Mode and sends with the Web API; one instance per Slack app, its `name`
+    ("slack", "slack.<account>") the provider of its session keys, chats and stored rows."""
+
+    def __init__(
+        self, config: SlackConfig, *, agent_id: str, bot_token: str, app_token: str, name: str = PLATFORM,
+    ) -> None:
+        self.provider = name
+        self._config = config
+        self._agent_id = agent_id
+        self._bot_token = bot_token
+        self._app_token = app_token
+        self._core: Intake | None = None
+        self._client: AsyncWebClient | None = None
+        self._handler: AsyncSocketModeHandler | None = None
+        self._bot_user_id = ""
+        self._bot_name = "switchboard"
+        self._names: dict[str, str] = {}
+        self._notices = RefusalNotices()
+        self._stopped = asyncio.Event()
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.ready = asyncio.Event()
+
+    def reconfigure(self, config: SlackConfig) -> None:
+        """Apply a reloaded section (access lists, mentions, reply age) to messages from now on."""
+        self._config = config
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def run(self, intake: Intake) -> None:
+        self._core = intake
+        client = self._client = AsyncWebClient(
+            token=self._bot_token, base_url=self._config.base_url,
+            retry_handlers=[AsyncConnectionErrorRetryHandler(),
+                            AsyncRateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES)])
+        try:
+            url = await self._sign_in(client)
+            if url is None:
+                return
+            app = AsyncApp(client=client, process_before_response=True, name=self.provider)
+            app.event("message")(self._on_event)
+            app.event("app_mention")(self._on_event)
+            handler = self._handler = AsyncSocketModeHandler(app, self._app_token, web_client=client)
+            handler.client.wss_uri = url  # the URL just opened: no second apps.connections.open
+            if not self._stopped.is_set():
+                await handler.connect_async()  # type: ignore[no-untyped-call]  # unannotated in bolt
+                log.info("slack connected", channel=self.provider, bot=self._bot_name)
+                self.ready.set()
+            await asyncio.Event().wait()  # sending goes on after stop(), until cancelled
+        finally:
+            if self._handler is not None:
+                await self._handler.close_async()  # type: ignore[no-untyped-call]
+
+    async def _sign_in(self, client: AsyncWebClient) -> str | None:
+        """Check the bot token (auth.test) and open a socket URL with the app token; None when a
+        token was refused (reported; the channel stays off)."""
+        try:
+            auth = await client.auth_test()
+            self._bot_user_id, self._bot_name = str(auth["user_id"]), str(auth.get("user") or self._bot_name)
+        except SlackApiError as exc:
+            await self._refused(self._config.bot_token_env, "bot", exc)
+            return None
+        try:
+            opened = await client.apps_connections_open(app_token=self._app_token)
+        except SlackApiError as exc:
+            await self._refused(self._config.app_token_env, "app-level", exc)
+            return None
+        return str(opened["url"])
+
+    async def _refused(self, env: str, kind: str, exc: SlackApiError) -> None:
+        error = str(exc.response.get("error", ""))
+        if error in ("invalid_auth", "not_authed", "account_inactive", "token_revoked",
+                     "not_allowed_token_type", "missing_scope"):
+            await report(self._core, token_refused("Slack", self.provider, env, f"{kind} token: {error}",
+                                                   _TOKEN_HELP))
+            return
+        raise ChannelNotStartedError(f"{self.provider}: Slack refused the sign-in: {error}") from exc
+
+    async def stop(self) -> None:
+        """Stop taking input (the socket closes; unacknowledged envelopes wait at Slack for the next
+        start); the Web API client stays open so turns in flight still deliver."""
+        self._stopped.set()
+        if self._handler is not None:
+            # The socket only: the Web API client stays open.
+            await self._handler.close_async()  # type: ignore[no-untyped-call]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.handled(), DRAIN_TIMEOUT)
+
+    async def handled(self) -> None:
+        """Return once every envelope received so far has been handed to the core or refused."""
+        await self._idle.wait()
+
+    # -- receiving --------------------------------------------------------------------------------
+
+    async def _on_event(self, event: dict[str, Any]) -> None:
+        """One message or app_mention; returning acknowledges the envelope, raising does not."""
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            msg = read_event(event)
+            if msg is not None and self._core is not None:
+                await self._take(msg, self._core)
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._idle.set()
+
+    async def _take(self, msg: SlackMessage, core: Intake) -> None:
+        verdict = admit(msg, self._config, bot_user_id=self._bot_user_id)
+        if verdict == "pair":
+            paired = await core.pair(self.provider, msg.channel, msg.user, await self._name_of(msg.user))
+            verdict = "accept" if paired else "ignore"
+        if verdict == "refuse":
+            log.info("message refused", channel_id=msg.channel, sender_id=msg.user)
+            if self._notices.first_time(self.provider, msg.user):
+                await self._notify(msg, refused_dm_reply(msg.user))
+            return
+        if verdict == "ignore":
+            return
+        names = {user: await self._name_of(user) for user in mentioned_users(msg.text)}
+        names[self._bot_user_id] = self._bot_name
+        inbound = to_inbound(msg, agent_id=self._agent_id, bot_user_id=self._bot_user_id,
+                             config=self._config, sender_name=await self._name_of(msg.user),
+                             names=names, provider=self.provider)
+        if inbound is not None:
+            await self._submit_until_stored(core, inbound)
+
+    async def _submit_until_stored(self, core: Intake, inbound: InboundMessage) -> None:
+        """Hand a message over, trying again (0.5 s doubling to 30 s) while the core cannot store it;
+        once the channel stops, the error goes up and the envelope stays unacknowledged."""
+        delay = SUBMIT_RETRY_DELAY
+        while True:
+            try:
+                await core.submit(inbound)
+                return
+            except Exception as exc:
+                if self._stopped.is_set():
+                    raise
+                log.warning("slack message not stored; trying again", message_id=inbound.provider_message_id,
+                            error=describe(exc), retry_in=delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), delay)
+            delay = min(delay * 2, MAX_SUBMIT_RETRY_DELAY)
+
+    async def _name_of(self, user_id: str) -> str:
+        """A user's display name (users.info, kept for the run); the id when Slack does not say."""
+        known = self._names.get(user_id)
+        if known is not None:
+            return known
+        name = user_id
+        if self._client is not None:
+            try:
+                found = (await self._client.users_info(user=user_id)).get("user") or {}
+                profile = found.get("profile") or {}
+                name = profile.get("display_name") or profile.get("real_name") or found.get("name") or user_id
+            except (SlackApiError, *_NETWORK_ERRORS) as exc:
+                log.debug("user name not found", user_id=user_id, error=describe(exc))
+                return name
+        self._names[user_id] = name
+        return name
+
+    async def _notify(self, msg: SlackMessage, text: str) -> None:
+        try:
+            await self.send(OutboundMessage(ChatRef(self.provider, msg.channel, msg.thread_ts), text))
+        except DeliveryError as exc:
+            log.warning("notice not delivered", channel_id=msg.channel, error=str(exc))
+
+    # -- sending ----------------------------------------------------------------------------------
+
+    async def send(self, message: OutboundMessage, on_chunk: ChunkSent | None = None) -> list[str]:
+        client = self._client
+        if client is None or not self._bot_user_id:
+            raise DeliveryError("Slack is not connected")
+        sent: list[str] = []
+        for index, chunk in enumerate(slack_chunks(message.text)):
+            if index < message.skip_chunks:
+                continue
+            try:
+                posted = await client.chat_postMessage(
+                    channel=message.chat.chat_id, text=chunk, thread_ts=message.chat.thread_id,
+                    unfurl_links=False, unfurl_media=False)
+            except SlackApiError as exc:
+                error = str(exc.response.get("error", "")) or f"HTTP {exc.response.status_code}"
+                raise DeliveryError(f"Slack refused the message: {error}", sent_ids=sent,
+                                    permanent=error in _PERMANENT) from exc
+            except _NETWORK_ERRORS as exc:
+                # Not retried here: the message may have been posted; the outbox decides.
+                raise DeliveryError(f"Slack send failed: {describe(exc)}", sent_ids=sent) from exc
+            ts = str(posted["ts"])
+            sent.append(ts)
+            if on_chunk is not None:
+                await on_chunk(index, ts)
+        return sent
+
+    @asynccontextmanager
+    async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
+        # A bot token has no typing indicator on Slack; assistant threads' status comes later.
+        yield
