@@ -148,6 +148,11 @@ class TelegramStandIn(TelegramBotApi):
         """Abort the connection of the next `times` calls of `method` without answering."""
         self._faults.append(_Fault(method.lower(), 0, "", {}, None, times, drop=True))
 
+    def heal(self, method: str) -> None:
+        """Forget the faults scripted for `method` and not used up yet (e.g. `fail_next(...,
+        times=10**6)`: Telegram away): its next calls are answered normally again."""
+        self._faults[:] = [fault for fault in self._faults if fault.method != method.lower()]
+
     def block(self, chat_id: int) -> None:
         """The user of `chat_id` blocked the bot: sends and chat actions there get 403."""
         self.blocked.add(chat_id)

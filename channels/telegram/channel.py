@@ -136,6 +136,11 @@ class TelegramChannel:
                             allowed_updates=ALLOWED_UPDATES, on_connected=self._connected,
                             channel=self.provider)
 
+    @property
+    def trouble(self) -> str | None:
+        """Why Telegram is not answering the polls now (they are retried), or None."""
+        return self._updates.trouble if isinstance(self._updates, UpdatePoller) else None
+
     def _connected(self) -> None:
         log.info("telegram connected", channel=self.provider, mode=self._config.mode,
                  bot=self._bot.username if self._bot else None)

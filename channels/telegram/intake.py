@@ -83,6 +83,8 @@ class UpdatePoller:
         self._done = asyncio.Event()
         # Set once a batch smaller than a full one is taken: what waited at Telegram is stored.
         self.caught_up = asyncio.Event()
+        # Why the last getUpdates failed, until one is answered again (the channel's state says so).
+        self.trouble: str | None = None
 
     @property
     def offset(self) -> int:
@@ -116,27 +118,29 @@ class UpdatePoller:
                     # Pending updates are kept (drop_pending_updates is not sent).
                     await self._bot.delete_webhook()
                     webhook_checked = True
-                # The first request does not wait, so `connected` means Telegram answered.
-                batch = await self._fetch_unless_stopped(self._poll_timeout if connected else 0)
+                # The first request does not wait, so `connected` means Telegram answered; nor does
+                # the first after a failure, so that its recovery shows at once (`trouble`).
+                waiting = connected and not failing
+                batch = await self._fetch_unless_stopped(self._poll_timeout if waiting else 0)
             except InvalidToken:  # the channel tells the admin (channels/telegram/channel.py)
                 return False
             except RetryAfter as exc:
                 delay = retry_after_seconds(exc)
                 self._log.warning("Telegram asks to wait before polling again", retry_in=delay)
-                failing = True
+                failing, self.trouble = True, describe(exc)
             except Conflict as exc:
                 delay = backoff.next()
                 webhook_checked = "webhook" not in str(exc).lower()
                 self._log.warning("another getUpdates or a webhook uses this bot token; retrying",
                             error=f"Conflict: {exc}", retry_in=delay)
-                failing = True
+                failing, self.trouble = True, f"Conflict: {exc}"
             except Exception as exc:  # network errors, timeouts, an answer that is no update list
                 delay = backoff.next()
                 self._log.warning("telegram polling failed; retrying", error=describe(exc),
                             retry_in=delay)
                 # Retried every few seconds while Telegram is away: the traceback at debug only.
                 self._log.debug("telegram polling failure", exc_info=True)
-                failing = True
+                failing, self.trouble = True, describe(exc)
             else:
                 if batch is None:  # stopped while waiting
                     break
@@ -145,7 +149,7 @@ class UpdatePoller:
                     self._on_connected()
                 elif failing:
                     self._log.info("telegram polling recovered")
-                failing = False
+                failing, self.trouble = False, None
                 if await self._hand_over(batch):
                     if len(batch) < BATCH_LIMIT:
                         self.caught_up.set()
