@@ -41,3 +41,22 @@ async def traced(store: Store) -> AsyncIterator[list[str]]:
         yield statements
     finally:
         await store._conn.set_trace_callback(None)
+
+
+@asynccontextmanager
+async def hand_offs(store: Store) -> AsyncIterator[list[str]]:
+    """On SQLite, one entry per item the store hands to its connection's thread inside the block
+    (a statement, or several batched into one item); what the event loop waits on."""
+    items: list[str] = []
+    conn: Any = store._conn
+    queue = conn._execute
+
+    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        items.append(getattr(fn, "__name__", "item"))
+        return await queue(fn, *args, **kwargs)
+
+    conn._execute = counted
+    try:
+        yield items
+    finally:
+        del conn._execute

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from bot.config import Config, resolve_history_limit
 from bot.config.provider_check import main_model
+from bot.context.reads import Pin as Pin
+from bot.context.reads import Seen, read_history, read_with_recall
 from bot.context.recalled_turns import Plan, plan_reads, pool_of_recalled
 from bot.context.semantic_recall import SemanticRecall
 from bot.context.triage import LiveTriage, Triager
@@ -39,11 +41,8 @@ from bot.ranking.stages import (
     split_recent,
     tag,
 )
-from bot.store import CompactionRecord
 from bot.store.seams import ContextReads
 from bot.store.turn_starts import TurnStarts
-
-_NO_UPPER_BOUND = 2**63 - 1  # SQLite's largest rowid
 
 
 class LatePlan:
@@ -78,15 +77,6 @@ class Found:
 
 async def _no_recall() -> Found:
     return Found([], [], {})
-
-
-@dataclass(frozen=True, slots=True)
-class Pin:
-    """What a replay fixes to the recorded turn: the log position, the time and the compaction."""
-
-    as_of: int
-    now: float
-    compaction_id: int | None
 
 
 class ContextBuilder:
@@ -128,11 +118,20 @@ class ContextBuilder:
         # compaction's bound and cut to it after (the same messages: the newest after a point are
         # the newest overall, cut at that point).
         recall = limit is None and conv.use_selection
-        (compaction, scheduled, fetched, as_of), reply_to, found = await asyncio.gather(
-            self._reads(session, request, pin, compaction=limit is None),
-            self._reply_target(request, chat),
-            self._recall(session, request) if recall else _no_recall(),
-        )
+        semantic = self._semantic if conv.semantic_count > 0 else None
+        reads: Awaitable[tuple[Seen, Found]]
+        if recall and semantic is None:
+            reads = self._read_with_recall(session, request, pin)  # one hand-off for both
+        else:
+            reads = asyncio.gather(
+                read_history(self._store, conv, session, request, pin, compaction=limit is None),
+                self._recall(session, request, semantic) if recall and semantic is not None
+                else _no_recall())
+        if request.reply_to_id is None or chat is None:  # no reply target to read beside them
+            ((compaction, scheduled, fetched, as_of), found), reply_to = await reads, None
+        else:
+            ((compaction, scheduled, fetched, as_of), found), reply_to = await asyncio.gather(
+                reads, self._reply_target(request, chat))
         if reply_to is not None:
             scheduled = [m for m in scheduled if m.id != reply_to.id]
         read = len(fetched)
@@ -202,35 +201,12 @@ class ContextBuilder:
 
         return Explanation(later=explain)
 
-    async def _reads(
-        self, session: str, request: StoredMessage, pin: Pin | None, *, compaction: bool
-    ) -> tuple[CompactionRecord | None, list[StoredMessage], list[StoredMessage], int]:
-        """The compaction in use (when `compaction`; a replay's is the one its turn recorded), the
-        scheduled block, and the last `lookback_count` interactive messages as this turn sees
-        them with the log position they were read at (the newest id seen), which replay reads
-        up to: one read in the usual case.
-
-        The scheduled block is what ran since the user's previous message: they have not
-        answered it yet. A message queued behind earlier ones of its session was stored before
-        the replies to them: those replies (not the user messages queued after it) belong to its
-        history.
-        """
-        limit = self._conv.lookback_count
-        upper = pin.as_of + 1 if pin is not None else _NO_UPPER_BOUND
-        latest, scheduled, newest = await self._store.context_reads(
-            session, before_id=upper, limit=limit + 1, request_id=request.id,
-            scheduled=self._conv.previous_tasks_count, compaction=compaction and pin is None,
-        )
-        if compaction and pin is not None and pin.compaction_id is not None:
-            latest = await self._store.compaction_by_id(pin.compaction_id)
-        # The usual case: nothing was stored after the request yet.
-        as_of = max([request.id, *(m.id for m in newest)])
-        later = [m for m in newest if m.id > request.id]
-        if not later:
-            return latest, scheduled, [m for m in newest if m.id < request.id][-limit:], as_of
-        before = await self._store.recent_messages(session, before_id=request.id, limit=limit)
-        answered = [m for m in later if m.role == "assistant"]
-        return latest, scheduled, (before + answered)[-limit:], as_of
+    async def _read_with_recall(
+        self, session: str, request: StoredMessage, pin: Pin | None
+    ) -> tuple[Seen, Found]:
+        """The history's reads and lexical recall (the only recall here) together."""
+        seen, (lexical, turns) = await read_with_recall(self._store, self._conv, session, request, pin)
+        return seen, Found(lexical, [], turns)
 
     async def _meaning(
         self, found: Found, request: StoredMessage, *, wanted: bool
@@ -371,20 +347,15 @@ class ContextBuilder:
             return None
         return target
 
-    async def _recall(self, session: str, request: StoredMessage) -> Found:
-        """Lexical matches with their turns; with semantic recall, both searches started and
-        neither waited for: the meaning's by the request's stored vector, then the words' (SQLite
-        answers them back to back), the request encoded only if the pool wants it (`_meaning`)."""
+    async def _recall(self, session: str, request: StoredMessage, semantic: SemanticRecall) -> Found:
+        """With semantic recall, both searches started and neither waited for: the meaning's by
+        the request's stored vector, then the words' (SQLite answers them back to back), the
+        request encoded only if the pool wants it (`_meaning`). (Lexical recall alone is read with
+        the history: `read_with_recall`.)"""
         conv = self._conv
-        if conv.semantic_count <= 0 or self._semantic is None:
-            # The matches and their turns in one read: no other source's turns to wait for.
-            lexical, turns = await self._store.lexical_turns(
-                session, request.text, before_id=request.id, limit=max(conv.recall_count, 0))
-            return Found(lexical, [], turns)
         # Started first: the vectors' read is answered before the words' search, so the semantic
         # matches are known (when stored) by the time the plan of the turns' read is made.
-        meaning = asyncio.ensure_future(
-            self._semantic.stored_matches(session, request, limit=conv.semantic_count))
+        meaning = asyncio.ensure_future(semantic.stored_matches(session, request, limit=conv.semantic_count))
         late = LatePlan()
         words = asyncio.ensure_future(self._store.lexical_then_turns(
             session, request.text, before_id=request.id, limit=max(conv.recall_count, 0), plan=late))

@@ -7,12 +7,12 @@ concerns) leave to the backend, and each reading its dialect's statements (`dial
 
 from __future__ import annotations
 
+import asyncio
 import os
 from abc import abstractmethod
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
-from bot.core.messages import StoredMessage
 from bot.store.compactions import Compactions
 from bot.store.delivery import Delivery
 from bot.store.embeddings import Embeddings
@@ -23,7 +23,7 @@ from bot.store.messages import Messages
 from bot.store.pairings import Pairings
 from bot.store.people import People
 from bot.store.recall import Recall
-from bot.store.records import CompactionRecord
+from bot.store.records import ContextRead, LexicalFound
 from bot.store.reminders import Reminders
 from bot.store.schedule_runs import ScheduleRuns
 from bot.store.sends_in_doubt import SendsInDoubt
@@ -58,7 +58,21 @@ class Store(
     async def context_reads(
         self, session_key: str, *, before_id: int, limit: int, request_id: int,
         scheduled: int, compaction: bool,
-    ) -> tuple[CompactionRecord | None, list[StoredMessage], list[StoredMessage]]:
+    ) -> ContextRead:
         """`latest_compaction` (None unless `compaction`), `scheduled_between(after_id=None,
         before_id=request_id, limit=scheduled)` and `recent_messages(before_id=before_id,
         limit=limit)`, in one read."""
+
+    async def context_and_recall(
+        self, session_key: str, *, before_id: int, limit: int, request_id: int,
+        scheduled: int, compaction: bool, text: str, recall_before: int, recall_limit: int,
+    ) -> tuple[ContextRead, LexicalFound]:
+        """`context_reads` (the same arguments) and `lexical_turns(session_key, text,
+        before_id=recall_before, limit=recall_limit)`, both asked at once: on PostgreSQL each on
+        a pooled connection of its own; SQLite answers both in one hand-off to its thread."""
+        reads, found = await asyncio.gather(
+            self.context_reads(session_key, before_id=before_id, limit=limit, request_id=request_id,
+                               scheduled=scheduled, compaction=compaction),
+            self.lexical_turns(session_key, text, before_id=recall_before, limit=recall_limit),
+        )
+        return reads, found

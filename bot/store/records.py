@@ -80,6 +80,12 @@ class CompactionRecord:
     notified: int
 
 
+# What a context build reads: the compaction in use (or None), the scheduled block and the newest
+# history (`context_reads`); and lexical recall's matches, (message id, score) best first, with
+# each one's turn by its id (`lexical_turns`).
+ContextRead = tuple[CompactionRecord | None, list[StoredMessage], list[StoredMessage]]
+LexicalFound = tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]
+
 RunStatus = Literal[
     "requested", "running", "generated", "delivered", "quiet", "failed", "missed", "stale"
 ]

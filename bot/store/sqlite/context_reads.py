@@ -1,16 +1,20 @@
 """SQLite's `context_reads`: a context build's fixed reads in one statement: the compaction in use,
 the scheduled block and the newest history (each as its own method reads it), so SQLite's thread
-answers one call, not three."""
+answers one call, not three; and `context_and_recall`: that statement and lexical recall's in one
+hand-off to SQLite's thread, the event loop not woken between them."""
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterable
 from typing import Any
 
-from bot.core.messages import StoredMessage
 from bot.store.compactions import COMPACTION_COLUMNS, latest_compaction_sql
 from bot.store.database import Database
 from bot.store.messages import MESSAGE_COLUMNS, recent_sql, rows_to_messages, scheduled_sql
-from bot.store.records import CompactionRecord
+from bot.store.records import CompactionRecord, ContextRead, LexicalFound
+from bot.store.sqlite.connection import in_connection_thread
+from bot.store.sqlite.recall import lexical_turns_of, lexical_turns_statement
 
 _COMPACTION_WIDTH = len(COMPACTION_COLUMNS.split(","))
 _PAD = ", NULL" * (len(MESSAGE_COLUMNS.split(",")) - _COMPACTION_WIDTH)
@@ -36,7 +40,7 @@ class SqliteContextReads(Database):
     async def context_reads(
         self, session_key: str, *, before_id: int, limit: int, request_id: int,
         scheduled: int, compaction: bool,
-    ) -> tuple[CompactionRecord | None, list[StoredMessage], list[StoredMessage]]:
+    ) -> ContextRead:
         """`latest_compaction` (None unless `compaction`), `scheduled_between(after_id=None,
         before_id=request_id, limit=scheduled)` and `recent_messages(before_id=before_id,
         limit=limit)`, in one read."""
@@ -44,12 +48,33 @@ class SqliteContextReads(Database):
             _CONTEXT_READS,
             (session_key, before_id, limit, request_id, max(scheduled, 0), int(compaction)),
         )
-        parts: tuple[list[Any], ...] = ([], [], [])
-        for row in rows:
-            parts[row[0]].append(row[1:])
-        history, block, latest = (sorted(part, key=_row_id) for part in parts)
-        record = CompactionRecord(*latest[-1][:_COMPACTION_WIDTH]) if latest else None
-        return record, rows_to_messages(block), rows_to_messages(history)
+        return _context_of(rows)
+
+    async def context_and_recall(
+        self, session_key: str, *, before_id: int, limit: int, request_id: int,
+        scheduled: int, compaction: bool, text: str, recall_before: int, recall_limit: int,
+    ) -> tuple[ContextRead, LexicalFound]:
+        """See `Store.context_and_recall`: both statements as one item of SQLite's thread."""
+        reads = (session_key, before_id, limit, request_id, max(scheduled, 0), int(compaction))
+        recall = lexical_turns_statement(session_key, text, before_id=recall_before, limit=recall_limit)
+
+        def both(db: sqlite3.Connection) -> tuple[list[Any], list[Any] | None]:
+            rows = db.execute(_CONTEXT_READS, reads).fetchall()
+            return rows, db.execute(*recall).fetchall() if recall is not None else None
+
+        context_rows, recall_rows = await in_connection_thread(self._conn, both)
+        found = lexical_turns_of(recall_rows) if recall_rows is not None else ([], {})
+        return _context_of(context_rows), found
+
+
+def _context_of(rows: Iterable[Any]) -> ContextRead:
+    """`context_reads`' answer from its statement's rows."""
+    parts: tuple[list[Any], ...] = ([], [], [])
+    for row in rows:
+        parts[row[0]].append(row[1:])
+    history, block, latest = (sorted(part, key=_row_id) for part in parts)
+    record = CompactionRecord(*latest[-1][:_COMPACTION_WIDTH]) if latest else None
+    return record, rows_to_messages(block), rows_to_messages(history)
 
 
 def _row_id(row: Any) -> int:

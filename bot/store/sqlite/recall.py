@@ -105,20 +105,10 @@ class SqliteRecall(Recall):
         self, session_key: str, text: str, *, before_id: int, limit: int
     ) -> tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]:
         """See `Recall.lexical_turns`: each term's postings walked once, in one read."""
-        terms = search_terms(session_key, text)
-        if limit <= 0 or not terms:
+        statement = lexical_turns_statement(session_key, text, before_id=before_id, limit=limit)
+        if statement is None:
             return [], {}
-        blank = ", ".join(["NULL"] * len(MESSAGE_COLUMNS.split(",")))
-        rows = await self._conn.execute_fetchall(
-            f"{_scored(len(terms))}, asked(id) AS (SELECT id FROM scored), {_TURNS} "
-            f"SELECT 0, id, score, {blank} FROM scored UNION ALL "
-            f"SELECT 1, t.start, NULL, {_M_COLUMNS} {_TURN_ROWS} ORDER BY 1, 4",
-            _scored_parameters(session_key, before_id, limit, terms),
-        )
-        matches = sorted(((int(r[1]), float(r[2])) for r in rows if r[0] == 0), key=lambda m: (-m[1], -m[0]))
-        turns = _group([row[1:2] + row[3:] for row in rows if row[0] == 1],
-                       [message_id for message_id, _ in matches], max_len=MAX_TURN)
-        return matches, turns
+        return lexical_turns_of(await self._conn.execute_fetchall(*statement))
 
     async def lexical_matches(
         self, session_key: str, text: str, *, before_id: int, limit: int
@@ -186,6 +176,31 @@ class SqliteRecall(Recall):
             "SELECT rowid FROM recall_fts WHERE recall_fts MATCH ? ORDER BY rowid DESC LIMIT ?",
             (term.match(), TERM_HITS),
         )]
+
+_BLANK = ", ".join(["NULL"] * len(MESSAGE_COLUMNS.split(",")))
+
+
+def lexical_turns_statement(
+    session_key: str, text: str, *, before_id: int, limit: int
+) -> tuple[str, tuple[object, ...]] | None:
+    """`lexical_turns`' statement and parameters; None when there is nothing to search for."""
+    terms = search_terms(session_key, text)
+    if limit <= 0 or not terms:
+        return None
+    return (f"{_scored(len(terms))}, asked(id) AS (SELECT id FROM scored), {_TURNS} "
+            f"SELECT 0, id, score, {_BLANK} FROM scored UNION ALL "
+            f"SELECT 1, t.start, NULL, {_M_COLUMNS} {_TURN_ROWS} ORDER BY 1, 4",
+            _scored_parameters(session_key, before_id, limit, terms))
+
+
+def lexical_turns_of(rows: Iterable[Any]) -> tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]:
+    """`lexical_turns`' answer from its statement's rows."""
+    rows = list(rows)
+    matches = sorted(((int(r[1]), float(r[2])) for r in rows if r[0] == 0), key=lambda m: (-m[1], -m[0]))
+    turns = _group([row[1:2] + row[3:] for row in rows if row[0] == 1],
+                   [message_id for message_id, _ in matches], max_len=MAX_TURN)
+    return matches, turns
+
 
 def _matches_statement(
     session_key: str, text: str, *, before_id: int, limit: int
