@@ -156,9 +156,7 @@ def static_runtime() -> tuple[Any, float]:
 
 def onnx_runtime(directory: Path) -> tuple[Any, float]:
     import numpy as np
-
-    sys.path.insert(0, str(directory))
-    import onnxruntime
+    import onnxruntime  # from `directory` too: run_child puts it on the child's PYTHONPATH
     from tokenizers import Tokenizer
 
     from bot.ranking.embedding import model_files
@@ -210,9 +208,12 @@ def child(runtime: str, messages: int, onnx_dir: str | None) -> None:
 def run_child(runtime: str, args: argparse.Namespace) -> dict[str, Any] | None:
     command = [sys.executable, "-m", "bench.embedding_speed", "--child", runtime,
                "--messages", str(args.messages)]
+    env = dict(os.environ)
     if args.onnx:
         command += ["--onnx", args.onnx]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if runtime == "onnx":  # a `pip install --target` directory: importable ahead of the venv's
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.onnx, env.get("PYTHONPATH")]))
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
         print(f"{runtime}: failed\n{done.stderr.strip()[-2000:]}")
         return None

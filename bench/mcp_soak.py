@@ -2,7 +2,7 @@
 
 Usage: .venv/bin/python -m bench.mcp_soak [--calls 2000] [--concurrency 8] [--crashes 20]
 
-Runs the real `McpManager` with the tests' SDK server (tests/mcp_calc_server.py) over stdio:
+Runs the real `McpManager` with the test kit's SDK server (`bot.testing.mcp_calc`) over stdio:
 `--calls` calls of `add` from `--concurrency` coroutines (latency median, p95, max; calls/s), then
 `--crashes` cycles of a call that kills the server followed by waiting until its tools are offered
 again (time to tools back: the restart wait, the process start, the handshake and the listing),
@@ -16,21 +16,18 @@ import argparse
 import asyncio
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from bot.config import parse_config
+from bot.core.log import configure_logging
+from bot.core.messages import ChatRef
+from bot.core.session_key import parse
+from bot.testing.mcp_calc import server_entry
+from bot.tools.base import ToolContext
+from bot.tools.mcp import McpManager
 
-from bot.config import parse_config  # noqa: E402
-from bot.core.log import configure_logging  # noqa: E402
-from bot.core.messages import ChatRef  # noqa: E402
-from bot.core.session_key import parse  # noqa: E402
-from bot.tools.base import ToolContext  # noqa: E402
-from bot.tools.mcp import McpManager  # noqa: E402
-
-SERVER = ROOT / "tests" / "mcp_calc_server.py"
 CONTEXT = ToolContext(
     session_key=parse("agent:main:console:direct:local"), chat=ChatRef("console", "local"),
     user_id="local", request_id=1, is_admin=True, shared=False, now=0.0, timezone="UTC",
@@ -66,9 +63,7 @@ async def until_running(manager: McpManager, timeout: float = 30.0) -> None:
 
 async def main(args: argparse.Namespace) -> None:
     pidfile = Path(tempfile.mkdtemp()) / "pids"
-    config = parse_config({"mcp_servers": [{
-        "name": "calc", "command": sys.executable, "args": [str(SERVER), "--pidfile", str(pidfile)],
-    }]}, "<bench>")
+    config = parse_config({"mcp_servers": [server_entry("calc", "--pidfile", str(pidfile))]}, "<bench>")
     fds_before = open_fds()
     async with McpManager(config, restart_delay=args.restart_delay,
                           max_restart_delay=args.max_restart_delay) as manager:

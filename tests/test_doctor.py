@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import sqlite3
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from bot.store import Store
 from bot.testing.anthropic_api import AnthropicStandIn
 from bot.testing.discord_api import DiscordStandIn
 from bot.testing.fake_channel import FakeChannel
+from bot.testing.mcp_calc import server_entry
 from bot.testing.openai_api import OpenAIStandIn
 from bot.testing.telegram_api import TelegramStandIn, private_chat, user
 from tests.harness import FAST, MODEL, running, switchboard_cli
@@ -33,7 +33,6 @@ KEY = "sk-ant-doctor-test-key"
 TG_TOKEN = "123456:DOCTOR-TEST-TOKEN"
 DC_TOKEN = "DOCTOR.TEST.TOKEN"
 SECRETS = (KEY, TG_TOKEN, DC_TOKEN)
-CALC = str(Path(__file__).with_name("mcp_calc_server.py"))
 Write = Callable[..., Path]
 
 
@@ -149,7 +148,7 @@ def failures(lines: list[str]) -> list[str]:
 async def test_all_good(write: Write, tg: TelegramStandIn, dc: DiscordStandIn, api: AnthropicStandIn) -> None:
     """With every key, token, model and server good, every line is a ✓ (only what this machine lacks,
     systemd and a running daemon, is marked not applicable) and the exit status is 0."""
-    mcp = [{"name": "calc", "command": sys.executable, "args": [CALC], "tools": ["add"]}]
+    mcp = [server_entry("calc", tools=["add"])]
     code, lines = await doctor(write(tg, mcp_servers=mcp))
     assert code == 0, lines
     assert lines[-1] == "all checks passed"

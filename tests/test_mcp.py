@@ -6,7 +6,6 @@ import asyncio
 import io
 import json
 import os
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,21 +18,16 @@ from bot.config import Config, parse_config
 from bot.core.log import configure_logging
 from bot.core.messages import ChatRef
 from bot.core.session_key import parse as parse_key
+from bot.testing.mcp_calc import server_entry as calc
 from bot.tools.base import Tool, ToolContext, ToolResult
 from bot.tools.mcp import McpManager
 from bot.tools.mcp_tools import offered_name
 from tests.harness import wait_until
 
-SERVER = str(Path(__file__).with_name("mcp_calc_server.py"))
 CONTEXT = ToolContext(
     session_key=parse_key("agent:main:console:direct:local"), chat=ChatRef("console", "local"),
     user_id="local", request_id=1, is_admin=True, shared=False, now=0.0, timezone="UTC",
 )
-
-
-
-def calc(name: str = "calc", *extra: str, **options: Any) -> dict[str, Any]:
-    return {"name": name, "command": sys.executable, "args": [SERVER, *extra], **options}
 
 
 def config_of(*servers: dict[str, Any]) -> Config:

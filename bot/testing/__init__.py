@@ -9,7 +9,9 @@ and `openai_api.OpenAIStandIn` (an OpenAI-compatible chat completions and transc
 Each is an async context manager; a test scripts answers and faults, then reads what was sent.
 In-process fakes complete it: `fake_channel.FakeChannel` (a channel the test types into),
 `recording_intake.RecordingIntake` (the core as a channel adapter sees it), `models` (the made-up
-model names and the `echo` answer), `postgres.PostgresServer` (a throwaway PostgreSQL server).
+model names and the `echo` answer), `postgres.PostgresServer` (a throwaway PostgreSQL server),
+`mcp_calc` (an MCP server over stdio, written with the SDK, whose tools answer, fail, crash, hang
+and grow; `server_entry` is its `[[mcp_servers]]` table).
 
 Nothing in the product imports this package (an import-linter contract says so), and it needs no
 pytest: the suite, the benches and docs/development.md's example all use it the same way.
