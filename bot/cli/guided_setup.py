@@ -173,8 +173,7 @@ def _ask(defaults: Config, *, service: bool = False) -> Answers:
 def _ask_web(answers: Answers, defaults: Config, *, service: bool) -> None:
     """The browser console: on or not, where it listens, and its first admin account (for the
     systemd unit's config the account is made later, as the daemon's user, in its database)."""
-    from bot.cli.web import password_problem
-    from bot.web.auth import account_name_problem, hash_password
+    from bot.web.auth import account_name_problem, hash_password, password_problem
 
     print("The browser console shows the agents, sessions and each turn explained, and approves pairing")
     print("  requests, in a web browser (docs/web.md).")

@@ -20,20 +20,11 @@ if TYPE_CHECKING:
     from bot.config import Config
     from bot.store.web_accounts import Role
 
-MIN_PASSWORD = 10
-
 
 def web_usage(args: argparse.Namespace) -> int:
     print("usage: switchboard web user add NAME | user list | user passwd NAME | user remove NAME",
           file=sys.stderr)
     return 2
-
-
-def password_problem(password: str) -> str | None:
-    """What is wrong with a new password, or None."""
-    if len(password) < MIN_PASSWORD:
-        return f"a password of at least {MIN_PASSWORD} characters, please"
-    return None
 
 
 def read_password() -> str:
@@ -44,6 +35,8 @@ def read_password() -> str:
             raise UsageError("the two passwords differ; nothing was changed")
     else:
         first = sys.stdin.readline().rstrip("\r\n")
+    from bot.web.auth import password_problem
+
     problem = password_problem(first)
     if problem is not None:
         raise UsageError(problem)

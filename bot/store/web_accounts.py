@@ -1,4 +1,5 @@
-"""The browser console's accounts: their password hashes and roles, login sessions, failed logins.
+"""The browser console's accounts: their password hashes and roles, login sessions, failed logins
+and self sign-ups (counted for their limits).
 
 The store keeps only what it is given: hashing passwords and minting tokens is `bot.web.auth`'s
 business. A session is found by the hash of its cookie; failed logins are rows counted over a
@@ -128,6 +129,21 @@ class WebAccounts(Database):
                 "INSERT INTO web_login_failures (scope, subject, at) VALUES ('address', ?, ?), "
                 "('account', ?, ?)", (address, now, account, now))
             await self._conn.execute("DELETE FROM web_login_failures WHERE at <= ?", (now - keep,))
+
+    async def record_signup(self, address: str, *, now: float, keep: float) -> None:
+        """One self sign-up tried from this address (made or refused), counted for its limit in
+        the same table as failed logins; rows older than `keep` seconds are dropped."""
+        async with self._transaction():
+            await self._conn.execute(
+                "INSERT INTO web_login_failures (scope, subject, at) VALUES ('signup', ?, ?)", (address, now))
+            await self._conn.execute("DELETE FROM web_login_failures WHERE at <= ?", (now - keep,))
+
+    async def signups(self, address: str, *, since: float) -> int:
+        """Sign-ups tried from this address since `since`."""
+        rows = await self._conn.execute_fetchall(
+            "SELECT COUNT(*) FROM web_login_failures WHERE scope = 'signup' AND subject = ? AND at > ?",
+            (address, since))
+        return int(next(iter(rows))[0])
 
     async def login_failures(self, address: str, account: str, *, since: float) -> tuple[int, int]:
         """(failures from this address, failures on this account name) since `since`."""

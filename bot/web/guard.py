@@ -1,5 +1,5 @@
-"""The console's door: the login and logout pages, the session every other page needs, the CSRF
-token every form must carry, and the security headers on every response."""
+"""The console's door: the login and logout pages, the session every other page needs (but the
+sign-up's), the CSRF token every form must carry, and the security headers on every response."""
 
 from __future__ import annotations
 
@@ -48,6 +48,7 @@ class Door:
     logins: Logins
     renderer: Renderer
     body_limit: BodyLimit = no_body_limit
+    signup_open: Callable[[], bool] = lambda: False  # the sign-up page exists (the login links it)
 
     @property
     def base(self) -> str:
@@ -69,7 +70,7 @@ class Door:
         """A session for every page but the login and the static files; a POST without the
         session's CSRF token is refused (403) before any handler sees it."""
         path = request.path
-        if path in (f"{self.base}/login",) or path.startswith(f"{self.base}/static/"):
+        if path in (f"{self.base}/login", f"{self.base}/signup") or path.startswith(f"{self.base}/static/"):
             return await handler(request)
         session = await self.logins.session(request.cookies.get(SESSION_COOKIE))
         if session is None:
@@ -136,18 +137,37 @@ class Door:
         return self._login_form(request, error=None)
 
     def _login_form(self, request: web.Request, *, error: str | None, status: int = 200) -> web.Response:
+        return self.form_page(request, "login.html", status=status, error=error,
+                              next=self._next(request.query.get("next")), signup=self.signup_open())
+
+    def form_page(
+        self, request: web.Request, template: str, *, status: int = 200, **values: object
+    ) -> web.Response:
+        """A page whose form is sent without a session (the login, the sign-up): its token is in
+        the form and in a cookie, and the two must match (`form_values`)."""
         token = request.cookies.get(LOGIN_COOKIE) or secrets.token_urlsafe(32)
-        response = self.renderer.page("login.html", None, status=status, login_token=token, error=error,
-                                      next=self._next(request.query.get("next")))
+        response = self.renderer.page(template, None, status=status, login_token=token, **values)
         self._cookie(response, LOGIN_COOKIE, token, max_age=3600)
         return response
 
-    async def log_in(self, request: web.Request) -> web.Response:
+    async def form_values(self, request: web.Request) -> dict[str, str]:
+        """A session-less form's fields, once its token matches its cookie's (else 403)."""
         form = await request.post()
         values = {name: value for name, value in form.items() if isinstance(value, str)}
         expected = request.cookies.get(LOGIN_COOKIE)
         if expected is None or not same_token(values.get("csrf"), expected):
-            raise web.HTTPForbidden(text="the login form's token is missing or wrong; reload the page")
+            raise web.HTTPForbidden(text="the form's token is missing or wrong; reload the page")
+        return values
+
+    def logged_in(self, location: str, token: str) -> web.Response:
+        """The answer to a login or a sign-up: its session's cookie, and on to `location`."""
+        response = see_other(location)
+        self._cookie(response, SESSION_COOKIE, token, max_age=SESSION_SECONDS)
+        response.del_cookie(LOGIN_COOKIE, path=self.base or "/")
+        return response
+
+    async def log_in(self, request: web.Request) -> web.Response:
+        values = await self.form_values(request)
         login = await self.logins.log_in(values.get("name", "").strip(), values.get("password", ""),
                                          self.client_address(request))
         if login.limited:
@@ -157,10 +177,7 @@ class Door:
             return response
         if login.token is None:
             return self._login_form(request, status=401, error="Wrong name or password.")
-        response = see_other(self._next(values.get("next")))
-        self._cookie(response, SESSION_COOKIE, login.token, max_age=SESSION_SECONDS)
-        response.del_cookie(LOGIN_COOKIE, path=self.base or "/")
-        return response
+        return self.logged_in(self._next(values.get("next")), login.token)
 
     async def log_out(self, request: web.Request) -> web.Response:
         token = request.cookies.get(SESSION_COOKIE)

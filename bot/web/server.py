@@ -28,6 +28,7 @@ from bot.web.pages import Pages, PageStore
 from bot.web.rendering import Renderer, templates
 from bot.web.replay_page import ReplayPage, ReplayPageStore
 from bot.web.running import RunningDaemon
+from bot.web.signup import SignUp, signup_channel
 from bot.web.usage_page import UsagePage, UsageStore
 
 log = structlog.get_logger("switchboard.web")
@@ -54,7 +55,10 @@ def console_app(
     renderer = Renderer(templates(), base, chat=lambda: "web" in channels)
     app = web.Application(client_max_size=BODY_LIMIT)
     chat = Chat(base, store, channels, renderer)
-    Door(config, Logins(store), renderer, chat.body_limit).routes(app)
+    door = Door(config, Logins(store), renderer, chat.body_limit,
+                signup_open=lambda: signup_channel(channels) is not None)
+    door.routes(app)
+    SignUp(door, store, channels).routes(app)
     Overview(base, store, daemon, renderer).routes(app)
     Pages(base, store, lambda: daemon.config.prices, renderer).routes(app)
     ReplayPage(base, store, daemon, renderer).routes(app)

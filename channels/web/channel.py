@@ -114,6 +114,23 @@ class WebChatChannel:
         """The account's chat, in the session of the agent the routing gives it."""
         return build(self._agent_for(account), PROVIDER, "direct", account)
 
+    @property
+    def signup_open(self) -> bool:
+        """Whether visitors may make their own chat-only accounts: under `dm_policy = "pairing"`,
+        each then waits for an admin to approve its pairing code."""
+        return self._section.dm_policy == "pairing"
+
+    def listed(self, account: str) -> bool:
+        """Whether `allow_from` names the account (it may chat without a code)."""
+        return account in self._section.allow_from
+
+    async def ask_pairing(self, account: str) -> None:
+        """A new account's pairing code issued now and shown on its pages, as a stranger's first
+        message gets it; nothing while the channel is not running (its first message does it)."""
+        intake = self._intake
+        if intake is not None and not self._stopped.is_set():
+            await intake.pair(PROVIDER, account, account, account)
+
     def notices(self, account: str) -> list[str]:
         """The latest lines sent to an account that are not stored (newest last)."""
         return list(self._notices.get(account, ()))
