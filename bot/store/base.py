@@ -34,6 +34,7 @@ from bot.store.turn_commits import TurnCommits
 from bot.store.turn_openings import TurnOpenings
 from bot.store.usage import Usage
 from bot.store.web_accounts import WebAccounts
+from bot.store.web_chat import WebChatReads
 
 if TYPE_CHECKING:
     from bot.store.sqlite import SqliteStore
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 class Store(
     Messages, Recall, Embeddings, Delivery, Snapshots, Compactions, ScheduleRuns, Maintenance,
     Pairings, Usage, ToolCalls, People, HistorySearch, Reminders, Leases, Tables, SendsInDoubt,
-    WebAccounts, TurnOpenings, TurnCommits,
+    WebAccounts, WebChatReads, TurnOpenings, TurnCommits,
 ):
     """Conversation history and the daemon's durable work, on either backend."""
 

@@ -11,7 +11,7 @@ import asyncio
 import json
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -19,6 +19,7 @@ from aiohttp import web
 from bot.core.messages import StoredMessage
 from bot.intake.channel import Channel
 from bot.store.records import delivery_key
+from bot.web.chat_feed import ChatFeed
 from bot.web.guard import SESSION_KEY, see_other
 from bot.web.pages import PageStore, message_row
 from bot.web.rendering import Renderer
@@ -65,6 +66,10 @@ class Chat:
     store: PageStore
     channels: Mapping[str, Channel]
     renderer: Renderer
+    feed: ChatFeed = field(init=False)  # what another instance stored, to the streams open here
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "feed", ChatFeed(self.store, chat_row))
 
     def routes(self, app: web.Application) -> None:
         app.router.add_get(f"{self.base}/chat", self.page)
@@ -125,7 +130,8 @@ class Chat:
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         """The account's live events: first what was stored after the page's newest message (a
-        page that reconnects catches up), then previews, replies and notices as they happen."""
+        page that reconnects catches up), then previews, replies and notices as they happen here,
+        and what any instance stores in the chat (the feed's looks at the store)."""
         channel = self._channel()
         session = request[SESSION_KEY]
         after_text = request.query.get("after", "")
@@ -135,12 +141,15 @@ class Chat:
         await response.prepare(request)
         with channel.hub.subscribe(session.account) as subscription:
             await response.write(f"retry: {RETRY_MS}\n\n".encode())
+            key = str(channel.session_key(session.account))
+            history = await self.store.history(key, SHOWN)
             if after is not None:
-                key = str(channel.session_key(session.account))
-                for message in await self.store.history(key, SHOWN):
+                for message in history:
                     if message.id > after:
                         await response.write(sse("stored", chat_row(message)))
-            await self._relay(response, subscription)
+            newest = max(history[-1].id if history else 0, after or 0)
+            with self.feed.watching(key, newest, subscription):
+                await self._relay(response, subscription)
         return response
 
     async def _relay(self, response: web.StreamResponse, subscription: Subscription) -> None:
