@@ -24,7 +24,11 @@ from bot.store.postgres import PostgresStore
 from bot.store.records import delivery_key
 from bot.testing.anthropic_api import AnthropicStandIn
 from bot.web.auth import hash_password
+from bot.web.chat import chat_row
+from bot.web.chat_feed import ChatFeed
+from channels.web.hub import Subscription
 from tests.harness import API_KEY, config_data, router_of, running
+from tests.sql import traced
 from tests.test_web import PASSWORD, browser, free_port
 from tests.test_web_browser import chromium
 from tests.test_web_chat import ADA_KEY, events, log_in, post
@@ -144,3 +148,37 @@ async def test_in_a_browser_a_chat_shows_the_replies_of_both_instances_once_with
     assert seen["same_page"]
     assert [entry for entry in seen["log"] if entry.get("level") == "SEVERE"] == []
     assert (tmp_path / "chat-two-instances.png").read_bytes().startswith(b"\x89PNG")
+
+
+async def test_one_look_reads_once_for_every_open_stream_and_hands_each_only_what_is_new_to_it(
+    db: Path,
+) -> None:
+    """Three open streams on two chats: one look is one read; each stream gets its own chat's
+    messages newer than it had, once (a second look hands out nothing); a closed stream gets none."""
+    ada, bea = "agent:main:web:direct:ada", "agent:main:web:direct:bea"
+    async with Store.open(db) as store:
+        seen_before = await store.append_reply(ada, "already shown")
+        feed = ChatFeed(store, chat_row)
+        pages = [Subscription("ada"), Subscription("ada"), Subscription("bea")]
+        with feed.watching(ada, seen_before.id, pages[0]), feed.watching(ada, 0, pages[1]), \
+                feed.watching(bea, 0, pages[2]):
+            await store.append_reply(bea, "for bea")
+            await store.append_reply(ada, "for ada")
+            async with traced(store) as statements:
+                await feed.look()
+            await feed.look()
+        got = [await texts(page) for page in pages]
+        with feed.watching(ada, 0, closed := Subscription("ada")):
+            closed.close()
+            await feed.look()
+    assert len([s for s in statements if "FROM messages" in s]) == 1
+    assert got == [["for ada"], ["already shown", "for ada"], ["for bea"]]
+    assert closed.ended and await texts(closed) == []
+
+
+async def texts(page: Subscription) -> list[str]:
+    """The texts of the events waiting for a page."""
+    found = []
+    while (event := await page.next(0)) is not None:
+        found.append(event.data["text"])
+    return found
