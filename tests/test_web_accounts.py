@@ -89,3 +89,16 @@ async def test_the_store_changes_a_password_and_ends_only_that_accounts_sessions
     assert await store.web_session("t-bob", now=3.0) is not None
     assert not await store.change_web_password("carol", "x")
     assert await store.web_password_hash("bob") == "bob-hash"
+
+
+async def test_the_store_counts_sign_ups_per_address_within_the_window(store: Store) -> None:
+    """On either backend: sign-ups are counted per address since a time, apart from failed logins,
+    and those older than the window are dropped as new ones are recorded."""
+    await store.record_signup("10.0.0.1", now=10.0, keep=100.0)
+    await store.record_signup("10.0.0.1", now=20.0, keep=100.0)
+    await store.record_signup("10.0.0.2", now=20.0, keep=100.0)
+    assert await store.signups("10.0.0.1", since=0.0) == 2
+    assert await store.signups("10.0.0.1", since=15.0) == 1
+    assert await store.login_failures("10.0.0.1", "ada", since=0.0) == (0, 0)
+    await store.record_signup("10.0.0.2", now=115.0, keep=100.0)  # drops the one at 10.0
+    assert await store.signups("10.0.0.1", since=0.0) == 1
