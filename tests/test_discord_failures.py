@@ -4,7 +4,10 @@ refused sends, a bad token or intent at start-up, a stop mid-turn."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -223,6 +226,45 @@ async def test_stop_ends_run_and_closes_the_client(dc: DiscordStandIn, make_conf
     await shut_down(channel, task)
     assert time.monotonic() - started < 2
     await dc.wait_for(lambda: not dc.connected.is_set())
+
+
+async def test_a_stop_before_ready_leaves_no_event_behind(
+    dc: DiscordStandIn, make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A channel stopped after READY but before discord.py's wait for the guilds ended leaves
+    nothing behind: that wait (ConnectionState._delay_ready) outlives the client's close and then
+    dispatches `guild_available` and `ready`, whose `_run_event` coroutines were made and never
+    scheduled (an unraisable warning at a later test's garbage collection: the catch-up flake)."""
+    unraisable: list[str] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda hook: unraisable.append(f"{hook.exc_value!r}"))
+    config = make_config({})
+    channel = DiscordChannel(config.channels.discord, agent_id=config.agent.id, token=TOKEN,
+                             guild_ready_timeout=60.0, retry_delay=0.05)
+    task = asyncio.create_task(channel.run(RecordingIntake()))
+    # READY parsed: discord.py's ConnectionState now waits for the guilds in its own task.
+    await dc.wait_for(lambda: channel._client is not None and channel._client.guilds)
+    client = channel._client
+    assert client is not None
+    state = client._connection
+    waiting = state._ready_task
+    assert waiting is not None and not channel.ready.is_set()
+    await shut_down(channel, task)
+    assert client.is_closed() and not waiting.done()
+
+    # What a late GUILD_CREATE and the end of the wait do, now rather than in a minute (so the stop
+    # falls inside the wait however loaded the machine): one more guild, then `ready` at once.
+    state.guild_ready_timeout = 0
+    state._ready_state.put_nowait(client.guilds[0])
+    await asyncio.wait([waiting])
+    failure = None if waiting.exception() is None else repr(waiting.exception())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del waiting  # its failure's traceback holds the coroutine that failure made
+        gc.collect()
+    left = [str(w.message) for w in caught] + unraisable
+    assert not [line for line in left if "never awaited" in line], left
+    assert failure is None, f"the wait for guilds failed after the stop: {failure}"
+    assert not channel.ready.is_set()
 
 
 async def test_a_stop_during_a_turn_still_delivers_its_reply(

@@ -68,6 +68,15 @@ class _Events:
     _owner: GatewayEvents
     _client: discord.Client  # the instance itself, typed as the client it is mixed into
 
+    def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:
+        # Nothing is dispatched once the client is closing: discord.py's wait for the guilds after
+        # READY (ConnectionState._delay_ready, 2 s) outlives close() and then dispatches `ready`
+        # on a client whose loop close() has taken away, so the event's coroutine is made but never
+        # scheduled (an AttributeError in that task, a "never awaited" warning at garbage
+        # collection). A channel that stops before its guilds arrived would leave that behind.
+        if not self._client.is_closed():
+            discord.Client.dispatch(self._client, event, *args, **kwargs)
+
     async def on_connect(self) -> None:
         # Dispatched while parsing READY (never for RESUMED), so it is queued before any message
         # of the new session; a sharded client dispatches it for each shard's READY.
