@@ -4,6 +4,7 @@ Each stand-in is a real HTTP (and websocket) server on 127.0.0.1 that speaks the
 real client library, so a test drives a channel or a provider as production does, minus the network:
 `telegram_api.TelegramStandIn` (the Bot API, for python-telegram-bot; webhooks too),
 `discord_api.DiscordStandIn` (gateway and REST v10, for discord.py, pointed there with `patch`),
+`slack_api.SlackStandIn` (the Web API and Socket Mode, for slack_sdk and slack-bolt: `base_url`),
 `anthropic_api.AnthropicStandIn` (Messages and Models API, with the prompt cache metered as billed)
 and `openai_api.OpenAIStandIn` (an OpenAI-compatible chat completions and transcriptions server).
 Each is an async context manager; a test scripts answers and faults, then reads what was sent.

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -62,6 +63,20 @@ _NETWORK_ERRORS = (OSError, aiohttp.ClientError, TimeoutError)
 _TOKEN_HELP = "api.slack.com/apps → the app → OAuth & Permissions (bot) or Basic Information (app-level)"
 
 
+class _ClientGiven(logging.Filter):
+    """Bolt warns that the token in SLACK_BOT_TOKEN goes unused whenever it is given a client (ours
+    carries the token and the base URL) while that variable is set, which is the default setup."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "`token` will be unused" not in record.getMessage()
+
+
+def _quiet_bolt() -> None:
+    bolt = logging.getLogger("slack_bolt.AsyncApp")  # Bolt's own logger for an AsyncApp
+    if not any(isinstance(f, _ClientGiven) for f in bolt.filters):
+        bolt.addFilter(_ClientGiven())
+
+
 class SlackChannel:
     """Receives over Socket Mode and sends with the Web API; one instance per Slack app, its `name`
     ("slack", "slack.<account>") the provider of its session keys, chats and stored rows."""
@@ -95,14 +110,16 @@ class SlackChannel:
 
     async def run(self, intake: Intake) -> None:
         self._core = intake
+        session = aiohttp.ClientSession()  # one pool for every Web API call (the SDK's default: one each)
         client = self._client = AsyncWebClient(
-            token=self._bot_token, base_url=self._config.base_url,
+            token=self._bot_token, base_url=self._config.base_url, session=session,
             retry_handlers=[AsyncConnectionErrorRetryHandler(),
                             AsyncRateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES)])
         try:
             url = await self._sign_in(client)
             if url is None:
                 return
+            _quiet_bolt()
             app = AsyncApp(client=client, process_before_response=True, name=self.provider)
             app.event("message")(self._on_event)
             app.event("app_mention")(self._on_event)
@@ -116,6 +133,8 @@ class SlackChannel:
         finally:
             if self._handler is not None:
                 await self._handler.close_async()  # type: ignore[no-untyped-call]
+            self._client = None
+            await session.close()
 
     async def _sign_in(self, client: AsyncWebClient) -> str | None:
         """Check the bot token (auth.test) and open a socket URL with the app token; None when a
