@@ -10,15 +10,16 @@ from typing import Any
 
 import pytest
 
-from bot.config import Config
-from bot.core.messages import ChatRef, StoredMessage
+from bot.config import Config, SlackConfig
+from bot.core.messages import ChatRef, InboundMessage, StoredMessage
 from bot.daemon.assembly import Daemon
 from bot.models.brain import AnthropicBrain
 from bot.store import Store
-from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.anthropic_api import AnthropicStandIn, Text
+from bot.testing.recording_intake import RecordingIntake
 from bot.testing.slack_api import SlackStandIn
 from channels.slack.channel import SlackChannel
-from tests.harness import API_KEY, config_data, reply_requests, request_text, router_of, running
+from tests.harness import API_KEY, config_data, echo, reply_requests, request_text, router_of, running
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 ALICE, BOB, STRANGER = "U0ALICE", "U0BOB", "U0MALLORY"
@@ -109,3 +110,121 @@ async def test_a_dm_is_answered_and_stored_with_its_slack_ids(
     assert history[0].provider_message_id == asked["ts"]
     assert by_ts is not None and by_ts.id == history[1].id
     assert not slack.unacked and len(slack.calls_of("auth.test")) >= 1
+
+
+async def test_channel_chatter_is_stored_and_only_a_mention_is_answered_once(
+    slack: SlackStandIn, api: AnthropicStandIn, slack_config: Callable[..., Config]
+) -> None:
+    """Unaddressed channel messages become context (with names); the @mention, which Slack sends as
+    both `message` and `app_mention`, is stored once and answered once, at the top level; a channel
+    not allowed is ignored."""
+    config = slack_config()
+    async with slack_daemon(config) as daemon:
+        slack.message(GENERAL, BOB, "the meeting moved to Thursday")
+        slack.message(GENERAL, BOB, "<!here> heads up")
+        slack.message(RANDOM, ALICE, f"<@{slack.bot_user_id}> not here")
+        slack.message(GENERAL, ALICE, f"<@{slack.bot_user_id}> when is the meeting?")
+        await slack.wait_for(lambda: slack.sent)
+        await settled(slack, daemon)
+
+    (sent,) = slack.sent
+    assert (sent.channel, sent.thread_ts) == (GENERAL, None)
+    assert sent.text == "re: [alice]: @switchboard when is the meeting?"
+    (request,) = reply_requests(api)
+    assert "[bob]: the meeting moved to Thursday" in request_text(request)
+    stored = await all_messages(config)
+    assert {m.session_key for m in stored} == {f"agent:main:slack:channel:{GENERAL}"}
+    assert [m.role for m in stored] == ["user"] * 3 + ["assistant"]
+    assert [e.payload["event"]["type"] for e in slack.envelopes].count("app_mention") == 2
+
+
+async def test_a_thread_reply_stays_in_its_thread_and_its_session(
+    slack: SlackStandIn, api: AnthropicStandIn, slack_config: Callable[..., Config]
+) -> None:
+    """A mention inside a thread is answered in that thread, in the thread's own session, with the
+    channel's top-level chatter kept out of it."""
+    config = slack_config()
+    async with slack_daemon(config) as daemon:
+        top = slack.message(GENERAL, BOB, "plans for the offsite")
+        slack.message(GENERAL, ALICE, "lunch anyone?")
+        slack.message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what should we plan?", thread_ts=top["ts"])
+        await slack.wait_for(lambda: slack.sent)
+        await settled(slack, daemon)
+
+    (sent,) = slack.sent
+    assert (sent.channel, sent.thread_ts) == (GENERAL, top["ts"])
+    thread_key = f"agent:main:slack:channel:{GENERAL}:thread:{top['ts']}"
+    sessions = {m.session_key: [x.text for x in await all_messages(config) if x.session_key == m.session_key]
+                for m in await all_messages(config)}
+    assert sessions[thread_key] == ["@switchboard what should we plan?", sent.text]
+    assert "lunch anyone?" not in request_text(reply_requests(api)[0])
+
+
+async def test_an_envelope_sent_again_is_answered_once(
+    slack: SlackStandIn, api: AnthropicStandIn, slack_config: Callable[..., Config]
+) -> None:
+    """Slack sends an envelope again when its acknowledgement is lost: the message is stored and
+    answered once, and every attempt is acknowledged."""
+    config = slack_config()
+    async with slack_daemon(config) as daemon:
+        slack.max_retries = 10  # room to spare on a slow machine: acks are dropped until we say
+        slack.drop_acks = True  # acknowledgements lost on the way: Slack retries each envelope
+        slack.message(DM_ALICE, ALICE, "are you there?")
+        await slack.wait_for(lambda: slack.envelopes[0].attempts >= 2)  # sent three times
+        slack.drop_acks = False  # the next acknowledgement arrives
+        await settled(slack, daemon)
+
+    asked = slack.envelopes[0]
+    assert asked.acked and asked.attempts >= 2
+    assert slack.texts_to(DM_ALICE) == ["re: are you there?"]
+    assert len(reply_requests(api)) == 1
+    stored = await all_messages(config)
+    assert [m.text for m in stored] == ["are you there?", "re: are you there?"]
+
+
+async def test_a_429_is_waited_out_and_the_reply_posted_once(
+    slack: SlackStandIn, api: AnthropicStandIn, slack_config: Callable[..., Config]
+) -> None:
+    """chat.postMessage answered 429 with Retry-After: the reply waits it out and is posted once,
+    its Markdown as mrkdwn."""
+    api.default = lambda rec: Text("**noted**") if rec.model != "test-fast" else echo(rec)
+    config = slack_config()
+    async with slack_daemon(config) as daemon:
+        slack.throttle("chat.postMessage", retry_after=1)
+        slack.message(DM_ALICE, ALICE, "note this")
+        await slack.wait_for(lambda: slack.sent)
+        await settled(slack, daemon)
+
+    assert [c.status for c in slack.calls_of("chat.postMessage")] == [429, 200]
+    assert slack.texts_to(DM_ALICE) == ["*noted*"]
+
+
+async def test_an_envelope_is_acknowledged_only_once_its_message_is_stored(slack: SlackStandIn) -> None:
+    """While the core has not stored a message (its store is slow, or fails and is tried again), its
+    envelope stays unacknowledged, so Slack would send it again; once stored, it is acknowledged."""
+    stored = asyncio.Event()
+    failures = [RuntimeError("database is locked")]
+
+    async def slow_store(inbound: InboundMessage) -> None:
+        if failures:
+            raise failures.pop()
+        await stored.wait()
+
+    config = SlackConfig(enabled=True, base_url=slack.base_url, allow_from=[ALICE])
+    channel = SlackChannel(config, agent_id="main", bot_token=slack.bot_token, app_token=slack.app_token)
+    intake = RecordingIntake(slow_store)
+    task = asyncio.create_task(channel.run(intake))
+    try:
+        await asyncio.wait_for(channel.ready.wait(), 10)
+        slack.message(DM_ALICE, ALICE, "keep this")
+        await slack.wait_for(lambda: len(intake.received) >= 2)  # failed once, tried again
+        assert not slack.envelopes[0].acked
+        stored.set()
+        await slack.all_acked()
+    finally:
+        await channel.stop()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    assert {m.text for m in intake.received} == {"keep this"}
+    assert slack.envelopes[0].acked

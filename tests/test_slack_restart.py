@@ -1,0 +1,109 @@
+"""Slack across a kill: `switchboard run` in a subprocess, killed with SIGKILL after a message is
+stored and before Slack has its acknowledgement; the envelope sent again after the restart is
+answered once."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Text
+from bot.testing.models import FAST, MODEL
+from bot.testing.slack_api import SlackStandIn
+from tests.harness import API_KEY, echo
+
+ROOT = Path(__file__).resolve().parent.parent
+ALICE, DM_ALICE = "U0ALICE", "D0ALICE"
+
+
+def config_text(api: AnthropicStandIn, slack: SlackStandIn, db: Path) -> str:
+    return f"""
+[database]
+path = "{db}"
+
+[anthropic]
+base_url = "{api.base_url}"
+model = "{MODEL}"
+fast_model = "{FAST}"
+timeout = 60.0
+max_retries = 1
+
+[conversation]
+selection_timeout = 1.0
+
+[semantic]
+enabled = "off"
+
+[channels.console]
+enabled = false
+
+[channels.slack]
+enabled = true
+base_url = "{slack.base_url}"
+allow_from = ["{ALICE}"]
+"""
+
+
+@asynccontextmanager
+async def daemon(config: Path, slack: SlackStandIn, log: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`switchboard run` as a service would start it; killed (if still running) on the way out."""
+    ours = ("ANTHROPIC_", "SLACK_", "SWITCHBOARD_")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
+    env = environ | {"SLACK_BOT_TOKEN": slack.bot_token, "SLACK_APP_TOKEN": slack.app_token,
+                     "ANTHROPIC_API_KEY": API_KEY, "PYTHONPATH": str(ROOT)}
+    with log.open("ab") as out:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot", "run", "--config", str(config), cwd=config.parent, env=env,
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGKILL)
+            await proc.wait()
+
+
+async def test_a_message_stored_but_not_acknowledged_before_a_kill_is_answered_once(tmp_path: Path) -> None:
+    """The daemon stores Alice's DM and starts its turn, but Slack never gets the acknowledgement;
+    it is killed mid-turn. Started again, it gets the same event once more (Slack's retry) and also
+    finds the stored request unanswered: one reply, one stored copy of the question."""
+    db, config, log = tmp_path / "switchboard.db", tmp_path / "config.toml", tmp_path / "daemon.log"
+    async with AnthropicStandIn() as api, SlackStandIn(ack_timeout=1.0) as slack:
+        config.write_text(config_text(api, slack, db), encoding="utf-8")
+
+        def slow(rec: RecordedRequest) -> Text:
+            return Text("never seen", delay=60.0) if rec.model == MODEL else echo(rec)
+
+        api.default = slow
+        slack.drop_acks = True  # as if the daemon died before its acknowledgement left
+        async with daemon(config, slack, log) as first:
+            await slack.connected(1)
+            slack.message(DM_ALICE, ALICE, "remember the milk")
+            # Stored: its turn is at the model.
+            await slack.wait_for(lambda: api.requests_for(MODEL), timeout=60)
+            first.send_signal(signal.SIGKILL)
+            await first.wait()
+
+        api.default = echo
+        slack.drop_acks = False
+        async with daemon(config, slack, log) as second:
+            await slack.wait_for(lambda: slack.envelopes[0].acked, timeout=60)
+            await slack.wait_for(lambda: slack.sent, timeout=60)
+            await slack.all_acked(timeout=60)
+            second.send_signal(signal.SIGTERM)  # a clean stop ends every turn it started
+            assert await asyncio.wait_for(second.wait(), 60) == 0, log.read_text()
+
+        asked = slack.envelopes[0]
+        assert asked.attempts >= 1, log.read_text()
+        assert slack.texts_to(DM_ALICE) == ["re: remember the milk"], log.read_text()
+        async with Store.open(db) as store:
+            history = await store.history(f"agent:main:slack:direct:{ALICE}", 10)
+        assert [(m.role, m.text) for m in history] == [("user", "remember the milk"),
+                                                      ("assistant", "re: remember the milk")]
