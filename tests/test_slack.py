@@ -4,6 +4,7 @@ Mode stand-in."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -228,3 +229,28 @@ async def test_an_envelope_is_acknowledged_only_once_its_message_is_stored(slack
 
     assert {m.text for m in intake.received} == {"keep this"}
     assert slack.envelopes[0].acked
+
+
+async def test_a_scheduled_job_is_delivered_to_a_channel_and_to_a_members_dm(
+    slack: SlackStandIn, api: AnthropicStandIn, slack_config: Callable[..., Config], make_config: MakeConfig
+) -> None:
+    """`deliver_to = "slack:C…"` posts in the channel, `"slack:U…"` in the app's DM with the member,
+    each stored in its session as scheduled output."""
+    base = slack_config()
+    jobs = [{"id": "standup", "cron": "0 9 * * *", "prompt": "Post the standup reminder.",
+             "deliver_to": f"slack:{GENERAL}"},
+            {"id": "digest", "cron": "0 8 * * *", "prompt": "Write Alice's digest.",
+             "deliver_to": f"slack:{ALICE}"}]
+    config = make_config(config_data(api, channels={"slack": base.channels.slack.model_dump()},
+                                     schedules=jobs))
+    async with slack_daemon(config) as daemon:
+        scheduler = daemon.scheduler
+        assert scheduler is not None
+        for job in ("standup", "digest"):
+            await scheduler.run_job(scheduler.jobs[job], time.time())
+        await settled(slack, daemon)
+
+    assert [(m.channel, m.thread_ts) for m in slack.sent] == [(GENERAL, None), (slack.dm_of(ALICE), None)]
+    stored = {m.session_key: m.origin for m in await all_messages(config)}
+    assert stored == {f"agent:main:slack:channel:{GENERAL}": "scheduled",
+                      f"agent:main:slack:direct:{ALICE}": "scheduled"}

@@ -11,7 +11,9 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import SlackConfig
+from bot.core.errors import SessionKeyError
 from bot.core.messages import ChatRef
+from bot.schedule.triggers import delivery_chat, delivery_key
 from bot.testing.slack_api import SlackStandIn
 from channels.slack.mrkdwn import slack_chunks, to_mrkdwn
 from channels.slack.normalise import admit, read_event, readable, session_key_of, to_inbound
@@ -119,3 +121,16 @@ async def test_the_standin_refuses_as_slack_does() -> None:
     assert slack.calls_of("users.info")[0].error == "missing_scope"
     assert float(again["ts"]) > float(posted["ts"]) and len(posted["ts"].split(".")[1]) == 6
 
+
+
+def test_a_job_names_a_slack_channel_member_or_thread() -> None:
+    """`slack:C…` is a channel, `slack:U…` a member's DM, a full key may name a thread; a DM
+    channel id, a lowercase name or a thread that is not a ts are refused with what is expected."""
+    assert str(delivery_key("slack:C0GENERAL", "main")) == "agent:main:slack:channel:C0GENERAL"
+    assert str(delivery_key("slack.work:U0ALICE", "main")) == "agent:main:slack.work:direct:U0ALICE"
+    thread = delivery_key("agent:main:slack:channel:C0GENERAL:thread:1700000000.000100", "main")
+    assert delivery_chat(thread) == ChatRef("slack", "C0GENERAL", "1700000000.000100")
+    for wrong, says in [("slack:D0ALICE", "member's id"), ("slack:general", "Slack id"),
+                        ("agent:main:slack:channel:C0GENERAL:thread:first", "ts")]:
+        with pytest.raises(SessionKeyError, match=says):
+            delivery_key(wrong, "main")

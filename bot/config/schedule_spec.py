@@ -13,13 +13,17 @@ from bot.core.messages import AGENT_PROVIDER
 from bot.core.session_key import SessionKey, build, parse
 
 # "agent": a job may deliver to another agent (`agent:<writer>:agent:direct:<reader>`).
-SCHEDULE_CHANNELS = ("console", "telegram", "discord", AGENT_PROVIDER)
+SCHEDULE_CHANNELS = ("console", "telegram", "discord", "slack", AGENT_PROVIDER)
 # Telegram and Discord address chats, users, topics and threads by number.
 NUMERIC_CHANNELS = ("telegram", "discord")
+# Platforms with extra bots as accounts ("telegram.work").
+ACCOUNT_PLATFORMS = ("telegram", "discord", "slack")
 
 _CRON_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _NUMBER = re.compile(r"^-?[0-9]+$")
+_SLACK_ID = re.compile(r"^[A-Z][A-Z0-9]{2,}$")
+_SLACK_TS = re.compile(r"^[0-9]+\.[0-9]+$")
 # A cron line that fires at all fires within eight years of any moment (29 February included).
 _SOME_MOMENT = datetime(2001, 1, 1, tzinfo=UTC)
 
@@ -115,7 +119,7 @@ def delivery_key(text: str, agent_id: str) -> SessionKey:
         platform = provider.partition(".")[0]
         if platform == "telegram":
             key = build(agent_id, provider, "group" if chat.startswith("-") else "direct", chat)
-        elif platform == "discord":
+        elif platform == "discord" or (platform == "slack" and chat[:1] in ("C", "G")):
             key = build(agent_id, provider, "channel", chat)
         else:
             key = build(agent_id, provider, "direct", chat)
@@ -123,7 +127,7 @@ def delivery_key(text: str, agent_id: str) -> SessionKey:
         raise SessionKeyError(f"{text!r}: a job delivered to an agent names its writer and its reader, "
                               "two different agents: 'agent:<writer>:agent:direct:<reader>'")
     platform, _, account = key.provider.partition(".")
-    if platform not in SCHEDULE_CHANNELS or (account and platform not in NUMERIC_CHANNELS):
+    if platform not in SCHEDULE_CHANNELS or (account and platform not in ACCOUNT_PLATFORMS):
         raise SessionKeyError(f"unknown channel {key.provider!r}; expected one of {SCHEDULE_CHANNELS} "
                               "or an extra account such as 'telegram.work'")
     if platform in NUMERIC_CHANNELS:
@@ -131,4 +135,17 @@ def delivery_key(text: str, agent_id: str) -> SessionKey:
             if part is not None and not _NUMBER.match(part):
                 raise SessionKeyError(f"a {key.provider} chat, user, topic or thread is a numeric id, "
                                       f"not {part!r}")
+    if platform == "slack":
+        _check_slack(key)
     return key
+
+
+def _check_slack(key: SessionKey) -> None:
+    """A Slack key names a member (U…, W…) for a DM or a channel (C…, G…), a thread by its ts."""
+    if not _SLACK_ID.match(key.peer) or (key.suffix_id is not None and not _SLACK_TS.match(key.suffix_id)):
+        raise SessionKeyError(f"a {key.provider} member or channel is a Slack id such as 'U0123ABCD' or "
+                              f"'C0123ABCD', a thread its ts such as '1700000000.000100'; not {str(key)!r}")
+    if key.is_direct and key.peer[0] not in ("U", "W"):
+        raise SessionKeyError(f"a {key.provider} DM is named by its member's id (U…), not {key.peer!r}")
+    if not key.is_direct and key.peer[0] not in ("C", "G"):
+        raise SessionKeyError(f"a {key.provider} channel id starts with C or G, not {key.peer!r}")

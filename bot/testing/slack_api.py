@@ -115,6 +115,10 @@ class SlackStandIn(SocketMode):
             self.dispatch({**mention, "type": "app_mention"})
         return event
 
+    def dm_of(self, user_id: str) -> str:
+        """The id of the app's DM with a member: "D" and the rest of theirs (U0ALICE → D0ALICE)."""
+        return "D" + user_id[1:]
+
     def throttle(self, method: str, retry_after: float = 1.0, times: int = 1) -> None:
         """The next `times` calls of `method` get HTTP 429 with this Retry-After (whole seconds)."""
         self._throttled.setdefault(method, []).extend([retry_after] * times)
@@ -216,6 +220,10 @@ class SlackStandIn(SocketMode):
 
     def _chat_postMessage(self, args: Json) -> Json:
         channel, text = str(args.get("channel", "")), args.get("text")
+        if channel[:1] in ("U", "W"):  # a member's id: the app's DM with them
+            if channel not in self.users:
+                return {"ok": False, "error": "channel_not_found"}
+            channel = self.dm_of(channel)
         if not channel:
             return {"ok": False, "error": "channel_not_found"}
         if not isinstance(text, str) or not text.strip():
