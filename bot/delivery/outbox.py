@@ -87,10 +87,15 @@ class Outbox:
                         reply_id=message_id)
             return []
 
-        async def record(index: int, provider_id: str) -> None:
+        cleared = False  # the last chunk's record took the reply out of the outbox
+
+        async def record(index: int, provider_id: str, /, *, last: bool = False) -> None:
+            nonlocal cleared
             answered = time.perf_counter()
-            await self._retrying(lambda: self._store.record_chunk(message_id, chat, index, provider_id),
-                                 "chunk delivered but not recorded", message_id)
+            done = await self._retrying(
+                lambda: self._store.record_chunk(message_id, chat, index, provider_id, last=last),
+                "chunk delivered but not recorded", message_id)
+            cleared = cleared or (done and last)
             if windows is not None:
                 windows.append((time.perf_counter() - answered) * 1000)
 
@@ -111,8 +116,9 @@ class Outbox:
                       kept_for_restart=True, exc_info=True)
             await self._noted_failed(message_id)
             return []
-        await self._retrying(lambda: self._store.finish_delivery(message_id),
-                             "delivered reply not cleared", message_id)
+        if not cleared:
+            await self._retrying(lambda: self._store.finish_delivery(message_id),
+                                 "delivered reply not cleared", message_id)
         return sent
 
     async def deliver_again(self, message_id: int, outbound: OutboundMessage) -> list[str]:
@@ -169,13 +175,15 @@ class Outbox:
                              "failed delivery not noted", message_id)
 
     @staticmethod
-    async def _retrying(write: Callable[[], Awaitable[None]], what: str, message_id: int) -> None:
+    async def _retrying(write: Callable[[], Awaitable[None]], what: str, message_id: int) -> bool:
+        """Whether the write was made (logged when it never was)."""
         for attempt in range(1, RECORD_ATTEMPTS + 1):
             try:
                 await write()
-                return
+                return True
             except Exception as exc:
                 if attempt == RECORD_ATTEMPTS:
                     log.error(what, reply_id=message_id, error=describe(exc), exc_info=True)
-                    return
+                    return False
                 await asyncio.sleep(0.1 * attempt)
+        return False

@@ -13,9 +13,17 @@ from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.models.voice import Transcribe
 
 Submit = Callable[[InboundMessage], Awaitable[None]]
-# Called after each chunk of a reply reaches the platform, with its index and platform id, so the
-# outbox can record it before the next one is sent (a restart then sends only the missing chunks).
-ChunkSent = Callable[[int, str], Awaitable[None]]
+
+
+class ChunkSent(Protocol):
+    """Called after each chunk of a reply reaches the platform, with its index and platform id, so
+    the outbox can record it before the next one is sent (a restart then sends only the missing
+    chunks). A channel that knows the chunk is the reply's last may say so (`last=True`): the
+    reply then leaves the outbox with that record, one write instead of two."""
+
+    def __call__(self, index: int, provider_id: str, /, *, last: bool = False) -> Awaitable[None]: ...
+
+
 # Called with the platform id of a message posted to preview a reply, so it can be kept durably.
 PreviewPosted = Callable[[str], Awaitable[None]]
 

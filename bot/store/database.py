@@ -122,9 +122,11 @@ class Database(ABC):
 
     @abstractmethod
     async def record_chunk(
-        self, message_id: int, chat: ChatRef, index: int, provider_message_id: str
+        self, message_id: int, chat: ChatRef, index: int, provider_message_id: str, *,
+        last: bool = False,
     ) -> None:
-        """One chunk of an outbox reply reached the platform as `provider_message_id`."""
+        """One chunk of an outbox reply reached the platform as `provider_message_id`; with
+        `last`, the reply's last: it leaves the outbox in the same write (`finish_delivery`)."""
 
     @abstractmethod
     async def _turn_rows(self, session_key: str, spans: Sequence[tuple[int, int]]) -> list[Any]:

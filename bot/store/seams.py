@@ -330,7 +330,8 @@ class OutboxStore(Protocol):
         self, message_id: int | None = None, *, session_key: str | None = None
     ) -> list[PendingDelivery]: ...
     async def record_chunk(
-        self, message_id: int, chat: ChatRef, index: int, provider_message_id: str
+        self, message_id: int, chat: ChatRef, index: int, provider_message_id: str, *,
+        last: bool = False,
     ) -> None: ...
     async def sends_nearby(self, reply_id: int, provider: str, chat_id: str) -> SendsNearby: ...
     @property

@@ -32,7 +32,8 @@ async def send_reply(bot: Bot, message: OutboundMessage, on_chunk: ChunkSent | N
     if refusal is not None:
         raise DeliveryError(refusal, permanent=True)
     sent: list[str] = []
-    for index, chunk in enumerate(telegram_chunks(message.text)):
+    chunks = telegram_chunks(message.text)
+    for index, chunk in enumerate(chunks):
         if index < message.skip_chunks:
             continue
         reply = None
@@ -55,7 +56,7 @@ async def send_reply(bot: Bot, message: OutboundMessage, on_chunk: ChunkSent | N
             ) from exc
         sent.append(sent_id)
         if on_chunk is not None:
-            await on_chunk(index, sent_id)
+            await on_chunk(index, sent_id, last=index == len(chunks) - 1)
     return sent
 
 

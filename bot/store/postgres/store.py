@@ -150,18 +150,23 @@ class PostgresStore(PgRecall, PgContextReads, PgTables, Store):
             yield
 
     async def record_chunk(
-        self, message_id: int, chat: ChatRef, index: int, provider_message_id: str
+        self, message_id: int, chat: ChatRef, index: int, provider_message_id: str, *,
+        last: bool = False,
     ) -> None:
         """As on SQLite, in one statement on a connection kept for these records: one round trip
         from the platform's answer to the record that the chunk was sent, waiting for no other
-        statement (a daemon killed in between sends it again when taken over)."""
+        statement (a daemon killed in between sends it again when taken over). The last chunk's
+        deletes the outbox row instead of counting the chunk (one statement may not do both)."""
+        sent, counted = (("DELETE FROM outbox WHERE message_id = ?", (message_id,)) if last else
+                         ("UPDATE outbox SET chunks_sent = GREATEST(chunks_sent, ?) WHERE message_id = ?",
+                          (index + 1, message_id)))
         await self._records.execute(
-            "WITH sent AS (UPDATE outbox SET chunks_sent = GREATEST(chunks_sent, ?) WHERE message_id = ?), "
+            f"WITH sent AS ({sent}), "
             "named AS (UPDATE messages SET provider_message_id = COALESCE(provider_message_id, ?) "
             "WHERE id = ?) INSERT INTO provider_messages (provider, chat_id, provider_message_id, "
             "message_id) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            (index + 1, message_id, provider_message_id, message_id, chat.provider, chat.chat_id,
-             provider_message_id, message_id),
+            (*counted, provider_message_id, message_id, chat.provider, chat.chat_id, provider_message_id,
+             message_id),
         )
 
     async def _batch(self, body: Callable[[aiosqlite.Connection], Coroutine[Any, Any, T]]) -> T:

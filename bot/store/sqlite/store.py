@@ -24,9 +24,12 @@ class SqliteStore(SqliteDatabase, SqliteRecall, SqliteContextReads, SqliteTables
     """
 
     async def record_chunk(
-        self, message_id: int, chat: ChatRef, index: int, provider_message_id: str
+        self, message_id: int, chat: ChatRef, index: int, provider_message_id: str, *,
+        last: bool = False,
     ) -> None:
-        """One chunk of an outbox reply reached the platform as `provider_message_id`.
+        """One chunk of an outbox reply reached the platform as `provider_message_id`; with
+        `last`, the reply's last, and the reply leaves the outbox in the same transaction
+        (`finish_delivery`'s write).
 
         Committed ahead of every other write waiting (`WriteLock.first`) and as one item of the
         connection thread's queue: until it is, a crash would send the chunk again."""
@@ -39,8 +42,11 @@ class SqliteStore(SqliteDatabase, SqliteRecall, SqliteContextReads, SqliteTables
                 db.execute("INSERT INTO provider_messages (provider, chat_id, provider_message_id, "
                            "message_id) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                            (chat.provider, chat.chat_id, provider_message_id, message_id))
-                db.execute("UPDATE outbox SET chunks_sent = MAX(chunks_sent, ?) WHERE message_id = ?",
-                           (index + 1, message_id))
+                if last:
+                    db.execute("DELETE FROM outbox WHERE message_id = ?", (message_id,))
+                else:
+                    db.execute("UPDATE outbox SET chunks_sent = MAX(chunks_sent, ?) WHERE message_id = ?",
+                               (index + 1, message_id))
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
