@@ -31,12 +31,16 @@ def run(args: argparse.Namespace) -> int:
     # is imported: a bad file costs what check-config costs.
     _check_startable(config, terminal=sys.stdin.isatty())
 
-    from bot.daemon.assembly import Daemon, build_channels, console_attached, serve
+    from bot.daemon.assembly import Daemon, build_channels, console_attached
+    from bot.daemon.heap import serve_settled
+    from bot.models.providers import model_sdks_of
 
     console = config.channels.console.enabled and console_attached()
     setup_logging(config, console=console)
     channels = build_channels(config, console=console)
-    asyncio.run(serve(Daemon(config, channels)))
+    sdks = {sdk for agent in config.agent_ids() for sdk in model_sdks_of(config.for_agent(agent))}
+    # A long-running process: start-up's objects are frozen out of the collector's walks.
+    asyncio.run(serve_settled(Daemon(config, channels), sorted(sdks)))
     return 0
 
 
