@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
+
 from bot.store import Store
 from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Text
 from bot.testing.models import FAST, MODEL
@@ -20,7 +22,7 @@ from bot.testing.slack_api import SlackStandIn
 from tests.harness import API_KEY, echo
 
 ROOT = Path(__file__).resolve().parent.parent
-ALICE, DM_ALICE = "U0ALICE", "D0ALICE"
+ALICE, DM_ALICE, GENERAL = "U0ALICE", "D0ALICE", "C0GENERAL"
 
 
 def config_text(api: AnthropicStandIn, slack: SlackStandIn, db: Path) -> str:
@@ -48,6 +50,7 @@ enabled = false
 enabled = true
 base_url = "{slack.base_url}"
 allow_from = ["{ALICE}"]
+channels = ["{GENERAL}"]
 """
 
 
@@ -70,10 +73,14 @@ async def daemon(config: Path, slack: SlackStandIn, log: Path) -> AsyncIterator[
             await proc.wait()
 
 
-async def test_a_message_stored_but_not_acknowledged_before_a_kill_is_answered_once(tmp_path: Path) -> None:
-    """The daemon stores Alice's DM and starts its turn, but Slack never gets the acknowledgement;
-    it is killed mid-turn. Started again, it gets the same event once more (Slack's retry) and also
-    finds the stored request unanswered: one reply, one stored copy of the question."""
+@pytest.mark.parametrize("where", ["dm", "thread"])
+async def test_a_message_stored_but_not_acknowledged_before_a_kill_is_answered_once(
+    tmp_path: Path, where: str
+) -> None:
+    """The daemon stores Alice's message (a DM, or a mention in a thread) and starts its turn, but
+    Slack never gets the acknowledgement; it is killed mid-turn. Started again, it gets the same
+    event once more (Slack's retry) and also finds the stored request unanswered: one reply, in the
+    DM or the thread, and one stored copy of the question."""
     db, config, log = tmp_path / "switchboard.db", tmp_path / "config.toml", tmp_path / "daemon.log"
     async with AnthropicStandIn() as api, SlackStandIn(ack_timeout=1.0) as slack:
         config.write_text(config_text(api, slack, db), encoding="utf-8")
@@ -82,10 +89,19 @@ async def test_a_message_stored_but_not_acknowledged_before_a_kill_is_answered_o
             return Text("never seen", delay=60.0) if rec.model == MODEL else echo(rec)
 
         api.default = slow
-        slack.drop_acks = True  # as if the daemon died before its acknowledgement left
         async with daemon(config, slack, log) as first:
             await slack.connected(1)
-            slack.message(DM_ALICE, ALICE, "remember the milk")
+            if where == "dm":
+                chat, thread_ts, text = DM_ALICE, None, "remember the milk"
+                key = f"agent:main:slack:direct:{ALICE}"
+            else:
+                top = slack.message(GENERAL, ALICE, "shopping list")
+                await slack.all_acked()
+                chat, thread_ts = GENERAL, top["ts"]
+                text = f"<@{slack.bot_user_id}> remember the milk"
+                key = f"agent:main:slack:channel:{GENERAL}:thread:{thread_ts}"
+            slack.drop_acks = True  # as if the daemon died before its acknowledgement left
+            asked = slack.message(chat, ALICE, text, thread_ts=thread_ts)
             # Stored: its turn is at the model.
             await slack.wait_for(lambda: api.requests_for(MODEL), timeout=60)
             first.send_signal(signal.SIGKILL)
@@ -93,17 +109,18 @@ async def test_a_message_stored_but_not_acknowledged_before_a_kill_is_answered_o
 
         api.default = echo
         slack.drop_acks = False
+        unacked = slack.unacked
+        assert unacked and all(e.payload["event"]["ts"] == asked["ts"] for e in unacked)
         async with daemon(config, slack, log) as second:
-            await slack.wait_for(lambda: slack.envelopes[0].acked, timeout=60)
             await slack.wait_for(lambda: slack.sent, timeout=60)
             await slack.all_acked(timeout=60)
             second.send_signal(signal.SIGTERM)  # a clean stop ends every turn it started
             assert await asyncio.wait_for(second.wait(), 60) == 0, log.read_text()
 
-        asked = slack.envelopes[0]
-        assert asked.attempts >= 1, log.read_text()
-        assert slack.texts_to(DM_ALICE) == ["re: remember the milk"], log.read_text()
+        assert all(e.attempts >= 1 for e in unacked), log.read_text()  # each sent again
+        (sent,) = slack.sent
+        assert (sent.channel, sent.thread_ts) == (chat, thread_ts), log.read_text()
         async with Store.open(db) as store:
-            history = await store.history(f"agent:main:slack:direct:{ALICE}", 10)
-        assert [(m.role, m.text) for m in history] == [("user", "remember the milk"),
-                                                      ("assistant", "re: remember the milk")]
+            history = await store.history(key, 10)
+        assert [(m.role, m.text) for m in history] == [("user", history[0].text), ("assistant", sent.text)]
+        assert history[0].text.endswith("remember the milk") and sent.text.endswith("remember the milk")
