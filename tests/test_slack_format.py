@@ -134,3 +134,26 @@ def test_a_job_names_a_slack_channel_member_or_thread() -> None:
                         ("agent:main:slack:channel:C0GENERAL:thread:first", "ts")]:
         with pytest.raises(SessionKeyError, match=says):
             delivery_key(wrong, "main")
+
+
+async def test_the_standin_keeps_history_threads_edits_and_rate_tiers() -> None:
+    """conversations.history lists a channel's top level newest first, conversations.replies a
+    thread oldest first; chat.update edits only the bot's own messages; with tiers enforced a
+    second post to a channel within the second is a 429 with Retry-After."""
+    async with SlackStandIn(enforce_tiers=True) as slack:
+        bot = AsyncWebClient(token=slack.bot_token, base_url=slack.base_url)
+        top = slack.message("C0GENERAL", "U0ALICE", "first")
+        slack.message("C0GENERAL", "U0ALICE", "in the thread", thread_ts=top["ts"])
+        posted = await bot.chat_postMessage(channel="C0GENERAL", text="second", thread_ts=top["ts"])
+        with pytest.raises(SlackApiError) as limited:
+            await bot.chat_postMessage(channel="C0GENERAL", text="third")
+        history = await bot.conversations_history(channel="C0GENERAL")
+        replies = await bot.conversations_replies(channel="C0GENERAL", ts=top["ts"])
+        edited = await bot.chat_update(channel="C0GENERAL", ts=posted["ts"], text="second, edited")
+        with pytest.raises(SlackApiError) as foreign:
+            await bot.chat_update(channel="C0GENERAL", ts=top["ts"], text="not mine")
+
+    assert limited.value.response.status_code == 429 and limited.value.response.headers["Retry-After"] == "1"
+    assert [m["text"] for m in history["messages"]] == ["first"]
+    assert [m["text"] for m in replies["messages"]] == ["first", "in the thread", "second"]
+    assert edited["text"] == "second, edited" and foreign.value.response["error"] == "cant_update_message"
