@@ -46,7 +46,10 @@ def log_in(browser: webdriver.Chrome, password: str) -> str:
     browser.find_element(By.NAME, "password").send_keys(password)
     page = browser.find_element(By.TAG_NAME, "html")
     browser.find_element(By.CSS_SELECTOR, "form.login button").click()
-    WebDriverWait(browser, 30).until(expected_conditions.staleness_of(page))
+    wait = WebDriverWait(browser, 30)
+    wait.until(expected_conditions.staleness_of(page))
+    # The old page is gone once the answer starts coming: wait for the new one to be read.
+    wait.until(lambda b: b.execute_script("return document.readyState") == "complete")
     alerts = browser.find_elements(By.CSS_SELECTOR, "p.error[role=alert]")
     return alerts[0].text if alerts else browser.title
 
