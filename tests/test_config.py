@@ -164,7 +164,7 @@ def _error(data: dict[str, Any], source: str = "/etc/switchboard/config.toml") -
         ({"bogus": 1}, "bogus", "unknown key; expected one of: agent, database"),
         ({"conversation": {"lookbak_count": 3}}, "conversation.lookbak_count", "lookback_count"),
         ({"anthropic": {"api_key": "sk-x"}}, "anthropic.api_key", "api_key_env"),
-        ({"channels": {"matrix": {}}}, "channels.matrix", "console, telegram, discord, slack"),
+        ({"channels": {"irc": {}}}, "channels.irc", "console, telegram, discord, slack"),
         (
             {"channels": {"telegram": {"dms": {"123": {"histroy_limit": 1}}}}},
             'channels.telegram.dms."123".histroy_limit',
