@@ -76,13 +76,16 @@ SQLITE = Dialect(
     ),
     # CAST truncates, which for a positive number is its floor.
     whole="CAST({number} AS INTEGER)",
-    # No split function: what follows the first `:` (the second part and on), and what follows
-    # the second, each up to its next `:`.
-    second_part=("substr(substr({text}, instr({text}, ':') + 1), 1, "
-                 "instr(substr({text}, instr({text}, ':') + 1) || ':', ':') - 1)"),
-    third_part=("substr(substr({text}, instr({text}, ':') + instr(substr({text}, instr({text}, ':') + 1), "
+    # No split function: what follows the first `:` (and the second), up to the next `:`; the
+    # session keys' `agent:<id>:<provider>:...` found the short way.
+    second_part=("CASE WHEN substr({text}, 1, 6) = 'agent:' THEN substr({text}, 7, instr(substr({text}, 7) "
+                 "|| ':', ':') - 1) ELSE substr(substr({text}, instr({text}, ':') + 1), 1, "
+                 "instr(substr({text}, instr({text}, ':') + 1) || ':', ':') - 1) END"),
+    third_part=("CASE WHEN substr({text}, 1, 6) = 'agent:' THEN substr({text}, 7 + instr(substr({text}, 7), "
+                "':'), instr(substr({text}, 7 + instr(substr({text}, 7), ':')) || ':', ':') - 1) ELSE "
+                "substr(substr({text}, instr({text}, ':') + instr(substr({text}, instr({text}, ':') + 1), "
                 "':') + 1), 1, instr(substr({text}, instr({text}, ':') + instr(substr({text}, "
-                "instr({text}, ':') + 1), ':') + 1) || ':', ':') - 1)"),
+                "instr({text}, ':') + 1), ':') + 1) || ':', ':') - 1) END"),
 )
 
 POSTGRES = Dialect(

@@ -13,17 +13,24 @@ from bot.store.database import Database
 
 EPOCH = date(1970, 1, 1)
 DAY = 86_400
-# A call's group by each name a sum can take (`usage_summed`); {agent} and {provider} are the
-# dialect's parts of the session key. The names and groups are `switchboard usage --by`'s.
-_KEYS = {
-    "day": "{day}",
-    "model": "model",
-    "agent": "CASE WHEN substr(session_key, 1, 6) = 'agent:' THEN {agent} ELSE '?' END",
-    "user": ("CASE WHEN user_id IS NULL OR user_id = '' THEN '-' WHEN session_key LIKE '%:%:%' "
-             "THEN {provider} || ':' || user_id ELSE '?:' || user_id END"),
-    "session": "session_key",
-    "kind": "kind",
+# A call's group by each name a sum can take (`usage_summed`): the columns it adds to `calls` (name,
+# SQL; {agent} and {provider} are the dialect's parts of the session key) and the SQL of the group
+# from them. The names and groups are `switchboard usage --by`'s.
+_KEYS: dict[str, tuple[tuple[tuple[str, str], ...], str]] = {
+    "day": ((("k_day", "{day}"),), "k_day"),
+    "model": ((), "model"),
+    "agent": ((("k_agent", "CASE WHEN substr(session_key, 1, 6) = 'agent:' THEN {agent} ELSE '?' END"),),
+              "k_agent"),
+    # A user across platforms (`telegram:42`), grouped by its two parts before they are joined.
+    "user": ((("k_user", "COALESCE(user_id, '')"),
+              ("k_provider", "CASE WHEN user_id IS NULL OR user_id = '' THEN '' "
+                             "WHEN session_key LIKE '%:%:%' THEN {provider} ELSE '?' END")),
+             "CASE WHEN k_user = '' THEN '-' ELSE k_provider || ':' || k_user END"),
+    "session": ((("k_session", "session_key"),), "k_session"),
+    "kind": ((("k_kind", "kind"),), "k_kind"),
 }
+# Names with a few groups each: summed together first, each name then from those few rows.
+_FEW = ("day", "model", "agent", "kind")
 USAGE_KEYS = tuple(_KEYS)
 
 
@@ -145,8 +152,10 @@ class Usage(Database):
         self, since: float, by: Sequence[str], zone: tzinfo, session_key: str | None = None
     ) -> list[UsageSum]:
         """The calls recorded at or after `since` (of one session, or all) summed per group of each
-        name in `by` (of `USAGE_KEYS`) and per model, in one statement: the rows of each name are a
-        whole, so any one name's sum to the total. Days are the zone's, as YYYY-MM-DD."""
+        name in `by` (of `USAGE_KEYS`) and per model, in one statement: each call's groups worked
+        out once (`calls`), the names of a few groups summed together first (`few`), each name's
+        rows from there. Each name's rows hold every call once, so any one name's sum to the total.
+        Days are the zone's, as YYYY-MM-DD."""
         names = list(dict.fromkeys(by))
         unknown = set(names) - set(_KEYS)
         if unknown or not names:
@@ -158,16 +167,26 @@ class Usage(Database):
             changes = offset_changes(zone, since, max(since, time.time()) + 2 * DAY)
             parts["day"], shifts = local_day(changes, self.dialect.whole)
             params += shifts
-        columns = "".join(f"{_KEYS[name].format(**parts)} AS k_{name}, " for name in names)
+        columns = "".join(f"{expression.format(**parts)} AS {column}, " for name in names
+                          for column, expression in _KEYS[name][0])
         where = "created_at >= ?" + (" AND session_key = ?" if session_key is not None else "")
         params += [since, *([session_key] if session_key is not None else [])]
-        sums = ("COUNT(*), SUM(input_tokens), SUM(output_tokens), SUM(cache_write_tokens), "
-                "SUM(cache_read_tokens), SUM(CASE WHEN cache_read_tokens > 0 THEN 1 ELSE 0 END)")
-        picks = " UNION ALL ".join(f"SELECT '{name}', CAST(k_{name} AS TEXT), model, {sums} "
-                                   "FROM calls GROUP BY 2, 3" for name in names)
-        rows = await self._conn.execute_fetchall(
-            f"WITH calls AS MATERIALIZED (SELECT {columns}model, input_tokens, output_tokens, "
-            f"cache_write_tokens, cache_read_tokens FROM model_usage WHERE {where}) {picks}", params)
+        sql = (f"WITH calls AS MATERIALIZED (SELECT {columns}model, input_tokens AS i, output_tokens AS o, "
+               "cache_write_tokens AS w, cache_read_tokens AS r, "
+               f"CASE WHEN cache_read_tokens > 0 THEN 1 ELSE 0 END AS h FROM model_usage WHERE {where})")
+        few = [name for name in names if name in _FEW]
+        if few:
+            grouped = "".join(f"{_KEYS[name][1]}, " for name in few if name != "model")
+            sql += (f", few AS MATERIALIZED (SELECT {grouped}model, COUNT(*) AS n, SUM(i) AS i, SUM(o) AS o, "
+                    f"SUM(w) AS w, SUM(r) AS r, SUM(h) AS h FROM calls GROUP BY {grouped}model)")
+        picks = []
+        for name in names:
+            group, source = _KEYS[name][1], "few" if name in few else "calls"
+            calls = "SUM(n)" if source == "few" else "COUNT(*)"
+            picks.append(f"SELECT '{name}', CAST({group} AS TEXT), model, {calls}, SUM(i), SUM(o), SUM(w), "
+                         f"SUM(r), SUM(h) FROM {source} GROUP BY "
+                         + "".join(f"{column}, " for column, _ in _KEYS[name][0]) + "model")
+        rows = await self._conn.execute_fetchall(f"{sql} {' UNION ALL '.join(picks)}", params)
         return [UsageSum(str(name), day_text(group) if name == "day" else str(group), str(model),
                          int(calls), int(tokens_in or 0), int(tokens_out or 0), int(written or 0),
                          int(read or 0), int(hits or 0))
