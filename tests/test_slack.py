@@ -241,8 +241,8 @@ async def test_a_scheduled_job_is_delivered_to_a_channel_and_to_a_members_dm(
              "deliver_to": f"slack:{GENERAL}"},
             {"id": "digest", "cron": "0 8 * * *", "prompt": "Write Alice's digest.",
              "deliver_to": f"slack:{ALICE}"}]
-    config = make_config(config_data(api, channels={"slack": base.channels.slack.model_dump()},
-                                     schedules=jobs))
+    config = make_config({**config_data(api, channels={"slack": base.channels.slack.model_dump()}),
+                          "schedules": jobs})
     async with slack_daemon(config) as daemon:
         scheduler = daemon.scheduler
         assert scheduler is not None
@@ -254,3 +254,24 @@ async def test_a_scheduled_job_is_delivered_to_a_channel_and_to_a_members_dm(
     stored = {m.session_key: m.origin for m in await all_messages(config)}
     assert stored == {f"agent:main:slack:channel:{GENERAL}": "scheduled",
                       f"agent:main:slack:direct:{ALICE}": "scheduled"}
+
+
+async def test_other_events_and_edits_are_acknowledged_and_dropped(
+    slack: SlackStandIn, api: AnthropicStandIn, slack_config: Callable[..., Config]
+) -> None:
+    """An edit, a join and an event the channel has no use for are acknowledged (Slack does not send
+    them again) and neither stored nor answered."""
+    config = slack_config()
+    async with slack_daemon(config) as daemon:
+        said = slack.message(GENERAL, BOB, "the meeting is Thursday")
+        slack.dispatch({"type": "message", "subtype": "message_changed", "channel": GENERAL,
+                        "message": {**said, "text": "the meeting is Friday"}, "ts": "1.000001"})
+        slack.dispatch({"type": "message", "subtype": "channel_join", "channel": GENERAL, "user": ALICE,
+                        "text": f"<@{ALICE}> has joined the channel", "ts": "1.000002"})
+        slack.dispatch({"type": "reaction_added", "user": ALICE, "reaction": "eyes",
+                        "item": {"type": "message", "channel": GENERAL, "ts": said["ts"]}})
+        await settled(slack, daemon)
+
+    assert all(e.acked and e.attempts == 0 for e in slack.envelopes)
+    assert [m.text for m in await all_messages(config)] == ["the meeting is Thursday"]
+    assert not slack.sent and not reply_requests(api)

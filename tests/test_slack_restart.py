@@ -17,6 +17,7 @@ import pytest
 
 from bot.store import Store
 from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Text
+from bot.testing.anthropic_responses import Response
 from bot.testing.models import FAST, MODEL
 from bot.testing.slack_api import SlackStandIn
 from tests.harness import API_KEY, echo
@@ -85,7 +86,7 @@ async def test_a_message_stored_but_not_acknowledged_before_a_kill_is_answered_o
     async with AnthropicStandIn() as api, SlackStandIn(ack_timeout=1.0) as slack:
         config.write_text(config_text(api, slack, db), encoding="utf-8")
 
-        def slow(rec: RecordedRequest) -> Text:
+        def slow(rec: RecordedRequest) -> Response:
             return Text("never seen", delay=60.0) if rec.model == MODEL else echo(rec)
 
         api.default = slow

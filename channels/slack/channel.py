@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -71,6 +72,10 @@ class _ClientGiven(logging.Filter):
         return "`token` will be unused" not in record.getMessage()
 
 
+async def _ignore() -> None:
+    return None
+
+
 def _quiet_bolt() -> None:
     bolt = logging.getLogger("slack_bolt.AsyncApp")  # Bolt's own logger for an AsyncApp
     if not any(isinstance(f, _ClientGiven) for f in bolt.filters):
@@ -123,6 +128,9 @@ class SlackChannel:
             app = AsyncApp(client=client, process_before_response=True, name=self.provider)
             app.event("message")(self._on_event)
             app.event("app_mention")(self._on_event)
+            # Anything else the app is subscribed to is acknowledged and dropped: an event no
+            # listener matches would be left unacknowledged, and Slack would send it three more times.
+            app.event(re.compile(".*"))(_ignore)
             handler = self._handler = AsyncSocketModeHandler(app, self._app_token, web_client=client)
             handler.client.wss_uri = url  # the URL just opened: no second apps.connections.open
             if not self._stopped.is_set():

@@ -29,8 +29,8 @@ from bot.intake.commands import is_known, parse_command
 PLATFORM = "slack"  # the default app's channel name; extra accounts are "slack.<name>"
 
 Verdict = Literal["accept", "refuse", "ignore", "pair"]
-# Subtypes that are someone writing: a plain message has none.
-_WRITTEN = frozenset({None, "thread_broadcast", "file_share", "me_message"})
+# Subtypes that are someone writing: a plain message has none ("bot_message": a legacy bot's post).
+_WRITTEN = frozenset({None, "thread_broadcast", "file_share", "me_message", "bot_message"})
 _LEADING_MENTION = re.compile(r"\s*<@([A-Z0-9]+)(?:\|[^>]*)?>\s*")
 _USER_MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|([^>]*))?>")
 _CHANNEL_REF = re.compile(r"<#([A-Z0-9]+)(?:\|([^>]*))?>")
