@@ -192,7 +192,7 @@ async def test_service_notifies_reloads_on_sighup_and_stops_on_sigterm_losing_no
 
             chat = private_chat(ADA)
             tg.push_message(chat, ADA, "first")
-            await tg.wait_for(lambda: len(tg.sent) == 1, timeout=15)
+            await tg.wait_for(lambda: len(tg.sent) == 1, timeout=30)
 
             # An admin edits the file and runs `systemctl reload` (ExecReload sends SIGHUP).
             config.write_text(config_text(api, tg, db, history_limit=1), encoding="utf-8")

@@ -80,7 +80,8 @@ async def telegram_daemon(config: Config, **options: Any) -> AsyncIterator[Daemo
     (channel,) = channels
     assert isinstance(channel, TelegramChannel)
     async with running(config, channels, AnthropicBrain(config.anthropic, API_KEY), **options) as daemon:
-        await asyncio.wait_for(channel.ready.wait(), 5)
+        # A bound on a wait, not a speed: a start with failed polls takes seconds under load.
+        await asyncio.wait_for(channel.ready.wait(), 20)
         yield daemon
 
 

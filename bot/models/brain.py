@@ -124,7 +124,7 @@ class AnthropicBrain:
         return self if self._api_key is not None else None
 
     async def reply(self, request: ReplyRequest, on_text: TextSink | None = None) -> Completion:
-        client = await self._require_client()
+        client, deadline = await model_sdks.beside_deadline(self._require_client(), request.deadline)
         system: list[TextBlockParam] = [
             {"type": "text", "text": request.system_stable, "cache_control": {"type": "ephemeral"}},
             {"type": "text", "text": request.system_turn},
@@ -154,12 +154,12 @@ class AnthropicBrain:
                 extra=extra,
             )
 
-        return await self._with_retries(attempt, request.deadline, "reply", model)
+        return await self._with_retries(attempt, deadline, "reply", model)
 
     async def complete(
         self, prompt: str, *, system: str, model: str, deadline: float, max_tokens: int = 256
     ) -> Completion:
-        client = await self._require_client()
+        client, deadline = await model_sdks.beside_deadline(self._require_client(), deadline)
 
         async def attempt(timeout: float) -> Completion:
             message = await client.messages.create(

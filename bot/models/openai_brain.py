@@ -91,6 +91,7 @@ class OpenAIBrain:
                 extra["tool_choice"] = choice
         model = request.model or self._model
         attempts = 0
+        _, deadline = await model_sdks.beside_deadline(self.client(), request.deadline)
 
         async def attempt(timeout: float) -> Completion:
             nonlocal attempts
@@ -99,12 +100,13 @@ class OpenAIBrain:
                 tell(on_text, "")  # a retry writes the reply anew
             return await self._stream(model, messages, self._config.max_tokens, timeout, on_text, extra)
 
-        return await self._with_retries(attempt, request.deadline, "reply", model)
+        return await self._with_retries(attempt, deadline, "reply", model)
 
     async def complete(
         self, prompt: str, *, system: str, model: str, deadline: float, max_tokens: int = 256
     ) -> Completion:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
+        _, deadline = await model_sdks.beside_deadline(self.client(), deadline)
 
         async def attempt(timeout: float) -> Completion:
             return await self._stream(model, messages, max_tokens, timeout, None, {})

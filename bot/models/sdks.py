@@ -14,7 +14,12 @@ import concurrent.futures
 import importlib
 import sys
 import threading
+import time
+from collections.abc import Awaitable
 from types import ModuleType
+from typing import TypeVar
+
+T = TypeVar("T")
 
 _imports: dict[str, concurrent.futures.Future[ModuleType]] = {}
 _guard = threading.Lock()
@@ -34,6 +39,15 @@ async def load(name: str) -> ModuleType:
     # Shielded: a waiter cancelled (a /stop, a shutdown) must not cancel the import every later call
     # shares; wrap_future alone would pass the cancellation on to it.
     return await asyncio.shield(asyncio.wrap_future(future))
+
+
+async def beside_deadline(ready: Awaitable[T], deadline: float) -> tuple[T, float]:
+    """`ready`'s result (a client whose SDK may still be importing) and `deadline` moved on by the
+    wait: a model call's deadline is the provider's time to answer, and the import is this process's
+    own (seconds on a loaded machine just after a start), which must not turn into an apology."""
+    began = time.monotonic()
+    result = await ready
+    return result, deadline + (time.monotonic() - began)
 
 
 def _import(name: str) -> concurrent.futures.Future[ModuleType]:
