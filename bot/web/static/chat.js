@@ -53,8 +53,11 @@ function replied(data) {
 function stored(data) {
   // Caught up on reconnecting, or stored by any instance (the server's looks at the store): a
   // message the page shows already (by its key or id, through this server's push) stays as it is.
-  if (data.role === "user") said({ text: data.text, nonce: data.nonce });
-  else if (!(data.key && known(`li[data-key="${CSS.escape(data.key)}"]`))) replied({ text: data.text, key: data.key });
+  if (data.role === "user") {
+    said({ text: data.text, nonce: data.nonce });
+  } else if (!(data.key && known(`li[data-key="${CSS.escape(data.key)}"]`))) {
+    replied({ text: data.text, key: data.key });
+  }
 }
 
 const handlers = {
