@@ -20,6 +20,7 @@ from bot.testing.anthropic_api import AnthropicStandIn
 from bot.testing.discord_api import DiscordStandIn
 from bot.testing.fake_channel import FakeChannel
 from bot.testing.postgres import PostgresServer
+from bot.testing.synapse import SynapseServer
 from bot.testing.telegram_api import TelegramStandIn
 from tests.harness import echo
 
@@ -141,6 +142,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pg_server() -> Iterator[PostgresServer]:
     """This test session's own PostgreSQL server (one per xdist worker), started on first use."""
     server = PostgresServer()
+    try:
+        server.start()
+    except RuntimeError as exc:
+        server.stop()
+        pytest.fail(str(exc), pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def synapse() -> Iterator[SynapseServer]:
+    """This test session's own Synapse homeserver (one per xdist worker), started on first use;
+    installed into a cached virtualenv the first time (bot/testing/synapse.py)."""
+    server = SynapseServer()
     try:
         server.start()
     except RuntimeError as exc:

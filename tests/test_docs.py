@@ -22,6 +22,7 @@ README = ROOT / "README.md"
 PLACEHOLDERS = {
     "providers": "<name>", "accounts": "<name>", "models": "<model>", "prices": "<model>",
     "dms": "<user>", "group_settings": "<chat>", "guilds": "<guild>", "channel_settings": "<channel>",
+    "room_settings": "<room>",
 }
 # Sub-tables that take any key of another section: their example keys stand for all of them.
 OPEN_TABLES = {"agents.conversation", "agents.roles", "agents.tools"}

@@ -112,6 +112,7 @@ async def test_replies_stored_before_migration_20_learn_their_request_from_their
         conn.execute("ALTER TABLE outbox DROP COLUMN failed_at")
         for table in ("web_sessions", "web_login_failures", "web_accounts"):  # 22's
             conn.execute(f"DROP TABLE {table}")
+        conn.execute("DROP TABLE channel_cursors")  # 24's
     async with Store.open(path):
         pass
     with _plain(path) as conn:

@@ -75,7 +75,7 @@ def _check_accounts(config: Config, source: str, agents: set[str], known: str) -
                                   f"a variable of its own; {channel_key(other)} reads the same token "
                                   f"from {env}")
             tokens[f"{platform} {env}"] = name
-    for platform in ("telegram", "discord", "slack"):
+    for platform in ("telegram", "discord", "slack", "matrix"):
         for name, account in getattr(config.channels, platform).accounts.items():
             if account.accounts:
                 raise ConfigError(source, f"channels.{platform}.accounts.{name}.accounts",

@@ -12,7 +12,15 @@ from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 
-from bot.config.fields import PlatformId, PosInt, Section, SlackId, known_timezone
+from bot.config.fields import (
+    MatrixRoomId,
+    MatrixUserId,
+    PlatformId,
+    PosInt,
+    Section,
+    SlackId,
+    known_timezone,
+)
 from bot.config.provider_sections import RolesConfig
 from bot.config.sections import ConversationConfig
 from bot.config.tool_sections import ToolsConfig
@@ -20,7 +28,8 @@ from bot.config.tool_sections import ToolsConfig
 AgentId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
 # A channel: "console", a platform ("telegram", "discord": its default bot) or one of a platform's
 # extra bots, "<platform>.<account>" (`[channels.telegram.accounts.<account>]`).
-ChannelName = Annotated[str, Field(pattern=r"^(console|telegram|discord|slack)(\.[a-z0-9][a-z0-9_-]*)?$")]
+ChannelName = Annotated[
+    str, Field(pattern=r"^(console|telegram|discord|slack|matrix)(\.[a-z0-9][a-z0-9_-]*)?$")]
 
 
 class AgentEntry(Section):
@@ -51,9 +60,11 @@ class BindingConfig(Section):
     agent: AgentId
     channel: ChannelName | None = None
     guild: PlatformId | None = None  # a Discord guild (server)
-    # A group, a channel (its threads too) or a private chat; Slack's ids are letters and digits.
-    chat: PlatformId | SlackId | None = None
-    user: PlatformId | SlackId | None = None  # whoever writes, wherever they are (within the rest)
+    # A group, a channel (its threads too) or a private chat; Slack's ids are letters and digits,
+    # Matrix's "!room:server" and "@user:server".
+    chat: PlatformId | SlackId | MatrixRoomId | MatrixUserId | None = None
+    # Whoever writes, wherever they are (within the rest).
+    user: PlatformId | SlackId | MatrixUserId | None = None
 
     @model_validator(mode="after")
     def _matches_something(self) -> BindingConfig:

@@ -1,5 +1,5 @@
-"""The channel config sections: console, Telegram, Discord, Slack and the web chat, their access
-lists and per-chat settings."""
+"""The channel config sections: console, Telegram, Discord, Slack, Matrix and the web chat, their
+access lists and per-chat settings."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from bot.config.fields import (
     HttpUrl,
     IdKey,
     ListenAddress,
+    MatrixKey,
+    MatrixRoomId,
+    MatrixUserId,
     NonNegInt,
     PlatformId,
     Policy,
@@ -155,8 +158,43 @@ class SlackConfig(ChatChannelConfig):
         return {"bot_token_env": self.bot_token_env, "app_token_env": self.app_token_env}
 
 
+class MatrixConfig(ChatChannelConfig):
+    """A Matrix account on a homeserver, signed in with an access token. Ids are Matrix's
+    (`@user:server`, `!room:server`). The bot joins only rooms `invite_policy` lets it be invited
+    to; a room with the bot and one person is a direct chat, any other a room."""
+
+    homeserver: HttpUrl | None = None
+    user_id: MatrixUserId | None = None
+    access_token_env: EnvName = "MATRIX_ACCESS_TOKEN"
+    allow_from: list[MatrixUserId] = Field(default_factory=list)
+    admins: list[MatrixUserId] = Field(default_factory=list)
+    dms: dict[MatrixKey, DmConfig] = Field(default_factory=dict)
+    # Whose invites are accepted: "allowlist" (users `dm_policy` lets in, and under "pairing" any
+    # invite to a direct chat, so the stranger can be given a code), "open" (anyone's),
+    # "disabled" (none). Refused invites are declined.
+    invite_policy: Policy = "allowlist"
+    # Rooms answered in: "open" (every room the bot was let in to), "allowlist" (those in
+    # `rooms`), "disabled" (direct chats only).
+    room_policy: Policy = "open"
+    rooms: list[MatrixRoomId] = Field(default_factory=list)
+    room_settings: dict[MatrixKey, ChatSettings] = Field(default_factory=dict)
+    accounts: dict[AccountName, MatrixConfig] = Field(default_factory=dict)
+
+    def settings_for(self, key: SessionKey) -> list[ChatSettings]:
+        found = self.room_settings.get(key.peer)
+        return [found] if found is not None else []
+
+    @property
+    def token_env(self) -> str:
+        """The access token's variable (what other platforms call their one token)."""
+        return self.access_token_env
+
+    def token_envs(self) -> dict[str, str]:
+        return {"access_token_env": self.access_token_env}
+
+
 # A platform channel's section.
-PlatformConfig = TelegramConfig | DiscordConfig | SlackConfig
+PlatformConfig = TelegramConfig | DiscordConfig | SlackConfig | MatrixConfig
 
 
 class ConsoleConfig(Section):
@@ -199,6 +237,7 @@ class ChannelsConfig(Section):
     telegram: TelegramConfig = TelegramConfig()
     discord: DiscordConfig = DiscordConfig()
     slack: SlackConfig = SlackConfig()
+    matrix: MatrixConfig = MatrixConfig()
     web: WebChatConfig = WebChatConfig()
 
     def chat_sections(self) -> dict[str, PlatformConfig]:
@@ -207,7 +246,8 @@ class ChannelsConfig(Section):
         (an account is enabled unless it says otherwise)."""
         found: dict[str, PlatformConfig] = {}
         sections: tuple[tuple[str, PlatformConfig], ...] = (
-            ("telegram", self.telegram), ("discord", self.discord), ("slack", self.slack))
+            ("telegram", self.telegram), ("discord", self.discord), ("slack", self.slack),
+            ("matrix", self.matrix))
         for platform, section in sections:
             found[platform] = section.model_copy(update={"accounts": {}})
             for name, account in section.accounts.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -45,6 +46,20 @@ def _slack_key(value: str) -> str:
 
 # A table keyed by a Slack user or channel id.
 SlackKey = Annotated[str, AfterValidator(_slack_key)]
+# Matrix ids: a sigil, a localpart, a colon and the server name ("@ada:example.org",
+# "!abc123:example.org"); the server part may carry a port.
+MatrixUserId = Annotated[str, Field(pattern=r"^@[^:\s]+:[^\s]+$")]
+MatrixRoomId = Annotated[str, Field(pattern=r"^![^:\s]+:[^\s]+$")]
+
+
+def _matrix_key(value: str) -> str:
+    if re.fullmatch(r"[@!][^:\s]+:[^\s]+", value) is None:
+        raise ValueError("a Matrix id as the key, such as \"@ada:example.org\" or \"!abc:example.org\"")
+    return value
+
+
+# A table keyed by a Matrix user or room id.
+MatrixKey = Annotated[str, AfterValidator(_matrix_key)]
 
 
 def _http_url(value: str) -> str:

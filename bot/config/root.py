@@ -16,6 +16,7 @@ from bot.config.channel_sections import (
     ChannelsConfig,
     ConsoleConfig,
     DiscordConfig,
+    MatrixConfig,
     PlatformConfig,
     SlackConfig,
     TelegramConfig,
@@ -189,7 +190,8 @@ class Config(Section):
     def chat_channel(self, provider: str) -> PlatformConfig | None:
         """The section of a platform channel (access lists, admins, reply age), if it has one."""
         section = self.channel(provider)
-        return section if isinstance(section, TelegramConfig | DiscordConfig | SlackConfig) else None
+        platforms = TelegramConfig | DiscordConfig | SlackConfig | MatrixConfig
+        return section if isinstance(section, platforms) else None
 
     def secret_env_names(self) -> list[str]:
         """Names of the environment variables holding secrets, for redaction and `init`."""
@@ -233,11 +235,17 @@ def check_startable(config: Config) -> None:
                 raise ConfigError(
                     config.source, f"{channel_key(name)}.{key}",
                     f"the environment variable {env} it names is not set; export the "
-                    f"{'app' if key == 'app_token_env' else 'bot'} token there or set "
+                    f"{_TOKEN_KINDS.get(key, 'bot')} token there or set "
                     f"{channel_key(name)}.enabled = false",
                 )
         if section.enabled and isinstance(section, TelegramConfig) and section.mode == "webhook":
             webhook_secret(config, name)
+        if section.enabled and isinstance(section, MatrixConfig):
+            for key in ("homeserver", "user_id"):
+                if getattr(section, key) is None:
+                    raise ConfigError(config.source, f"{channel_key(name)}.{key}",
+                                      "set: the Matrix account's homeserver URL and user id "
+                                      "(\"https://matrix.example.org\", \"@bot:example.org\")")
     if config.channels.web.enabled and not config.web.enabled:
         raise ConfigError(config.source, "channels.web.enabled", "[web] enabled = true as well: the web "
                           "chat is a page of the web console (or set channels.web.enabled = false)")
@@ -252,6 +260,7 @@ def check_startable(config: Config) -> None:
             )
 
 
+_TOKEN_KINDS = {"app_token_env": "app", "access_token_env": "access"}
 # What Telegram accepts as a webhook's secret_token (setWebhook refuses anything else).
 _WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 

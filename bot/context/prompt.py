@@ -22,7 +22,8 @@ from bot.ranking.stages import Context
 
 log = structlog.get_logger("switchboard.prompt")
 
-_KIND_WORDS = {"direct": "a one-to-one chat", "group": "a group chat", "channel": "a channel"}
+_KIND_WORDS = {"direct": "a one-to-one chat", "group": "a group chat", "channel": "a channel",
+               "room": "a room"}
 
 
 def excerpt(text: str, limit: int, name: str) -> str:

@@ -7,12 +7,15 @@ from typing import Literal
 
 from bot.core.errors import SessionKeyError
 
-ChatKind = Literal["direct", "group", "channel"]
+ChatKind = Literal["direct", "group", "channel", "room"]
 SuffixKind = Literal["thread", "topic"]
 
-KINDS: tuple[ChatKind, ...] = ("direct", "group", "channel")
+KINDS: tuple[ChatKind, ...] = ("direct", "group", "channel", "room")
 SUFFIXES: tuple[SuffixKind, ...] = ("thread", "topic")
 _KIND_ALIASES: dict[str, ChatKind] = {"dm": "direct"}
+# A peer starting with one of these is a Matrix id, the one kind of peer with colons in it
+# (`@user:server`, `!room:server`); every other part of a key has none.
+MATRIX_SIGILS = ("@", "!")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +30,9 @@ class SessionKey:
     suffix_id: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("agent_id", "provider", "peer"):
+        for name in ("agent_id", "provider"):
             _check_part(name, getattr(self, name))
+        _check_part("peer", self.peer, colons=self.peer[:1] in MATRIX_SIGILS)
         if self.kind not in KINDS:
             raise SessionKeyError(f"unknown chat kind {self.kind!r}; expected one of {KINDS}")
         if (self.suffix_kind is None) != (self.suffix_id is None):
@@ -55,10 +59,10 @@ class SessionKey:
         return SessionKey(self.agent_id, self.provider, self.kind, self.peer)
 
 
-def _check_part(name: str, value: str) -> None:
+def _check_part(name: str, value: str, *, colons: bool = False) -> None:
     if not isinstance(value, str) or not value:
         raise SessionKeyError(f"session key part {name} must be a non-empty string")
-    if ":" in value or any(ch.isspace() for ch in value):
+    if (":" in value and not colons) or any(ch.isspace() for ch in value):
         raise SessionKeyError(
             f"session key part {name}={value!r} must not contain ':' or whitespace"
         )
@@ -84,8 +88,15 @@ def build(
 
 
 def parse(text: str) -> SessionKey:
-    """Parse `agent:<id>:<provider>:<kind>:<peer>[:thread|topic:<id>]`, `dm` meaning `direct`."""
+    """Parse `agent:<id>:<provider>:<kind>:<peer>[:thread|topic:<id>]`, `dm` meaning `direct`; a
+    Matrix peer (`@user:server`, `!room:server`) has colons of its own."""
     parts = text.split(":")
+    if len(parts) > 5 and parts[4][:1] in MATRIX_SIGILS:
+        # A Matrix peer ("@ada:example.org", "!room:example.org:8448") keeps its colons; a
+        # thread suffix is the last two parts.
+        suffixed = len(parts) >= 8 and parts[-2] in SUFFIXES
+        peer = ":".join(parts[4:-2] if suffixed else parts[4:])
+        parts = [*parts[:4], peer, *(parts[-2:] if suffixed else [])]
     if len(parts) not in (5, 7):
         raise SessionKeyError(
             f"session key {text!r} has {len(parts)} parts; expected "
@@ -96,7 +107,7 @@ def parse(text: str) -> SessionKey:
     kind = _KIND_ALIASES.get(parts[3], parts[3])
     if kind not in KINDS:
         raise SessionKeyError(
-            f"session key {text!r} has unknown kind {parts[3]!r}; expected direct, group or channel"
+            f"session key {text!r} has unknown kind {parts[3]!r}; expected direct, group, channel or room"
         )
     if len(parts) == 5:
         return SessionKey(parts[1], parts[2], kind, parts[4])

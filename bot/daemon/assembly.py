@@ -17,6 +17,7 @@ from bot.context.embed_worker import EmbedWorker
 from bot.core.errors import BotError, NotStartedError
 from bot.core.messages import AGENT_PROVIDER, ChatRef, InboundMessage, StoredMessage
 from bot.daemon.control import serving, socket_path
+from bot.daemon.cursors import KeptCursors
 from bot.daemon.health import DaemonHealth
 from bot.daemon.notify import Notifier
 from bot.daemon.reload_plan import plan_reload
@@ -54,7 +55,7 @@ READY_TIMEOUT = 30.0
 __all__ = ["Daemon", "build_channels", "console_attached", "serve"]
 
 
-class Daemon(DaemonHealth):
+class Daemon(DaemonHealth, KeptCursors):
     """Runs channels and the router until stopped; `until_input_ends` suits `switchboard chat`."""
 
     def __init__(

@@ -9,10 +9,11 @@ from typing import Any
 from bot.config import Config
 from bot.config.channel_sections import platform_of
 
-PLATFORMS = ("telegram", "discord", "slack")
+PLATFORMS = ("telegram", "discord", "slack", "matrix")
 # A channel's keys read once, when it connects: changing one starts it again (polling <-> webhook too).
 CONNECTION_KEYS = ("token_env", "base_url", "mode", "webhook_listen", "webhook_url", "webhook_secret_env",
-                   "shard_count", "shard_ids", "bot_token_env", "app_token_env")
+                   "shard_count", "shard_ids", "bot_token_env", "app_token_env",
+                   "homeserver", "user_id", "access_token_env")
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from bot.config import Config, SlackConfig, TelegramConfig
+from bot.config import Config, MatrixConfig, SlackConfig, TelegramConfig
 from bot.config.root import channel_key, webhook_secret
 from bot.core.errors import BotError, ConfigError, describe
 from bot.core.restart_delay import MAX_RESTART_DELAY, RESTART_DELAY
@@ -57,14 +57,19 @@ def web_channel(config: Config) -> Channel:
 
 
 def platform_channel(config: Config, name: str) -> Channel:
-    """The Telegram, Discord or Slack channel named `name` ("telegram", "telegram.work", "slack", ...),
-    its token read from the environment now; its messages' sessions start with its account's agent."""
+    """The Telegram, Discord, Slack or Matrix channel named `name` ("telegram", "telegram.work",
+    "slack", ...), its token read from the environment now; its messages' sessions start with its
+    account's agent."""
     section = config.chat_sections.get(name)
     if section is None:
         raise ConfigError(config.source, channel_key(name), "a channel of this config; there is none")
     tokens = {key: _token(config, name, key, env) for key, env in section.token_envs().items()}
     token = next(iter(tokens.values()))
     agent_id = config.channel_agent(name)
+    if isinstance(section, MatrixConfig):
+        from channels.matrix.channel import MatrixChannel  # mautrix loads only when Matrix is on
+
+        return MatrixChannel(section, agent_id=agent_id, access_token=token, name=name)
     if isinstance(section, SlackConfig):
         from channels.slack.channel import SlackChannel  # slack-bolt loads only when Slack is on
 

@@ -14,6 +14,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
 from bot.store.compactions import Compactions
+from bot.store.cursors import Cursors
 from bot.store.delivery import Delivery
 from bot.store.embeddings import Embeddings
 from bot.store.history_search import HistorySearch
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 class Store(
     Messages, Recall, Embeddings, Delivery, Snapshots, Compactions, ScheduleRuns, Maintenance,
     Pairings, Usage, ToolCalls, People, HistorySearch, Reminders, Leases, Tables, SendsInDoubt,
-    WebAccounts, WebChatReads, TurnOpenings, TurnCommits,
+    WebAccounts, WebChatReads, TurnOpenings, TurnCommits, Cursors,
 ):
     """Conversation history and the daemon's durable work, on either backend."""
 

@@ -11,6 +11,8 @@ Each is an async context manager; a test scripts answers and faults, then reads 
 In-process fakes complete it: `fake_channel.FakeChannel` (a channel the test types into),
 `recording_intake.RecordingIntake` (the core as a channel adapter sees it), `models` (the made-up
 model names and the `echo` answer), `postgres.PostgresServer` (a throwaway PostgreSQL server),
+`synapse.SynapseServer` (a real Matrix homeserver, Synapse from its own cached virtualenv) with
+`matrix_user.MatrixUser` (a person on it, speaking the client-server API),
 `mcp_calc` (an MCP server over stdio, written with the SDK, whose tools answer, fail, crash, hang
 and grow; `server_entry` is its `[[mcp_servers]]` table).
 

@@ -1,7 +1,8 @@
 """An intake that records what a channel hands the core, for unit tests of a channel adapter.
 
 A channel's `run(intake)` is given this in place of the daemon's router: `received` holds the
-`InboundMessage`s it submitted, `quarantined` the updates it could not read, `files` the media it kept.
+`InboundMessage`s it submitted, `quarantined` the updates it could not read, `files` the media it kept,
+`cursors` the places channels kept at their platforms.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ class RecordingIntake:
         self._submit = submit
         # Voice to text ([roles].transcribe); None: voice notes are noted as placeholders.
         self.transcribe: Transcribe | None = None
+        # Channel cursors kept (bot.intake.cursor.CursorKeeper), by provider.
+        self.cursors: dict[str, str] = {}
 
     async def submit(self, inbound: InboundMessage) -> None:
         self.received.append(inbound)
@@ -38,6 +41,12 @@ class RecordingIntake:
 
     async def pair(self, provider: str, chat_id: str, user_id: str, user_name: str | None) -> bool:
         return False
+
+    async def channel_cursor(self, provider: str) -> str | None:
+        return self.cursors.get(provider)
+
+    async def keep_channel_cursor(self, provider: str, cursor: str) -> None:
+        self.cursors[provider] = cursor
 
     def media_limits(self) -> MediaConfig:
         return MediaConfig()

@@ -1,0 +1,239 @@
+"""Matrix end to end: the daemon with mautrix-python against a real Synapse on 127.0.0.1 (installed
+and started by bot/testing/synapse.py), people writing through the client-server API."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from bot.config import Config
+from bot.core.messages import ChatRef, OutboundMessage
+from bot.daemon.assembly import Daemon
+from bot.models.brain import AnthropicBrain
+from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.matrix_user import MatrixUser
+from bot.testing.recording_intake import RecordingIntake
+from bot.testing.synapse import MatrixAccount, SynapseServer
+from channels.matrix.channel import ENCRYPTED_NOTICE, MatrixChannel
+from tests.harness import API_KEY, config_data, reply_requests, router_of, running
+
+Event = dict[str, Any]
+
+
+@pytest.fixture
+def bot_account(synapse: SynapseServer) -> MatrixAccount:
+    return synapse.register()
+
+
+@pytest.fixture
+async def alice(synapse: SynapseServer) -> AsyncIterator[MatrixUser]:
+    async with MatrixUser(synapse.base_url, synapse.register()) as user:
+        yield user
+
+
+@pytest.fixture
+async def bob(synapse: SynapseServer) -> AsyncIterator[MatrixUser]:
+    async with MatrixUser(synapse.base_url, synapse.register()) as user:
+        yield user
+
+
+@pytest.fixture
+def matrix_config(
+    api: AnthropicStandIn, synapse: SynapseServer, bot_account: MatrixAccount, alice: MatrixUser,
+    make_config: Callable[[dict[str, Any]], Config], monkeypatch: pytest.MonkeyPatch,
+) -> Callable[..., Config]:
+    """Configs with Matrix on: Alice may write and invite."""
+    monkeypatch.setenv("MATRIX_ACCESS_TOKEN", bot_account.access_token)
+
+    def make(**section: Any) -> Config:
+        values = {"enabled": True, "homeserver": synapse.base_url, "user_id": bot_account.user_id,
+                  "allow_from": [alice.user_id], **section}
+        return make_config(config_data(api, channels={"matrix": values}))
+
+    return make
+
+
+def make_channel(config: Config, token: str) -> MatrixChannel:
+    return MatrixChannel(config.channels.matrix, agent_id=config.agent.id, access_token=token)
+
+
+@asynccontextmanager
+async def matrix_daemon(config: Config, token: str) -> AsyncIterator[Daemon]:
+    """The daemon as `switchboard run` assembles it, with Matrix as its only channel."""
+    channel = make_channel(config, token)
+    async with running(config, [channel], AnthropicBrain(config.anthropic, API_KEY)) as daemon:
+        await asyncio.wait_for(channel.ready.wait(), 30)
+        yield daemon
+
+
+def name_of(user: MatrixUser) -> str:
+    """A test user's display name: Synapse makes it the localpart at registration."""
+    return user.user_id[1:].partition(":")[0]
+
+
+async def joined(user: MatrixUser, room_id: str, bot: MatrixAccount) -> None:
+    async def check() -> bool:
+        return await user.membership(room_id, bot.user_id) == "join"
+
+    await user.wait_for(check)
+
+
+async def replies(user: MatrixUser, room_id: str, bot: MatrixAccount, count: int = 1) -> list[Event]:
+    """The bot's messages in the room, once there are `count` of them."""
+    async def check() -> list[Event] | None:
+        found = await user.messages(room_id, sender=bot.user_id)
+        return found if len(found) >= count else None
+
+    return await user.wait_for(check)
+
+
+async def test_a_dm_is_answered_in_the_room_it_came_from(
+    matrix_config: Callable[..., Config], bot_account: MatrixAccount, alice: MatrixUser,
+    api: AnthropicStandIn,
+) -> None:
+    """Alice opens a direct chat: the bot joins, answers her message there, with HTML beside the
+    plain body, and both are stored under her direct session."""
+    config = matrix_config()
+    async with matrix_daemon(config, bot_account.access_token) as daemon:
+        room = await alice.create_room(invite=(bot_account.user_id,), direct=True)
+        await joined(alice, room, bot_account)
+        asked = await alice.send(room, "hello **there**")
+        (reply,) = await replies(alice, room, bot_account)
+        await router_of(daemon).idle()
+
+    content = reply["content"]
+    assert content["body"] == "re: hello **there**"
+    assert content["format"] == "org.matrix.custom.html"
+    assert "<strong>there</strong>" in content["formatted_body"]
+    assert "m.relates_to" not in content  # a direct chat's reply quotes nothing, as on every platform
+    async with Store.open(config.database_path()) as store:
+        history = await store.history(f"agent:main:matrix:direct:{alice.user_id}", 10)
+    assert [(m.role, m.text) for m in history] == [("user", "hello **there**"),
+                                                   ("assistant", "re: hello **there**")]
+    assert history[0].provider_message_id == asked
+    assert history[1].provider_message_id == reply["event_id"]
+    assert len(reply_requests(api)) == 1
+
+
+async def test_a_room_message_starts_a_turn_only_when_it_mentions_the_bot(
+    matrix_config: Callable[..., Config], bot_account: MatrixAccount, alice: MatrixUser, bob: MatrixUser,
+    api: AnthropicStandIn,
+) -> None:
+    """In a room of three, chatter is stored but not answered; a message naming the bot's id, or
+    mentioning it intentionally (`m.mentions`), is, its reply quoting it (`m.in_reply_to`)."""
+    config = matrix_config()
+    async with matrix_daemon(config, bot_account.access_token) as daemon:
+        room = await alice.create_room(invite=(bot_account.user_id, bob.user_id))
+        await bob.join(room)
+        await joined(alice, room, bot_account)
+        await alice.send(room, "just chatting with bob")
+        asked = await bob.send(room, f"{bot_account.user_id}: what time is it?")
+        await replies(alice, room, bot_account, 1)
+        await alice.send(room, "and you?", mentions=(bot_account.user_id,))
+        answers = await replies(alice, room, bot_account, 2)
+        await router_of(daemon).idle()
+
+    # In a room the model reads each message under its sender's name (the display name).
+    assert [a["content"]["body"] for a in answers] == [
+        f"re: [{name_of(bob)}]: {bot_account.user_id}: what time is it?", f"re: [{name_of(alice)}]: and you?"]
+    assert answers[0]["content"]["m.relates_to"] == {"m.in_reply_to": {"event_id": asked}}
+    assert len(reply_requests(api)) == 2
+    async with Store.open(config.database_path()) as store:
+        history = await store.history(f"agent:main:matrix:room:{room}", 10)
+    assert [m.text for m in history if m.role == "user"] == [
+        "just chatting with bob", f"{bot_account.user_id}: what time is it?", "and you?"]
+
+
+async def test_a_reply_to_a_thread_stays_in_the_thread(
+    matrix_config: Callable[..., Config], bot_account: MatrixAccount, alice: MatrixUser, bob: MatrixUser,
+) -> None:
+    """A mention inside a thread is answered inside that thread (`m.thread` to its root, replying
+    to the message), in the thread's own session."""
+    config = matrix_config()
+    async with matrix_daemon(config, bot_account.access_token) as daemon:
+        room = await alice.create_room(invite=(bot_account.user_id, bob.user_id))
+        await bob.join(room)
+        await joined(alice, room, bot_account)
+        root = await alice.send(room, "a thread about tea")
+        asked = await alice.send(room, "green or black?", thread_root=root, mentions=(bot_account.user_id,))
+        (reply,) = await replies(alice, room, bot_account)
+        await router_of(daemon).idle()
+
+    assert reply["content"]["m.relates_to"] == {
+        "rel_type": "m.thread", "event_id": root, "is_falling_back": False,
+        "m.in_reply_to": {"event_id": asked}}
+    async with Store.open(config.database_path()) as store:
+        thread = await store.history(f"agent:main:matrix:room:{room}:thread:{root}", 10)
+    assert [(m.role, m.text) for m in thread] == [("user", "green or black?"),
+                                                  ("assistant", f"re: [{name_of(alice)}]: green or black?")]
+
+
+async def test_invites_from_strangers_are_declined_and_from_allowed_users_accepted(
+    matrix_config: Callable[..., Config], bot_account: MatrixAccount, alice: MatrixUser, bob: MatrixUser,
+) -> None:
+    """Bob is on no list: the bot leaves his invite (declines it); Alice's it accepts."""
+    config = matrix_config()
+    async with matrix_daemon(config, bot_account.access_token):
+        strangers = await bob.create_room(invite=(bot_account.user_id,))
+        alices = await alice.create_room(invite=(bot_account.user_id,))
+        await joined(alice, alices, bot_account)
+
+        async def declined() -> bool:
+            return await bob.membership(strangers, bot_account.user_id) == "leave"
+
+        await bob.wait_for(declined)
+
+
+async def test_a_chunk_sent_again_with_its_transaction_id_is_posted_once(
+    matrix_config: Callable[..., Config], bot_account: MatrixAccount, alice: MatrixUser,
+) -> None:
+    """A reply's chunk sent, then sent again (the outbox resending what it never saw confirmed,
+    as after a crash): the homeserver answers the second with the first event; one event in the
+    room. Another reply with the same text is a new event."""
+    config = matrix_config()
+    room = await alice.create_room(invite=(bot_account.user_id,))
+    channel = make_channel(config, bot_account.access_token)
+    intake = RecordingIntake()
+    task = asyncio.create_task(channel.run(intake))
+    try:
+        await asyncio.wait_for(channel.ready.wait(), 30)
+        await joined(alice, room, bot_account)
+        reply = OutboundMessage(ChatRef("matrix", room), "the one answer", delivery_key="sb7")
+        first = await channel.send(reply)
+        again = await channel.send(reply)
+        other = await channel.send(OutboundMessage(ChatRef("matrix", room), "the one answer",
+                                                   delivery_key="sb8"))
+        bots = await replies(alice, room, bot_account, 2)
+    finally:
+        await channel.stop()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    assert first == again and first != other
+    assert [e["event_id"] for e in bots] == [*first, *other]
+    assert intake.cursors["matrix"]  # the sync token was kept
+
+
+async def test_an_invite_to_an_encrypted_room_is_refused_with_one_line(
+    matrix_config: Callable[..., Config], bot_account: MatrixAccount, alice: MatrixUser,
+) -> None:
+    """Even Alice's invite to an end-to-end encrypted room is refused, never silently: the bot
+    says so in the room, once, and leaves."""
+    config = matrix_config()
+    async with matrix_daemon(config, bot_account.access_token):
+        room = str((await alice.call("POST", "/createRoom", {
+            "invite": [bot_account.user_id], "preset": "private_chat",
+            "initial_state": [{"type": "m.room.encryption", "state_key": "",
+                               "content": {"algorithm": "m.megolm.v1.aes-sha2"}}]}))["room_id"])
+
+        async def left() -> bool:
+            return await alice.membership(room, bot_account.user_id) == "leave"
+
+        await alice.wait_for(left)
+    (notice,) = await alice.messages(room, sender=bot_account.user_id)
+    assert notice["content"]["body"] == ENCRYPTED_NOTICE
