@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bot.config import Config
-from bot.core.messages import ChatRef, OutboundMessage
+from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.daemon.assembly import Daemon
 from bot.models.brain import AnthropicBrain
 from bot.store import Store
@@ -237,3 +237,67 @@ async def test_an_invite_to_an_encrypted_room_is_refused_with_one_line(
         await alice.wait_for(left)
     (notice,) = await alice.messages(room, sender=bot_account.user_id)
     assert notice["content"]["body"] == ENCRYPTED_NOTICE
+
+
+async def test_what_was_written_while_the_daemon_was_down_is_answered_once_after_a_restart(
+    matrix_config: Callable[..., Config], bot_account: MatrixAccount, alice: MatrixUser,
+    api: AnthropicStandIn,
+) -> None:
+    """The sync token is kept in the database: after a restart the daemon resumes from it, so the
+    messages written meanwhile are answered, each once, and what was answered before is not."""
+    config = matrix_config()
+    async with matrix_daemon(config, bot_account.access_token) as daemon:
+        room = await alice.create_room(invite=(bot_account.user_id,), direct=True)
+        await joined(alice, room, bot_account)
+        await alice.send(room, "before")
+        await replies(alice, room, bot_account, 1)
+        await router_of(daemon).idle()
+    async with Store.open(config.database_path()) as store:
+        kept = await store.channel_cursor("matrix")
+    for text in ("while down 1", "while down 2", "while down 3"):
+        await alice.send(room, text)
+    async with matrix_daemon(config, bot_account.access_token) as daemon:
+        await replies(alice, room, bot_account, 4)
+        await router_of(daemon).idle()
+    answers = await alice.messages(room, sender=bot_account.user_id)
+    async with Store.open(config.database_path()) as store:
+        later = await store.channel_cursor("matrix")
+
+    assert [a["content"]["body"] for a in answers] == [
+        "re: before", "re: while down 1", "re: while down 2", "re: while down 3"]
+    assert len(reply_requests(api)) == 4
+    assert kept is not None and later is not None and later != kept
+
+
+async def test_a_batch_not_stored_keeps_the_token_and_comes_again(
+    matrix_config: Callable[..., Config], bot_account: MatrixAccount, alice: MatrixUser,
+) -> None:
+    """When the core cannot store an event, the token stays where it was: the next sync returns
+    the same events, and the token moves once they are stored."""
+    config = matrix_config()
+    room = await alice.create_room(invite=(bot_account.user_id,), direct=True)
+    failures = [RuntimeError("database is locked")]
+
+    async def flaky(inbound: InboundMessage) -> None:
+        if failures:
+            raise failures.pop()
+
+    intake = RecordingIntake(flaky)
+    channel = make_channel(config, bot_account.access_token)
+    task = asyncio.create_task(channel.run(intake))
+    try:
+        await asyncio.wait_for(channel.ready.wait(), 30)
+        await joined(alice, room, bot_account)
+        before = intake.cursors["matrix"]
+        sent = await alice.send(room, "keep me")
+
+        async def stored() -> bool:
+            return len(intake.received) == 2 and intake.cursors["matrix"] != before
+
+        await alice.wait_for(stored)
+    finally:
+        await channel.stop()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    assert [m.provider_message_id for m in intake.received] == [sent, sent]  # refused once, then taken

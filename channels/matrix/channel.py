@@ -231,7 +231,10 @@ class MatrixChannel:
             await client.leave_room(RoomID(room_id), reason="encrypted rooms are not supported")
         elif admit_invite(inviter, self._config, direct=direct):
             log.info("matrix invite accepted", channel=self.provider, room_id=room_id, inviter=inviter)
-            await client.join_room_by_id(RoomID(room_id))
+            try:
+                await client.join_room_by_id(RoomID(room_id))
+            except (MForbidden, MNotFound) as exc:  # withdrawn meanwhile: nothing to retry
+                log.info("matrix invite gone before the bot joined", room_id=room_id, error=str(exc))
         else:
             log.info("matrix invite declined", channel=self.provider, room_id=room_id, inviter=inviter)
             with contextlib.suppress(MForbidden, MNotFound):
@@ -243,7 +246,10 @@ class MatrixChannel:
         membership in it changes."""
         count = self._members.get(room_id)
         if count is None and self._client is not None:
-            members = await self._client.get_members(RoomID(room_id), not_membership=Membership.LEAVE)
+            try:
+                members = await self._client.get_members(RoomID(room_id), not_membership=Membership.LEAVE)
+            except (MForbidden, MNotFound):  # the bot left since: the room's past events are a room's
+                members = []
             present = (Membership.JOIN, Membership.INVITE)
             count = sum(1 for m in members if getattr(m.content, "membership", None) in present)
             self._members[room_id] = count
