@@ -301,3 +301,29 @@ async def test_a_batch_not_stored_keeps_the_token_and_comes_again(
         await asyncio.gather(task, return_exceptions=True)
 
     assert [m.provider_message_id for m in intake.received] == [sent, sent]  # refused once, then taken
+
+
+async def test_a_rate_limited_send_waits_as_the_homeserver_asks(
+    synapse: SynapseServer, matrix_config: Callable[..., Config], bot_account: MatrixAccount,
+    alice: MatrixUser,
+) -> None:
+    """With the bot limited to one message a second, three replies sent at once all arrive: each
+    429 (`M_LIMIT_EXCEEDED`) is waited out for its `retry_after_ms` and the send repeated."""
+    config = matrix_config()
+    room = await alice.create_room(invite=(bot_account.user_id,))
+    channel = make_channel(config, bot_account.access_token)
+    task = asyncio.create_task(channel.run(RecordingIntake()))
+    try:
+        await asyncio.wait_for(channel.ready.wait(), 30)
+        await joined(alice, room, bot_account)
+        synapse.limit_messages(bot_account.user_id, per_second=1, burst_count=1)
+        sent = [await channel.send(OutboundMessage(ChatRef("matrix", room), f"part {n}",
+                                                   delivery_key=f"sb{n}")) for n in range(3)]
+    finally:
+        await channel.stop()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    bots = await alice.messages(room, sender=bot_account.user_id)
+    assert [e["content"]["body"] for e in bots] == ["part 0", "part 1", "part 2"]
+    assert [e["event_id"] for e in bots] == [ids[0] for ids in sent]

@@ -9,7 +9,8 @@ Each server generates its config with `--generate-config` (a signing key, a regi
 secret) and overrides what a test server needs in a second config file: one client listener on a
 free loopback port, SQLite, no presence, no key servers, and rate limits relaxed unless the test
 passes its own (`rate_limits`). Users are made with the shared-secret admin API
-(`/_synapse/admin/v1/register`), each getting an access token.
+(`/_synapse/admin/v1/register`), each getting an access token; `limit_messages` gives one user a
+rate limit of its own (the admin API's `override_ratelimit`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +110,7 @@ class SynapseServer:
         self._process: subprocess.Popen[bytes] | None = None
         self._secret = ""
         self._count = 0
+        self._admin: MatrixAccount | None = None
 
     @property
     def base_url(self) -> str:
@@ -184,6 +187,16 @@ class SynapseServer:
                                       "admin": admin, "mac": mac.hexdigest()})
         return MatrixAccount(made["user_id"], made["access_token"], made["device_id"])
 
+    def limit_messages(self, user_id: str, per_second: float, burst_count: int) -> None:
+        """A rate limit of its own on one user's messages (the admin API's override): a test
+        that wants `M_LIMIT_EXCEEDED` gets it without slowing the other tests' users."""
+        if self._admin is None:
+            self._admin = self.register("synapse-admin", admin=True)
+        quoted = urllib.parse.quote(user_id)
+        _request("POST", f"{self.base_url}/_synapse/admin/v1/users/{quoted}/override_ratelimit",
+                 {"messages_per_second": per_second, "burst_count": burst_count},
+                 token=self._admin.access_token)
+
     def stop(self) -> None:
         try:
             if self._process is not None and self._process.poll() is None:
@@ -197,10 +210,12 @@ class SynapseServer:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _request(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+def _request(method: str, url: str, body: dict[str, Any] | None = None, *, token: str | None = None) -> Any:
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=30) as answer:
             return json.loads(answer.read())

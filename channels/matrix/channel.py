@@ -10,7 +10,8 @@ takes no history: it keeps the token of an initial sync and answers what comes a
 Nothing twice: each chunk of a reply is sent with `PUT /send/m.room.message/{txnId}`, its txnId
 derived from the reply, the room, the chunk's index and text, so a chunk resent after a crash
 (the outbox resends what it has not seen confirmed) is answered with the first event's id, not
-posted again.
+posted again. A 429 (`M_LIMIT_EXCEEDED`) is waited out for its `retry_after_ms`
+(`channels.matrix.rate_limit`).
 Invites are accepted or declined as `invite_policy` says (`admit_invite`), one log line each;
 an allowed invite to an end-to-end encrypted room is refused with one line to the room (the bot
 joins, says so and leaves): the bot has no olm keys, and would otherwise read nothing there.
@@ -41,6 +42,7 @@ from bot.intake.channel import ChunkSent, Intake
 from bot.intake.cursor import CursorKeeper
 from channels.matrix.format import matrix_chunks, message_content, transaction_id
 from channels.matrix.normalise import PLATFORM, MatrixMessage, admit, admit_invite, read_event, to_inbound
+from channels.matrix.rate_limit import honour_rate_limits
 
 log = structlog.get_logger("switchboard.matrix")
 
@@ -95,7 +97,7 @@ class MatrixChannel:
     # -- lifecycle --------------------------------------------------------------------------------
 
     async def run(self, intake: Intake) -> None:
-        session = aiohttp.ClientSession()
+        session = aiohttp.ClientSession(middlewares=(honour_rate_limits,))
         api = HTTPAPI(base_url=self._config.homeserver or "", token=self._token, client_session=session)
         client = self._client = ClientAPI(mxid=UserID(self._user_id), api=api)
         try:
