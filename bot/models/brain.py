@@ -197,6 +197,7 @@ class AnthropicBrain:
                     # The SDK's aiohttp transport (aiohttp is the Telegram channel's client too):
                     # HTTP parsed in C, about a quarter less CPU per call than its default httpx one.
                     http_client=sdk.DefaultAioHttpClient(),
+                    open_telemetry=model_sdks.anthropic_open_telemetry(),
                 )
         return self._client
 

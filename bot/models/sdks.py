@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import importlib
+import os
 import sys
 import threading
 import time
 from collections.abc import Awaitable
 from types import ModuleType
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 T = TypeVar("T")
 
@@ -68,3 +69,16 @@ def _run(name: str, future: concurrent.futures.Future[ModuleType]) -> None:
         future.set_result(importlib.import_module(name))
     except BaseException as exc:  # handed to whoever awaits the import
         future.set_exception(exc)
+
+
+def anthropic_open_telemetry() -> Literal[False] | None:
+    """The Anthropic client's `open_telemetry` option: its own default (None: spans, as its
+    environment variables say) where OpenTelemetry may record them (a tracer provider is set or
+    named, or `ANTHROPIC_OPEN_TELEMETRY` is), else False. With nothing to record them the SDK would
+    still work out every call's span attributes, only to drop the span: a few percent of a turn's CPU.
+    """
+    if "ANTHROPIC_OPEN_TELEMETRY" in os.environ or os.environ.get("OTEL_PYTHON_TRACER_PROVIDER"):
+        return None
+    from opentelemetry import trace  # the anthropic SDK's own dependency, imported with it
+
+    return False if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider) else None
