@@ -63,9 +63,13 @@ def make_channel(config: Config, token: str) -> MatrixChannel:
 
 
 @asynccontextmanager
-async def matrix_daemon(config: Config, token: str) -> AsyncIterator[Daemon]:
+async def matrix_daemon(
+    config: Config, token: str, *, timeline_limit: int | None = None,
+) -> AsyncIterator[Daemon]:
     """The daemon as `switchboard run` assembles it, with Matrix as its only channel."""
     channel = make_channel(config, token)
+    if timeline_limit is not None:
+        channel.timeline_limit = timeline_limit
     async with running(config, [channel], AnthropicBrain(config.anthropic, API_KEY)) as daemon:
         await asyncio.wait_for(channel.ready.wait(), 30)
         yield daemon
@@ -327,3 +331,26 @@ async def test_a_rate_limited_send_waits_as_the_homeserver_asks(
     bots = await alice.messages(room, sender=bot_account.user_id)
     assert [e["content"]["body"] for e in bots] == ["part 0", "part 1", "part 2"]
     assert [e["event_id"] for e in bots] == [ids[0] for ids in sent]
+
+
+async def test_a_timeline_cut_short_after_an_absence_is_filled_in_order(
+    matrix_config: Callable[..., Config], bot_account: MatrixAccount, alice: MatrixUser,
+    api: AnthropicStandIn,
+) -> None:
+    """Syncs carry at most two events a room here: the five messages written while the daemon was
+    away come back `limited`, and the three the sync left out are fetched, so all five are
+    answered, in order."""
+    config = matrix_config()
+    async with matrix_daemon(config, bot_account.access_token, timeline_limit=2) as daemon:
+        room = await alice.create_room(invite=(bot_account.user_id,), direct=True)
+        await joined(alice, room, bot_account)
+        await router_of(daemon).idle()
+    for n in range(5):
+        await alice.send(room, f"missed {n}")
+    async with matrix_daemon(config, bot_account.access_token, timeline_limit=2) as daemon:
+        await replies(alice, room, bot_account, 5)
+        await router_of(daemon).idle()
+
+    answers = await alice.messages(room, sender=bot_account.user_id)
+    assert [a["content"]["body"] for a in answers] == [f"re: missed {n}" for n in range(5)]
+    assert len(reply_requests(api)) == 5

@@ -6,7 +6,9 @@ Nothing lost: `/sync` is long-polled by hand, and its `next_batch` token is kept
 intake's `CursorKeeper`, in the store) only once every event it moved past was stored or
 deliberately skipped; an event that fails to store leaves the token where it was, and the same
 batch comes again (the store drops events it holds, by event id). The first start of an account
-takes no history: it keeps the token of an initial sync and answers what comes after.
+takes no history: it keeps the token of an initial sync and answers what comes after. A room's
+timeline cut short (`limited`, after a long absence) is filled from `/messages` first
+(`channels.matrix.sync`).
 Nothing twice: each chunk of a reply is sent with `PUT /send/m.room.message/{txnId}`, its txnId
 derived from the reply, the room, the chunk's index and text, so a chunk resent after a crash
 (the outbox resends what it has not seen confirmed) is answered with the first event's id, not
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -43,18 +44,11 @@ from bot.intake.cursor import CursorKeeper
 from channels.matrix.format import matrix_chunks, message_content, transaction_id
 from channels.matrix.normalise import PLATFORM, MatrixMessage, admit, admit_invite, read_event, to_inbound
 from channels.matrix.rate_limit import honour_rate_limits
+from channels.matrix.sync import TIMELINE_LIMIT, missed_events, sync_filter
 
 log = structlog.get_logger("switchboard.matrix")
 
 SYNC_TIMEOUT_MS = 30_000
-# What a sync returns: room messages and memberships, invites; no presence, account data or
-# ephemeral events (typing of others).
-SYNC_FILTER = json.dumps({
-    "presence": {"types": []}, "account_data": {"types": []},
-    "room": {"timeline": {"limit": 100, "types": ["m.room.message", "m.room.member"]},
-             "state": {"types": ["m.room.member"], "lazy_load_members": True},
-             "ephemeral": {"types": []}, "account_data": {"types": []}},
-}, separators=(",", ":"))
 FIRST_DELAY = 0.5
 MAX_DELAY = 30.0
 TYPING_MS = 30_000
@@ -89,6 +83,7 @@ class MatrixChannel:
         self.ready = asyncio.Event()
         # Why the last sync failed, until one is answered again (the channel's state says so).
         self.trouble: str | None = None
+        self.timeline_limit = TIMELINE_LIMIT  # events of a room per sync; a cut timeline is filled
 
     def reconfigure(self, config: MatrixConfig) -> None:
         """Apply a reloaded section (access lists, mentions, reply age) to events from now on."""
@@ -181,7 +176,7 @@ class MatrixChannel:
             self.trouble, delay = None, FIRST_DELAY
 
     async def _fetch_unless_stopped(self, client: ClientAPI, timeout_ms: int) -> dict[str, Any] | None:
-        params = {"filter": SYNC_FILTER, "timeout": str(timeout_ms)}
+        params = {"filter": sync_filter(self.timeline_limit), "timeout": str(timeout_ms)}
         if self._cursor is not None:
             params["since"] = self._cursor
         fetch = asyncio.ensure_future(client.api.request(Method.GET, Path.v3.sync, query_params=params))
@@ -209,7 +204,15 @@ class MatrixChannel:
                      ((joined.get("timeline") or {}).get("events") or [])
             if any(e.get("type") == "m.room.member" for e in events if isinstance(e, dict)):
                 self._members.pop(str(room_id), None)
-            for event in (joined.get("timeline") or {}).get("events") or [] if history else ():
+            if not history:
+                continue
+            timeline = joined.get("timeline") or {}
+            events = timeline.get("events") or []
+            prev_batch = timeline.get("prev_batch")
+            if timeline.get("limited") and isinstance(prev_batch, str) and self._client is not None \
+                    and self._cursor is not None:
+                events = await missed_events(self._client, str(room_id), prev_batch, self._cursor) + events
+            for event in events:
                 if isinstance(event, dict) and event.get("type") == "m.room.message":
                     await self._take(str(room_id), event, intake)
 
