@@ -3,11 +3,12 @@ of that chat may already see, over random users, private chats, groups, notes an
 
 from __future__ import annotations
 
-import functools
 import itertools
 import re
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
@@ -19,6 +20,7 @@ from bot.context.embed_worker import embed_backlog
 from bot.core.messages import ChatRef, InboundMessage, StoredMessage
 from bot.core.session_key import SessionKey, build
 from bot.ranking.embedding import Embedder, load_embedder, unavailable_reason
+from bot.ranking.lexical import MAX_TERMS, query_terms
 from bot.schedule.reminder_tools import ReminderTools
 from bot.store import Store
 from bot.tools.base import ToolContext, ToolResult
@@ -161,17 +163,20 @@ class Scene:
         `thorough`: history only for all the secrets at once and for common words); the leaks
         found, as "what, where, as whom: which secret of whom from where"."""
         leaks: list[str] = []
+        turns: dict[tuple[SessionKey, str], Turn] = {}
         people = sorted({user for chat in chats for user in chat.members})
         words = [secret.word for secret in self.secrets]
-        combined = [" ".join(words[n:n + 10]) for n in range(0, len(words), 10)]
+        combined = _packed(words)
         for chat in chats:
             for user in chat.members:
-                turn = await self.turn(chat, user)
-                queries: list[tuple[str, dict[str, str]]] = [(q, {}) for q in (*combined, " ".join(WORDS))]
+                turn = turns[chat.key, user] = await self.turn(chat, user)
+                queries: list[tuple[str, dict[str, str]]] = [(q, {}) for q in combined]
                 if thorough:
                     queries += [(query, dates) for query in combined for dates in DATES[1:]]
-                    queries += [(q, {}) for q in (" ".join(people), *(str(c.key) for c in chats))]
+                    queries += [(q, {}) for q in _packed([*WORDS, *people, *(str(c.key) for c in chats)])]
                     queries += [(s.word, {}) for s in self.secrets if not may_read(chat, user, s, scope)]
+                else:
+                    queries.append((" ".join(WORDS), {}))
                 for query, dates in queries:
                     leaks += await self.check("search_history", {"query": query, **dates}, turn, chat, scope)
                 for name in ("list_reminders", "current_time"):
@@ -181,7 +186,7 @@ class Scene:
         # Writes last, so they take nothing away from the reads above.
         for chat in chats:
             for user in chat.members:
-                turn = await self.turn(chat, user, "cancel and forget")
+                turn = turns[chat.key, user]
                 numbers = _around(self.reminder_ids)
                 for raw in (*numbers, f"#{numbers[-1]}"):
                     leaks += await self.check("cancel_reminder", {"id": raw}, turn, chat, scope)
@@ -220,6 +225,20 @@ class Scene:
                 if secret.word not in found.content:
                     missing.append(f"{secret} not found by its owner: {found.content}")
         return missing
+
+
+def _packed(texts: list[str]) -> list[str]:
+    """The texts joined into as few queries as keep every word searched (MAX_TERMS a query). A
+    query's candidates are those of each of its words, far fewer than `search_results`, and each is
+    kept or dropped on its own, so one query shows what its texts asked apart would: at one read a
+    word instead of one a word a text (a chat key apart read the same four words again)."""
+    packed: list[list[str]] = []
+    for text in texts:
+        if packed and len(query_terms(" ".join([*packed[-1], text]))) <= MAX_TERMS:
+            packed[-1].append(text)
+        else:
+            packed.append([text])
+    return [" ".join(texts) for texts in packed]
 
 
 def _around(ids: set[int]) -> range:
@@ -299,6 +318,17 @@ async def play(scene: Scene, world: World) -> list[Chat]:
     return chats
 
 
+async def no_leaks(store: Store, scope: str | None, world: World) -> None:
+    """Whoever asks whatever in the world's chats, no tool result holds a secret written only among
+    other people, and every owner finds their own."""
+    scene = Scene(store, make_config(scope))
+    chats = await play(scene, world)
+    leaks = await scene.probe(chats, scope)
+    assert not leaks, f"{len(leaks)} leaks, first: " + "\n".join(leaks[:3])
+    assert await scene.unfound() == []
+
+
+@pytest.mark.sqlite_only
 @SCOPES
 @settings(max_examples=30, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -308,34 +338,59 @@ async def test_no_tool_returns_what_someone_in_the_chat_could_not_see(
 ) -> None:
     """Whoever asks whatever in a chat, no tool result holds a secret written only among other
     people (with scope "user", in a private chat, also the asker's own messages elsewhere)."""
-    scene = Scene(store, make_config(scope))
-    chats = await play(scene, world)
-    leaks = await scene.probe(chats, scope)
-    assert not leaks, f"{len(leaks)} leaks, first: " + "\n".join(leaks[:3])
-    assert await scene.unfound() == []
+    await no_leaks(store, scope, world)
 
 
-@functools.cache
-def shared_embedder() -> Embedder:
-    """The sentence model, read once for every example (each read is 90 MB of weights)."""
-    embedder = load_embedder(make_config(None))
+@pytest.fixture
+async def postgres_store(pg_url: str, tmp_path: Path) -> AsyncIterator[Store]:
+    """A fresh store on PostgreSQL, as the `store` fixture makes it."""
+    from bot.store.postgres import PostgresStore
+
+    async with PostgresStore.connect(pg_url, state_path=tmp_path / "switchboard.db", label=pg_url) as pg:
+        yield pg
+
+
+# Fewer worlds than on SQLite's thirty (ten others: the seed is the test's own): what PostgreSQL
+# adds is its SQL, the same statements whatever the world, and each read is a round trip to the
+# server (some 550 an example, under load 5 ms each). The example tests below run every path
+# (private chat, group, user scope, anonymous admin, notes, reminders) on it as well.
+@SCOPES
+@settings(max_examples=10, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(world=worlds())
+async def test_no_tool_returns_what_someone_in_the_chat_could_not_see_on_postgresql(
+    postgres_store: Store, scope: str | None, world: World
+) -> None:
+    """The same on PostgreSQL: no tool result holds a secret written only among other people."""
+    await no_leaks(postgres_store, scope, world)
+
+
+STATIC = parse_config({"semantic": {"encoder": "static"}}, "<static>")
+
+
+@pytest.fixture(scope="module")
+def static_embedder() -> Iterator[Embedder]:
+    """The static encoder, read once for every example. Which encoder does not matter here: search
+    by meaning takes a chat's nearest vectors whatever their score, so every message of the chats
+    the asker may search is a candidate, and what is kept is the same rule's; MiniLM's own search is
+    tests/test_history_semantic.py's (it took a minute under load here, embedding every example)."""
+    embedder = load_embedder(STATIC)
     assert embedder is not None
-    return embedder
+    yield embedder
 
 
-@pytest.mark.skipif(unavailable_reason(parse_config({}, "<defaults>")) is not None,
+@pytest.mark.skipif(unavailable_reason(STATIC) is not None,
                     reason="the semantic extra is not installed (`make semantic`)")
-# Not shrunk: each step embeds and searches by meaning again (a minute to shrink a failure).
+# Not shrunk: each step embeds and searches by meaning again.
 @settings(max_examples=5, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(world=worlds())
 async def test_no_search_by_meaning_returns_what_someone_in_the_chat_could_not_see(
-    store: Store, world: World
+    store: Store, static_embedder: Embedder, world: World
 ) -> None:
     """With the embedder, search by meaning (which finds the nearest messages whatever the words)
     returns no secret written only among other people either."""
-    config = make_config(None)
-    embedder = shared_embedder()
+    config, embedder = make_config(None), static_embedder
     scene = Scene(store, config, embedder)
     chats = await play(scene, world)
     await embed_backlog(store, embedder, batch_size=64)
