@@ -354,3 +354,30 @@ async def test_a_timeline_cut_short_after_an_absence_is_filled_in_order(
     answers = await alice.messages(room, sender=bot_account.user_id)
     assert [a["content"]["body"] for a in answers] == [f"re: missed {n}" for n in range(5)]
     assert len(reply_requests(api)) == 5
+
+
+async def test_under_pairing_a_stranger_may_open_a_direct_chat_and_is_given_a_code(
+    matrix_config: Callable[..., Config], bot_account: MatrixAccount, bob: MatrixUser,
+    api: AnthropicStandIn,
+) -> None:
+    """`dm_policy = "pairing"`: Bob's invite to a direct chat is accepted, his message is not
+    answered by the model but with his pairing code and id; his invite to a room is declined."""
+    config = matrix_config(dm_policy="pairing")
+    async with matrix_daemon(config, bot_account.access_token) as daemon:
+        direct = await bob.create_room(invite=(bot_account.user_id,), direct=True)
+        await joined(bob, direct, bot_account)
+        await bob.send(direct, "hello?")
+        (notice,) = await replies(bob, direct, bot_account)
+        group = await bob.create_room(invite=(bot_account.user_id,))
+
+        async def declined() -> bool:
+            return await bob.membership(group, bot_account.user_id) == "leave"
+
+        await bob.wait_for(declined)
+        await router_of(daemon).idle()
+        async with Store.open(config.database_path()) as store:
+            pending = await store.pairings(provider="matrix")
+
+    assert "pairing code" in notice["content"]["body"] and bob.user_id in notice["content"]["body"]
+    assert [(p.user_id, p.status) for p in pending] == [(bob.user_id, "pending")]
+    assert reply_requests(api) == []
