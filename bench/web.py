@@ -12,7 +12,8 @@ brain against the Anthropic stand-in: `--turns` real turns in the big session gi
 snapshots. Pages (after a real login, through aiohttp's client over 127.0.0.1, so each time is the
 round trip, an upper bound of the server's time): the overview, the big session paged
 (`?before=` at random ids), a turn explained (random turn), usage for this month. Then `--streams`
-`/events` streams held open by a child process for `--stream-seconds` while the daemon is idle:
+`/events` streams, then as many `/chat/events` streams (one account's chat), held open by a child
+process for `--stream-seconds` each while the daemon is idle:
 this process's CPU (`time.process_time`: the daemon and the idle stand-in) as % of a core, beside
 the same time with no stream open. Then the web chat: a message posted → the first preview on
 `/chat/events`, against the stand-in's first token (request received + its `--first-token` delay).
@@ -182,15 +183,15 @@ async def time_pages(client: aiohttp.ClientSession, url: str, key: str, ids: ran
               f"{verdict(median <= PAGE_MEDIAN_MS and p99 <= PAGE_P99_MS)}")
 
 
-async def streams_cpu(url: str, cookie: str, streams: int, seconds: float) -> None:
-    """This process's CPU while a child holds `streams` /events streams open, beside none."""
-    print(f"\n{streams} open /events streams for {seconds:.0f} s, daemon idle "
+async def streams_cpu(url: str, cookie: str, streams: int, seconds: float, path: str = "/events") -> None:
+    """This process's CPU while a child holds `streams` streams of `path` open, beside none."""
+    print(f"\n{streams} open {path} streams for {seconds:.0f} s, daemon idle "
           "(CPU of this process, time.process_time: the daemon and the idle stand-in)")
     wall, cpu = time.perf_counter(), time.process_time()
     await asyncio.sleep(min(seconds, 10.0))
     idle = (time.process_time() - cpu) / (time.perf_counter() - wall) * 100
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.web", "--streams-child", url, cookie, str(streams),
+        sys.executable, "-m", "bench.web", "--streams-child", f"{url}{path}", cookie, str(streams),
         stdout=asyncio.subprocess.PIPE)
     assert child.stdout is not None
     opened = (await child.stdout.readline()).decode().strip()
@@ -207,7 +208,7 @@ async def streams_cpu(url: str, cookie: str, streams: int, seconds: float) -> No
 async def hold_streams(url: str, cookie: str, streams: int) -> None:
     """The child: open the streams, say so, read them until killed."""
     async with aiohttp.ClientSession(headers={"Cookie": cookie}) as client:
-        responses = [await client.get(f"{url}/events") for _ in range(streams)]
+        responses = [await client.get(url) for _ in range(streams)]
         assert all(r.status == 200 for r in responses), [r.status for r in responses]
         print(f"{len(responses)} streams open", flush=True)
 
@@ -287,6 +288,8 @@ async def run(args: argparse.Namespace, db: Path, key: str, ids: range) -> None:
                 await time_pages(client, url, key, ids, args.turns, args.requests)
                 cookie = "; ".join(f"{c.key}={c.value}" for c in client.cookie_jar)
                 await streams_cpu(url, cookie, args.streams, args.stream_seconds)
+                # The chat's streams: one look at the store every 2 s for all of them (ChatFeed).
+                await streams_cpu(url, cookie, args.streams, args.stream_seconds, "/chat/events?after=0")
                 await chat_latency(client, url, api, args.chat_samples, args.first_token)
         finally:
             daemon.request_stop()
