@@ -14,6 +14,7 @@ import pytest
 from bot.config import Config, SlackConfig
 from bot.core.messages import ChatRef, InboundMessage, StoredMessage
 from bot.daemon.assembly import Daemon
+from bot.intake.access import APPROVED_REPLY
 from bot.models.brain import AnthropicBrain
 from bot.store import Store
 from bot.testing.anthropic_api import AnthropicStandIn, Text
@@ -21,6 +22,7 @@ from bot.testing.recording_intake import RecordingIntake
 from bot.testing.slack_api import SlackStandIn
 from channels.slack.channel import SlackChannel
 from tests.harness import API_KEY, config_data, echo, reply_requests, request_text, router_of, running
+from tests.test_pairing import cli
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 ALICE, BOB, STRANGER = "U0ALICE", "U0BOB", "U0MALLORY"
@@ -275,3 +277,22 @@ async def test_other_events_and_edits_are_acknowledged_and_dropped(
     assert all(e.acked and e.attempts == 0 for e in slack.envelopes)
     assert [m.text for m in await all_messages(config)] == ["the meeting is Thursday"]
     assert not slack.sent and not reply_requests(api)
+
+
+async def test_a_stranger_pairs_by_slack_member_id(
+    slack: SlackStandIn, api: AnthropicStandIn, slack_config: Callable[..., Config]
+) -> None:
+    """Under `dm_policy = "pairing"` a stranger's DM gets their code and member id; `switchboard
+    pairing approve --user slack:U…` lets them in and tells them in that DM; their next DM is answered."""
+    config = slack_config(dm_policy="pairing")
+    async with slack_daemon(config) as daemon:
+        slack.message(DM_STRANGER, STRANGER, "let me in")
+        (notice,) = await slack.wait_for(lambda: slack.texts_to(DM_STRANGER))
+        assert STRANGER in notice
+        assert await cli(config, "pairing", "approve", "--user", f"slack:{STRANGER}") == 0
+        await slack.wait_for(lambda: len(slack.texts_to(DM_STRANGER)) == 2)
+        slack.message(DM_STRANGER, STRANGER, "thank you")
+        await slack.wait_for(lambda: len(slack.texts_to(DM_STRANGER)) == 3)
+        await settled(slack, daemon)
+
+    assert slack.texts_to(DM_STRANGER)[1:] == [APPROVED_REPLY, "re: thank you"]

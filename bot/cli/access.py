@@ -84,7 +84,10 @@ def _decide(args: argparse.Namespace, *, approve: bool) -> int:
 def _user(text: str, channels: list[str]) -> tuple[str, str]:
     """A user of one bot: pairing is per bot, so an extra account's users are "telegram.work:ID"."""
     provider, _, user_id = text.partition(":")
-    if provider not in channels or not user_id.lstrip("-").isdigit():
+    # Slack's member ids are capitals and digits (U0123ABCD); the other platforms' are numbers.
+    slack = provider.partition(".")[0] == "slack" and user_id.isascii() and user_id.isalnum() \
+        and user_id.isupper()
+    if provider not in channels or not (slack or user_id.lstrip("-").isdigit()):
         raise UsageError(f"--user takes PROVIDER:ID, e.g. telegram:123456789 (provider one of "
                          f"{', '.join(channels)}), not {text!r}")
     return provider, user_id

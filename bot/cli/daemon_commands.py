@@ -115,6 +115,9 @@ def init(args: argparse.Namespace) -> int:
     print(f"  {config.anthropic.api_key_env}  your Anthropic API key (required)")
     print(f"  {config.channels.telegram.token_env}  Telegram bot token (if [channels.telegram] is enabled)")
     print(f"  {config.channels.discord.token_env}  Discord bot token (if [channels.discord] is enabled)")
+    slack = config.channels.slack
+    print(f"  {slack.bot_token_env}, {slack.app_token_env}  Slack bot and app-level tokens "
+          "(if [channels.slack] is enabled)")
     return 0
 
 
