@@ -3,6 +3,8 @@ strictness as slack_sdk sees it."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -11,10 +13,13 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import SlackConfig
-from bot.core.errors import SessionKeyError
+from bot.core.errors import ConfigError, SessionKeyError
+from bot.core.log import configure_logging
 from bot.core.messages import ChatRef
 from bot.schedule.triggers import delivery_chat, delivery_key
+from bot.testing.recording_intake import RecordingIntake
 from bot.testing.slack_api import SlackStandIn
+from channels.slack.channel import SlackChannel
 from channels.slack.mrkdwn import slack_chunks, to_mrkdwn
 from channels.slack.normalise import admit, read_event, readable, session_key_of, to_inbound
 
@@ -157,3 +162,29 @@ async def test_the_standin_keeps_history_threads_edits_and_rate_tiers() -> None:
     assert [m["text"] for m in history["messages"]] == ["first"]
     assert [m["text"] for m in replies["messages"]] == ["first", "in the thread", "second"]
     assert edited["text"] == "second, edited" and foreign.value.response["error"] == "cant_update_message"
+
+
+@pytest.mark.parametrize(("bot", "app", "which"), [
+    ("xoxb-revoked", "xapp-test-token", "bot token: invalid_auth"),
+    ("xoxb-test-token", "xapp-revoked", "app-level token: invalid_auth"),
+])
+async def test_a_refused_token_leaves_the_channel_off(
+    bot: str, app: str, which: str, log_stream: io.StringIO
+) -> None:
+    """A bot or app-level token Slack refuses ends the channel's run (no retry loop), saying which."""
+    configure_logging("INFO", "json", stream=log_stream)
+    async with SlackStandIn() as slack:
+        channel = SlackChannel(SlackConfig(enabled=True, base_url=slack.base_url), agent_id="main",
+                               bot_token=bot, app_token=app)
+        await asyncio.wait_for(channel.run(RecordingIntake()), 10)
+
+    assert not channel.ready.is_set() and slack.connections == 0
+    assert which in log_stream.getvalue()
+
+
+def test_slack_ids_are_checked_when_the_config_is_read(make_config: Callable[..., Any]) -> None:
+    """A member or channel that is not a Slack id is refused, naming the key."""
+    with pytest.raises(ConfigError, match=r"channels\.slack\.allow_from"):
+        make_config({"channels": {"slack": {"allow_from": ["alice"]}}})
+    with pytest.raises(ConfigError, match=r"channels\.slack\.channel_settings"):
+        make_config({"channels": {"slack": {"channel_settings": {"general": {"require_mention": False}}}}})
