@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from bot.config import Config
+from bot.core.errors import DeliveryError
 from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.daemon.assembly import Daemon
 from bot.models.brain import AnthropicBrain
@@ -381,3 +382,32 @@ async def test_under_pairing_a_stranger_may_open_a_direct_chat_and_is_given_a_co
     assert "pairing code" in notice["content"]["body"] and bob.user_id in notice["content"]["body"]
     assert [(p.user_id, p.status) for p in pending] == [(bob.user_id, "pending")]
     assert reply_requests(api) == []
+
+
+async def test_a_message_to_a_person_goes_to_their_direct_chat(
+    matrix_config: Callable[..., Config], bot_account: MatrixAccount, alice: MatrixUser, bob: MatrixUser,
+) -> None:
+    """A scheduled job's `matrix:@alice:server` names a person: the message lands in the room the
+    bot shares with her alone, not in a room with others; someone with no direct chat is a
+    permanent failure saying so."""
+    config = matrix_config()
+    shared = await alice.create_room(invite=(bot_account.user_id, bob.user_id))
+    await bob.join(shared)
+    direct = await alice.create_room(invite=(bot_account.user_id,), direct=True)
+    channel = make_channel(config, bot_account.access_token)
+    task = asyncio.create_task(channel.run(RecordingIntake()))
+    try:
+        await asyncio.wait_for(channel.ready.wait(), 30)
+        await joined(alice, shared, bot_account)
+        await joined(alice, direct, bot_account)
+        (sent,) = await channel.send(OutboundMessage(ChatRef("matrix", alice.user_id), "your briefing"))
+        with pytest.raises(DeliveryError, match="no direct chat") as refused:
+            await channel.send(OutboundMessage(ChatRef("matrix", "@nobody:localhost"), "hello"))
+    finally:
+        await channel.stop()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    assert [e["event_id"] for e in await alice.messages(direct, sender=bot_account.user_id)] == [sent]
+    assert await alice.messages(shared, sender=bot_account.user_id) == []
+    assert refused.value.permanent

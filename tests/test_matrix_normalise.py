@@ -9,6 +9,7 @@ import pytest
 
 from bot.config import MatrixConfig
 from bot.core.errors import ConfigError
+from bot.core.messages import ChatRef
 from bot.core.session_key import build, parse
 from channels.matrix.format import message_content, transaction_id
 from channels.matrix.normalise import admit, admit_invite, read_event, to_inbound
@@ -134,3 +135,18 @@ def test_an_enabled_account_needs_its_homeserver_and_id(
         check_startable(config)
     with pytest.raises(ConfigError, match="a Matrix id as the key"):
         make_config({"channels": {"matrix": {"dms": {"ada": {"history_limit": 3}}}}})
+
+
+def test_a_job_delivers_to_a_matrix_room_or_person() -> None:
+    """`matrix:!room:server` is a room, `matrix:@user:server` a person's direct chat; anything else
+    is refused, naming what was expected."""
+    from bot.config.schedule_spec import delivery_key
+    from bot.schedule.triggers import delivery_chat
+
+    assert str(delivery_key("matrix:!abc:example.org", "main")) == "agent:main:matrix:room:!abc:example.org"
+    assert str(delivery_key(f"matrix.work:{ADA}", "main")) == f"agent:main:matrix.work:direct:{ADA}"
+    threaded = delivery_key(f"agent:main:matrix:room:{ROOM}:thread:$root", "main")
+    assert delivery_chat(threaded) == ChatRef("matrix", ROOM, "$root")
+    for wrong in ("matrix:ada", f"agent:main:matrix:channel:{ROOM}", f"agent:main:matrix:room:{ADA}"):
+        with pytest.raises(ValueError, match="a room by its id"):
+            delivery_key(wrong, "main")

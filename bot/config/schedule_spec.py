@@ -13,17 +13,18 @@ from bot.core.messages import AGENT_PROVIDER
 from bot.core.session_key import SessionKey, build, parse
 
 # "agent": a job may deliver to another agent (`agent:<writer>:agent:direct:<reader>`).
-SCHEDULE_CHANNELS = ("console", "telegram", "discord", "slack", AGENT_PROVIDER)
+SCHEDULE_CHANNELS = ("console", "telegram", "discord", "slack", "matrix", AGENT_PROVIDER)
 # Telegram and Discord address chats, users, topics and threads by number.
 NUMERIC_CHANNELS = ("telegram", "discord")
 # Platforms with extra bots as accounts ("telegram.work").
-ACCOUNT_PLATFORMS = ("telegram", "discord", "slack")
+ACCOUNT_PLATFORMS = ("telegram", "discord", "slack", "matrix")
 
 _CRON_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _NUMBER = re.compile(r"^-?[0-9]+$")
 _SLACK_ID = re.compile(r"^[A-Z][A-Z0-9]{2,}$")
 _SLACK_TS = re.compile(r"^[0-9]+\.[0-9]+$")
+_MATRIX_ID = re.compile(r"^[@!][^:\s]+:\S+$")
 # A cron line that fires at all fires within eight years of any moment (29 February included).
 _SOME_MOMENT = datetime(2001, 1, 1, tzinfo=UTC)
 
@@ -121,6 +122,8 @@ def delivery_key(text: str, agent_id: str) -> SessionKey:
             key = build(agent_id, provider, "group" if chat.startswith("-") else "direct", chat)
         elif platform == "discord" or (platform == "slack" and chat[:1] in ("C", "G")):
             key = build(agent_id, provider, "channel", chat)
+        elif platform == "matrix" and chat.startswith("!"):
+            key = build(agent_id, provider, "room", chat)
         else:
             key = build(agent_id, provider, "direct", chat)
     if key.provider == AGENT_PROVIDER and (not key.is_direct or key.suffix_kind or key.peer == key.agent_id):
@@ -137,7 +140,18 @@ def delivery_key(text: str, agent_id: str) -> SessionKey:
                                       f"not {part!r}")
     if platform == "slack":
         _check_slack(key)
+    if platform == "matrix":
+        _check_matrix(key)
     return key
+
+
+def _check_matrix(key: SessionKey) -> None:
+    """A Matrix key names a user (@…) for a direct chat or a room (!…), each with its server."""
+    expected = "@" if key.is_direct else "!" if key.kind == "room" else ""
+    if not _MATRIX_ID.match(key.peer) or key.peer[0] != expected:
+        raise SessionKeyError(f"a {key.provider} direct chat is named by its person's id "
+                              "('@ada:example.org'), a room by its id ('!abc:example.org'); "
+                              f"not {str(key)!r}")
 
 
 def _check_slack(key: SessionKey) -> None:

@@ -99,8 +99,8 @@ def delivery_chat(key: SessionKey, chat: str | None = None) -> ChatRef:
         return ChatRef(key.provider, chat or key.peer, None if thread == _TELEGRAM_GENERAL_TOPIC else thread)
     if platform == "discord":
         return ChatRef(key.provider, chat or key.suffix_id or key.peer)
-    if platform == "slack":
-        # A member's id posts into the app's DM with them; a thread is its channel and its ts.
+    if platform in ("slack", "matrix"):
+        # A member's id posts into the bot's DM with them; a thread is its channel and its root.
         return ChatRef(key.provider, chat or key.peer, key.suffix_id if key.suffix_kind == "thread" else None)
     return ChatRef(key.provider, chat or key.peer)
 

@@ -75,6 +75,7 @@ class MatrixChannel:
         self._display_name = ""
         self._cursor: str | None = None
         self._members: dict[str, int] = {}  # joined members per room, until a membership changes
+        self._direct_rooms: dict[str, str] = {}  # a person's direct chat with the bot, by their id
         self._names: dict[str, str] = {}
         self._notices = RefusalNotices()
         self._stopped = asyncio.Event()
@@ -266,6 +267,8 @@ class MatrixChannel:
         msg = read_event(event, room_id, direct=await self._is_direct(room_id))
         if msg is None:
             return
+        if msg.direct:
+            self._direct_rooms[msg.sender] = room_id
         verdict = admit(msg, self._config, bot_user_id=self._user_id)
         if verdict == "pair":
             paired = await core.pair(self.provider, room_id, msg.sender, await self._name_of(msg.sender))
@@ -313,7 +316,7 @@ class MatrixChannel:
         client = self._client
         if client is None:
             raise DeliveryError("Matrix is not connected")
-        room_id, thread = message.chat.chat_id, message.chat.thread_id
+        room_id, thread = await self._room_of(client, message.chat.chat_id), message.chat.thread_id
         sent: list[str] = []
         for index, chunk in enumerate(matrix_chunks(message.text)):
             if index < message.skip_chunks:
@@ -336,6 +339,24 @@ class MatrixChannel:
             if on_chunk is not None:
                 await on_chunk(index, str(event_id))
         return sent
+
+    async def _room_of(self, client: ClientAPI, chat_id: str) -> str:
+        """The room to send to: `chat_id` itself, or for a person's id (a scheduled job's direct
+        chat) the room the bot shares with them alone."""
+        if not chat_id.startswith("@"):
+            return chat_id
+        known = self._direct_rooms.get(chat_id)
+        if known is not None:
+            return known
+        try:
+            for room in await client.get_joined_rooms():
+                if await self._is_direct(room) and UserID(chat_id) in await client.get_joined_members(room):
+                    self._direct_rooms[chat_id] = str(room)
+                    return str(room)
+        except MatrixRequestError as exc:
+            raise DeliveryError(f"Matrix did not list the bot's rooms: {exc}") from exc
+        raise DeliveryError(f"no direct chat with {chat_id} on Matrix: they must invite the bot first",
+                            permanent=True)
 
     @asynccontextmanager
     async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
