@@ -296,3 +296,23 @@ async def test_a_stranger_pairs_by_slack_member_id(
         await settled(slack, daemon)
 
     assert slack.texts_to(DM_STRANGER)[1:] == [APPROVED_REPLY, "re: thank you"]
+
+
+async def test_a_refreshed_connection_is_replaced_and_messages_keep_coming(
+    slack: SlackStandIn, api: AnthropicStandIn, slack_config: Callable[..., Config]
+) -> None:
+    """Slack's `disconnect` (refresh_requested): the client opens a new socket with a new ticket,
+    and a message sent after it is answered."""
+    config = slack_config()
+    async with slack_daemon(config) as daemon:
+        slack.message(DM_ALICE, ALICE, "before")
+        await slack.wait_for(lambda: slack.sent)
+        slack.disconnect("refresh_requested")
+        await slack.connected(2)
+        slack.message(DM_ALICE, ALICE, "after")
+        await slack.wait_for(lambda: len(slack.sent) == 2)
+        await settled(slack, daemon)
+
+    assert slack.texts_to(DM_ALICE) == ["re: before", "re: after"]
+    # The SDK reconnects for the disconnect frame and again for the close that follows it.
+    assert len(slack.calls_of("apps.connections.open")) >= 2
