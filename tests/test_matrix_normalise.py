@@ -150,3 +150,14 @@ def test_a_job_delivers_to_a_matrix_room_or_person() -> None:
     for wrong in ("matrix:ada", f"agent:main:matrix:channel:{ROOM}", f"agent:main:matrix:room:{ADA}"):
         with pytest.raises(ValueError, match="a room by its id"):
             delivery_key(wrong, "main")
+
+
+def test_pairing_commands_take_a_matrix_user() -> None:
+    """`switchboard pairing approve --user matrix:@ada:example.org`; a bare name is refused."""
+    from bot.cli.access import _user
+    from bot.cli.base import UsageError
+
+    assert _user(f"matrix:{ADA}", ["matrix", "telegram"]) == ("matrix", ADA)
+    assert _user(f"matrix.work:{ADA}", ["matrix.work"]) == ("matrix.work", ADA)
+    with pytest.raises(UsageError, match="PROVIDER:ID"):
+        _user("matrix:ada", ["matrix"])

@@ -7,6 +7,7 @@ user's next message with no reload; usage is summed from the calls the daemon re
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from zoneinfo import ZoneInfo
@@ -84,10 +85,12 @@ def _decide(args: argparse.Namespace, *, approve: bool) -> int:
 def _user(text: str, channels: list[str]) -> tuple[str, str]:
     """A user of one bot: pairing is per bot, so an extra account's users are "telegram.work:ID"."""
     provider, _, user_id = text.partition(":")
-    # Slack's member ids are capitals and digits (U0123ABCD); the other platforms' are numbers.
-    slack = provider.partition(".")[0] == "slack" and user_id.isascii() and user_id.isalnum() \
-        and user_id.isupper()
-    if provider not in channels or not (slack or user_id.lstrip("-").isdigit()):
+    # Slack's member ids are capitals and digits (U0123ABCD), Matrix's "@name:server"; the other
+    # platforms' are numbers.
+    platform = provider.partition(".")[0]
+    slack = platform == "slack" and user_id.isascii() and user_id.isalnum() and user_id.isupper()
+    matrix = platform == "matrix" and re.fullmatch(r"@[^:\s]+:\S+", user_id) is not None
+    if provider not in channels or not (slack or matrix or user_id.lstrip("-").isdigit()):
         raise UsageError(f"--user takes PROVIDER:ID, e.g. telegram:123456789 (provider one of "
                          f"{', '.join(channels)}), not {text!r}")
     return provider, user_id

@@ -118,6 +118,8 @@ def init(args: argparse.Namespace) -> int:
     slack = config.channels.slack
     print(f"  {slack.bot_token_env}, {slack.app_token_env}  Slack bot and app-level tokens "
           "(if [channels.slack] is enabled)")
+    print(f"  {config.channels.matrix.access_token_env}  Matrix account's access token "
+          "(if [channels.matrix] is enabled)")
     return 0
 
 
