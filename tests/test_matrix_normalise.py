@@ -161,3 +161,17 @@ def test_pairing_commands_take_a_matrix_user() -> None:
     assert _user(f"matrix.work:{ADA}", ["matrix.work"]) == ("matrix.work", ADA)
     with pytest.raises(UsageError, match="PROVIDER:ID"):
         _user("matrix:ada", ["matrix"])
+
+
+def test_bindings_name_matrix_rooms_and_people(make_config: Any) -> None:
+    """`[[bindings]]` take a room id as `chat` and a person's id as `user` (or `chat`: their
+    direct chats), routed as on the other platforms."""
+    config = make_config({
+        "agents": [{"id": "tea"}, {"id": "ada"}],
+        "bindings": [{"agent": "tea", "channel": "matrix", "chat": ROOM},
+                     {"agent": "ada", "user": ADA}],
+    })
+    routing = config.routing()
+    assert routing.agent_for("matrix", (ROOM, None, ROOM), EVE) == "tea"
+    assert routing.agent_for("matrix", (ADA, None, "!other:example.org"), ADA) == "ada"
+    assert routing.agent_for("matrix", ("!other:example.org", None, "!other:example.org"), EVE) == "main"
