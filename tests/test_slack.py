@@ -316,3 +316,20 @@ async def test_a_refreshed_connection_is_replaced_and_messages_keep_coming(
     assert slack.texts_to(DM_ALICE) == ["re: before", "re: after"]
     # The SDK reconnects for the disconnect frame and again for the close that follows it.
     assert len(slack.calls_of("apps.connections.open")) >= 2
+
+
+async def test_messages_of_a_conversation_are_stored_in_the_order_they_arrived(
+    slack: SlackStandIn, api: AnthropicStandIn, slack_config: Callable[..., Config]
+) -> None:
+    """Three quick lines from Bob in a channel, the first held up (his name looked up slowly): they
+    are stored, and the mention among them answered, in the order Slack sent them."""
+    config = slack_config()
+    slack.delay("users.info", 1.0)  # the first lookup, for Bob's first line
+    async with slack_daemon(config) as daemon:
+        for text in ("one", "two", f"<@{slack.bot_user_id}> three"):
+            slack.message(GENERAL, BOB, text)
+        await slack.wait_for(lambda: slack.sent)
+        await settled(slack, daemon)
+
+    stored = [m.text for m in await all_messages(config) if m.role == "user"]
+    assert stored == ["one", "two", "@switchboard three"]

@@ -63,6 +63,7 @@ class SlackStandIn(SocketMode):
         self.history: dict[str, list[Json]] = {}  # channel -> messages, oldest first
         self._ts = Timestamps()
         self._throttled: dict[str, list[float]] = {}  # method -> Retry-After of the next refusals
+        self._delays: dict[str, list[float]] = {}  # method -> seconds the next answers wait
         self._made: dict[str, list[float]] = {}  # method (and channel) -> times of recent calls
         self._runner: web.AppRunner | None = None
 
@@ -119,6 +120,10 @@ class SlackStandIn(SocketMode):
         """The id of the app's DM with a member: "D" and the rest of theirs (U0ALICE → D0ALICE)."""
         return "D" + user_id[1:]
 
+    def delay(self, method: str, *seconds: float) -> None:
+        """The next calls of `method` are answered after these many seconds, one for each."""
+        self._delays.setdefault(method, []).extend(seconds)
+
     def throttle(self, method: str, retry_after: float = 1.0, times: int = 1) -> None:
         """The next `times` calls of `method` get HTTP 429 with this Retry-After (whole seconds)."""
         self._throttled.setdefault(method, []).extend([retry_after] * times)
@@ -161,6 +166,8 @@ class SlackStandIn(SocketMode):
             self.calls.append(RecordedCall(method, args, kind, 429, "ratelimited"))
             return web.json_response({"ok": False, "error": "ratelimited"}, status=429,
                                      headers={"Retry-After": str(int(retry_after))})
+        if self._delays.get(method):
+            await asyncio.sleep(self._delays[method].pop(0))
         handler = getattr(self, "_" + method.replace(".", "_"))
         return self._answer(method, args, kind, handler(args))
 

@@ -9,6 +9,9 @@ twice: the store drops a message it holds already (by conversation and `ts`), so
 envelope, or the `app_mention` beside a channel's `message`, starts no second turn. Replies go
 through the outbox, each chunk's `ts` recorded as it is posted; chat.postMessage has no idempotency
 key, so a chunk posted just before a crash, its ts not yet recorded, is posted again on restart.
+
+In order: Bolt handles each envelope in a task of its own; the messages of one conversation are
+taken one at a time in the order their envelopes arrived, so nothing newer is stored first.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import aiohttp
 import structlog
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.authorization.async_authorize import AsyncAuthorize
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
@@ -76,6 +81,19 @@ async def _ignore() -> None:
     return None
 
 
+class _SignedIn(AsyncAuthorize):
+    """Bolt's authorization from our own auth.test at start. Bolt would call auth.test on the first
+    events itself, and envelopes waiting on that call could reach the listener out of order; with
+    nothing to wait for, listeners are entered in the order the envelopes arrived."""
+
+    def __init__(self, result: AuthorizeResult) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # unannotated in bolt
+        self._result = result
+
+    async def __call__(self, **_: Any) -> AuthorizeResult:
+        return self._result
+
+
 def _quiet_bolt() -> None:
     bolt = logging.getLogger("slack_bolt.AsyncApp")  # Bolt's own logger for an AsyncApp
     if not any(isinstance(f, _ClientGiven) for f in bolt.filters):
@@ -99,6 +117,9 @@ class SlackChannel:
         self._handler: AsyncSocketModeHandler | None = None
         self._bot_user_id = ""
         self._bot_name = "switchboard"
+        self._auth: AuthorizeResult | None = None
+        # One message at a time per conversation, in arrival order: nothing newer is stored first.
+        self._order: dict[str, asyncio.Lock] = {}
         self._names: dict[str, str] = {}
         self._notices = RefusalNotices()
         self._stopped = asyncio.Event()
@@ -125,7 +146,8 @@ class SlackChannel:
             if url is None:
                 return
             _quiet_bolt()
-            app = AsyncApp(client=client, process_before_response=True, name=self.provider)
+            app = AsyncApp(client=client, process_before_response=True, name=self.provider,
+                           authorize=_SignedIn(self._auth) if self._auth is not None else None)
             app.event("message")(self._on_event)
             app.event("app_mention")(self._on_event)
             # Anything else the app is subscribed to is acknowledged and dropped: an event no
@@ -150,6 +172,8 @@ class SlackChannel:
         try:
             auth = await client.auth_test()
             self._bot_user_id, self._bot_name = str(auth["user_id"]), str(auth.get("user") or self._bot_name)
+            self._auth = AuthorizeResult.from_auth_test_response(bot_token=self._bot_token,
+                                                                 auth_test_response=auth)
         except SlackApiError as exc:
             await self._refused(self._config.bot_token_env, "bot", exc)
             return None
@@ -192,7 +216,8 @@ class SlackChannel:
         try:
             msg = read_event(event)
             if msg is not None and self._core is not None:
-                await self._take(msg, self._core)
+                async with self._order.setdefault(msg.channel, asyncio.Lock()):
+                    await self._take(msg, self._core)
         finally:
             self._in_flight -= 1
             if not self._in_flight:
