@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -16,18 +16,18 @@ from bot.config import McpServerConfig, load_config, parse_config
 from bot.core.errors import ConfigError
 from bot.testing.anthropic_api import AnthropicStandIn
 from bot.testing.fake_channel import FakeChannel
+from bot.testing.mcp_calc import ARGS, COMMAND
 from bot.tools.base import Tool
 from bot.tools.mcp_plan import McpPlan, plan_mcp_servers
 from tests.harness import config_data, daemon_with, switchboard_cli, wait_until
-from tests.test_mcp import CONTEXT, SERVER, alive, pids
+from tests.test_mcp import CONTEXT, alive, pids
 
-PYTHON = json.dumps(sys.executable)
 EXAMPLE = Path(__file__).resolve().parents[1] / "config.toml.example"
 
 
 def server_toml(name: str, *args: str, **keys: Any) -> str:
-    lines = ["[[mcp_servers]]", f'name = "{name}"', f"command = {PYTHON}",
-             f"args = {json.dumps([SERVER, *args])}"]
+    lines = ["[[mcp_servers]]", f'name = "{name}"', f"command = {json.dumps(COMMAND)}",
+             f"args = {json.dumps([*ARGS, *args])}"]
     lines += [f"{key} = {json.dumps(value)}" for key, value in keys.items()]
     return "\n".join(lines) + "\n"
 
@@ -65,8 +65,9 @@ async def test_the_daemon_runs_its_servers_shows_them_in_status_and_stops_them(
                          and by_name({"mcp_servers": daemon.mcp.status()})["broken"]["restarts"] >= 1,
                          timeout=20)
         added = await daemon.mcp.tools()[0].run({"a": 5, "b": 6}, CONTEXT)
-        code, text, err = await switchboard_cli(tmp_path, "status", "--config", str(path))
-        json_code, raw, _ = await switchboard_cli(tmp_path, "status", "--json", "--config", str(path))
+        (code, text, err), (json_code, raw, _) = await asyncio.gather(  # two reads, side by side
+            switchboard_cli(tmp_path, "status", "--config", str(path)),
+            switchboard_cli(tmp_path, "status", "--json", "--config", str(path)))
     assert added.content == "11"
     assert code == 0, err
     assert "mcp calc: running; 2 tools: calc__add, calc__echo" in text
