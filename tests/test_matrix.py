@@ -4,6 +4,7 @@ and started by bot/testing/synapse.py), people writing through the client-server
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -21,6 +22,7 @@ from bot.testing.matrix_user import MatrixUser
 from bot.testing.recording_intake import RecordingIntake
 from bot.testing.synapse import MatrixAccount, SynapseServer
 from channels.matrix.channel import ENCRYPTED_NOTICE, MatrixChannel
+from tests import sql
 from tests.harness import API_KEY, config_data, reply_requests, router_of, running
 
 Event = dict[str, Any]
@@ -411,3 +413,41 @@ async def test_a_message_to_a_person_goes_to_their_direct_chat(
     assert [e["event_id"] for e in await alice.messages(direct, sender=bot_account.user_id)] == [sent]
     assert await alice.messages(shared, sender=bot_account.user_id) == []
     assert refused.value.permanent
+
+
+async def test_a_reply_sent_just_before_a_crash_is_not_posted_again_on_restart(
+    matrix_config: Callable[..., Config], bot_account: MatrixAccount, alice: MatrixUser,
+    api: AnthropicStandIn,
+) -> None:
+    """The reply reached the room but the daemon died before recording it (its outbox row left,
+    its event id unknown): the restart resends it through the outbox with the same transaction
+    id, Synapse answers with the event already there, and the room still shows it once."""
+    config = matrix_config()
+    async with matrix_daemon(config, bot_account.access_token) as daemon:
+        room = await alice.create_room(invite=(bot_account.user_id,), direct=True)
+        await joined(alice, room, bot_account)
+        await alice.send(room, "say it once")
+        (posted,) = await replies(alice, room, bot_account)
+        await router_of(daemon).idle()
+    async with Store.open(config.database_path()) as store:
+        reply_id = await sql.value(
+            store, "SELECT message_id FROM provider_messages WHERE provider_message_id = ?",
+            (posted["event_id"],))
+        await sql.execute(store, "DELETE FROM provider_messages WHERE message_id = ?", (reply_id,))
+        await sql.execute(
+            store, "INSERT INTO outbox (message_id, provider, chat_id, text, chunks_sent, created_at) "
+            "VALUES (?, 'matrix', ?, ?, 0, ?)", (reply_id, room, "re: say it once", time.time()))
+    async with matrix_daemon(config, bot_account.access_token) as daemon:
+        async with Store.open(config.database_path()) as store:
+            async def resent() -> bool:
+                return int(await sql.value(store, "SELECT COUNT(*) FROM outbox")) == 0
+
+            await alice.wait_for(resent)
+            recorded = await sql.value(
+                store, "SELECT provider_message_id FROM provider_messages WHERE message_id = ?", (reply_id,))
+        await router_of(daemon).idle()
+
+    bots = await alice.messages(room, sender=bot_account.user_id)
+    assert [e["event_id"] for e in bots] == [posted["event_id"]]
+    assert recorded == posted["event_id"]
+    assert len(reply_requests(api)) == 1
