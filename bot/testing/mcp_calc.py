@@ -25,8 +25,36 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bot.testing.mcp_calc")
+    parser.add_argument("--pidfile")
+    parser.add_argument("--say-env")
+    parser.add_argument("--exit-at-start", action="store_true")
+    parser.add_argument("--sleep-at-start", type=float, default=0.0)
+    return parser.parse_args(argv)
+
+
+def _begin(args: argparse.Namespace) -> None:
+    """A start's first steps; `--exit-at-start` ends the process here."""
+    if args.pidfile:
+        with open(args.pidfile, "a", encoding="utf-8") as out:
+            out.write(f"{os.getpid()}\n")
+    if args.say_env:
+        print(f"starting with {args.say_env}={os.environ.get(args.say_env)}", file=sys.stderr, flush=True)
+    if args.exit_at_start:
+        print("calc: cannot open the abacus", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
+# Run as a program, a start that fails does so before the SDK's import (most of a start's CPU time:
+# a daemon restarts a failing server again and again while a test runs).
+_STARTED = _arguments(None) if __name__ == "__main__" else None
+if _STARTED is not None:
+    _begin(_STARTED)
+
 # At module level: the SDK finds a tool's Context parameter by resolving its annotation here.
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
 
 # The process an `[[mcp_servers]]` entry runs: this module, under the interpreter running now.
 COMMAND = sys.executable
@@ -106,23 +134,15 @@ def build() -> MCPServer:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bot.testing.mcp_calc")
-    parser.add_argument("--pidfile")
-    parser.add_argument("--say-env")
-    parser.add_argument("--exit-at-start", action="store_true")
-    parser.add_argument("--sleep-at-start", type=float, default=0.0)
-    args = parser.parse_args(argv)
-    if args.pidfile:
-        with open(args.pidfile, "a", encoding="utf-8") as out:
-            out.write(f"{os.getpid()}\n")
-    if args.say_env:
-        print(f"starting with {args.say_env}={os.environ.get(args.say_env)}", file=sys.stderr, flush=True)
-    if args.exit_at_start:
-        print("calc: cannot open the abacus", file=sys.stderr, flush=True)
-        sys.exit(2)
+    args = _arguments(argv)
+    _begin(args)
+    serve(args)
+
+
+def serve(args: argparse.Namespace) -> None:
     time.sleep(args.sleep_at_start)
     build().run("stdio")
 
 
-if __name__ == "__main__":
-    main()
+if _STARTED is not None:
+    serve(_STARTED)
