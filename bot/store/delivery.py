@@ -222,19 +222,20 @@ class Delivery(Database):
 
     async def catch_up_points(self, provider: str, since: float) -> list[tuple[str, str]]:
         """(chat id, newest inbound platform message id) of every chat of `provider` with a message
-        received since `since`; ids compare as numbers (Discord snowflakes).
+        received since `since`; ids compare as numbers (Discord snowflakes, Slack's "1700000000.000100"
+        ts, which SQLite gives back as a float in its shortest form, "1700000000.0001").
 
         Our own replies do not count: one posted after a message that was never stored (it came
         during a shutdown) would move the point past that message. Commands count, as received.
         """
         rows = await self._conn.execute_fetchall(
-            "SELECT chat_id, MAX(CAST(provider_message_id AS BIGINT)) FROM ("
+            "SELECT chat_id, MAX(CAST(provider_message_id AS NUMERIC)) FROM ("
             "SELECT p.chat_id, p.provider_message_id FROM sessions s "
             "JOIN messages m ON m.session_key = s.key JOIN provider_messages p ON p.message_id = m.id "
             "WHERE s.updated_at >= ?2 AND p.provider = ?1 AND m.created_at >= ?2 AND m.role = 'user' "
             "UNION ALL SELECT chat_id, provider_message_id FROM chat_commands "
             "WHERE provider = ?1 AND received_at >= ?2 AND provider_message_id IS NOT NULL"
-            ") GROUP BY chat_id",
+            ") AS received GROUP BY chat_id",
             (provider, since),
         )
         return [(str(row[0]), str(row[1])) for row in rows if row[1] is not None]

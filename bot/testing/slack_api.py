@@ -11,6 +11,7 @@ Message ids are `ts` strings ("1700000000.000100"), unique and increasing per ch
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from collections.abc import Callable
@@ -94,9 +95,11 @@ class SlackStandIn(SocketMode):
                  is_bot: bool = False) -> None:
         self.users[user_id] = user(user_id, name, real_name, is_bot=is_bot)
 
-    def message(self, channel: str, user_id: str, text: str, *, thread_ts: str | None = None) -> Json:
+    def message(self, channel: str, user_id: str, text: str, *, thread_ts: str | None = None,
+                live: bool = True) -> Json:
         """Someone writes: the message is kept in history and sent as a `message` event, and as an
-        `app_mention` too when it mentions the bot outside a DM (as Slack does with both subscribed)."""
+        `app_mention` too when it mentions the bot outside a DM (as Slack does with both subscribed).
+        `live=False`: written while no app was connected, so it is in history only."""
         ts = self._ts.next(channel)
         event: Json = {"type": "message", "channel": channel, "user": user_id, "text": text, "ts": ts,
                        "event_ts": ts, "channel_type": channel_type(channel), "team": self.team_id,
@@ -108,8 +111,12 @@ class SlackStandIn(SocketMode):
                 event["parent_user_id"] = parent.get("user")
                 parent.setdefault("reply_count", 0)
                 parent["reply_count"] += 1
+                parent["latest_reply"] = ts
+                parent["thread_ts"] = thread_ts
         self.history.setdefault(channel, []).append({k: v for k, v in event.items()
                                                      if k not in ("channel", "event_ts", "channel_type")})
+        if not live:
+            return event
         self.dispatch(event)
         if f"<@{self.bot_user_id}>" in text and not channel.startswith("D"):
             mention = {k: v for k, v in event.items() if k != "channel_type"}
@@ -306,6 +313,13 @@ class SlackStandIn(SocketMode):
 
         found = [m for m in messages if within(float(m["ts"]))]
         found = found[::-1] if newest_first else found
-        has_more = len(found) > limit
-        return {"ok": True, "messages": json.loads(json.dumps(found[:limit])), "has_more": has_more,
-                "response_metadata": {"next_cursor": ""}}
+        start = 0
+        if args.get("cursor"):
+            try:
+                start = int(base64.b64decode(str(args["cursor"])).decode().removeprefix("next:"))
+            except ValueError:
+                return {"ok": False, "error": "invalid_cursor"}
+        has_more = len(found) > start + limit
+        cursor = base64.b64encode(f"next:{start + limit}".encode()).decode() if has_more else ""
+        return {"ok": True, "messages": json.loads(json.dumps(found[start:start + limit])),
+                "has_more": has_more, "response_metadata": {"next_cursor": cursor}}

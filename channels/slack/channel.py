@@ -12,6 +12,9 @@ key, so a chunk posted just before a crash, its ts not yet recorded, is posted a
 
 In order: Bolt handles each envelope in a task of its own; the messages of one conversation are
 taken one at a time in the order their envelopes arrived, so nothing newer is stored first.
+
+Catch-up: at each start the conversations active lately are read back from history
+(`channels.slack.catch_up`) before their live messages are taken.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -42,7 +46,8 @@ from bot.core.errors import ChannelNotStartedError, DeliveryError, describe
 from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.core.misconfiguration import report, token_refused
 from bot.intake.access import RefusalNotices, refused_dm_reply
-from bot.intake.channel import ChunkSent, Intake
+from bot.intake.channel import CatchUpPoint, ChunkSent, Intake
+from channels.slack.catch_up import catch_up_since, read_or_skip
 from channels.slack.mrkdwn import slack_chunks
 from channels.slack.normalise import (
     PLATFORM,
@@ -127,6 +132,7 @@ class SlackChannel:
         self._idle = asyncio.Event()
         self._idle.set()
         self.ready = asyncio.Event()
+        self.caught_up = asyncio.Event()  # the start's catch-up is done (or had nothing to read)
 
     def reconfigure(self, config: SlackConfig) -> None:
         """Apply a reloaded section (access lists, mentions, reply age) to messages from now on."""
@@ -136,6 +142,7 @@ class SlackChannel:
 
     async def run(self, intake: Intake) -> None:
         self._core = intake
+        catching: asyncio.Task[None] | None = None
         session = aiohttp.ClientSession()  # one pool for every Web API call (the SDK's default: one each)
         client = self._client = AsyncWebClient(
             token=self._bot_token, base_url=self._config.base_url, session=session,
@@ -145,6 +152,8 @@ class SlackChannel:
             url = await self._sign_in(client)
             if url is None:
                 return
+            catching = asyncio.create_task(self._catch_up(await self._hold_for_catch_up(intake)),
+                                           name=f"{self.provider} catch-up")
             _quiet_bolt()
             app = AsyncApp(client=client, process_before_response=True, name=self.provider,
                            authorize=_SignedIn(self._auth) if self._auth is not None else None)
@@ -161,6 +170,9 @@ class SlackChannel:
                 self.ready.set()
             await asyncio.Event().wait()  # sending goes on after stop(), until cancelled
         finally:
+            if catching is not None:
+                catching.cancel()
+                await asyncio.gather(catching, return_exceptions=True)
             if self._handler is not None:
                 await self._handler.close_async()  # type: ignore[no-untyped-call]
             self._client = None
@@ -211,17 +223,65 @@ class SlackChannel:
 
     async def _on_event(self, event: dict[str, Any]) -> None:
         """One message or app_mention; returning acknowledges the envelope, raising does not."""
+        msg = read_event(event)
+        if msg is not None and self._core is not None:
+            core = self._core
+            async with self._order.setdefault(msg.channel, asyncio.Lock()):
+                await self._counted(self._take(msg, core))
+
+    async def _counted(self, step: Awaitable[None]) -> None:
+        """Run a message's hand-over, counted as received and not yet handled (see `handled`)."""
         self._in_flight += 1
         self._idle.clear()
         try:
-            msg = read_event(event)
-            if msg is not None and self._core is not None:
-                async with self._order.setdefault(msg.channel, asyncio.Lock()):
-                    await self._take(msg, self._core)
+            await step
         finally:
             self._in_flight -= 1
             if not self._in_flight:
                 self._idle.set()
+
+    async def _hold_for_catch_up(self, core: Intake) -> list[CatchUpPoint]:
+        """The conversations to catch up, each one's order lock taken: its live messages wait for
+        what it missed."""
+        since = catch_up_since(self._config.max_reply_age, time.time())
+        try:
+            points = await core.catch_up_points(self.provider, since)
+        except Exception as exc:  # then only what Slack sends is taken
+            log.warning("nothing caught up: the store could not say what to read", error=describe(exc))
+            return []
+        for point in points:
+            await self._order.setdefault(point.chat_id, asyncio.Lock()).acquire()
+        return points
+
+    async def _catch_up(self, points: list[CatchUpPoint]) -> None:
+        """Hand over what each held conversation missed, oldest first, then let its live messages in."""
+        since = catch_up_since(self._config.max_reply_age, time.time())
+        pending = list(points)
+        try:
+            while pending:
+                point = pending.pop(0)
+                try:
+                    await self._catch_up_one(point, since)
+                except Exception as exc:  # one conversation's failure holds up no other
+                    log.warning("catch-up stopped for a conversation", channel_id=point.chat_id,
+                                error=describe(exc))
+                finally:
+                    self._order[point.chat_id].release()
+        finally:
+            for point in pending:
+                self._order[point.chat_id].release()
+            self.caught_up.set()
+
+    async def _catch_up_one(self, point: CatchUpPoint, since: float) -> None:
+        client, core = self._client, self._core
+        if client is None or core is None or self._stopped.is_set():
+            return
+        for event in await read_or_skip(client, point.chat_id, point.after_id, since):
+            msg = read_event(event)
+            if self._stopped.is_set():
+                return
+            if msg is not None:
+                await self._counted(self._take(msg, core))
 
     async def _take(self, msg: SlackMessage, core: Intake) -> None:
         verdict = admit(msg, self._config, bot_user_id=self._bot_user_id)

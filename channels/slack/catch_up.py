@@ -1,0 +1,99 @@
+"""Slack catch-up: what conversations received while no socket was open, read back from history.
+
+Socket Mode delivers only what happens while a connection is open (and what waits unacknowledged);
+a message written while the daemon was down reaches it from history alone. So at each start every
+conversation active within `max_reply_age` (the intake's catch-up points: its newest stored
+message's ts) is read again: `conversations.history` for the top level, and `conversations.replies`
+for every thread there with a reply after that point, oldest first. Live messages of a conversation
+wait until its catch-up is done, so what is stored keeps Slack's order; a message that came both
+ways is stored once (the store keeps a conversation's `ts` once).
+
+History is read from the start of the window (`max_reply_age` back, a day when it is 0) when that is
+older than the point, so that a thread whose first message is older than the point but which got
+replies since is found; a thread whose first message is older than the window is not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import structlog
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.core.errors import describe
+
+log = structlog.get_logger("switchboard.slack")
+
+Json = dict[str, Any]
+
+# Messages handed over per conversation at most; past it the newest are taken (what people wait on).
+CATCH_UP_LIMIT = 200
+PAGE_SIZE = 100  # per history call (Slack's own default for internal apps)
+# How far back to look for active conversations when `max_reply_age` is 0 (no cap on answering).
+UNCAPPED_WINDOW = 24 * 3600.0
+# One conversation's read; past it that conversation is skipped.
+HISTORY_TIMEOUT = 30.0
+READ_ERRORS = (SlackApiError, OSError, aiohttp.ClientError, TimeoutError)
+
+
+def catch_up_since(max_reply_age: int, now: float) -> float:
+    """The oldest activity worth catching up: `max_reply_age` back, or a day when it is 0."""
+    return now - (max_reply_age or UNCAPPED_WINDOW)
+
+
+async def missed(client: AsyncWebClient, channel: str, after: str, since: float) -> list[Json]:
+    """A conversation's messages after the ts `after`, top level and in threads, oldest first, as
+    event-shaped dicts (the conversation's id in `channel`); at most CATCH_UP_LIMIT, the newest."""
+    point = float(after)
+    oldest = f"{min(point, since):.6f}"
+    top = await _pages(client.conversations_history, channel=channel, oldest=oldest)
+    found: dict[str, Json] = {m["ts"]: m for m in top if _ts(m) > point}
+    for parent in top:
+        if int(parent.get("reply_count") or 0) and float(parent.get("latest_reply") or 0) > point:
+            replies = await _pages(client.conversations_replies, channel=channel, ts=parent["ts"],
+                                   oldest=after)
+            found.update((m["ts"], m) for m in replies if _ts(m) > point)
+    ordered = sorted(found.values(), key=_ts)
+    if len(ordered) > CATCH_UP_LIMIT:
+        log.warning("more missed than catch-up takes; the oldest were skipped", channel_id=channel,
+                    missed=len(ordered), taken=CATCH_UP_LIMIT)
+        ordered = ordered[-CATCH_UP_LIMIT:]
+    return [{**m, "channel": channel} for m in ordered]
+
+
+async def _pages(method: Callable[..., Awaitable[Any]], **args: Any) -> list[Json]:
+    """Every message a history method returns for `args`, following its cursor."""
+    messages: list[Json] = []
+    cursor = None
+    while True:
+        page = await method(**args, limit=PAGE_SIZE, **({"cursor": cursor} if cursor else {}))
+        messages.extend(m for m in page.get("messages") or () if isinstance(m.get("ts"), str))
+        cursor = (page.get("response_metadata") or {}).get("next_cursor")
+        if not page.get("has_more") or not cursor:
+            return messages
+
+
+def _ts(message: Json) -> float:
+    return float(message["ts"])
+
+
+async def read_or_skip(client: AsyncWebClient, channel: str, after: str, since: float) -> list[Json]:
+    """`missed`, or nothing (logged) when the conversation is gone, unreadable or slow to read."""
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(HISTORY_TIMEOUT):
+            messages = await missed(client, channel, after, since)
+    except READ_ERRORS as exc:
+        error = exc.response.get("error") if isinstance(exc, SlackApiError) else describe(exc)
+        log.warning("catch-up skipped a conversation", channel_id=channel, error=error)
+        return []
+    if messages:
+        log.info("catching up", channel_id=channel, messages=len(messages),
+                 read_ms=round((time.monotonic() - started) * 1000))
+    return messages
+
