@@ -26,6 +26,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.core.errors import describe
+from bot.intake.channel import CatchUpPoint, Intake
 
 log = structlog.get_logger("switchboard.slack")
 
@@ -97,3 +98,51 @@ async def read_or_skip(client: AsyncWebClient, channel: str, after: str, since: 
                  read_ms=round((time.monotonic() - started) * 1000))
     return messages
 
+
+
+class CatchUp:
+    """A channel's catch-up at start: which conversations, held while they are read, and the reading."""
+
+    def __init__(
+        self, provider: str, order: dict[str, asyncio.Lock], take: Callable[[Json], Awaitable[None]],
+        stopped: asyncio.Event,
+    ) -> None:
+        self._provider = provider
+        self._order = order  # the channel's per-conversation locks, live messages wait on them
+        self._take = take  # hands one event-shaped message over as a live one
+        self._stopped = stopped
+        self.done = asyncio.Event()
+
+    async def hold(self, core: Intake, max_reply_age: int) -> list[CatchUpPoint]:
+        """The conversations to catch up, each one's order lock taken: its live messages wait for
+        what it missed."""
+        try:
+            points = await core.catch_up_points(self._provider, catch_up_since(max_reply_age, time.time()))
+        except Exception as exc:  # then only what Slack sends is taken
+            log.warning("nothing caught up: the store could not say what to read", error=describe(exc))
+            return []
+        for point in points:
+            await self._order.setdefault(point.chat_id, asyncio.Lock()).acquire()
+        return points
+
+    async def run(self, client: AsyncWebClient, points: list[CatchUpPoint], max_reply_age: int) -> None:
+        """Hand over what each held conversation missed, oldest first, then let its live messages in."""
+        since = catch_up_since(max_reply_age, time.time())
+        pending = list(points)
+        try:
+            while pending:
+                point = pending.pop(0)
+                try:
+                    for event in await read_or_skip(client, point.chat_id, point.after_id, since):
+                        if self._stopped.is_set():
+                            break
+                        await self._take(event)
+                except Exception as exc:  # one conversation's failure holds up no other
+                    log.warning("catch-up stopped for a conversation", channel_id=point.chat_id,
+                                error=describe(exc))
+                finally:
+                    self._order[point.chat_id].release()
+        finally:
+            for point in pending:
+                self._order[point.chat_id].release()
+            self.done.set()

@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import logging
 import re
-import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -46,8 +45,8 @@ from bot.core.errors import ChannelNotStartedError, DeliveryError, describe
 from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.core.misconfiguration import report, token_refused
 from bot.intake.access import RefusalNotices, refused_dm_reply
-from bot.intake.channel import CatchUpPoint, ChunkSent, Intake
-from channels.slack.catch_up import catch_up_since, read_or_skip
+from bot.intake.channel import ChunkSent, Intake
+from channels.slack.catch_up import CatchUp
 from channels.slack.mrkdwn import slack_chunks
 from channels.slack.normalise import (
     PLATFORM,
@@ -132,7 +131,8 @@ class SlackChannel:
         self._idle = asyncio.Event()
         self._idle.set()
         self.ready = asyncio.Event()
-        self.caught_up = asyncio.Event()  # the start's catch-up is done (or had nothing to read)
+        self._catch_up = CatchUp(self.provider, self._order, self._caught_up_event, self._stopped)
+        self.caught_up = self._catch_up.done  # the start's catch-up is done (or had nothing to read)
 
     def reconfigure(self, config: SlackConfig) -> None:
         """Apply a reloaded section (access lists, mentions, reply age) to messages from now on."""
@@ -152,7 +152,8 @@ class SlackChannel:
             url = await self._sign_in(client)
             if url is None:
                 return
-            catching = asyncio.create_task(self._catch_up(await self._hold_for_catch_up(intake)),
+            points = await self._catch_up.hold(intake, self._config.max_reply_age)
+            catching = asyncio.create_task(self._catch_up.run(client, points, self._config.max_reply_age),
                                            name=f"{self.provider} catch-up")
             _quiet_bolt()
             app = AsyncApp(client=client, process_before_response=True, name=self.provider,
@@ -240,48 +241,11 @@ class SlackChannel:
             if not self._in_flight:
                 self._idle.set()
 
-    async def _hold_for_catch_up(self, core: Intake) -> list[CatchUpPoint]:
-        """The conversations to catch up, each one's order lock taken: its live messages wait for
-        what it missed."""
-        since = catch_up_since(self._config.max_reply_age, time.time())
-        try:
-            points = await core.catch_up_points(self.provider, since)
-        except Exception as exc:  # then only what Slack sends is taken
-            log.warning("nothing caught up: the store could not say what to read", error=describe(exc))
-            return []
-        for point in points:
-            await self._order.setdefault(point.chat_id, asyncio.Lock()).acquire()
-        return points
-
-    async def _catch_up(self, points: list[CatchUpPoint]) -> None:
-        """Hand over what each held conversation missed, oldest first, then let its live messages in."""
-        since = catch_up_since(self._config.max_reply_age, time.time())
-        pending = list(points)
-        try:
-            while pending:
-                point = pending.pop(0)
-                try:
-                    await self._catch_up_one(point, since)
-                except Exception as exc:  # one conversation's failure holds up no other
-                    log.warning("catch-up stopped for a conversation", channel_id=point.chat_id,
-                                error=describe(exc))
-                finally:
-                    self._order[point.chat_id].release()
-        finally:
-            for point in pending:
-                self._order[point.chat_id].release()
-            self.caught_up.set()
-
-    async def _catch_up_one(self, point: CatchUpPoint, since: float) -> None:
-        client, core = self._client, self._core
-        if client is None or core is None or self._stopped.is_set():
-            return
-        for event in await read_or_skip(client, point.chat_id, point.after_id, since):
-            msg = read_event(event)
-            if self._stopped.is_set():
-                return
-            if msg is not None:
-                await self._counted(self._take(msg, core))
+    async def _caught_up_event(self, event: dict[str, Any]) -> None:
+        """One message read back from history, taken as a live one (its conversation already held)."""
+        msg = read_event(event)
+        if msg is not None and self._core is not None:
+            await self._counted(self._take(msg, self._core))
 
     async def _take(self, msg: SlackMessage, core: Intake) -> None:
         verdict = admit(msg, self._config, bot_user_id=self._bot_user_id)
