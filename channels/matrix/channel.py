@@ -12,7 +12,8 @@ timeline cut short (`limited`, after a long absence) is filled from `/messages` 
 Nothing twice: each chunk of a reply is sent with `PUT /send/m.room.message/{txnId}`, its txnId
 derived from the reply, the room, the chunk's index and text, so a chunk resent after a crash
 (the outbox resends what it has not seen confirmed) is answered with the first event's id, not
-posted again. A 429 (`M_LIMIT_EXCEEDED`) is waited out for its `retry_after_ms`
+posted again; a streamed reply's preview message (`channels.matrix.preview`) becomes its first
+chunk by an edit sent the same way. A 429 (`M_LIMIT_EXCEEDED`) is waited out for its `retry_after_ms`
 (`channels.matrix.rate_limit`).
 Invites are accepted or declined as `invite_policy` says (`admit_invite`), one log line each;
 an allowed invite to an end-to-end encrypted room is refused with one line to the room (the bot
@@ -32,17 +33,19 @@ import structlog
 from mautrix.api import HTTPAPI, Method, Path
 from mautrix.client import ClientAPI
 from mautrix.errors import MatrixInvalidToken, MatrixRequestError, MForbidden, MNotFound
-from mautrix.types import EventType, Membership, RoomID, UserID
+from mautrix.types import EventID, EventType, Membership, RoomID, UserID
 
 from bot.config import MatrixConfig
 from bot.core.errors import ChannelNotStartedError, DeliveryError, describe
 from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.core.misconfiguration import report, token_refused
+from bot.delivery.preview import PreviewStream
 from bot.intake.access import RefusalNotices, refused_dm_reply
-from bot.intake.channel import ChunkSent, Intake
+from bot.intake.channel import ChunkSent, Intake, PreviewPosted, ReplyPreview
 from bot.intake.cursor import CursorKeeper
-from channels.matrix.format import matrix_chunks, message_content, transaction_id
+from channels.matrix.format import chunk_event, matrix_chunks
 from channels.matrix.normalise import PLATFORM, MatrixMessage, admit, admit_invite, read_event, to_inbound
+from channels.matrix.preview import MatrixPreview
 from channels.matrix.rate_limit import honour_rate_limits
 from channels.matrix.sync import TIMELINE_LIMIT, missed_events, sync_filter
 
@@ -313,20 +316,18 @@ class MatrixChannel:
     # -- sending ----------------------------------------------------------------------------------
 
     async def send(self, message: OutboundMessage, on_chunk: ChunkSent | None = None) -> list[str]:
-        client = self._client
-        if client is None:
-            raise DeliveryError("Matrix is not connected")
-        room_id, thread = await self._room_of(client, message.chat.chat_id), message.chat.thread_id
+        client = self._connected()
+        room_id = await self._room_of(client, message.chat.chat_id)
         sent: list[str] = []
         for index, chunk in enumerate(matrix_chunks(message.text)):
             if index < message.skip_chunks:
                 continue
-            content = message_content(chunk, thread_root=thread,
-                                      reply_to=message.reply_to_id if index == 0 else None)
-            txn = transaction_id(message.delivery_key, room_id, index, chunk)
+            content, txn = chunk_event(message, room_id, index, chunk)
             try:
                 event_id = await client.send_message_event(RoomID(room_id), EventType.ROOM_MESSAGE,
                                                            content, txn_id=txn)  # type: ignore[arg-type]
+                if index == 0 and message.preview_id is not None:
+                    event_id = EventID(message.preview_id)  # the preview message is the first chunk
             except (MForbidden, MNotFound) as exc:
                 raise DeliveryError(f"Matrix refused the message: {exc}", sent_ids=sent,
                                     permanent=True) from exc
@@ -357,6 +358,20 @@ class MatrixChannel:
             raise DeliveryError(f"Matrix did not list the bot's rooms: {exc}") from exc
         raise DeliveryError(f"no direct chat with {chat_id} on Matrix: they must invite the bot first",
                             permanent=True)
+
+    def preview(self, chat: ChatRef, reply_to_id: str | None, *, resume_id: str | None = None,
+                on_posted: PreviewPosted | None = None) -> ReplyPreview | None:
+        """One message edited in place (`m.replace`) as the reply grows; None with streaming off."""
+        if self._config.streaming == "off":
+            return None
+        surface = MatrixPreview(self._connected, chat.chat_id, thread_root=chat.thread_id,
+                                reply_to_id=reply_to_id, resume_id=resume_id)
+        return PreviewStream(surface, name=f"preview {chat.chat_id}", on_posted=on_posted)
+
+    def _connected(self) -> ClientAPI:
+        if self._client is None:
+            raise DeliveryError("Matrix is not connected")
+        return self._client
 
     @asynccontextmanager
     async def typing(self, chat: ChatRef) -> AsyncIterator[None]:

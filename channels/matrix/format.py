@@ -18,6 +18,7 @@ from typing import Any
 from markdown_it import MarkdownIt
 
 from bot.core.chunking import split_message
+from bot.core.messages import OutboundMessage
 
 # An event may be 65 536 bytes of JSON: the body and its HTML, escaped, stay well inside it.
 CHUNK_LIMIT = 12_000
@@ -50,6 +51,18 @@ def message_content(markdown: str, *, thread_root: str | None, reply_to: str | N
     return content
 
 
+def edit_content(event_id: str, markdown: str) -> dict[str, Any]:
+    """An `m.replace` edit of the bot's message `event_id` to `markdown` (the whole text, in
+    `m.new_content`; clients without edits show the "* "-marked fallback beside it)."""
+    new = message_content(markdown, thread_root=None, reply_to=None)
+    return {
+        "msgtype": "m.text", "body": f"* {markdown}",
+        "format": "org.matrix.custom.html", "formatted_body": f"* {new['formatted_body']}",
+        "m.mentions": {}, "m.new_content": new,
+        "m.relates_to": {"rel_type": "m.replace", "event_id": event_id},
+    }
+
+
 def transaction_id(delivery_key: str | None, room_id: str, index: int, chunk: str) -> str:
     """The same id for the same chunk of the same reply, whenever it is sent; the room and the
     chunk's text go in too, so a reply that reuses a stored id (a new database) still gets ids of
@@ -58,3 +71,16 @@ def transaction_id(delivery_key: str | None, room_id: str, index: int, chunk: st
         return f"sb-{uuid.uuid4().hex}"
     seed = "\x00".join((delivery_key, room_id, str(index), chunk))
     return "sb-" + hashlib.sha256(seed.encode()).hexdigest()[:40]
+
+
+def chunk_event(message: OutboundMessage, room_id: str, index: int, chunk: str) -> tuple[dict[str, Any], str]:
+    """One chunk's content and transaction id: the first chunk of a streamed reply is the final
+    edit of its preview message (the whole chunk in `m.new_content`), any other a message of its
+    own, in the thread, the first answering `reply_to_id`. The same on every resend."""
+    if index == 0 and message.preview_id is not None:
+        seed = f"edit\x00{message.preview_id}\x00{chunk}"
+        return (edit_content(message.preview_id, chunk),
+                transaction_id(message.delivery_key, room_id, index, seed))
+    content = message_content(chunk, thread_root=message.chat.thread_id,
+                              reply_to=message.reply_to_id if index == 0 else None)
+    return content, transaction_id(message.delivery_key, room_id, index, chunk)

@@ -10,6 +10,7 @@ outbox retries the reply later.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 
 import structlog
@@ -20,6 +21,9 @@ log = structlog.get_logger("switchboard.matrix")
 RETRIES = 3
 MAX_WAIT = 30.0  # seconds; longer waits are the outbox's (it resends later)
 DEFAULT_WAIT = 1.0  # a 429 that names no wait
+# Set while a request is only best effort (a preview's edit): its 429 goes straight up, not waited
+# out, so a reply's own sends are never held behind a preview's.
+best_effort: contextvars.ContextVar[bool] = contextvars.ContextVar("matrix_best_effort", default=False)
 
 
 async def retry_after(response: ClientResponse) -> float:
@@ -38,7 +42,7 @@ async def honour_rate_limits(request: ClientRequest, handler: ClientHandlerType)
     """Send; on a 429, wait what the homeserver asks and send again (at most RETRIES times)."""
     for attempt in range(RETRIES + 1):
         response = await handler(request)
-        if response.status != 429 or attempt == RETRIES:
+        if response.status != 429 or attempt == RETRIES or best_effort.get():
             return response
         wait = await retry_after(response)
         if wait > MAX_WAIT:
