@@ -160,8 +160,9 @@ class Scene:
 
     async def probe(self, chats: list[Chat], scope: str | None, *, thorough: bool = True) -> list[str]:
         """Every participant of every chat asks every tool with every argument it can name (not
-        `thorough`: history only for all the secrets at once and for common words); the leaks
-        found, as "what, where, as whom: which secret of whom from where"."""
+        `thorough`: search_history only, for all the secrets at once and for common words: the
+        other tools read nothing by meaning); the leaks found, as "what, where, as whom: which
+        secret of whom from where"."""
         leaks: list[str] = []
         turns: dict[tuple[SessionKey, str], Turn] = {}
         people = sorted({user for chat in chats for user in chat.members})
@@ -179,12 +180,14 @@ class Scene:
                     queries.append((" ".join(WORDS), {}))
                 for query, dates in queries:
                     leaks += await self.check("search_history", {"query": query, **dates}, turn, chat, scope)
+                if not thorough:
+                    continue
                 for name in ("list_reminders", "current_time"):
                     leaks += await self.check(name, {}, turn, chat, scope)
                 block = _prompt_text(await self.turns.notes(turn.inbound, None))
                 leaks += self.leaks("the notes block", block, chat, user, scope, prompt=True)
         # Writes last, so they take nothing away from the reads above.
-        for chat in chats:
+        for chat in chats if thorough else []:
             for user in chat.members:
                 turn = turns[chat.key, user]
                 numbers = _around(self.reminder_ids)
