@@ -131,8 +131,8 @@ def checks(config: Config, daemon: dict[str, Any] | None, timeout: float) -> lis
     """Every check of this config, in the order their lines are printed."""
     from bot.cli.doctor_host import check_clock, check_database, check_mcp, check_semantic, check_service
     from bot.cli.doctor_models import check_provider, model_uses
-    from bot.cli.doctor_platforms import check_discord, check_telegram
-    from bot.config import DiscordConfig, TelegramConfig
+    from bot.cli.doctor_platforms import check_discord, check_matrix, check_telegram
+    from bot.config import DiscordConfig, MatrixConfig, TelegramConfig
 
     running = daemon is not None
     found = [Check("database", partial(check_database, config, daemon_running=running), timeout * 3)]
@@ -146,6 +146,8 @@ def checks(config: Config, daemon: dict[str, Any] | None, timeout: float) -> lis
             found.append(Check(name, partial(check_telegram, name, section, daemon_running=running), timeout))
         elif isinstance(section, DiscordConfig):  # Slack's check comes with issue 36's later parts
             found.append(Check(name, partial(check_discord, name, section), timeout))
+        elif isinstance(section, MatrixConfig):
+            found.append(Check(name, partial(check_matrix, name, section), timeout))
     reported = {server["name"]: server for server in (daemon or {}).get("mcp_servers", [])}
     for server in config.mcp_servers:
         if not server.enabled:

@@ -1,6 +1,7 @@
 """`doctor`'s platform checks: each Telegram bot's token (getMe) and, in webhook mode, the webhook
 Telegram has on record; each Discord bot's token (a REST login, no gateway session) and the
-privileged intents its application has enabled.
+privileged intents its application has enabled; each Matrix account's homeserver
+(`/_matrix/client/versions`) and token (`/account/whoami`, the user it belongs to).
 
 The platform libraries are imported inside the checks, only for a channel that is enabled.
 """
@@ -19,7 +20,7 @@ from bot.core.errors import describe
 if TYPE_CHECKING:
     from telegram import WebhookInfo
 
-    from bot.config import DiscordConfig, TelegramConfig
+    from bot.config import DiscordConfig, MatrixConfig, TelegramConfig
 
 # A webhook delivery that failed longer ago than this is history, not a problem now.
 RECENT_WEBHOOK_ERROR = 3600.0
@@ -131,3 +132,46 @@ async def check_discord(name: str, section: DiscordConfig) -> Finding:
                       f"{' and '.join(missing)}")
     wanted = [portal for intent, (_, portal) in _PRIVILEGED.items() if getattr(intents, intent)]
     return passed(name, f"{who} logs in" + (f"; {', '.join(wanted)} enabled" if wanted else ""))
+
+
+async def check_matrix(name: str, section: MatrixConfig) -> Finding:
+    """The homeserver's spec versions (it is a Matrix homeserver, and one with authenticated
+    media), then `/whoami` with the token: it must be `user_id`'s."""
+    import aiohttp
+    from mautrix import errors
+    from mautrix.api import HTTPAPI
+    from mautrix.client import ClientAPI
+
+    failures = (errors.MatrixConnectionError, errors.MatrixRequestError, errors.MatrixResponseError, OSError)
+
+    env, key = section.access_token_env, channel_key(name)
+    token = os.environ.get(env, "").strip()
+    if not token:
+        return failed(name, f"environment variable {env} is not set",
+                      f"export the bot account's access token in {env}, or set {key}.enabled = false")
+    homeserver = str(section.homeserver or "").rstrip("/")
+    async with aiohttp.ClientSession() as session:
+        # Without the token: Synapse answers a bad one with 401 even here.
+        client = ClientAPI(api=HTTPAPI(base_url=homeserver, token="", client_session=session))
+        try:
+            versions = await client.versions()
+        except (*failures, ValueError) as exc:
+            return failed(name, f"{homeserver} does not answer as a Matrix homeserver "
+                                f"(/_matrix/client/versions: {describe(exc)})",
+                          f"check {key}.homeserver (the client-server API's URL), the network or a proxy")
+        spec = max(versions.versions, default=None, key=lambda v: (v.major, v.minor))
+        media = "authenticated media" if versions.supports_at_least("v1.11") else "no authenticated media"
+        serves = f"{homeserver} speaks Matrix {spec or 'of no known version'} ({media})"
+        client.api.token = token
+        try:
+            who = await client.whoami()
+        except errors.MatrixInvalidToken:
+            return failed(name, f"{serves}; it refused the access token in {env} (logged out, or mistyped)",
+                          f"sign the bot in anew (Element: Help & About → Access Token); export it in {env}")
+        except failures as exc:
+            return failed(name, f"{serves}; /account/whoami failed ({describe(exc)})",
+                          "try again later; if it persists, see the homeserver's log")
+    if section.user_id and who.user_id != section.user_id:
+        return failed(name, f"{serves}; the token in {env} is {who.user_id}'s, not {section.user_id}'s",
+                      f"export {section.user_id}'s access token in {env}, or correct {key}.user_id")
+    return passed(name, f"{serves}; the token is {who.user_id}'s (whoami)")
