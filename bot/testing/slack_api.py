@@ -6,6 +6,11 @@ Strict as Slack is: every answer is HTTP 200 with `{"ok": false, "error": ...}` 
 `needed` and `provided`, `channel_not_found`, `no_text`, `msg_too_long`, `message_not_found`,
 `cant_update_message`), except a rate limit: HTTP 429 with `Retry-After` and `error: ratelimited`.
 Message ids are `ts` strings ("1700000000.000100"), unique and increasing per channel.
+
+Streams (`chat.startStream` in a thread, naming the recipient and their team; `appendStream`,
+`stopStream`) grow one message; an open stream cannot be edited, a stopped or ended one answers
+`message_not_in_streaming_state`; with `streams_offered=False` the three are `unknown_method`.
+History is paged with cursors; `message(..., live=False)` is written while no app listens.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from bot.testing.slack_values import (
     UpdatedMessage,
     channel_type,
     history_scope,
+    stream_text,
     user,
 )
 
@@ -49,7 +55,7 @@ class SlackStandIn(SocketMode):
         self, *, bot_token: str = "xoxb-test-token", app_token: str = "xapp-test-token",
         team_id: str = "T0TEST", bot_user_id: str = "U0BOT", bot_id: str = "B0BOT", app_id: str = "A0APP",
         scopes: frozenset[str] = BOT_SCOPES, ack_timeout: float = 3.0, max_retries: int = 3,
-        enforce_tiers: bool = False,
+        enforce_tiers: bool = False, streams_offered: bool = True,
     ) -> None:
         super().__init__(ack_timeout=ack_timeout, max_retries=max_retries)
         self.bot_token, self.app_token = bot_token, app_token
@@ -60,6 +66,10 @@ class SlackStandIn(SocketMode):
         self.calls: list[RecordedCall] = []
         self.sent: list[PostedMessage] = []
         self.updated: list[UpdatedMessage] = []
+        # chat.startStream and its kin answer (else unknown_method, as where a workspace has none).
+        self.streams_offered = streams_offered
+        self.streamed: list[UpdatedMessage] = []  # a stream's text after each start, append and stop
+        self._open_streams: set[tuple[str, str]] = set()  # (channel, ts) of streams not stopped
         self.users: dict[str, Json] = {bot_user_id: user(bot_user_id, "switchboard", is_bot=True)}
         self.history: dict[str, list[Json]] = {}  # channel -> messages, oldest first
         self._ts = Timestamps()
@@ -163,7 +173,8 @@ class SlackStandIn(SocketMode):
         elif request.can_read_body:
             args.update(await request.post())
         kind = self._token_kind(request, args)
-        if method not in METHOD_SCOPES and method != "apps.connections.open":
+        offered = self.streams_offered or "Stream" not in method
+        if (method not in METHOD_SCOPES and method != "apps.connections.open") or not offered:
             return self._answer(method, args, kind, {"ok": False, "error": "unknown_method"})
         refused = self._refusal(method, args, kind)
         if refused is not None:
@@ -256,12 +267,73 @@ class SlackStandIn(SocketMode):
         self.dispatch({**message, "channel": channel, "event_ts": ts, "channel_type": channel_type(channel)})
         return {"ok": True, "channel": channel, "ts": ts, "message": message}
 
+    def _chat_startStream(self, args: Json) -> Json:
+        channel, thread_ts = str(args.get("channel", "")), str(args.get("thread_ts", ""))
+        if channel not in self.history:
+            return {"ok": False, "error": "channel_not_found"}
+        if self._find(channel, thread_ts) is None:
+            return {"ok": False, "error": "thread_not_found"}
+        # A stream answers someone: Slack wants them named (in practice in DMs too).
+        if not args.get("recipient_user_id") or not args.get("recipient_team_id"):
+            return {"ok": False, "error": "invalid_arguments"}
+        text = stream_text(args)
+        if text is None:
+            return {"ok": False, "error": "msg_too_long"}
+        ts = self._ts.next(channel)
+        message: Json = {"type": "message", "user": self.bot_user_id, "bot_id": self.bot_id,
+                         "app_id": self.app_id, "text": text, "ts": ts, "team": self.team_id,
+                         "thread_ts": thread_ts}
+        self.history[channel].append(message)
+        self._open_streams.add((channel, ts))
+        self.streamed.append(UpdatedMessage(channel, ts, text))
+        return {"ok": True, "channel": channel, "ts": ts}
+
+    def _chat_appendStream(self, args: Json) -> Json:
+        return self._grow_stream(args, stop=False)
+
+    def _chat_stopStream(self, args: Json) -> Json:
+        return self._grow_stream(args, stop=True)
+
+    def _grow_stream(self, args: Json, *, stop: bool) -> Json:
+        channel, ts = str(args.get("channel", "")), str(args.get("ts", ""))
+        found = self._find(channel, ts)
+        if found is None:
+            return {"ok": False, "error": "message_not_found"}
+        if (channel, ts) not in self._open_streams:
+            return {"ok": False, "error": "message_not_in_streaming_state"}
+        text = stream_text(args)
+        if text is None:
+            return {"ok": False, "error": "msg_too_long"}
+        if not stop and not text:
+            return {"ok": False, "error": "invalid_arguments"}  # markdown_text (or chunks) required
+        found["text"] += text
+        if stop:
+            self._open_streams.discard((channel, ts))
+        self.streamed.append(UpdatedMessage(channel, ts, found["text"]))
+        return {"ok": True, "channel": channel, "ts": ts}
+
+    def end_streams(self) -> None:
+        """Slack ends every open stream (as it does about 5 minutes after one started)."""
+        self._open_streams.clear()
+
+    def bot_messages(self, channel: str) -> list[Json]:
+        """The bot's messages in a conversation as they read now (threads included), oldest first."""
+        return [m for m in self.history.get(channel, []) if m.get("user") == self.bot_user_id]
+
+    def _assistant_threads_setStatus(self, args: Json) -> Json:
+        channel = str(args.get("channel_id", ""))
+        if not channel.startswith("D") or self._find(channel, str(args.get("thread_ts", ""))) is None:
+            return {"ok": False, "error": "channel_not_found"}
+        if "status" not in args:
+            return {"ok": False, "error": "invalid_arguments"}
+        return {"ok": True}
+
     def _chat_update(self, args: Json) -> Json:
         channel, ts, text = str(args.get("channel", "")), str(args.get("ts", "")), args.get("text")
         found = self._find(channel, ts)
         if found is None:
             return {"ok": False, "error": "message_not_found"}
-        if found.get("user") != self.bot_user_id:
+        if found.get("user") != self.bot_user_id or (channel, ts) in self._open_streams:
             return {"ok": False, "error": "cant_update_message"}
         if not isinstance(text, str) or not text.strip():
             return {"ok": False, "error": "no_text"}

@@ -24,16 +24,24 @@ METHOD_SCOPES: dict[str, str | None] = {
     "conversations.history": "history",
     "conversations.replies": "history",
     "users.info": "users:read",
+    "chat.startStream": "chat:write",
+    "chat.appendStream": "chat:write",
+    "chat.stopStream": "chat:write",
+    "assistant.threads.setStatus": "assistant:write",
 }
 # Slack's rate tiers per method (calls a minute, per workspace); chat.postMessage is "special":
 # about one message a second per channel.
 TIERS: dict[str, int] = {
     "auth.test": 4, "chat.update": 3, "chat.delete": 3, "conversations.history": 3,
     "conversations.replies": 3, "users.info": 4, "apps.connections.open": 1,
+    # The stream methods' tiers are not published; taken as chat.update's.
+    "chat.startStream": 3, "chat.appendStream": 3, "chat.stopStream": 3,
+    "assistant.threads.setStatus": 3,
 }
 TIER_PER_MINUTE = {1: 1, 2: 20, 3: 50, 4: 100}
 # Slack refuses a text longer than this (msg_too_long); it truncates display after 4 000.
 MAX_TEXT = 40_000
+MAX_STREAM_TEXT = 12_000  # markdown_text per stream call
 
 
 def user(user_id: str, name: str, real_name: str | None = None, *, is_bot: bool = False) -> Json:
@@ -44,6 +52,16 @@ def user(user_id: str, name: str, real_name: str | None = None, *, is_bot: bool 
         "is_bot": is_bot, "is_app_user": False,
         "profile": {"real_name": shown, "display_name": name, "display_name_normalized": name},
     }
+
+
+def stream_text(args: Json) -> str | None:
+    """The Markdown a stream call adds: `markdown_text` and any markdown_text chunks; None past
+    Slack's 12 000 characters a call."""
+    text = str(args.get("markdown_text") or "")
+    for chunk in args.get("chunks") or ():
+        if isinstance(chunk, dict) and chunk.get("type") == "markdown_text":
+            text += str(chunk.get("text") or "")
+    return None if len(text) > MAX_STREAM_TEXT else text
 
 
 def history_scope(channel: str) -> str:

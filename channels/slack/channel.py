@@ -44,8 +44,9 @@ from bot.config import SlackConfig
 from bot.core.errors import ChannelNotStartedError, DeliveryError, describe
 from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.core.misconfiguration import report, token_refused
+from bot.delivery.preview import PreviewStream
 from bot.intake.access import RefusalNotices, refused_dm_reply
-from bot.intake.channel import ChunkSent, Intake
+from bot.intake.channel import ChunkSent, Intake, PreviewPosted, ReplyPreview
 from channels.slack.catch_up import CatchUp
 from channels.slack.mrkdwn import slack_chunks
 from channels.slack.normalise import (
@@ -56,6 +57,7 @@ from channels.slack.normalise import (
     read_event,
     to_inbound,
 )
+from channels.slack.preview import Askers, SlackPreview, Streams, Target, edit_into, set_status
 
 log = structlog.get_logger("switchboard.slack")
 
@@ -125,6 +127,8 @@ class SlackChannel:
         # One message at a time per conversation, in arrival order: nothing newer is stored first.
         self._order: dict[str, asyncio.Lock] = {}
         self._names: dict[str, str] = {}
+        self._askers = Askers()  # who wrote the messages being answered: a stream outside a DM needs it
+        self._streams = Streams()
         self._notices = RefusalNotices()
         self._stopped = asyncio.Event()
         self._in_flight = 0
@@ -261,6 +265,9 @@ class SlackChannel:
             return
         names = {user: await self._name_of(user) for user in mentioned_users(msg.text)}
         names[self._bot_user_id] = self._bot_name
+        self._askers[(msg.channel, msg.ts)] = msg.user
+        if msg.direct:
+            self._askers[(msg.channel, "")] = msg.user  # a DM's replies name no message they answer
         inbound = to_inbound(msg, agent_id=self._agent_id, bot_user_id=self._bot_user_id,
                              config=self._config, sender_name=await self._name_of(msg.user),
                              names=names, provider=self.provider)
@@ -309,18 +316,27 @@ class SlackChannel:
 
     # -- sending ----------------------------------------------------------------------------------
 
-    async def send(self, message: OutboundMessage, on_chunk: ChunkSent | None = None) -> list[str]:
+    def _connected(self) -> AsyncWebClient:
         client = self._client
         if client is None or not self._bot_user_id:
             raise DeliveryError("Slack is not connected")
+        return client
+
+    async def send(self, message: OutboundMessage, on_chunk: ChunkSent | None = None) -> list[str]:
+        client = self._connected()
+        channel = message.chat.chat_id
         sent: list[str] = []
         for index, chunk in enumerate(slack_chunks(message.text)):
             if index < message.skip_chunks:
                 continue
             try:
-                posted = await client.chat_postMessage(
-                    channel=message.chat.chat_id, text=chunk, thread_ts=message.chat.thread_id,
-                    unfurl_links=False, unfurl_media=False)
+                preview_id = message.preview_id if index == 0 else None
+                if preview_id is not None and await edit_into(client, channel, preview_id, chunk):
+                    ts = preview_id  # the preview message is the first chunk
+                else:
+                    ts = str((await client.chat_postMessage(
+                        channel=channel, text=chunk, thread_ts=message.chat.thread_id,
+                        unfurl_links=False, unfurl_media=False))["ts"])
             except SlackApiError as exc:
                 error = str(exc.response.get("error", "")) or f"HTTP {exc.response.status_code}"
                 raise DeliveryError(f"Slack refused the message: {error}", sent_ids=sent,
@@ -328,13 +344,29 @@ class SlackChannel:
             except _NETWORK_ERRORS as exc:
                 # Not retried here: the message may have been posted; the outbox decides.
                 raise DeliveryError(f"Slack send failed: {describe(exc)}", sent_ids=sent) from exc
-            ts = str(posted["ts"])
             sent.append(ts)
             if on_chunk is not None:
                 await on_chunk(index, ts)
         return sent
 
+    def preview(self, chat: ChatRef, reply_to_id: str | None, *, resume_id: str | None = None,
+                on_posted: PreviewPosted | None = None) -> ReplyPreview | None:
+        """A stream in a thread where Slack offers one, else one message edited in place; None with
+        streaming off."""
+        if self._config.streaming == "off":
+            return None
+        asker = self._askers.get((chat.chat_id, reply_to_id or "")) or self._askers.get((chat.chat_id, ""))
+        target = Target(chat.chat_id, chat.thread_id, recipient=asker, team=self._auth_team())
+        surface = SlackPreview(self._connected, target, self._streams, resume_id)
+        return PreviewStream(surface, name=f"preview {chat.chat_id}", on_posted=on_posted)
+
+    def _auth_team(self) -> str | None:
+        return self._auth.team_id if self._auth is not None else None
+
     @asynccontextmanager
     async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
-        # A bot token has no typing indicator on Slack; assistant threads' status comes later.
+        """A bot has no typing indicator on Slack; in a DM's thread (an assistant thread, where the
+        app has `assistant:write`) the thread's status says the app is thinking until it answers."""
+        if chat.thread_id is not None and chat.chat_id.startswith("D") and self._streams.status:
+            await set_status(self._connected(), chat.chat_id, chat.thread_id, self._streams)
         yield
