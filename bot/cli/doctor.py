@@ -4,7 +4,8 @@ to do about a failure.
 The config first (a file that does not load ends it: exit 2); then the running daemon's own view
 when one answers on the control socket (its channels' states and last errors, its MCP servers);
 then, all at once with a timeout each, the database, each provider's key and models, each bot's
-token, MCP servers the daemon does not run, the semantic weights, the systemd unit and the clock.
+token, MCP servers the daemon does not run, the browser console (`[web]`, when enabled), the
+semantic weights, the systemd unit and the clock.
 Exit 0 when nothing failed, 1 when a check failed, 2 for the config. No secret is ever printed:
 each line is scrubbed of the values of every variable the config names for a secret.
 """
@@ -132,6 +133,7 @@ def checks(config: Config, daemon: dict[str, Any] | None, timeout: float) -> lis
     from bot.cli.doctor_host import check_clock, check_database, check_mcp, check_semantic, check_service
     from bot.cli.doctor_models import check_provider, model_uses
     from bot.cli.doctor_platforms import check_discord, check_matrix, check_telegram
+    from bot.cli.doctor_web import web_checks
     from bot.config import DiscordConfig, MatrixConfig, TelegramConfig
 
     running = daemon is not None
@@ -159,6 +161,7 @@ def checks(config: Config, daemon: dict[str, Any] | None, timeout: float) -> lis
             limit = timeout * MCP_TIMEOUT_FACTOR
             # The server gets the limit; the check a little more, to stop it cleanly after.
             found.append(Check(f"mcp {server.name}", partial(check_mcp, config, server, limit), limit + 10))
+    found += [Check(label, run, timeout) for label, run in web_checks(config, daemon)]
     found.append(Check("semantic recall", partial(_now, check_semantic, config), timeout))
     found.append(Check("service", check_service, timeout))
     found.append(Check("clock", partial(check_clock, _clock_url(config), timeout), timeout + 1))
