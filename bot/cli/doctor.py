@@ -132,9 +132,9 @@ def checks(config: Config, daemon: dict[str, Any] | None, timeout: float) -> lis
     """Every check of this config, in the order their lines are printed."""
     from bot.cli.doctor_host import check_clock, check_database, check_mcp, check_semantic, check_service
     from bot.cli.doctor_models import check_provider, model_uses
-    from bot.cli.doctor_platforms import check_discord, check_matrix, check_telegram
+    from bot.cli.doctor_platforms import check_discord, check_matrix, check_slack, check_telegram
     from bot.cli.doctor_web import web_checks
-    from bot.config import DiscordConfig, MatrixConfig, TelegramConfig
+    from bot.config import DiscordConfig, MatrixConfig, SlackConfig, TelegramConfig
 
     running = daemon is not None
     found = [Check("database", partial(check_database, config, daemon_running=running), timeout * 3)]
@@ -146,8 +146,10 @@ def checks(config: Config, daemon: dict[str, Any] | None, timeout: float) -> lis
             continue
         if isinstance(section, TelegramConfig):
             found.append(Check(name, partial(check_telegram, name, section, daemon_running=running), timeout))
-        elif isinstance(section, DiscordConfig):  # Slack's check comes with issue 36's later parts
+        elif isinstance(section, DiscordConfig):
             found.append(Check(name, partial(check_discord, name, section), timeout))
+        elif isinstance(section, SlackConfig):
+            found.append(Check(name, partial(check_slack, name, section), timeout))
         elif isinstance(section, MatrixConfig):
             found.append(Check(name, partial(check_matrix, name, section), timeout))
     reported = {server["name"]: server for server in (daemon or {}).get("mcp_servers", [])}

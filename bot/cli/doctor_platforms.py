@@ -1,7 +1,8 @@
 """`doctor`'s platform checks: each Telegram bot's token (getMe) and, in webhook mode, the webhook
 Telegram has on record; each Discord bot's token (a REST login, no gateway session) and the
-privileged intents its application has enabled; each Matrix account's homeserver
-(`/_matrix/client/versions`) and token (`/account/whoami`, the user it belongs to).
+privileged intents its application has enabled; each Slack app's bot token (auth.test) with the
+scopes the channel needs, and its app-level token (apps.connections.open); each Matrix account's
+homeserver (`/_matrix/client/versions`) and token (`/account/whoami`, the user it belongs to).
 
 The platform libraries are imported inside the checks, only for a channel that is enabled.
 """
@@ -20,7 +21,7 @@ from bot.core.errors import describe
 if TYPE_CHECKING:
     from telegram import WebhookInfo
 
-    from bot.config import DiscordConfig, MatrixConfig, TelegramConfig
+    from bot.config import DiscordConfig, MatrixConfig, SlackConfig, TelegramConfig
 
 # A webhook delivery that failed longer ago than this is history, not a problem now.
 RECENT_WEBHOOK_ERROR = 3600.0
@@ -175,3 +176,56 @@ async def check_matrix(name: str, section: MatrixConfig) -> Finding:
         return failed(name, f"{serves}; the token in {env} is {who.user_id}'s, not {section.user_id}'s",
                       f"export {section.user_id}'s access token in {env}, or correct {key}.user_id")
     return passed(name, f"{serves}; the token is {who.user_id}'s (whoami)")
+
+
+async def check_slack(name: str, section: SlackConfig) -> Finding:
+    """auth.test with the bot token and the scopes Slack says it carries (`x-oauth-scopes`), then
+    apps.connections.open with the app-level token (auth.test does not take one)."""
+    import aiohttp
+    from slack_sdk.errors import SlackApiError
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from channels.slack.scopes import NEEDED, OPTIONAL, granted
+
+    key = channel_key(name)
+    bot_env, app_env = section.bot_token_env, section.app_token_env
+    bot_token, app_token = os.environ.get(bot_env, "").strip(), os.environ.get(app_env, "").strip()
+    for env, token, kind in ((bot_env, bot_token, "bot token (xoxb-…)"),
+                             (app_env, app_token, "app-level token (xapp-…)")):
+        if not token:
+            return failed(name, f"environment variable {env} is not set",
+                          f"export the app's {kind} in {env}, or set {key}.enabled = false")
+    async with aiohttp.ClientSession() as session:
+        client = AsyncWebClient(token=bot_token, base_url=section.base_url, session=session)
+        which = "bot token"
+        try:
+            auth = await client.auth_test()
+            which = "app-level token"
+            await client.apps_connections_open(app_token=app_token)
+        except SlackApiError as exc:
+            error = exc.response.get("error") or f"HTTP {exc.response.status_code}"
+            env = bot_env if which == "bot token" else app_env
+            step = "auth.test" if which == "bot token" else "apps.connections.open"
+            return failed(name, f"Slack refused the {which} in {env} ({step}: {error})",
+                          f"api.slack.com/apps → the app → {_SLACK_TOKEN_PAGE[which]}; export it in {env}")
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            return failed(name, f"cannot reach {section.base_url} ({describe(exc)})",
+                          f"check the network, a proxy, or {key}.base_url")
+    headers = {k.lower(): v for k, v in (auth.headers or {}).items()}
+    scopes = granted(headers.get("x-oauth-scopes"))
+    who = f"@{auth.get('user')} in {auth.get('team')}"
+    missing = sorted(NEEDED - scopes)
+    if missing:
+        return failed(name, f"{who} answers (auth.test), but its bot token lacks {', '.join(missing)}",
+                      "api.slack.com/apps → the app → OAuth & Permissions: add those bot scopes (the "
+                      "manifest in docs/channels.md has them all) and reinstall the app")
+    extra = sorted(OPTIONAL - scopes)
+    note = f"; without {', '.join(extra)} (optional)" if extra else ""
+    return passed(name, f"{who} answers (auth.test) with the scopes it needs{note}; the app-level token "
+                        "opens Socket Mode (apps.connections.open)")
+
+
+_SLACK_TOKEN_PAGE = {
+    "bot token": "OAuth & Permissions → Bot User OAuth Token (reinstall the app if it was revoked)",
+    "app-level token": "Basic Information → App-Level Tokens (one with connections:write)",
+}

@@ -192,7 +192,9 @@ class SlackStandIn(SocketMode):
     def _answer(self, method: str, args: Json, kind: str | None, body: Json) -> web.Response:
         error = None if body.get("ok") else body.get("error")
         self.calls.append(RecordedCall(method, args, kind, 200, error))
-        return web.json_response(body)
+        # As Slack does on every answer to a valid bot token: the scopes it carries.
+        scopes = {"x-oauth-scopes": ",".join(sorted(self.scopes))} if kind == "bot" else {}
+        return web.json_response(body, headers=scopes)
 
     def _token_kind(self, request: web.Request, args: Json) -> str | None:
         header = request.headers.get("Authorization", "")
