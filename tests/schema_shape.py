@@ -36,7 +36,9 @@ async def sqlite_shape(store: Store) -> Shape:
     shape: Shape = {part: set() for part in ("tables", "columns", "indexes", "constraints", "triggers")}
     for table in tables:
         shape["tables"].add((table,))
-        info = await rows(store, "SELECT name, type, \"notnull\", pk FROM pragma_table_info(?)", (table,))
+        # table_xinfo: generated columns too (hidden 2 and 3), as PostgreSQL's catalog lists them.
+        info = await rows(store, "SELECT name, type, \"notnull\", pk FROM pragma_table_xinfo(?) "
+                                 "WHERE hidden != 1", (table,))
         for name, declared, notnull, pk in info:
             shape["columns"].add((table, name, bool(notnull or pk), family(declared)))
         keys = sorted((pk, name) for name, _, _, pk in info if pk)

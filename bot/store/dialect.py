@@ -38,10 +38,6 @@ class Dialect:
     vectors: str
     # The whole part of the positive SQL number `{number}`, as an integer (`usage`: a call's day).
     whole: str
-    # The second and the third `:`-separated part of the SQL text `{text}`, which holds at least
-    # one and two `:` (`usage`: a session key's agent and provider).
-    second_part: str
-    third_part: str
 
     def held(self, session_column: str) -> str:
         """SQL true while the session in `session_column` has a lease unexpired at the time given
@@ -76,16 +72,6 @@ SQLITE = Dialect(
     ),
     # CAST truncates, which for a positive number is its floor.
     whole="CAST({number} AS INTEGER)",
-    # No split function: what follows the first `:` (and the second), up to the next `:`; the
-    # session keys' `agent:<id>:<provider>:...` found the short way.
-    second_part=("CASE WHEN substr({text}, 1, 6) = 'agent:' THEN substr({text}, 7, instr(substr({text}, 7) "
-                 "|| ':', ':') - 1) ELSE substr(substr({text}, instr({text}, ':') + 1), 1, "
-                 "instr(substr({text}, instr({text}, ':') + 1) || ':', ':') - 1) END"),
-    third_part=("CASE WHEN substr({text}, 1, 6) = 'agent:' THEN substr({text}, 7 + instr(substr({text}, 7), "
-                "':'), instr(substr({text}, 7 + instr(substr({text}, 7), ':')) || ':', ':') - 1) ELSE "
-                "substr(substr({text}, instr({text}, ':') + instr(substr({text}, instr({text}, ':') + 1), "
-                "':') + 1), 1, instr(substr({text}, instr({text}, ':') + instr(substr({text}, "
-                "instr({text}, ':') + 1), ':') + 1) || ':', ':') - 1) END"),
 )
 
 POSTGRES = Dialect(
@@ -116,6 +102,4 @@ POSTGRES = Dialect(
     ),
     # A cast to an integer rounds: floor first.
     whole="CAST(floor({number}) AS BIGINT)",
-    second_part="split_part({text}, ':', 2)",
-    third_part="split_part({text}, ':', 3)",
 )

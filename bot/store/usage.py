@@ -14,17 +14,17 @@ from bot.store.database import Database
 EPOCH = date(1970, 1, 1)
 DAY = 86_400
 # A call's group by each name a sum can take (`usage_summed`): the columns it adds to `calls` (name,
-# SQL; {agent} and {provider} are the dialect's parts of the session key) and the SQL of the group
-# from them. The names and groups are `switchboard usage --by`'s.
+# SQL) and the SQL of the group from them. `agent` and `provider` are the session key's parts,
+# generated columns of `model_usage` (migration 25), NULL where the key has none. The names and
+# groups are `switchboard usage --by`'s.
 _KEYS: dict[str, tuple[tuple[tuple[str, str], ...], str]] = {
     "day": ((("k_day", "{day}"),), "k_day"),
     "model": ((), "model"),
-    "agent": ((("k_agent", "CASE WHEN substr(session_key, 1, 6) = 'agent:' THEN {agent} ELSE '?' END"),),
-              "k_agent"),
+    "agent": ((("k_agent", "COALESCE(agent, '?')"),), "k_agent"),
     # A user across platforms (`telegram:42`), grouped by its two parts before they are joined.
     "user": ((("k_user", "COALESCE(user_id, '')"),
               ("k_provider", "CASE WHEN user_id IS NULL OR user_id = '' THEN '' "
-                             "WHEN session_key LIKE '%:%:%' THEN {provider} ELSE '?' END")),
+                             "ELSE COALESCE(provider, '?') END")),
              "CASE WHEN k_user = '' THEN '-' ELSE k_provider || ':' || k_user END"),
     "session": ((("k_session", "session_key"),), "k_session"),
     "kind": ((("k_kind", "kind"),), "k_kind"),
@@ -153,16 +153,16 @@ class Usage(Database):
     ) -> list[UsageSum]:
         """The calls recorded at or after `since` (of one session, or all) summed per group of each
         name in `by` (of `USAGE_KEYS`) and per model, in one statement: each call's groups worked
-        out once (`calls`), the names of a few groups summed together first (`few`), each name's
-        rows from there. Each name's rows hold every call once, so any one name's sum to the total.
-        Days are the zone's, as YYYY-MM-DD."""
+        out once (`calls`, read from the index `model_usage_sums` alone but for `session`), the
+        names of a few groups summed together first (`few`), each name's rows from there. Each
+        name's rows hold every call once, so any one name's sum to the total. Days are the zone's,
+        as YYYY-MM-DD."""
         names = list(dict.fromkeys(by))
         unknown = set(names) - set(_KEYS)
         if unknown or not names:
             raise ValueError(f"usage is summed by {', '.join(USAGE_KEYS)}, not {sorted(unknown)}")
         params: list[object] = []
-        parts = {"agent": self.dialect.second_part.format(text="session_key"),
-                 "provider": self.dialect.third_part.format(text="session_key"), "day": ""}
+        parts = {"day": ""}
         if "day" in names:
             changes = offset_changes(zone, since, max(since, time.time()) + 2 * DAY)
             parts["day"], shifts = local_day(changes, self.dialect.whole)
