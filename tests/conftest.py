@@ -66,12 +66,28 @@ def _no_real_network(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _logging_kept() -> Iterator[None]:
+    """The CLI (doctor, run, history, ...) configures logging for its whole process; a test that runs
+    it in-process would otherwise leave the next test on this worker logging somewhere else."""
+    saved_structlog = structlog.get_config()
+    root = logging.getLogger()
+    saved_handlers, saved_level = list(root.handlers), root.level
+    yield
+    structlog.configure(**saved_structlog)
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in saved_handlers:
+        root.addHandler(handler)
+    root.setLevel(saved_level)
+
+
+@pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No credentials or state paths leak in from the developer's environment."""
     import os
 
     for name in list(os.environ):
-        if name.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_")):
+        if name.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "SLACK_", "MATRIX_")):
             monkeypatch.delenv(name)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("PTB_TIMEDELTA", "1")
@@ -216,16 +232,7 @@ def discord_config(
 
 
 @pytest.fixture
-def log_stream() -> Iterator[io.StringIO]:
-    """A stream for the real logging chain (as `switchboard run` configures it); the logging setup
-    of the test run comes back after."""
-    saved_structlog = structlog.get_config()
-    root = logging.getLogger()
-    saved_handlers, saved_level = list(root.handlers), root.level
-    yield io.StringIO()
-    structlog.configure(**saved_structlog)
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    for handler in saved_handlers:
-        root.addHandler(handler)
-    root.setLevel(saved_level)
+def log_stream() -> io.StringIO:
+    """A stream for the real logging chain (as `switchboard run` configures it); `_logging_kept`
+    puts the test run's own setup back after."""
+    return io.StringIO()

@@ -6,15 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 import telegram
 
 from bot.cli.doctor_host import check_database, service_finding
@@ -58,18 +56,6 @@ def toml(data: dict[str, Any], prefix: str = "") -> str:
             for item in sub:
                 lines += [f"[[{name}]]", toml(item, name)]
     return "\n".join(lines) + "\n"
-
-
-@pytest.fixture(autouse=True)
-def keep_logging() -> Iterator[None]:
-    """The CLI configures logging for its process; put ours back after running it in-process."""
-    saved = structlog.get_config()
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    structlog.configure(**saved)
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 @pytest.fixture
