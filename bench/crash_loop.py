@@ -19,7 +19,8 @@ signal at a random moment 0-`max-uptime` s after the daemon reached the platform
 getUpdates, or its gateway IDENTIFY), then keeps it down `downtime` s. Discord first has a warm-up
 (each user's first DM, with the daemon up): a bot cannot list its DM channels, so a DM channel the
 daemon never saw can never be caught up, on Discord as here. After the last cycle the daemon runs
-once more until every message is answered or no reply came for `quiet` s, and stops by SIGTERM.
+once more until every message is answered or no reply came for `quiet` s (counted from its first
+reply, which may take a while under load: the start and the SDK's import), and stops by SIGTERM.
 Then the bench counts from outside: markers pushed, stored (user rows in the SQLite file), answered
 (markers in what the platform received from the bot), replies stored and never delivered, requests
 left awaiting a reply, and PRAGMA integrity_check. Prints figures; never fails on them. About 7
@@ -186,6 +187,9 @@ class Plan:
     kill_from: str = "contact"  # the signal's moment counts from "contact" with the platform or "spawn"
     downtime: float = 0.5
     quiet: float = 5.0  # the settle run ends when no reply came for this long (or all are answered)
+    # ... counted from its first reply: until then (the start, the SDK's import: seconds under load)
+    # it waits this long
+    first_reply: float = 60.0
     settle_max: float = 120.0
     grace: float = 5.0  # [router] shutdown_grace
 
@@ -484,8 +488,9 @@ class Driver:
 
     async def _until_quiet(self, proc: asyncio.subprocess.Process, cycle: Cycle, spawned: float,
                            contacts: int) -> str:
-        started = last_change = time.monotonic()
-        seen = -1
+        started = time.monotonic()
+        seen = len(self.platform.sent_texts())
+        last_change: float | None = None  # this run's last reply
         while True:
             sent = len(self.platform.sent_texts())
             now = time.monotonic()
@@ -493,7 +498,9 @@ class Driver:
                 seen, last_change = sent, now
             if set(self.pushed) <= self.answered():
                 return "every message answered"
-            if now - last_change > self.plan.quiet:
+            if last_change is None and now - started > self.plan.first_reply:
+                return f"no reply within {self.plan.first_reply:g} s"
+            if last_change is not None and now - last_change > self.plan.quiet:
                 return f"no reply for {self.plan.quiet:g} s"
             if now - started > self.plan.settle_max:
                 return f"still replying after {self.plan.settle_max:g} s"
