@@ -175,3 +175,32 @@ def test_bindings_name_matrix_rooms_and_people(make_config: Any) -> None:
     assert routing.agent_for("matrix", (ROOM, None, ROOM), EVE) == "tea"
     assert routing.agent_for("matrix", (ADA, None, "!other:example.org"), ADA) == "ada"
     assert routing.agent_for("matrix", ("!other:example.org", None, "!other:example.org"), EVE) == "main"
+
+
+def test_a_file_message_carries_its_mxc_url_and_a_caption_only_beside_a_filename() -> None:
+    """`m.image` with `filename`: its body is a caption; without, the body is only the file's name
+    (no text); a voice message (MSC3245) is a voice note, its duration in seconds; an encrypted
+    file (`file`, no `url`) or another msgtype is no file."""
+    info = {"mimetype": "image/PNG", "size": 2048, "w": 800, "h": 600}
+    captioned = read_event(event("what is this?", msgtype="m.image", url="mxc://hs/abc",
+                                 filename="fridge.png", info=info), ROOM, direct=True)
+    assert captioned is not None and captioned.file is not None
+    assert captioned.body == "what is this?"
+    assert (captioned.file.kind, captioned.file.url, captioned.file.name, captioned.file.mime,
+            captioned.file.size, captioned.file.width) == ("photo", "mxc://hs/abc", "fridge.png",
+                                                          "image/png", 2048, 800)
+    bare = read_event(event("notes.txt", msgtype="m.file", url="mxc://hs/n"), ROOM, direct=True)
+    assert bare is not None and bare.file is not None
+    assert (bare.body, bare.file.kind, bare.file.name) == ("", "document", "notes.txt")
+    voice = read_event(event("Voice message", msgtype="m.audio", url="mxc://hs/v",
+                             info={"duration": 42_300}, **{"org.matrix.msc3245.voice": {}}),
+                       ROOM, direct=True)
+    assert voice is not None and voice.file is not None
+    assert (voice.file.kind, voice.file.duration) == ("voice", 42)
+    assert read_event(event("secret.png", msgtype="m.image", file={"url": "mxc://hs/e"}), ROOM,
+                      direct=True) is None
+    assert read_event(event("here", msgtype="m.location", geo_uri="geo:0,0"), ROOM, direct=True) is None
+    config = MatrixConfig(allow_from=[ADA])
+    inbound = to_inbound(bare, agent_id="main", bot_user_id=BOT, display_name="bot", config=config,
+                         sender_name="ada")
+    assert inbound is not None and inbound.text == "" and inbound.starts_turn

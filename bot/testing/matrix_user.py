@@ -2,8 +2,9 @@
 the library the channel uses, so a test sees what any Matrix client would.
 
 `async with MatrixUser(server.base_url, server.register("alice")) as alice:` then create rooms,
-invite, send (threads, mentions, a chosen transaction id), and wait for what arrives: `wait_for`
-long-polls `/sync` and returns as soon as the condition holds, never sleeping on a clock.
+invite, send (threads, mentions, a chosen transaction id), upload and send files, and wait for
+what arrives: `wait_for` long-polls `/sync` and returns as soon as the condition holds, never
+sleeping on a clock.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class MatrixUser:
                                        headers={"Authorization": f"Bearer {account.access_token}"},
                                        timeout=httpx.Timeout(POLL_MS / 1000 + 30))
         self._since: str | None = None
+        self._media = f"{base_url}/_matrix/media/v3"
 
     async def __aenter__(self) -> MatrixUser:
         return self
@@ -79,6 +81,26 @@ class MatrixUser:
         txn = quote(txn_id or uuid.uuid4().hex, safe="")
         sent = await self.call("PUT", f"/rooms/{quote(room_id)}/send/{kind}/{txn}", content)
         return str(sent["event_id"])
+
+    async def upload(self, data: bytes, mime: str, name: str) -> str:
+        """A file put in the media repository (`/_matrix/media/v3/upload`); its `mxc://` URI."""
+        answer = await self._http.post(f"{self._media}/upload", content=data, params={"filename": name},
+                                       headers={"Content-Type": mime})
+        if answer.status_code >= 300:
+            raise RuntimeError(f"upload: HTTP {answer.status_code} {answer.text[:300]}")
+        return str(answer.json()["content_uri"])
+
+    async def send_file(self, room_id: str, data: bytes, mime: str, name: str, *, msgtype: str = "m.image",
+                        caption: str | None = None, info: dict[str, Any] | None = None) -> str:
+        """Upload a file and post it (`m.image`, `m.file`, …) with its size and type, a `caption`
+        as its body beside its `filename` (Matrix 1.10); its event id."""
+        content: dict[str, Any] = {
+            "msgtype": msgtype, "url": await self.upload(data, mime, name), "body": caption or name,
+            "info": {"mimetype": mime, "size": len(data), **(info or {})},
+        }
+        if caption is not None:
+            content["filename"] = name
+        return await self.send_content(room_id, content)
 
     async def events(self, room_id: str, limit: int = 100) -> list[dict[str, Any]]:
         """The room's latest events, oldest first (`/messages` backwards)."""

@@ -1,6 +1,6 @@
 """Matrix: a bot account on a homeserver through mautrix-python's client API, run inside the
 daemon's event loop; normalising and gating is `channels.matrix.normalise`, rendering replies
-`channels.matrix.format`.
+`channels.matrix.format`, taking in pictures and files `channels.matrix.media`.
 
 Nothing lost: `/sync` is long-polled by hand, and its `next_batch` token is kept (through the
 intake's `CursorKeeper`, in the store) only once every event it moved past was stored or
@@ -33,7 +33,7 @@ import structlog
 from mautrix.api import HTTPAPI, Method, Path
 from mautrix.client import ClientAPI
 from mautrix.errors import MatrixInvalidToken, MatrixRequestError, MForbidden, MNotFound
-from mautrix.types import EventID, EventType, Membership, RoomID, UserID
+from mautrix.types import EventID, EventType, RoomID, UserID
 
 from bot.config import MatrixConfig
 from bot.core.errors import ChannelNotStartedError, DeliveryError, describe
@@ -44,9 +44,11 @@ from bot.intake.access import RefusalNotices, refused_dm_reply
 from bot.intake.channel import ChunkSent, Intake, PreviewPosted, ReplyPreview
 from bot.intake.cursor import CursorKeeper
 from channels.matrix.format import chunk_event, matrix_chunks
+from channels.matrix.media import with_media
 from channels.matrix.normalise import PLATFORM, MatrixMessage, admit, admit_invite, read_event, to_inbound
 from channels.matrix.preview import MatrixPreview
 from channels.matrix.rate_limit import honour_rate_limits
+from channels.matrix.rooms import RoomDirectory
 from channels.matrix.sync import TIMELINE_LIMIT, missed_events, sync_filter
 
 log = structlog.get_logger("switchboard.matrix")
@@ -77,8 +79,7 @@ class MatrixChannel:
         self._user_id = config.user_id or ""
         self._display_name = ""
         self._cursor: str | None = None
-        self._members: dict[str, int] = {}  # joined members per room, until a membership changes
-        self._direct_rooms: dict[str, str] = {}  # a person's direct chat with the bot, by their id
+        self._rooms = RoomDirectory()
         self._names: dict[str, str] = {}
         self._notices = RefusalNotices()
         self._stopped = asyncio.Event()
@@ -207,7 +208,7 @@ class MatrixChannel:
             events = ((joined.get("state") or {}).get("events") or []) + \
                      ((joined.get("timeline") or {}).get("events") or [])
             if any(e.get("type") == "m.room.member" for e in events if isinstance(e, dict)):
-                self._members.pop(str(room_id), None)
+                self._rooms.forget(str(room_id))
             if not history:
                 continue
             timeline = joined.get("timeline") or {}
@@ -249,29 +250,15 @@ class MatrixChannel:
             with contextlib.suppress(MForbidden, MNotFound):
                 await client.leave_room(RoomID(room_id), reason="not allowed to invite this bot")
 
-    async def _is_direct(self, room_id: str) -> bool:
-        """Whether the room holds the bot and exactly one other person, counting those invited (a
-        person invited may read the history once joined); asked once, then kept until a
-        membership in it changes."""
-        count = self._members.get(room_id)
-        if count is None and self._client is not None:
-            try:
-                members = await self._client.get_members(RoomID(room_id), not_membership=Membership.LEAVE)
-            except (MForbidden, MNotFound):  # the bot left since: the room's past events are a room's
-                members = []
-            present = (Membership.JOIN, Membership.INVITE)
-            count = sum(1 for m in members if getattr(m.content, "membership", None) in present)
-            self._members[room_id] = count
-        return count == 2
-
     async def _take(self, room_id: str, event: dict[str, Any], core: Intake) -> None:
         if event.get("sender") == self._user_id:
             return
-        msg = read_event(event, room_id, direct=await self._is_direct(room_id))
+        client = self._connected()
+        msg = read_event(event, room_id, direct=await self._rooms.is_direct(client, room_id))
         if msg is None:
             return
         if msg.direct:
-            self._direct_rooms[msg.sender] = room_id
+            self._rooms.note_direct(msg.sender, room_id)
         verdict = admit(msg, self._config, bot_user_id=self._user_id)
         if verdict == "pair":
             paired = await core.pair(self.provider, room_id, msg.sender, await self._name_of(msg.sender))
@@ -286,8 +273,12 @@ class MatrixChannel:
         inbound = to_inbound(msg, agent_id=self._agent_id, bot_user_id=self._user_id,
                              display_name=self._display_name, config=self._config,
                              sender_name=await self._name_of(msg.sender), provider=self.provider)
-        if inbound is not None:
-            await self._submit(core, inbound)
+        if inbound is None:
+            return
+        inbound, told = await with_media(msg, inbound, core, client)
+        await self._submit(core, inbound)
+        if told is not None:
+            await self._notify(msg, told)
 
     async def _submit(self, core: Intake, inbound: InboundMessage) -> None:
         await core.submit(inbound)  # raising keeps the token: the batch comes again
@@ -317,7 +308,7 @@ class MatrixChannel:
 
     async def send(self, message: OutboundMessage, on_chunk: ChunkSent | None = None) -> list[str]:
         client = self._connected()
-        room_id = await self._room_of(client, message.chat.chat_id)
+        room_id = await self._rooms.room_of(client, message.chat.chat_id)
         sent: list[str] = []
         for index, chunk in enumerate(matrix_chunks(message.text)):
             if index < message.skip_chunks:
@@ -340,24 +331,6 @@ class MatrixChannel:
             if on_chunk is not None:
                 await on_chunk(index, str(event_id))
         return sent
-
-    async def _room_of(self, client: ClientAPI, chat_id: str) -> str:
-        """The room to send to: `chat_id` itself, or for a person's id (a scheduled job's direct
-        chat) the room the bot shares with them alone."""
-        if not chat_id.startswith("@"):
-            return chat_id
-        known = self._direct_rooms.get(chat_id)
-        if known is not None:
-            return known
-        try:
-            for room in await client.get_joined_rooms():
-                if await self._is_direct(room) and UserID(chat_id) in await client.get_joined_members(room):
-                    self._direct_rooms[chat_id] = str(room)
-                    return str(room)
-        except MatrixRequestError as exc:
-            raise DeliveryError(f"Matrix did not list the bot's rooms: {exc}") from exc
-        raise DeliveryError(f"no direct chat with {chat_id} on Matrix: they must invite the bot first",
-                            permanent=True)
 
     def preview(self, chat: ChatRef, reply_to_id: str | None, *, resume_id: str | None = None,
                 on_posted: PreviewPosted | None = None) -> ReplyPreview | None:

@@ -9,7 +9,10 @@ its event id, unique on the homeserver: the store drops a second delivery of it.
 
 In rooms every message the bot sees is stored; one starts a turn when it mentions the bot (its user
 id or display name in the text, a matrix.to link to it, or the intentional mention `m.mentions`),
-or the room needs no mention. Edits (`m.replace`) and other event types are not taken yet.
+or the room needs no mention. A picture, file or audio message (`m.image`, `m.file`, `m.audio`,
+`m.video`) carries its `mxc://` URL and what its `info` says (`MatrixFile`, fetched by
+`channels.matrix.media`); its `body` is a caption only beside a `filename` of its own (Matrix 1.10),
+else the file's name. Edits (`m.replace`) and other event types are not taken yet.
 """
 
 from __future__ import annotations
@@ -28,8 +31,23 @@ PLATFORM = "matrix"  # the default account's channel name; extra accounts are "m
 
 Verdict = Literal["accept", "refuse", "ignore", "pair"]
 _TEXT_TYPES = frozenset({"m.text", "m.notice", "m.emote"})
+_FILE_KINDS = {"m.image": "photo", "m.file": "document", "m.audio": "audio", "m.video": "video"}
 # The quoted lines a reply carried before Matrix 1.13 dropped reply fallbacks.
 _REPLY_FALLBACK = re.compile(r"\A(?:> [^\n]*\n)+\n", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixFile:
+    """A picture, file, audio or video a message carries, as its `content` describes it."""
+
+    kind: str  # "photo", "document", "audio", "voice" or "video"
+    url: str  # mxc://server/media-id
+    name: str | None = None
+    mime: str | None = None
+    size: int | None = None
+    width: int | None = None
+    height: int | None = None
+    duration: int | None = None  # seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +65,7 @@ class MatrixMessage:
     mentions: tuple[str, ...] = ()  # m.mentions.user_ids
     formatted: str = ""  # org.matrix.custom.html, when the client sent it
     notice: bool = False  # m.notice: what bots send; never starts a turn
+    file: MatrixFile | None = None
 
 
 def read_event(event: dict[str, Any], room_id: str, *, direct: bool) -> MatrixMessage | None:
@@ -57,8 +76,11 @@ def read_event(event: dict[str, Any], room_id: str, *, direct: bool) -> MatrixMe
     event_id, sender, body = event.get("event_id"), event.get("sender"), content.get("body")
     if not (isinstance(event_id, str) and isinstance(sender, str) and isinstance(body, str)):
         return None
-    if content.get("msgtype") not in _TEXT_TYPES:
+    file = file_of(content, body)
+    if content.get("msgtype") not in _TEXT_TYPES and file is None:
         return None
+    if file is not None:
+        body = body if body != file.name else ""  # the name alone is no caption
     relates = content.get("m.relates_to")
     relates = relates if isinstance(relates, dict) else {}
     if relates.get("rel_type") == "m.replace":
@@ -82,6 +104,33 @@ def read_event(event: dict[str, Any], room_id: str, *, direct: bool) -> MatrixMe
         mentions=tuple(u for u in users if isinstance(u, str)) if isinstance(users, list) else (),
         formatted=formatted if isinstance(formatted, str) else "",
         notice=content.get("msgtype") == "m.notice",
+        file=file,
+    )
+
+
+def file_of(content: dict[str, Any], body: str) -> MatrixFile | None:
+    """The file of an `m.image`/`m.file`/`m.audio`/`m.video` content; None for any other, or one
+    without an `mxc://` URL (an encrypted file's is under `file`, and the bot reads no encryption)."""
+    kind, url = _FILE_KINDS.get(str(content.get("msgtype"))), content.get("url")
+    if kind is None or not isinstance(url, str) or not url.startswith("mxc://"):
+        return None
+    info = content.get("info")
+    info = info if isinstance(info, dict) else {}
+
+    def number(key: str) -> int | None:
+        value = info.get(key)
+        return int(value) if isinstance(value, int | float) and value >= 0 else None
+
+    if kind == "audio" and "org.matrix.msc3245.voice" in content:
+        kind = "voice"
+    filename = content.get("filename")
+    mime = info.get("mimetype")
+    duration = number("duration")  # milliseconds in Matrix
+    return MatrixFile(
+        kind=kind, url=url, name=filename if isinstance(filename, str) and filename else body or None,
+        mime=mime.lower() if isinstance(mime, str) else None, size=number("size"),
+        width=number("w"), height=number("h"),
+        duration=round(duration / 1000) if duration is not None else None,
     )
 
 
@@ -144,8 +193,8 @@ def to_inbound(
     msg: MatrixMessage, *, agent_id: str, bot_user_id: str, display_name: str, config: MatrixConfig,
     sender_name: str, provider: str = PLATFORM,
 ) -> InboundMessage | None:
-    """Normalise an admitted message; None when it has no text."""
-    if not msg.body.strip():
+    """Normalise an admitted message; None when it has no text and no file."""
+    if not msg.body.strip() and msg.file is None:
         return None
     key = session_key_of(msg, agent_id, provider)
     addressed = (msg.direct or mentions_bot(msg, bot_user_id, display_name)
