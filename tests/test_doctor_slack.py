@@ -15,9 +15,8 @@ from channels.slack.scopes import NEEDED, OPTIONAL
 from tests import test_doctor
 from tests.test_doctor import Write, doctor, failures, line_of
 
-# test_doctor's fixtures: the model stand-in, a database, config.toml, logging put back after the CLI.
+# test_doctor's fixtures: the model stand-in, a database, config.toml.
 api, database, write = test_doctor.api, test_doctor.database, test_doctor.write
-keep_logging = test_doctor.keep_logging
 
 
 @pytest.fixture
