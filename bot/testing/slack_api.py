@@ -24,7 +24,9 @@ from typing import TypeVar
 
 from aiohttp import web
 
+from bot.testing.slack_files import SlackFiles
 from bot.testing.slack_socket import SocketMode
+from bot.testing.slack_streams import SlackStreams
 from bot.testing.slack_values import (
     BOT_SCOPES,
     MAX_TEXT,
@@ -39,7 +41,6 @@ from bot.testing.slack_values import (
     UpdatedMessage,
     channel_type,
     history_scope,
-    stream_text,
     user,
 )
 
@@ -48,7 +49,7 @@ __all__ = ["Envelope", "PostedMessage", "RecordedCall", "SlackStandIn", "Updated
 T = TypeVar("T")
 
 
-class SlackStandIn(SocketMode):
+class SlackStandIn(SocketMode, SlackFiles, SlackStreams):
     """`async with SlackStandIn() as slack:` serves the Web API at `slack.base_url` and Socket Mode."""
 
     def __init__(
@@ -57,7 +58,8 @@ class SlackStandIn(SocketMode):
         scopes: frozenset[str] = BOT_SCOPES, ack_timeout: float = 3.0, max_retries: int = 3,
         enforce_tiers: bool = False, streams_offered: bool = True,
     ) -> None:
-        super().__init__(ack_timeout=ack_timeout, max_retries=max_retries)
+        SocketMode.__init__(self, ack_timeout=ack_timeout, max_retries=max_retries)
+        SlackFiles.__init__(self)
         self.bot_token, self.app_token = bot_token, app_token
         self.team_id, self.bot_user_id, self.bot_id, self.app_id = team_id, bot_user_id, bot_id, app_id
         self.scopes = scopes
@@ -68,8 +70,7 @@ class SlackStandIn(SocketMode):
         self.updated: list[UpdatedMessage] = []
         # chat.startStream and its kin answer (else unknown_method, as where a workspace has none).
         self.streams_offered = streams_offered
-        self.streamed: list[UpdatedMessage] = []  # a stream's text after each start, append and stop
-        self._open_streams: set[tuple[str, str]] = set()  # (channel, ts) of streams not stopped
+        SlackStreams.__init__(self)
         self.users: dict[str, Json] = {bot_user_id: user(bot_user_id, "switchboard", is_bot=True)}
         self.history: dict[str, list[Json]] = {}  # channel -> messages, oldest first
         self._ts = Timestamps()
@@ -82,6 +83,7 @@ class SlackStandIn(SocketMode):
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/link/", self._link)
+        app.router.add_get("/files-pri/{ref}/{name}", self._file_download)
         self._runner = web.AppRunner(app, shutdown_timeout=0.1, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", 0).start()
@@ -269,66 +271,9 @@ class SlackStandIn(SocketMode):
         self.dispatch({**message, "channel": channel, "event_ts": ts, "channel_type": channel_type(channel)})
         return {"ok": True, "channel": channel, "ts": ts, "message": message}
 
-    def _chat_startStream(self, args: Json) -> Json:
-        channel, thread_ts = str(args.get("channel", "")), str(args.get("thread_ts", ""))
-        if channel not in self.history:
-            return {"ok": False, "error": "channel_not_found"}
-        if self._find(channel, thread_ts) is None:
-            return {"ok": False, "error": "thread_not_found"}
-        # A stream answers someone: Slack wants them named (in practice in DMs too).
-        if not args.get("recipient_user_id") or not args.get("recipient_team_id"):
-            return {"ok": False, "error": "invalid_arguments"}
-        text = stream_text(args)
-        if text is None:
-            return {"ok": False, "error": "msg_too_long"}
-        ts = self._ts.next(channel)
-        message: Json = {"type": "message", "user": self.bot_user_id, "bot_id": self.bot_id,
-                         "app_id": self.app_id, "text": text, "ts": ts, "team": self.team_id,
-                         "thread_ts": thread_ts}
-        self.history[channel].append(message)
-        self._open_streams.add((channel, ts))
-        self.streamed.append(UpdatedMessage(channel, ts, text))
-        return {"ok": True, "channel": channel, "ts": ts}
-
-    def _chat_appendStream(self, args: Json) -> Json:
-        return self._grow_stream(args, stop=False)
-
-    def _chat_stopStream(self, args: Json) -> Json:
-        return self._grow_stream(args, stop=True)
-
-    def _grow_stream(self, args: Json, *, stop: bool) -> Json:
-        channel, ts = str(args.get("channel", "")), str(args.get("ts", ""))
-        found = self._find(channel, ts)
-        if found is None:
-            return {"ok": False, "error": "message_not_found"}
-        if (channel, ts) not in self._open_streams:
-            return {"ok": False, "error": "message_not_in_streaming_state"}
-        text = stream_text(args)
-        if text is None:
-            return {"ok": False, "error": "msg_too_long"}
-        if not stop and not text:
-            return {"ok": False, "error": "invalid_arguments"}  # markdown_text (or chunks) required
-        found["text"] += text
-        if stop:
-            self._open_streams.discard((channel, ts))
-        self.streamed.append(UpdatedMessage(channel, ts, found["text"]))
-        return {"ok": True, "channel": channel, "ts": ts}
-
-    def end_streams(self) -> None:
-        """Slack ends every open stream (as it does about 5 minutes after one started)."""
-        self._open_streams.clear()
-
     def bot_messages(self, channel: str) -> list[Json]:
         """The bot's messages in a conversation as they read now (threads included), oldest first."""
         return [m for m in self.history.get(channel, []) if m.get("user") == self.bot_user_id]
-
-    def _assistant_threads_setStatus(self, args: Json) -> Json:
-        channel = str(args.get("channel_id", ""))
-        if not channel.startswith("D") or self._find(channel, str(args.get("thread_ts", ""))) is None:
-            return {"ok": False, "error": "channel_not_found"}
-        if "status" not in args:
-            return {"ok": False, "error": "invalid_arguments"}
-        return {"ok": True}
 
     def _chat_update(self, args: Json) -> Json:
         channel, ts, text = str(args.get("channel", "")), str(args.get("ts", "")), args.get("text")

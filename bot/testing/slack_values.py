@@ -12,7 +12,7 @@ Json = dict[str, Any]
 # The scopes a bot token of the channel's app manifest has (docs/channels.md lists the same).
 BOT_SCOPES = frozenset({
     "app_mentions:read", "channels:history", "groups:history", "im:history", "mpim:history",
-    "chat:write", "users:read",
+    "chat:write", "users:read", "files:read",
 })
 # Methods the stand-in answers: the scope a bot token needs for each (None: any valid token),
 # "history" meaning the one of the conversation's kind (channels:, groups:, im: or mpim:history).
@@ -28,6 +28,7 @@ METHOD_SCOPES: dict[str, str | None] = {
     "chat.appendStream": "chat:write",
     "chat.stopStream": "chat:write",
     "assistant.threads.setStatus": "assistant:write",
+    "files.info": "files:read",
 }
 # Slack's rate tiers per method (calls a minute, per workspace); chat.postMessage is "special":
 # about one message a second per channel.
@@ -36,7 +37,7 @@ TIERS: dict[str, int] = {
     "conversations.replies": 3, "users.info": 4, "apps.connections.open": 1,
     # The stream methods' tiers are not published; taken as chat.update's.
     "chat.startStream": 3, "chat.appendStream": 3, "chat.stopStream": 3,
-    "assistant.threads.setStatus": 3,
+    "assistant.threads.setStatus": 3, "files.info": 4,
 }
 TIER_PER_MINUTE = {1: 1, 2: 20, 3: 50, 4: 100}
 # Slack refuses a text longer than this (msg_too_long); it truncates display after 4 000.

@@ -48,6 +48,7 @@ from bot.delivery.preview import PreviewStream
 from bot.intake.access import RefusalNotices, refused_dm_reply
 from bot.intake.channel import ChunkSent, Intake, PreviewPosted, ReplyPreview
 from channels.slack.catch_up import CatchUp
+from channels.slack.media import fetcher, with_media
 from channels.slack.mrkdwn import slack_chunks
 from channels.slack.normalise import (
     PLATFORM,
@@ -120,6 +121,7 @@ class SlackChannel:
         self._app_token = app_token
         self._core: Intake | None = None
         self._client: AsyncWebClient | None = None
+        self._session: aiohttp.ClientSession | None = None
         self._handler: AsyncSocketModeHandler | None = None
         self._bot_user_id = ""
         self._bot_name = "switchboard"
@@ -147,7 +149,8 @@ class SlackChannel:
     async def run(self, intake: Intake) -> None:
         self._core = intake
         catching: asyncio.Task[None] | None = None
-        session = aiohttp.ClientSession()  # one pool for every Web API call (the SDK's default: one each)
+        # One pool for every Web API call and file download (the SDK's default: a session each).
+        session = self._session = aiohttp.ClientSession()
         client = self._client = AsyncWebClient(
             token=self._bot_token, base_url=self._config.base_url, session=session,
             retry_handlers=[AsyncConnectionErrorRetryHandler(),
@@ -180,7 +183,7 @@ class SlackChannel:
                 await asyncio.gather(catching, return_exceptions=True)
             if self._handler is not None:
                 await self._handler.close_async()  # type: ignore[no-untyped-call]
-            self._client = None
+            self._client = self._session = None
             await session.close()
 
     async def _sign_in(self, client: AsyncWebClient) -> str | None:
@@ -271,8 +274,15 @@ class SlackChannel:
         inbound = to_inbound(msg, agent_id=self._agent_id, bot_user_id=self._bot_user_id,
                              config=self._config, sender_name=await self._name_of(msg.user),
                              names=names, provider=self.provider)
-        if inbound is not None:
-            await self._submit_until_stored(core, inbound)
+        if inbound is None:
+            return
+        told = None
+        client, session = self._client, self._session
+        if msg.files and client is not None and session is not None:
+            inbound, told = await with_media(msg, inbound, core, client, fetcher(session, self._bot_token))
+        await self._submit_until_stored(core, inbound)
+        if told is not None:
+            await self._notify(msg, told)
 
     async def _submit_until_stored(self, core: Intake, inbound: InboundMessage) -> None:
         """Hand a message over, trying again (0.5 s doubling to 30 s) while the core cannot store it;

@@ -10,7 +10,8 @@ envelope, or the `app_mention` that comes beside a channel's `message` event).
 
 In channels every message the bot sees is stored; one starts a turn when it mentions the bot
 (`<@Ubot>`, or it came as `app_mention`), or the channel needs no mention. Edits, deletions, joins
-and other subtypes are ignored. Commands are `/name` at the start of a message or right after a
+and other subtypes are ignored; files shared with a message (`file_share`) come as `SlackFile`s.
+Commands are `/name` at the start of a message or right after a
 leading mention of the bot ("@Switchboard /status"), as on Discord.
 """
 
@@ -50,7 +51,40 @@ class SlackMessage:
     thread_ts: str | None = None  # set on a reply in a thread (never on the thread's first message)
     is_bot: bool = False
     mentioned: bool = False  # it came as app_mention
-    files: int = 0
+    files: tuple[SlackFile, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SlackFile:
+    """A file shared with a message, as the event describes it (`url` None: ask files.info)."""
+
+    id: str
+    name: str | None = None
+    mime: str | None = None
+    size: int | None = None
+    url: str | None = None  # url_private: fetched with the bot token
+    width: int | None = None
+    height: int | None = None
+    kind: str | None = None  # Slack's `subtype` of the file ("slack_audio", "slack_video"…)
+
+
+def read_file(found: dict[str, Any]) -> SlackFile | None:
+    """One entry of a message's `files`; None for a file removed or without an id."""
+    file_id = found.get("id")
+    if not isinstance(file_id, str) or found.get("mode") == "tombstone":
+        return None
+
+    def number(key: str) -> int | None:
+        value = found.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    url = found.get("url_private_download") or found.get("url_private")
+    kind = found.get("subtype")
+    return SlackFile(
+        id=file_id, name=found.get("name") or found.get("title"), mime=found.get("mimetype") or None,
+        size=number("size"), url=url if isinstance(url, str) else None, width=number("original_w"),
+        height=number("original_h"), kind=kind if isinstance(kind, str) else None,
+    )
 
 
 def read_event(event: dict[str, Any]) -> SlackMessage | None:
@@ -69,7 +103,7 @@ def read_event(event: dict[str, Any]) -> SlackMessage | None:
         thread_ts=thread_ts if isinstance(thread_ts, str) and thread_ts != ts else None,
         is_bot=bool(event.get("bot_id")) or event.get("subtype") == "bot_message",
         mentioned=event.get("type") == "app_mention",
-        files=len(event.get("files") or ()),
+        files=tuple(f for f in map(read_file, event.get("files") or ()) if f is not None),
     )
 
 
@@ -139,9 +173,10 @@ def to_inbound(
     msg: SlackMessage, *, agent_id: str, bot_user_id: str, config: SlackConfig, sender_name: str,
     names: dict[str, str], provider: str = PLATFORM,
 ) -> InboundMessage | None:
-    """Normalise an admitted message; None when it has no text (files come in a later increment)."""
+    """Normalise an admitted message (its files are taken in by `channels.slack.media`); None
+    when it has neither text nor files."""
     text = readable(msg.text, names)
-    if not text.strip():
+    if not text.strip() and not msg.files:
         return None
     key = session_key_of(msg, agent_id, provider)
     may_start = not msg.is_bot or config.allow_bots

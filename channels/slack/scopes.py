@@ -3,10 +3,10 @@ docs/channels.md asks for them), and those it uses where granted; `doctor` check
 
 from __future__ import annotations
 
-# Reading the conversations the app is in (events and catch-up), names, and posting.
+# Reading the conversations the app is in (events and catch-up), names, files shared, and posting.
 NEEDED = frozenset({
     "app_mentions:read", "channels:history", "groups:history", "im:history", "mpim:history",
-    "chat:write", "users:read",
+    "chat:write", "users:read", "files:read",
 })
 # Used where granted: an assistant thread's "is thinking…" status (Agents & AI Apps).
 OPTIONAL = frozenset({"assistant:write"})
