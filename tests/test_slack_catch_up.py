@@ -113,3 +113,31 @@ async def test_slack_ts_points_come_back_as_the_newest_ts_on_either_backend(stor
 
     (point,) = await store.catch_up_points("slack", 0.0)
     assert point[0] == DM_ALICE and float(point[1]) == 1700000000.0009
+
+
+async def test_a_live_message_waits_for_its_conversations_catch_up(
+    slack: SlackStandIn, api: AnthropicStandIn, slack_config: Callable[..., Config]
+) -> None:
+    """A message sent live while its conversation's history is still being read waits (its envelope
+    unacknowledged, so Slack sends it again) and is stored after what was missed before it, once."""
+    config = slack_config()
+    async with slack_daemon(config) as daemon:
+        slack.message(GENERAL, BOB, "before")
+        await settled(slack, daemon)
+
+    slack.message(GENERAL, BOB, "missed one", live=False)
+    slack.message(GENERAL, BOB, "missed two", live=False)
+    read = slack.hold("conversations.history")  # the catch-up's read waits for this
+    channel = make_channel(config)
+    async with running(config, [channel], AnthropicBrain(config.anthropic, API_KEY)) as daemon:
+        await asyncio.wait_for(channel.ready.wait(), 10)
+        slack.message(GENERAL, BOB, "live, meanwhile")
+        # Not acknowledged within Slack's time, so sent again: it waits behind the catch-up.
+        await slack.wait_for(lambda: slack.envelopes[-1].attempts >= 1)
+        read.set()
+        await asyncio.wait_for(channel.caught_up.wait(), 30)
+        await settled(slack, daemon)
+
+    stored = [m.text for m in await all_messages(config) if m.role == "user"]
+    assert stored == ["before", "missed one", "missed two", "live, meanwhile"]
+    assert slack.envelopes[-1].acked

@@ -76,6 +76,7 @@ class SlackStandIn(SocketMode, SlackFiles, SlackStreams):
         self._ts = Timestamps()
         self._throttled: dict[str, list[float]] = {}  # method -> Retry-After of the next refusals
         self._delays: dict[str, list[float]] = {}  # method -> seconds the next answers wait
+        self._gates: dict[str, asyncio.Event] = {}  # method -> what its calls wait for
         self._made: dict[str, list[float]] = {}  # method (and channel) -> times of recent calls
         self._runner: web.AppRunner | None = None
 
@@ -143,6 +144,10 @@ class SlackStandIn(SocketMode, SlackFiles, SlackStreams):
         """The next calls of `method` are answered after these many seconds, one for each."""
         self._delays.setdefault(method, []).extend(seconds)
 
+    def hold(self, method: str) -> asyncio.Event:
+        """Calls of `method` wait (before they are answered) until the returned event is set."""
+        return self._gates.setdefault(method, asyncio.Event())
+
     def throttle(self, method: str, retry_after: float = 1.0, times: int = 1) -> None:
         """The next `times` calls of `method` get HTTP 429 with this Retry-After (whole seconds)."""
         self._throttled.setdefault(method, []).extend([retry_after] * times)
@@ -186,6 +191,8 @@ class SlackStandIn(SocketMode, SlackFiles, SlackStreams):
             self.calls.append(RecordedCall(method, args, kind, 429, "ratelimited"))
             return web.json_response({"ok": False, "error": "ratelimited"}, status=429,
                                      headers={"Retry-After": str(int(retry_after))})
+        if method in self._gates:
+            await self._gates[method].wait()
         if self._delays.get(method):
             await asyncio.sleep(self._delays[method].pop(0))
         handler = getattr(self, "_" + method.replace(".", "_"))
