@@ -8,13 +8,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import aiohttp
+from slack_sdk.web.async_client import AsyncWebClient
+
 from bot.config import Config
 from bot.core.messages import ChatRef
 from bot.daemon.assembly import Daemon
 from bot.store import Store
 from bot.testing.anthropic_api import AnthropicStandIn, Text
 from bot.testing.slack_api import SlackStandIn
-from channels.slack.preview import THINKING
+from channels.slack.preview import THINKING, edit_into
 from tests import test_slack
 from tests.harness import echo
 from tests.test_slack import ALICE, BOB, DM_ALICE, GENERAL, settled, slack_daemon
@@ -153,3 +156,21 @@ async def test_a_stream_slack_ended_early_is_finished_by_editing_it(
     (reply,) = slack.bot_messages(GENERAL)
     assert reply["text"] == ANSWER and not slack.sent
     assert slack.updated and {u.ts for u in slack.updated} == {reply["ts"]}
+
+
+async def test_a_stream_left_open_by_a_crash_is_stopped_and_taken_over(slack: SlackStandIn) -> None:
+    """The preview of a reply resumed after a crash is a stream Slack still holds open: it is stopped
+    and edited into the reply (Slack edits no open stream), not left half-written beside a new one."""
+    slack.message(GENERAL, ALICE, "top")
+    async with aiohttp.ClientSession() as session:
+        client = AsyncWebClient(token=slack.bot_token, base_url=slack.base_url, session=session)
+        top = slack.history[GENERAL][0]["ts"]
+        started = await client.chat_startStream(channel=GENERAL, thread_ts=top, markdown_text="Tides follow",
+                                                recipient_user_id=ALICE, recipient_team_id=slack.team_id)
+        assert await edit_into(client, GENERAL, started["ts"], ANSWER)
+        assert not await edit_into(client, GENERAL, top, ANSWER)  # someone else's: posted anew
+
+    (reply,) = slack.bot_messages(GENERAL)
+    assert reply["text"] == ANSWER
+    assert [c.error for c in slack.calls_of("chat.update")] == ["cant_update_message", None,
+                                                                "cant_update_message"]

@@ -219,12 +219,31 @@ class SlackPreview:
 
 
 async def edit_into(client: AsyncWebClient, channel: str, ts: str, chunk: str) -> bool:
-    """Edit a preview message into its final text; False when it is gone (deleted meanwhile) and the
-    chunk must be posted instead. Other refusals raise as a send's would."""
+    """Edit a preview message into its final text; False when it is gone (deleted meanwhile) or
+    cannot be edited, and the chunk must be posted instead. A stream left open (by a turn cut short,
+    a crash) is stopped first: Slack edits no open stream. Other refusals raise as a send's would."""
+    refused = await _update(client, channel, ts, chunk)
+    if refused == "cant_update_message" and await _stopped(client, channel, ts):
+        refused = await _update(client, channel, ts, chunk)
+    return refused is None
+
+
+async def _update(client: AsyncWebClient, channel: str, ts: str, chunk: str) -> str | None:
+    """chat.update; None when done, else the refusal that means posting anew."""
     try:
         await client.chat_update(channel=channel, ts=ts, text=chunk)
     except SlackApiError as exc:
-        if exc.response.get("error") in ("message_not_found", "cant_update_message"):
-            return False
+        error = str(exc.response.get("error", ""))
+        if error in ("message_not_found", "cant_update_message"):
+            return error
         raise
+    return None
+
+
+async def _stopped(client: AsyncWebClient, channel: str, ts: str) -> bool:
+    """Whether stopping `ts` as a stream made it editable (False: it was no open stream)."""
+    try:
+        await client.chat_stopStream(channel=channel, ts=ts)
+    except SlackApiError:
+        return False
     return True
