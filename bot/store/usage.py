@@ -171,8 +171,8 @@ class Usage(Database):
                           for column, expression in _KEYS[name][0])
         where = "created_at >= ?" + (" AND session_key = ?" if session_key is not None else "")
         params += [since, *([session_key] if session_key is not None else [])]
-        sql = (f"WITH calls AS MATERIALIZED (SELECT {columns}model, input_tokens AS i, output_tokens AS o, "
-               "cache_write_tokens AS w, cache_read_tokens AS r, "
+        sql = (f"WITH calls AS NOT MATERIALIZED (SELECT {columns}model, input_tokens AS i, "
+               "output_tokens AS o, cache_write_tokens AS w, cache_read_tokens AS r, "
                f"CASE WHEN cache_read_tokens > 0 THEN 1 ELSE 0 END AS h FROM model_usage WHERE {where})")
         few = [name for name in names if name in _FEW]
         if few:
