@@ -253,7 +253,7 @@ def storage_report(vectors: list[list[float]]) -> None:
     import numpy as np
 
     matrix = np.array(vectors, dtype=np.float32)
-    stored = vectors_from_bytes([vector_bytes(row) for row in matrix], matrix.shape[1])
+    stored = np.asarray(vectors_from_bytes([vector_bytes(row) for row in matrix], matrix.shape[1]))
     exact = matrix @ matrix.T
     approx = stored @ stored.T
     error = np.abs(exact - approx)

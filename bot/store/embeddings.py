@@ -7,25 +7,22 @@ against the table by one row of `embedding_counts` (count, largest id and sum of
 session, kept by triggers), read with the context floor. Vectors this store saves for a session
 kept in memory join it at once (and its file), so the next turn's search reads none; newer ones
 found by a search are appended; anything else (a deleted message, a rebuild by another process)
-reloads the session from the table. numpy is
-imported only when vectors are read or searched (the `semantic` extra).
+reloads the session from the table. The search is bot.store.vector_matrix's (simsimd, imported
+only when vectors are read or searched: the `semantic` extra; no numpy).
 """
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bot.core.messages import StoredMessage
 from bot.store.database import Database
 from bot.store.messages import MESSAGE_COLUMNS, rows_to_messages
 from bot.store.vector_files import VectorFiles, Vectors, vectors_dir
 from bot.store.vector_matrix import Matrix, appended, build_matrix, holds, vectors_of
-
-if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
 
 # The pending scan walks ids in windows of this size, so one query never holds the connection long.
 SCAN_WINDOW = 20_000
@@ -120,8 +117,6 @@ class Embeddings(Database):
         """Add the vectors just stored to the session's vectors in memory (and its file), when
         they are exactly what the table gained: the session's next search then reads none (the
         worker embeds the turn's messages before the next turn's search, which would read them)."""
-        import numpy as np
-
         cached = self._matrices.get((session_key, model)) if self._matrices is not None else None
         added.sort()
         if cached is None or not added or not len(cached.ids) or added[0][0] <= int(cached.ids[-1]):
@@ -129,18 +124,17 @@ class Embeddings(Database):
         ids = [message_id for message_id, _ in added]
         if signature != (cached.signature[0] + len(ids), ids[-1], cached.signature[2] + sum(ids)):
             return  # not only these (another writer), or not all of them stored: the search reads
-        dim = cached.rows.shape[1]
+        dim = cached.dim
         if any(len(vector) != dim for _, vector in added):
             return
-        newer = (np.array(ids, dtype=np.int64), dim,
-                 np.frombuffer(b"".join(vector for _, vector in added), dtype=np.int8).reshape(len(ids), dim))
+        newer = (array("q", ids), dim, b"".join(vector for _, vector in added))
         matrix = appended(cached, *newer, signature=signature)
         if matrix is None:
             return
         matrix.filed = cached.filed and await self.vector_files().append(session_key, model, newer)
         self._keep((session_key, model), matrix)
 
-    async def embedding_of(self, message_id: int, model: str) -> npt.NDArray[np.float32] | None:
+    async def embedding_of(self, message_id: int, model: str) -> array[float] | None:
         """A message's stored vector of `model` as a unit float32 vector, or None."""
         from bot.ranking.embedding import vectors_from_bytes
 
@@ -151,8 +145,7 @@ class Embeddings(Database):
         if row is None:
             return None
         blob = bytes(row[0])
-        vector: npt.NDArray[np.float32] = vectors_from_bytes([blob], len(blob))[0]
-        return vector
+        return vectors_from_bytes([blob], len(blob))[0]
 
     async def clear_embeddings(self, model: str | None = None) -> int:
         """Delete every stored vector (or those of one model), for a rebuild; returns how many."""
@@ -178,11 +171,11 @@ class Embeddings(Database):
         warmed = 0
         for key in reversed(keys):  # the most recent last: the cache drops the least recent first
             _, signature, _ = await self._signature(key, model)
-            warmed += await self._session_matrix(key, model, signature, search=False) is not None
+            warmed += await self._session_matrix(key, model, signature) is not None
         return warmed
 
     async def semantic_matches(
-        self, session_key: str, query: npt.NDArray[np.float32], *, model: str, before_id: int, limit: int
+        self, session_key: str, query: Sequence[float], *, model: str, before_id: int, limit: int
     ) -> list[tuple[int, float]]:
         """(message id, cosine) of the session's `limit` vectors of `model` nearest `query`, best first.
 
@@ -198,9 +191,8 @@ class Embeddings(Database):
         self, session_key: str, message_id: int, *, model: str, limit: int
     ) -> list[tuple[int, float]] | None:
         """`semantic_matches` for a stored message's own vector, before it; None when it has none
-        (yet). Its vector comes in the read that checks the session's cache."""
-        from bot.ranking.embedding import vectors_from_bytes
-
+        (yet). Its vector comes in the read that checks the session's cache, and is searched as
+        stored (int8)."""
         if ((self._matrices is not None and (session_key, model) in self._matrices)
                 or self.vector_files().exists(session_key, model)):
             floor, signature, blob = await self._signature(session_key, model, message_id)
@@ -215,44 +207,21 @@ class Embeddings(Database):
             )
             row = next(iter(found))
             floor, signature, blob = _signature_of(row[:5])
-            read = await self._session_matrix(session_key, model, signature, read=vectors_of(*row[5:]))
-            if read is not None and (blob is None or limit <= 0):
-                read.floats = None
+            await self._session_matrix(session_key, model, signature, read=vectors_of(*row[5:]))
         if blob is None:
             return None
         if limit <= 0:
             return []
-        query: npt.NDArray[np.float32] = vectors_from_bytes([blob], len(blob))[0]
-        return await self._nearest(session_key, model, floor, signature, query, message_id, limit)
+        return await self._nearest(session_key, model, floor, signature, blob, message_id, limit)
 
     async def _nearest(
         self, session_key: str, model: str, floor: int, signature: tuple[int, int, int],
-        query: npt.NDArray[np.float32], before_id: int, limit: int,
+        query: bytes | Sequence[float], before_id: int, limit: int,
     ) -> list[tuple[int, float]]:
-        import numpy as np
-
         matrix = await self._session_matrix(session_key, model, signature)
         if matrix is None:
             return []
-        floats, matrix.floats = matrix.floats, None
-        low = int(np.searchsorted(matrix.ids, floor, side="right"))
-        high = int(np.searchsorted(matrix.ids, before_id, side="left"))
-        if high <= low:
-            return []
-        rows = matrix.rows[low:high].astype(np.float32) if floats is None else floats[low:high]
-        scores = rows @ query.astype(np.float32, copy=False)
-        scores *= matrix.scales[low:high]
-        # Six decimals, as snapshots record them: equal vectors score equal whatever BLAS path
-        # computed their row, so ties go to the newer message and replay finds the same order.
-        scores = np.round(scores, 6)
-        ids = matrix.ids[low:high]
-        if len(scores) > limit:
-            # Everything tied with the limit-th score stays in, so ties resolve by id, not by chance.
-            kth = np.partition(scores, len(scores) - limit)[len(scores) - limit]
-            keep = np.flatnonzero(scores >= kth)
-            scores, ids = scores[keep], ids[keep]
-        order = np.lexsort((-ids, -scores))[:limit]
-        return [(int(ids[i]), float(scores[i])) for i in order]
+        return matrix.nearest(query, floor=floor, before_id=before_id, limit=limit)
 
     async def _signature(
         self, session_key: str, model: str, message_id: int = 0
@@ -264,12 +233,11 @@ class Embeddings(Database):
 
     async def _session_matrix(
         self, session_key: str, model: str, signature: tuple[int, int, int],
-        *, read: Vectors | None = None, search: bool = True,
+        *, read: Vectors | None = None,
     ) -> Matrix | None:
         """The session's vectors, from memory when the table still matches, else from its file or
         (partly) the table; `read`: every vector of the session as `_vectors` read it just after
-        `signature`, used when it holds exactly the counted vectors; `search`: a search follows
-        (the float rows a read makes for the norms are kept for it)."""
+        `signature`, used when it holds exactly the counted vectors."""
         if signature[0] == 0:  # none (yet, or none left after a prune): nor is a file kept
             self._forget(session_key, model)
             self.vector_files().remove(session_key, model)
@@ -286,14 +254,14 @@ class Embeddings(Database):
         matrix: Matrix | None = None
         older: Matrix | None = None  # vectors known here that the table has newer ones after
         if read is not None and holds(read, signature):
-            matrix = build_matrix(*read, signature=signature, floats=search)
+            matrix = build_matrix(*read, signature=signature)
             matrix.filed = await files.write(session_key, model, read)
         elif cached is not None and signature[0] > cached.signature[0] and signature[1] > cached.signature[1]:
             older = cached
         else:
             stored = await files.read(session_key, model)
             if stored is not None and holds(stored, signature):
-                matrix = build_matrix(*stored, signature=signature, floats=search)
+                matrix = build_matrix(*stored, signature=signature)
                 matrix.filed = True
             elif stored is not None and 0 < len(stored[0]) < signature[0]:
                 older = build_matrix(*stored, signature=signature)
@@ -301,11 +269,11 @@ class Embeddings(Database):
         if older is not None and len(older.ids):
             newer = await self._vectors(session_key, model, after_id=int(older.ids[-1]))
             if (len(older.ids) + len(newer[0]) == signature[0]
-                    and int(older.ids.sum()) + int(newer[0].sum()) == signature[2]):
+                    and sum(older.ids) + sum(newer[0]) == signature[2]):
                 matrix = appended(older, *newer, signature=signature)
             if matrix is not None:
                 matrix.filed = await (files.append(session_key, model, newer) if older.filed else
-                                      files.write(session_key, model, (matrix.ids, newer[1], matrix.rows)))
+                                      files.write(session_key, model, (matrix.ids, matrix.dim, matrix.rows)))
         if matrix is None:
             read = await self._vectors(session_key, model, after_id=0)
             matrix = build_matrix(*read, signature=signature)

@@ -15,9 +15,6 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 if TYPE_CHECKING:
     from datetime import tzinfo
 
-    import numpy as np
-    import numpy.typing as npt
-
     from bot.core.messages import ChatRef, InboundMessage, Origin, StoredMessage
     from bot.store.leases import Instance
     from bot.store.pairings import PairingState
@@ -286,7 +283,7 @@ class HistoryReads(Protocol):
         elsewhere: Sequence[str] = (), since: float | None = None, until: float | None = None,
     ) -> list[StoredMessage]: ...
     async def semantic_matches(
-        self, session_key: str, query: npt.NDArray[np.float32], *, model: str, before_id: int, limit: int
+        self, session_key: str, query: Sequence[float], *, model: str, before_id: int, limit: int
     ) -> list[tuple[int, float]]: ...
     async def user_sessions(self, agent_id: str, provider: str, user_id: str) -> list[str]: ...
 

@@ -23,14 +23,10 @@ import os
 import secrets
 import shutil
 import struct
+from array import array
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import structlog
-
-if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
 
 log = structlog.get_logger("switchboard.store")
 
@@ -40,7 +36,7 @@ _MAGIC = b"SBV1"
 # from the page cache is ~0.1 ms; a session with tens of thousands of messages would be several).
 _ON_LOOP_BYTES = 1 << 20
 
-Vectors = tuple["npt.NDArray[np.int64]", int, "npt.NDArray[np.int8]"]  # ids ascending, size, rows
+Vectors = tuple["array[int]", int, bytes]  # ids ascending, size, rows (int8, one after another)
 
 
 def vectors_dir(database: Path) -> Path:
@@ -49,10 +45,8 @@ def vectors_dir(database: Path) -> Path:
     return database.with_name(database.name + ".vectors")
 
 
-def _record(dim: int) -> Any:
-    import numpy as np
-
-    return np.dtype([("id", "<i8"), ("vector", "i1", (dim,))])
+def _record(dim: int) -> struct.Struct:
+    return struct.Struct(f"<q{dim}s")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -143,28 +137,21 @@ class VectorFiles:
 
 def _parse(data: bytes) -> Vectors:
     """A file's (ids, size, rows); ValueError when it is not one whole file of ascending ids."""
-    import numpy as np
-
     if len(data) < _HEADER.size:
         raise ValueError("shorter than its header")
     magic, dim = _HEADER.unpack_from(data)
-    record = _record(dim)
-    if magic != _MAGIC or dim <= 0 or (len(data) - _HEADER.size) % record.itemsize:
+    if magic != _MAGIC or dim <= 0 or (len(data) - _HEADER.size) % (8 + dim):
         raise ValueError("not a whole vector file (written by something else, or cut short)")
-    records = np.frombuffer(data, dtype=record, offset=_HEADER.size)
-    ids = np.ascontiguousarray(records["id"])
-    if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+    records = list(_record(dim).iter_unpack(memoryview(data)[_HEADER.size:]))
+    ids = array("q", [record[0] for record in records])
+    if any(ids[i] >= ids[i + 1] for i in range(len(ids) - 1)):
         raise ValueError("ids out of order (two writers appended at once)")
-    return ids, int(dim), np.ascontiguousarray(records["vector"])
+    return ids, int(dim), b"".join(record[1] for record in records)
 
 
-def _records(ids: Any, dim: int, rows: Any) -> bytes:
-    import numpy as np
-
-    records = np.empty(len(ids), dtype=_record(dim))
-    records["id"] = ids
-    records["vector"] = rows
-    return records.tobytes()
+def _records(ids: array[int], dim: int, rows: bytes) -> bytes:
+    record = _record(dim)
+    return b"".join(record.pack(message_id, rows[i * dim:(i + 1) * dim]) for i, message_id in enumerate(ids))
 
 
 def _replace(aside: Path, path: Path, data: bytes) -> None:

@@ -1,85 +1,140 @@
 """A session's vectors in memory: the matrix a semantic search multiplies, built from a read (of its
-vector file or of the `embeddings` table) and extended by newer vectors."""
+vector file or of the `embeddings` table) and extended by newer vectors.
+
+Without numpy (issue 32: the static encoder's daemon then never imports it, ~14 MiB): the rows
+stay int8 bytes and the products are simsimd's int8 dot products, exact integers, scaled by the
+rows' and the query's norms. A stored query (a turn's request) is int8 itself; a float query (the
+history tool's) is split into two int8 parts, its int8 rounding and that rounding's remainder
+at 254 steps, so its scores are within ~1e-5 of float arithmetic's.
+"""
 
 from __future__ import annotations
 
+import heapq
+import math
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bot.store.vector_files import Vectors
-
-if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
 
 
 @dataclass(slots=True)
 class Matrix:
-    """One session's vectors of one model: ids ascending, int8 rows, 1/norm per row."""
+    """One session's vectors of one model: ids ascending, int8 rows (`dim` bytes each, one after
+    another), 1/norm per row."""
 
-    ids: npt.NDArray[np.int64]
-    rows: npt.NDArray[np.int8]
-    scales: npt.NDArray[np.float32]
+    ids: array[int]
+    dim: int
+    rows: bytes
+    scales: array[float]
     signature: tuple[int, int, int]  # (count, largest id, sum of ids) when loaded
-    # The rows as float32, as a fresh read computed them for the norms, until the search that
-    # follows the read takes them (not kept beyond it: four times the bytes).
-    floats: npt.NDArray[np.float32] | None = None
     # Whether the session's vector file held exactly these when they were read or written here:
     # newer vectors are then appended to it, else it is written whole.
     filed: bool = False
 
     @property
     def nbytes(self) -> int:
-        return int(self.ids.nbytes + self.rows.nbytes + self.scales.nbytes)
+        return len(self.ids) * 8 + len(self.rows) + len(self.scales) * 8
+
+    def nearest(self, query: bytes | Sequence[float], *, floor: int, before_id: int,
+                limit: int) -> list[tuple[int, float]]:
+        """(id, cosine rounded to six decimals) of the `limit` rows nearest `query` with floor < id <
+        before_id, best first, equal scores newer first. `query`: a stored int8 vector (bytes) or
+        floats."""
+        low, high = bisect_right(self.ids, floor), bisect_left(self.ids, before_id)
+        if high <= low or limit <= 0 or not self.dim:
+            return []
+        block = memoryview(self.rows)[low * self.dim:high * self.dim].cast("b", (high - low, self.dim))
+        parts = [query] if isinstance(query, bytes | bytearray) else float_parts(query)
+        weight = 1.0
+        dots = [0.0] * (high - low)
+        for index, part in enumerate(parts):
+            if len(part) != self.dim:
+                raise ValueError(f"a query of {len(part)} values against vectors of {self.dim}")
+            found = _dots(block, part)
+            weight = 1.0 if index == 0 else weight / 254.0
+            dots = [d + weight * f for d, f in zip(dots, found, strict=True)] if index else found
+        norm = math.sqrt(sum(value * value for value in _query_values(parts)))
+        inverse = 1.0 / max(norm, 1e-12)
+        scales, ids = self.scales, self.ids
+        # Six decimals, as snapshots record them: ties go to the newer message and replay finds
+        # the same order.
+        scored = ((round(dot * inverse * scales[low + i], 6), ids[low + i]) for i, dot in enumerate(dots))
+        return [(int(i), float(s)) for s, i in heapq.nlargest(limit, scored)]
+
+
+def float_parts(query: Sequence[float]) -> list[bytes]:
+    """A float vector as two int8 vectors `a` and `b` with query ∝ a + b / 254 (to 1/508 of the
+    largest component's 127 steps)."""
+    values = query.tolist() if hasattr(query, "tolist") else list(query)
+    peak = max((abs(v) for v in values), default=0.0)
+    scale = 127.0 / peak if peak > 0 else 0.0
+    first = [round(v * scale) for v in values]
+    second = [round((v * scale - f) * 254) for v, f in zip(values, first, strict=True)]
+    return [array("b", first).tobytes(), array("b", second).tobytes()]
+
+
+def _query_values(parts: list[bytes]) -> list[float]:
+    if len(parts) == 1:
+        return [float(v) for v in array("b", parts[0])]
+    return [a + b / 254.0 for a, b in zip(array("b", parts[0]), array("b", parts[1]), strict=True)]
+
+
+def _dots(block: memoryview, query: bytes) -> list[float]:
+    """Each row of `block` (n × dim int8) dotted with `query` (dim int8): exact integers."""
+    kernels: Any = _simsimd()
+    found = kernels.cdist(block, memoryview(query).cast("b", (1, len(query))), metric="dot")
+    rows: Any = memoryview(found).tolist()
+    return [row[0] for row in rows]
+
+
+def _simsimd() -> Any:
+    # Typed loosely: its stubs take numpy arrays only, and int8 memoryviews are what it gets here.
+    import simsimd
+
+    return simsimd
 
 
 def holds(vectors: Vectors, signature: tuple[int, int, int]) -> bool:
     """Whether `vectors` are exactly the ones the table counts (their number and sum of ids)."""
     ids = vectors[0]
-    return len(ids) == signature[0] and int(ids.sum()) == signature[2]
+    return len(ids) == signature[0] and sum(ids) == signature[2]
 
 
 def vectors_of(listed: Any, data: Any, dim: Any) -> Vectors | None:
     """A vectors read's row as (ids ascending, size, rows); None when they are not all of the
     first one's size."""
-    import numpy as np
-
     if listed is None:
-        return np.zeros(0, dtype=np.int64), 0, np.zeros((0, 0), dtype=np.int8)
-    ids = np.fromstring(str(listed), dtype=np.int64, sep=",")  # 5x np.array(split)
-    data = bytes(data)
-    if len(data) != len(ids) * int(dim):
+        return array("q"), 0, b""
+    ids = array("q", map(int, str(listed).split(",")))
+    data, size = bytes(data), int(dim)
+    if len(data) != len(ids) * size:
         return None
-    rows = np.frombuffer(data, dtype=np.int8).reshape(len(ids), int(dim))
-    if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):  # the aggregate's order: keep pairs
-        order = np.argsort(ids, kind="stable")
-        ids, rows = ids[order], rows[order]
-    return ids, int(dim), rows
+    if any(ids[i] >= ids[i + 1] for i in range(len(ids) - 1)):  # the aggregate's order: keep pairs
+        order = sorted(range(len(ids)), key=ids.__getitem__)
+        data = b"".join(data[i * size:(i + 1) * size] for i in order)
+        ids = array("q", (ids[i] for i in order))
+    return ids, size, data
 
 
-def build_matrix(
-    ids: Any, dim: int, rows: Any, *, signature: tuple[int, int, int], floats: bool = False
-) -> Matrix:
-    """The matrix of a read; `floats`: with its float32 rows for the search about to follow."""
-    import numpy as np
-
-    # einsum, not linalg.norm(axis=1): the same sums (squares of int8 add up exactly in float32)
-    # at a twentieth of the cost, which is most of reading a session's vectors for the first time.
-    converted = rows.astype(np.float32)
-    norms = np.sqrt(np.einsum("ij,ij->i", converted, converted))
-    scales = (1.0 / np.maximum(norms, 1e-12)).astype(np.float32)
-    return Matrix(ids, rows, scales, signature, converted if floats else None)
+def build_matrix(ids: array[int], dim: int, rows: bytes, *, signature: tuple[int, int, int]) -> Matrix:
+    """The matrix of a read: its rows' norms (int8 squares summed exactly) worked out."""
+    scales = array("d")
+    if len(ids) and dim:
+        block = memoryview(rows).cast("b", (len(ids), dim))
+        squares = memoryview(_simsimd().dot(block, block)).tolist()
+        scales = array("d", (1.0 / max(math.sqrt(s), 1e-12) for s in squares))
+    return Matrix(ids, dim, rows, scales, signature)
 
 
 def appended(
-    cached: Matrix, ids: Any, dim: int, rows: Any, *, signature: tuple[int, int, int]
+    cached: Matrix, ids: array[int], dim: int, rows: bytes, *, signature: tuple[int, int, int]
 ) -> Matrix | None:
-    import numpy as np
-
-    if not len(ids) or dim != cached.rows.shape[1]:
+    if not len(ids) or dim != cached.dim:
         return None
     extra = build_matrix(ids, dim, rows, signature=signature)
-    return Matrix(
-        np.concatenate([cached.ids, extra.ids]), np.concatenate([cached.rows, extra.rows]),
-        np.concatenate([cached.scales, extra.scales]), signature,
-    )
+    return Matrix(cached.ids + extra.ids, dim, cached.rows + extra.rows, cached.scales + extra.scales,
+                  signature)
