@@ -1,8 +1,9 @@
 """Crash loop: kill the daemon at random moments under load and count, from outside, what was lost or doubled.
 
-Usage: .venv/bin/python -m bench.crash_loop [--platform telegram|discord|both] [--signals kill,term]
-       [--cycles 20] [--users 50] [--per-cycle 1] [--seed 1] [--max-uptime 2.0] [--kill-from contact|spawn]
-       [--downtime 0.5] [--quiet 5] [--grace 5] [--window-samples 40] [--keep DIR] [--verbose]
+Usage: .venv/bin/python -m bench.crash_loop [--platform telegram|discord|matrix|both|all]
+       [--signals kill,term] [--cycles 20] [--users 50] [--per-cycle 1] [--seed 1] [--max-uptime 2.0]
+       [--kill-from contact|spawn] [--downtime 0.5] [--quiet 5] [--grace 5] [--window-samples 40]
+       [--keep DIR] [--verbose]
 
 The daemon is a real subprocess (`python -m bot run --config X`; for Discord `python -m
 bot.testing.daemon_child`, which only points discord.py at the stand-in first) with JSON logs at INFO, a
@@ -14,7 +15,10 @@ when the signal comes; triage answers '{"relevant": []}'.
 Each user writes messages carrying a unique marker ("m<user>-<n>"). A cycle starts the daemon and
 spreads `users × per-cycle` messages at random moments over the cycle: while it starts, while it
 runs, and while it is down (Telegram updates wait at the Bot API; a Discord message goes to the
-channel with no live session, so no event is ever delivered for it). It kills the daemon with the
+channel with no live session, so no event is ever delivered for it; a Matrix message waits in the
+room for the next /sync from the kept token). Matrix is a real Synapse (bench/matrix_platform.py):
+"contact" is the bot's first answered /sync, and what the bot sent is counted by event id, so a
+resend Synapse answers by its transaction id counts once. It kills the daemon with the
 signal at a random moment 0-`max-uptime` s after the daemon reached the platform (its first
 getUpdates, or its gateway IDENTIFY), then keeps it down `downtime` s. Discord first has a warm-up
 (each user's first DM, with the daemon up): a bot cannot list its DM channels, so a DM channel the
@@ -59,6 +63,7 @@ from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Respons
 from bot.testing.discord_api import DiscordStandIn  # noqa: E402
 from bot.testing.discord_api import user as discord_user  # noqa: E402
 from bot.testing.models import FAST, MODEL, last_user_line  # noqa: E402
+from bot.testing.synapse import SynapseServer  # noqa: E402
 from bot.testing.telegram_api import TelegramStandIn, private_chat  # noqa: E402
 from bot.testing.telegram_api import user as telegram_user  # noqa: E402
 
@@ -153,10 +158,17 @@ class DiscordPlatform:
 
 
 @asynccontextmanager
-async def open_platform(name: str) -> AsyncIterator[Platform]:
+async def open_platform(
+    name: str, users: int, synapse: SynapseServer | None = None,
+) -> AsyncIterator[Platform]:
     if name == "telegram":
         async with TelegramStandIn(token=TELEGRAM_TOKEN) as tg:
             yield TelegramPlatform(tg)
+    elif name == "matrix":  # the real Synapse, behind a counting proxy (bench/matrix_platform.py)
+        from bench.matrix_platform import MatrixPlatform, matrix_world
+
+        async with matrix_world(users, synapse) as world:
+            yield MatrixPlatform(world)
     else:
         async with DiscordStandIn(token=DISCORD_TOKEN, bot_id=DISCORD_BOT_ID) as dc:
             yield DiscordPlatform(dc)
@@ -509,11 +521,14 @@ class Driver:
             await asyncio.sleep(0.05)
 
 
-async def crash_run(platform_name: str, plan: Plan, workdir: Path,
-                    progress: Callable[[str], None] | None = None) -> Run:
-    """Warm-up (Discord), the plan's cycles, one settle run; then count from outside."""
+async def crash_run(
+    platform_name: str, plan: Plan, workdir: Path, progress: Callable[[str], None] | None = None,
+    synapse: SynapseServer | None = None,
+) -> Run:
+    """Warm-up (Discord, Matrix), the plan's cycles, one settle run; then count from outside.
+    Matrix runs on `synapse` when given (a test's server), else on one of its own."""
     run = Run(platform_name, plan, workdir=workdir)
-    async with AnthropicStandIn() as api, open_platform(platform_name) as platform:
+    async with AnthropicStandIn() as api, open_platform(platform_name, plan.users, synapse) as platform:
         api.default = slow_echo(plan.seed)
         driver = Driver(platform, workdir, plan, api)
         try:
@@ -771,7 +786,8 @@ def code_version() -> str:
 
 
 async def bench(args: argparse.Namespace, folder: Path) -> None:
-    platforms = ["telegram", "discord"] if args.platform == "both" else [args.platform]
+    platforms = {"both": ["telegram", "discord"], "all": ["telegram", "discord", "matrix"]}.get(
+        args.platform, [args.platform])
     killed: Run | None = None
     for name in platforms:
         for sig in args.signals.split(","):
@@ -814,7 +830,9 @@ async def bench(args: argparse.Namespace, folder: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--platform", choices=["telegram", "discord", "both"], default="both")
+    parser.add_argument("--platform", default="both",
+                        choices=["telegram", "discord", "matrix", "both", "all"],
+                        help="both: Telegram and Discord; all: and Matrix (a real Synapse, installed once)")
     parser.add_argument("--signals", default="kill,term", help="comma-separated, each a block: kill, term")
     parser.add_argument("--cycles", type=int, default=20)
     parser.add_argument("--users", type=int, default=50)

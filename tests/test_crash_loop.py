@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.crash_loop import Plan, Run, crash_run, report
+from bot.testing.synapse import SynapseServer
 
 
 def check_nothing_lost_nothing_twice(run: Run) -> None:
@@ -55,3 +56,14 @@ async def test_discord_killed_under_load_catches_up_and_answers_once(tmp_path: P
     plan = Plan(signals=("kill",) * 3, users=6, per_cycle=2, seed=11, max_uptime=1.2, downtime=0.3,
                 quiet=3.0)
     check_nothing_lost_nothing_twice(await crash_run("discord", plan, tmp_path))
+
+
+async def test_matrix_killed_under_load_resumes_from_its_sync_token_and_answers_once(
+    tmp_path: Path, synapse: SynapseServer,
+) -> None:
+    """Three SIGKILLs while 4 people write to the bot's direct chats on the real Synapse (also while
+    it is down): every message is stored once and answered once, with no exception for a send
+    window: a reply resent after a kill carries its transaction id, and Synapse posts it once."""
+    plan = Plan(signals=("kill",) * 3, users=4, per_cycle=3, seed=11, max_uptime=1.2, downtime=0.3,
+                quiet=3.0)
+    check_nothing_lost_nothing_twice(await crash_run("matrix", plan, tmp_path, synapse=synapse))
