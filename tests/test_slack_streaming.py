@@ -16,7 +16,7 @@ from bot.core.messages import ChatRef
 from bot.daemon.assembly import Daemon
 from bot.store import Store
 from bot.testing.anthropic_api import AnthropicStandIn, Text
-from bot.testing.slack_api import SlackStandIn
+from bot.testing.slack_api import SlackStandIn, shown
 from channels.slack.preview import THINKING, edit_into
 from tests import test_slack
 from tests.harness import echo
@@ -70,7 +70,7 @@ async def test_a_reply_in_a_thread_streams_and_ends_as_one_message_with_the_whol
     assert start.args["recipient_team_id"] == slack.team_id
     assert len(slack.calls_of("chat.stopStream")) == 1 and not slack.sent
     (reply,) = slack.bot_messages(GENERAL)
-    assert (reply["text"], reply["thread_ts"]) == (ANSWER, top["ts"])
+    assert (shown(reply), reply["thread_ts"]) == (ANSWER, top["ts"])
     assert await reply_of(config, ChatRef("slack", GENERAL, top["ts"]), reply["ts"]) == ANSWER
 
 
@@ -88,7 +88,7 @@ async def test_a_top_level_reply_grows_in_one_message_edited_in_place(
     (posted,) = slack.sent
     assert ANSWER.startswith(posted.text) and posted.text != ANSWER and posted.thread_ts is None
     assert slack.updated[-1].text == ANSWER and {u.ts for u in slack.updated} == {posted.ts}
-    assert [m["text"] for m in slack.bot_messages(DM_ALICE)] == [ANSWER]
+    assert [shown(m) for m in slack.bot_messages(DM_ALICE)] == [ANSWER]
     assert not slack.calls_of("chat.startStream")
     assert await reply_of(config, ChatRef("slack", DM_ALICE), posted.ts) == ANSWER
 
@@ -112,7 +112,7 @@ async def test_an_assistant_thread_shows_thinking_until_the_stream_starts(
     assert methods == ["assistant.threads.setStatus", "chat.startStream"]
     (status,) = slack.calls_of("assistant.threads.setStatus")
     assert (status.args["thread_ts"], status.args["status"], status.error) == (top["ts"], THINKING, None)
-    assert [m["text"] for m in slack.bot_messages(DM_ALICE)] == ["re: hello", ANSWER]
+    assert [shown(m) for m in slack.bot_messages(DM_ALICE)] == ["re: hello", ANSWER]
 
 
 async def test_where_the_workspace_has_no_streams_a_thread_reply_is_edited_in_place(
@@ -133,7 +133,7 @@ async def test_where_the_workspace_has_no_streams_a_thread_reply_is_edited_in_pl
             slack.message(DM_ALICE, ALICE, question, thread_ts=top["ts"])
             await shown_then_finished(slack, daemon, hold, lambda: len(slack.sent) > sent)  # noqa: B023
 
-    assert [(m["text"], m.get("thread_ts")) for m in slack.bot_messages(DM_ALICE)] == [
+    assert [(shown(m), m.get("thread_ts")) for m in slack.bot_messages(DM_ALICE)] == [
         ("re: hello", None), (ANSWER, top["ts"]), (ANSWER, top["ts"])]
     assert [c.error for c in slack.calls_of("chat.startStream")] == ["unknown_method"]
     assert [c.error for c in slack.calls_of("assistant.threads.setStatus")] == ["missing_scope"]
@@ -154,7 +154,7 @@ async def test_a_stream_slack_ended_early_is_finished_by_editing_it(
         await shown_then_finished(slack, daemon, hold, lambda: True)
 
     (reply,) = slack.bot_messages(GENERAL)
-    assert reply["text"] == ANSWER and not slack.sent
+    assert shown(reply) == ANSWER and not slack.sent
     assert slack.updated and {u.ts for u in slack.updated} == {reply["ts"]}
 
 
@@ -171,6 +171,6 @@ async def test_a_stream_left_open_by_a_crash_is_stopped_and_taken_over(slack: Sl
         assert not await edit_into(client, GENERAL, top, ANSWER)  # someone else's: posted anew
 
     (reply,) = slack.bot_messages(GENERAL)
-    assert reply["text"] == ANSWER
+    assert shown(reply) == ANSWER
     assert [c.error for c in slack.calls_of("chat.update")] == ["cant_update_message", None,
                                                                 "cant_update_message"]

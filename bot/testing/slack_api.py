@@ -41,10 +41,11 @@ from bot.testing.slack_values import (
     UpdatedMessage,
     channel_type,
     history_scope,
+    shown,
     user,
 )
 
-__all__ = ["Envelope", "PostedMessage", "RecordedCall", "SlackStandIn", "UpdatedMessage", "user"]
+__all__ = ["Envelope", "PostedMessage", "RecordedCall", "SlackStandIn", "UpdatedMessage", "shown", "user"]
 
 T = TypeVar("T")
 
@@ -292,6 +293,9 @@ class SlackStandIn(SocketMode, SlackFiles, SlackStreams):
         if not isinstance(text, str) or not text.strip():
             return {"ok": False, "error": "no_text"}
         found["text"] = text
+        if "blocks" in args:  # else the message's blocks stay, and they are what Slack shows
+            blocks = args["blocks"]
+            found["blocks"] = json.loads(blocks) if isinstance(blocks, str) else blocks
         self.updated.append(UpdatedMessage(channel, ts, text))
         return {"ok": True, "channel": channel, "ts": ts, "text": text, "message": found}
 

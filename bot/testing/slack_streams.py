@@ -1,6 +1,8 @@
 """Streams on the Slack stand-in: chat.startStream in a thread, naming the recipient and their team,
 chat.appendStream and chat.stopStream growing that one message, and an assistant thread's status.
-An open stream cannot be edited; a stopped or ended one answers `message_not_in_streaming_state`."""
+An open stream cannot be edited; a stopped or ended one answers `message_not_in_streaming_state`.
+A stream is shown as blocks: chat.update keeps them unless it is given `blocks` (`[]` removes them),
+as Slack does, so `shown()` is what a person reads."""
 
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ class SlackStreams:
         ts = self._ts.next(channel)
         message: Json = {"type": "message", "user": self.bot_user_id, "bot_id": self.bot_id,
                          "app_id": self.app_id, "text": text, "ts": ts, "team": self.team_id,
-                         "thread_ts": thread_ts}
+                         "thread_ts": thread_ts, "blocks": [{"type": "markdown", "text": text}]}
         self.history[channel].append(message)
         self._open_streams.add((channel, ts))
         self.streamed.append(UpdatedMessage(channel, ts, text))
@@ -65,6 +67,7 @@ class SlackStreams:
         if not stop and not text:
             return {"ok": False, "error": "invalid_arguments"}  # markdown_text (or chunks) required
         found["text"] += text
+        found["blocks"] = [{"type": "markdown", "text": found["text"]}]  # what Slack shows of it
         if stop:
             self._open_streams.discard((channel, ts))
         self.streamed.append(UpdatedMessage(channel, ts, found["text"]))

@@ -65,6 +65,14 @@ def stream_text(args: Json) -> str | None:
     return None if len(text) > MAX_STREAM_TEXT else text
 
 
+def shown(message: Json) -> str:
+    """What a person reads of a message: its blocks' text where it has blocks, else its text."""
+    blocks = message.get("blocks") or []
+    texts = [b.get("text") for b in blocks if isinstance(b, dict)]
+    parts = [t if isinstance(t, str) else (t or {}).get("text", "") for t in texts]
+    return "".join(parts) if blocks else str(message.get("text") or "")
+
+
 def history_scope(channel: str) -> str:
     """The history scope a conversation needs, by the kind its id says (D, G or C)."""
     if channel.startswith("D"):

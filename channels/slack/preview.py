@@ -229,9 +229,11 @@ async def edit_into(client: AsyncWebClient, channel: str, ts: str, chunk: str) -
 
 
 async def _update(client: AsyncWebClient, channel: str, ts: str, chunk: str) -> str | None:
-    """chat.update; None when done, else the refusal that means posting anew."""
+    """chat.update; None when done, else the refusal that means posting anew. `blocks=[]`: a
+    streamed message is shown as blocks, which chat.update keeps unless told (they would go on
+    showing the preview, the new text only a fallback)."""
     try:
-        await client.chat_update(channel=channel, ts=ts, text=chunk)
+        await client.chat_update(channel=channel, ts=ts, text=chunk, blocks=[])
     except SlackApiError as exc:
         error = str(exc.response.get("error", ""))
         if error in ("message_not_found", "cant_update_message"):
