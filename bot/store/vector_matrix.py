@@ -14,9 +14,11 @@ import heapq
 import math
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from itertools import compress, repeat
+from operator import add, mul, truediv
+from typing import Any, cast
 
 from bot.store.vector_files import Vectors
 
@@ -49,21 +51,24 @@ class Matrix:
             return []
         block = memoryview(self.rows)[low * self.dim:high * self.dim].cast("b", (high - low, self.dim))
         parts = [query] if isinstance(query, bytes | bytearray) else float_parts(query)
-        weight = 1.0
-        dots = [0.0] * (high - low)
-        for index, part in enumerate(parts):
-            if len(part) != self.dim:
-                raise ValueError(f"a query of {len(part)} values against vectors of {self.dim}")
-            found = _dots(block, part)
-            weight = 1.0 if index == 0 else weight / 254.0
-            dots = [d + weight * f for d, f in zip(dots, found, strict=True)] if index else found
+        if any(len(part) != self.dim for part in parts):
+            raise ValueError(f"a query of {len(parts[0])} values against vectors of {self.dim}")
+        dots: Iterable[float] = _dots(block, parts[0])
+        if len(parts) > 1:
+            dots = map(add, dots, map(mul, _dots(block, parts[1]), repeat(1 / 254)))
         norm = math.sqrt(sum(value * value for value in _query_values(parts)))
-        inverse = 1.0 / max(norm, 1e-12)
-        scales, ids = self.scales, self.ids
+        # Per row: dot / |query| / |row|. The loops are map's and heapq's, in C: a search of
+        # 1 000 vectors is ~0.2 ms of Python, not a millisecond per thousand rows of it.
+        scores = list(map(mul, map(mul, dots, repeat(1.0 / max(norm, 1e-12))), self.scales[low:high]))
+        ids = self.ids[low:high]
+        best = heapq.nlargest(limit, zip(scores, ids))
+        if not best:
+            return []
         # Six decimals, as snapshots record them: ties go to the newer message and replay finds
-        # the same order.
-        scored = ((round(dot * inverse * scales[low + i], 6), ids[low + i]) for i, dot in enumerate(dots))
-        return [(int(i), float(s)) for s, i in heapq.nlargest(limit, scored)]
+        # the same order. Only a score within 1e-6 of the limit-th can round level with it.
+        cut = best[-1][0] - 1e-6
+        near = compress(zip(scores, ids), map(cut.__le__, scores))
+        return [(int(i), float(s)) for s, i in heapq.nlargest(limit, ((round(s, 6), i) for s, i in near))]
 
 
 def float_parts(query: Sequence[float]) -> list[bytes]:
@@ -87,8 +92,7 @@ def _dots(block: memoryview, query: bytes) -> list[float]:
     """Each row of `block` (n × dim int8) dotted with `query` (dim int8): exact integers."""
     kernels: Any = _simsimd()
     found = kernels.cdist(block, memoryview(query).cast("b", (1, len(query))), metric="dot")
-    rows: Any = memoryview(found).tolist()
-    return [row[0] for row in rows]
+    return cast("list[float]", memoryview(found).cast("B").cast("d").tolist())  # of (n, 1) float64
 
 
 def _simsimd() -> Any:
@@ -125,8 +129,9 @@ def build_matrix(ids: array[int], dim: int, rows: bytes, *, signature: tuple[int
     scales = array("d")
     if len(ids) and dim:
         block = memoryview(rows).cast("b", (len(ids), dim))
-        squares = memoryview(_simsimd().dot(block, block)).tolist()
-        scales = array("d", (1.0 / max(math.sqrt(s), 1e-12) for s in squares))
+        squares = memoryview(_simsimd().dot(block, block)).cast("B").cast("d")
+        # 1 / max(norm, 1e-12) per row, in map's loops (an int8 row's squares are 0 or ≥ 1).
+        scales = array("d", map(truediv, repeat(1.0), map(math.sqrt, map(max, squares, repeat(1e-24)))))
     return Matrix(ids, dim, rows, scales, signature)
 
 
