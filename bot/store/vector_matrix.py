@@ -61,13 +61,13 @@ class Matrix:
         # 1 000 vectors is ~0.2 ms of Python, not a millisecond per thousand rows of it.
         scores = list(map(mul, map(mul, dots, repeat(1.0 / max(norm, 1e-12))), self.scales[low:high]))
         ids = self.ids[low:high]
-        best = heapq.nlargest(limit, zip(scores, ids))
+        best = heapq.nlargest(limit, zip(scores, ids, strict=True))
         if not best:
             return []
         # Six decimals, as snapshots record them: ties go to the newer message and replay finds
         # the same order. Only a score within 1e-6 of the limit-th can round level with it.
         cut = best[-1][0] - 1e-6
-        near = compress(zip(scores, ids), map(cut.__le__, scores))
+        near = compress(zip(scores, ids, strict=True), map(cut.__le__, scores))
         return [(int(i), float(s)) for s, i in heapq.nlargest(limit, ((round(s, 6), i) for s, i in near))]
 
 
