@@ -188,6 +188,27 @@ async def test_a_request_the_worker_has_not_reached_is_embedded_by_its_turn(
     assert await ranked(store, embedder, later) == [request.text, fact.text, parking.text]
 
 
+async def test_a_request_is_encoded_beside_the_reads_only_where_the_session_outnumbers_the_window(
+    store: Store, embedder: Embedder
+) -> None:
+    """`early_matches` (started with the turn's reads) encodes a request without a vector when
+    the session already holds the window's number of vectors, with the matches `matches` finds;
+    in a shorter session it leaves the request to the pool (None, nothing encoded)."""
+    fact = await say_in(store, "I looked into adoption agencies last week")
+    parking = await say_in(store, "finding a parking spot has been hard")
+    assert await embed_all(store, embedder) == 2
+    request = await say_in(store, "Has Caroline been finding out how to adopt a kid?", name="Melanie")
+    counting = CountingEmbedder(embedder)
+    recall = SemanticRecall(store, counting)  # type: ignore[arg-type]
+    assert await recall.early_matches(str(SESSION), request, limit=5, window=3) is None
+    assert counting.texts == []
+    found = await recall.early_matches(str(SESSION), request, limit=5, window=2)
+    assert found is not None and [message_id for message_id, _ in found] == [fact.id, parking.id]
+    assert counting.texts == [embedding_text(request)]
+    assert await recall.matches(str(SESSION), request, limit=5) == found  # stored: not encoded again
+    assert counting.texts == [embedding_text(request)]
+
+
 async def test_matches_stay_in_their_session_above_the_floor_and_below_before_id(
     store: Store, embedder: Embedder
 ) -> None:

@@ -216,7 +216,7 @@ class ContextBuilder:
         not a vector was stored, so that replay (which finds the one stored since) agrees."""
         if found.meaning is None:
             return found.semantic if wanted else []
-        stored = await found.meaning  # queued before the words' search: answered by now
+        stored = await found.meaning  # started before the reads: answered, or nearly, by now
         if not wanted:
             return []
         if stored is not None or self._semantic is None:
@@ -349,13 +349,15 @@ class ContextBuilder:
 
     async def _recall(self, session: str, request: StoredMessage, semantic: SemanticRecall) -> Found:
         """With semantic recall, both searches started and neither waited for: the meaning's by
-        the request's stored vector, then the words' (SQLite answers them back to back), the
-        request encoded only if the pool wants it (`_meaning`). (Lexical recall alone is read with
-        the history: `read_with_recall`.)"""
+        the request's stored vector, then the words' (SQLite answers them back to back); the
+        request encoded beside them when the session's vectors alone outnumber the window (issue
+        32: not after the reads), else only if the pool wants it (`_meaning`). (Lexical recall
+        alone is read with the history: `read_with_recall`.)"""
         conv = self._conv
         # Started first: the vectors' read is answered before the words' search, so the semantic
         # matches are known (when stored) by the time the plan of the turns' read is made.
-        meaning = asyncio.ensure_future(semantic.stored_matches(session, request, limit=conv.semantic_count))
+        meaning = asyncio.ensure_future(semantic.early_matches(
+            session, request, limit=conv.semantic_count, window=conv.lookback_count))
         late = LatePlan()
         words = asyncio.ensure_future(self._store.lexical_then_turns(
             session, request.text, before_id=request.id, limit=max(conv.recall_count, 0), plan=late))

@@ -46,6 +46,24 @@ class SemanticRecall:
             log.warning(RECALL_FAILED, session_key=session, error=describe(exc), exc_info=True)
             return []
 
+    async def early_matches(
+        self, session: str, request: StoredMessage, *, limit: int, window: int
+    ) -> list[tuple[int, float]] | None:
+        """`stored_matches`, started beside the turn's other reads; when the request has no
+        vector yet but the session already holds `window` vectors or more (so more than the
+        context window: what the turn would encode it for), `encoded_matches` at once, so the
+        encoding, its write and the search run while SQLite reads the history and the words.
+        None when neither (a short chat, or one the worker has not reached: the pool decides)."""
+        try:
+            found, count = await self._store.semantic_matches_counted(
+                session, request.id, model=self._embedder.model_id, limit=limit)
+        except Exception as exc:
+            log.warning(RECALL_FAILED, session_key=session, error=describe(exc), exc_info=True)
+            return []
+        if found is not None or count < window:
+            return found
+        return await self.encoded_matches(session, request, limit=limit)
+
     async def encoded_matches(
         self, session: str, request: StoredMessage, *, limit: int
     ) -> list[tuple[int, float]]:

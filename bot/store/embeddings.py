@@ -193,6 +193,13 @@ class Embeddings(Database):
         """`semantic_matches` for a stored message's own vector, before it; None when it has none
         (yet). Its vector comes in the read that checks the session's cache, and is searched as
         stored (int8)."""
+        return (await self.semantic_matches_counted(session_key, message_id, model=model, limit=limit))[0]
+
+    async def semantic_matches_counted(
+        self, session_key: str, message_id: int, *, model: str, limit: int
+    ) -> tuple[list[tuple[int, float]] | None, int]:
+        """`semantic_matches_of`, and how many vectors of `model` the session has (from the same
+        read): whether encoding a message without one now would find anything."""
         if ((self._matrices is not None and (session_key, model) in self._matrices)
                 or self.vector_files().exists(session_key, model)):
             floor, signature, blob = await self._signature(session_key, model, message_id)
@@ -209,10 +216,11 @@ class Embeddings(Database):
             floor, signature, blob = _signature_of(row[:5])
             await self._session_matrix(session_key, model, signature, read=vectors_of(*row[5:]))
         if blob is None:
-            return None
+            return None, signature[0]
         if limit <= 0:
-            return []
-        return await self._nearest(session_key, model, floor, signature, blob, message_id, limit)
+            return [], signature[0]
+        nearest = await self._nearest(session_key, model, floor, signature, blob, message_id, limit)
+        return nearest, signature[0]
 
     async def _nearest(
         self, session_key: str, model: str, floor: int, signature: tuple[int, int, int],

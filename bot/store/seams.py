@@ -56,6 +56,9 @@ class SemanticReads(Protocol):
     async def semantic_matches_of(
         self, session_key: str, message_id: int, *, model: str, limit: int
     ) -> list[tuple[int, float]] | None: ...
+    async def semantic_matches_counted(
+        self, session_key: str, message_id: int, *, model: str, limit: int
+    ) -> tuple[list[tuple[int, float]] | None, int]: ...
 
 
 class ToolCallLedger(Protocol):
