@@ -180,7 +180,8 @@ async def check_matrix(name: str, section: MatrixConfig) -> Finding:
 
 async def check_slack(name: str, section: SlackConfig) -> Finding:
     """auth.test with the bot token and the scopes Slack says it carries (`x-oauth-scopes`), then
-    apps.connections.open with the app-level token (auth.test does not take one)."""
+    apps.connections.open with the app-level token (auth.test does not take one); in HTTP mode the
+    signing secret is only looked for (Slack has no call that checks it)."""
     import aiohttp
     from slack_sdk.errors import SlackApiError
     from slack_sdk.web.async_client import AsyncWebClient
@@ -188,10 +189,12 @@ async def check_slack(name: str, section: SlackConfig) -> Finding:
     from channels.slack.scopes import NEEDED, OPTIONAL, granted
 
     key = channel_key(name)
-    bot_env, app_env = section.bot_token_env, section.app_token_env
+    http = section.mode == "http"
+    bot_env = section.bot_token_env
+    app_env = section.signing_secret_env if http else section.app_token_env
     bot_token, app_token = os.environ.get(bot_env, "").strip(), os.environ.get(app_env, "").strip()
     for env, token, kind in ((bot_env, bot_token, "bot token (xoxb-…)"),
-                             (app_env, app_token, "app-level token (xapp-…)")):
+                             (app_env, app_token, "signing secret" if http else "app-level token (xapp-…)")):
         if not token:
             return failed(name, f"environment variable {env} is not set",
                           f"export the app's {kind} in {env}, or set {key}.enabled = false")
@@ -201,7 +204,8 @@ async def check_slack(name: str, section: SlackConfig) -> Finding:
         try:
             auth = await client.auth_test()
             which = "app-level token"
-            await client.apps_connections_open(app_token=app_token)
+            if not http:
+                await client.apps_connections_open(app_token=app_token)
         except SlackApiError as exc:
             error = exc.response.get("error") or f"HTTP {exc.response.status_code}"
             env = bot_env if which == "bot token" else app_env
@@ -221,8 +225,9 @@ async def check_slack(name: str, section: SlackConfig) -> Finding:
                       "manifest in docs/channels.md has them all) and reinstall the app")
     extra = sorted(OPTIONAL - scopes)
     note = f"; without {', '.join(extra)} (optional)" if extra else ""
-    return passed(name, f"{who} answers (auth.test) with the scopes it needs{note}; the app-level token "
-                        "opens Socket Mode (apps.connections.open)")
+    how = ("HTTP mode: the signing secret is set" if http
+           else "the app-level token opens Socket Mode (apps.connections.open)")
+    return passed(name, f"{who} answers (auth.test) with the scopes it needs{note}; {how}")
 
 
 _SLACK_TOKEN_PAGE = {

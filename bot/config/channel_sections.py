@@ -128,11 +128,19 @@ class DiscordConfig(ChatChannelConfig):
 
 
 class SlackConfig(ChatChannelConfig):
-    """A Slack app in Socket Mode: its bot token (xoxb-) calls the Web API, its app-level token
-    (xapp-, scope connections:write) opens the socket. Ids are Slack's (U…, C…, D…)."""
+    """A Slack app: its bot token (xoxb-) calls the Web API; in Socket Mode its app-level token
+    (xapp-, scope connections:write) opens the socket, in HTTP mode Slack POSTs events to us, signed
+    with the app's signing secret. Ids are Slack's (U…, C…, D…)."""
 
     bot_token_env: EnvName = "SLACK_BOT_TOKEN"
     app_token_env: EnvName = "SLACK_APP_TOKEN"
+    # How events arrive: "socket" (Socket Mode, no public URL) or "http" (the Events API: Slack POSTs
+    # each to the app's Request URL, served at webhook_listen + webhook_path; several daemons may sit
+    # behind one load balancer), each request checked against the secret in signing_secret_env.
+    mode: Literal["socket", "http"] = "socket"
+    webhook_listen: ListenAddress = "0.0.0.0:3000"
+    webhook_path: str = Field(default="/slack/events", pattern=r"^/[A-Za-z0-9._~/-]*$")
+    signing_secret_env: EnvName = "SLACK_SIGNING_SECRET"
     base_url: HttpUrl = "https://slack.com/api/"
     allow_from: list[SlackId] = Field(default_factory=list)
     admins: list[SlackId] = Field(default_factory=list)
@@ -155,6 +163,8 @@ class SlackConfig(ChatChannelConfig):
         return self.bot_token_env
 
     def token_envs(self) -> dict[str, str]:
+        if self.mode == "http":
+            return {"bot_token_env": self.bot_token_env, "signing_secret_env": self.signing_secret_env}
         return {"bot_token_env": self.bot_token_env, "app_token_env": self.app_token_env}
 
 

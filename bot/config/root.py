@@ -235,7 +235,7 @@ def check_startable(config: Config) -> None:
                 raise ConfigError(
                     config.source, f"{channel_key(name)}.{key}",
                     f"the environment variable {env} it names is not set; export the "
-                    f"{_TOKEN_KINDS.get(key, 'bot')} token there or set "
+                    f"{_TOKEN_KINDS.get(key, 'bot token')} there or set "
                     f"{channel_key(name)}.enabled = false",
                 )
         if section.enabled and isinstance(section, TelegramConfig) and section.mode == "webhook":
@@ -260,7 +260,8 @@ def check_startable(config: Config) -> None:
             )
 
 
-_TOKEN_KINDS = {"app_token_env": "app", "access_token_env": "access"}
+_TOKEN_KINDS = {"app_token_env": "app token", "access_token_env": "access token",
+                "signing_secret_env": "signing secret"}
 # What Telegram accepts as a webhook's secret_token (setWebhook refuses anything else).
 _WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 

@@ -12,7 +12,8 @@ from bot.config.channel_sections import platform_of
 PLATFORMS = ("telegram", "discord", "slack", "matrix")
 # A channel's keys read once, when it connects: changing one starts it again (polling <-> webhook too).
 CONNECTION_KEYS = ("token_env", "base_url", "mode", "webhook_listen", "webhook_url", "webhook_secret_env",
-                   "shard_count", "shard_ids", "bot_token_env", "app_token_env",
+                   "shard_count", "shard_ids", "bot_token_env", "app_token_env", "webhook_path",
+                   "signing_secret_env",
                    "homeserver", "user_id", "access_token_env")
 
 

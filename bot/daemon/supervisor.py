@@ -74,7 +74,8 @@ def platform_channel(config: Config, name: str) -> Channel:
         from channels.slack.channel import SlackChannel  # slack-bolt loads only when Slack is on
 
         return SlackChannel(section, agent_id=agent_id, bot_token=tokens["bot_token_env"],
-                            app_token=tokens["app_token_env"], name=name)
+                            app_token=tokens.get("app_token_env", ""),
+                            signing_secret=tokens.get("signing_secret_env", ""), name=name)
     if isinstance(section, TelegramConfig):
         from channels.telegram.channel import TelegramChannel
 

@@ -5,6 +5,9 @@ As Slack does: a connection needs a one-use ticket from apps.connections.open; e
 acknowledged within `ack_timeout` (3 s on Slack) or it is sent again (a new `envelope_id`,
 `retry_attempt` counting up, `retry_reason` "timeout"), at most `max_retries` times; an envelope
 waiting when a connection closes goes to the next one.
+
+`deliver_by_http(url)` switches the stand-in to the HTTP Events API instead
+(`bot.testing.slack_events`): each event POSTed, signed, to the app's Request URL.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from bot.testing.slack_events import SIGNING_SECRET, EventsSender
 from bot.testing.slack_values import Envelope, Json
 
 
@@ -43,6 +47,7 @@ class SocketMode:
         self._changed = asyncio.Event()
         self._port = 0
         self._writes: set[asyncio.Task[None]] = set()
+        self.http: EventsSender | None = None  # events POSTed to a Request URL instead (HTTP mode)
 
     # -- what the Web API half calls --------------------------------------------------------
 
@@ -55,6 +60,8 @@ class SocketMode:
         self._redeliver = asyncio.create_task(self._redeliver_late(), name="slack stand-in redelivery")
 
     async def _stop_socket_mode(self) -> None:
+        if self.http is not None:
+            await self.http.close()
         if self._redeliver is not None:
             self._redeliver.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -77,8 +84,19 @@ class SocketMode:
         }
         envelope = Envelope(event_id, payload)
         self.envelopes.append(envelope)
-        self._send(envelope, "")
+        if self.http is not None:
+            self.http.post_soon(envelope, self._changed.set)
+        else:
+            self._send(envelope, "")
         return envelope
+
+    def deliver_by_http(self, url: str, *, signing_secret: str = SIGNING_SECRET,
+                        retry_delays: tuple[float, ...] = (0.0, 0.5, 1.0)) -> EventsSender:
+        """From now on POST events to `url` (the app's Request URL in HTTP mode), signed with
+        `signing_secret`, with this stand-in's ack_timeout and max_retries."""
+        self.http = EventsSender(url, signing_secret=signing_secret, ack_timeout=self.ack_timeout,
+                                 max_retries=self.max_retries, retry_delays=retry_delays)
+        return self.http
 
     def disconnect(self, reason: str = "refresh_requested") -> None:
         """Tell the live connections to go (as Slack does every few hours) and close them."""
@@ -166,7 +184,7 @@ class SocketMode:
         while True:
             await asyncio.sleep(min(self.ack_timeout / 4, 0.25))
             now = time.monotonic()
-            for envelope in self.unacked:
+            for envelope in self.unacked if self.http is None else ():
                 late = envelope.sent_at and now - envelope.sent_at >= self.ack_timeout
                 if late and envelope.attempts < self.max_retries:
                     self._send(envelope, "timeout")

@@ -1,10 +1,12 @@
-"""Slack: slack-bolt's AsyncApp in Socket Mode, run by hand inside the daemon's event loop;
+"""Slack: slack-bolt's AsyncApp in Socket Mode (or, mode = "http", behind the Events API server of
+`channels.slack.events_http`), run by hand inside the daemon's event loop;
 normalising and gating what arrives is `channels.slack.normalise`, rendering replies
 `channels.slack.mrkdwn`.
 
 Nothing lost: the app runs with `process_before_response`, so an envelope is acknowledged only once
 its listener returned, that is once the message is stored (or deliberately ignored); a listener that
-raises leaves it unacknowledged and Slack sends it again (3 s later, up to three times). Nothing
+raises leaves it unacknowledged and Slack sends it again (3 s later, up to three times); in HTTP
+mode the same holds of the 200 and a 500 (a store refusing for `HTTP_STORE_BUDGET`). Nothing
 twice: the store drops a message it holds already (by conversation and `ts`), so a redelivered
 envelope, or the `app_mention` beside a channel's `message`, starts no second turn. Replies go
 through the outbox, each chunk's `ts` recorded as it is posted; chat.postMessage has no idempotency
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import re
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
@@ -32,7 +33,6 @@ import structlog
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
-from slack_bolt.authorization.async_authorize import AsyncAuthorize
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
@@ -47,7 +47,9 @@ from bot.core.misconfiguration import report, token_refused
 from bot.delivery.preview import PreviewStream
 from bot.intake.access import RefusalNotices, refused_dm_reply
 from bot.intake.channel import ChunkSent, Intake, PreviewPosted, ReplyPreview
+from channels.slack.bolt_setup import SignedIn, ignore, quiet_bolt
 from channels.slack.catch_up import CatchUp
+from channels.slack.events_http import SlackEventsServer
 from channels.slack.media import fetcher, with_media
 from channels.slack.mrkdwn import slack_chunks
 from channels.slack.normalise import (
@@ -63,6 +65,9 @@ from channels.slack.preview import Askers, SlackPreview, Streams, Target, edit_i
 log = structlog.get_logger("switchboard.slack")
 
 DRAIN_TIMEOUT = 2.0  # envelopes already received are handed to the core this long at most after stop()
+# HTTP mode: a store refusing this long is answered 500 before Slack's 3 s are up, and Slack tries
+# again (maybe at another daemon) rather than counting a timeout.
+HTTP_STORE_BUDGET = 2.0
 SUBMIT_RETRY_DELAY = 0.5
 MAX_SUBMIT_RETRY_DELAY = 30.0
 # A 429 is waited out (its Retry-After) this many times per call before the send fails.
@@ -76,49 +81,21 @@ _NETWORK_ERRORS = (OSError, aiohttp.ClientError, TimeoutError)
 _TOKEN_HELP = "api.slack.com/apps → the app → OAuth & Permissions (bot) or Basic Information (app-level)"
 
 
-class _ClientGiven(logging.Filter):
-    """Bolt warns that the token in SLACK_BOT_TOKEN goes unused whenever it is given a client (ours
-    carries the token and the base URL) while that variable is set, which is the default setup."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "`token` will be unused" not in record.getMessage()
-
-
-async def _ignore() -> None:
-    return None
-
-
-class _SignedIn(AsyncAuthorize):
-    """Bolt's authorization from our own auth.test at start. Bolt would call auth.test on the first
-    events itself, and envelopes waiting on that call could reach the listener out of order; with
-    nothing to wait for, listeners are entered in the order the envelopes arrived."""
-
-    def __init__(self, result: AuthorizeResult) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]  # unannotated in bolt
-        self._result = result
-
-    async def __call__(self, **_: Any) -> AuthorizeResult:
-        return self._result
-
-
-def _quiet_bolt() -> None:
-    bolt = logging.getLogger("slack_bolt.AsyncApp")  # Bolt's own logger for an AsyncApp
-    if not any(isinstance(f, _ClientGiven) for f in bolt.filters):
-        bolt.addFilter(_ClientGiven())
-
-
 class SlackChannel:
-    """Receives over Socket Mode and sends with the Web API; one instance per Slack app, its `name`
-    ("slack", "slack.<account>") the provider of its session keys, chats and stored rows."""
+    """Receives over Socket Mode (or HTTP) and sends with the Web API; one instance per Slack app, its
+    `name` ("slack", "slack.<account>") the provider of its session keys, chats and stored rows."""
 
     def __init__(
-        self, config: SlackConfig, *, agent_id: str, bot_token: str, app_token: str, name: str = PLATFORM,
+        self, config: SlackConfig, *, agent_id: str, bot_token: str, app_token: str = "",
+        signing_secret: str = "", name: str = PLATFORM,
     ) -> None:
         self.provider = name
         self._config = config
         self._agent_id = agent_id
         self._bot_token = bot_token
         self._app_token = app_token
+        self._signing_secret = signing_secret
+        self._server: SlackEventsServer | None = None
         self._core: Intake | None = None
         self._client: AsyncWebClient | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -162,19 +139,17 @@ class SlackChannel:
             points = await self._catch_up.hold(intake, self._config.max_reply_age)
             catching = asyncio.create_task(self._catch_up.run(client, points, self._config.max_reply_age),
                                            name=f"{self.provider} catch-up")
-            _quiet_bolt()
+            quiet_bolt()
             app = AsyncApp(client=client, process_before_response=True, name=self.provider,
-                           authorize=_SignedIn(self._auth) if self._auth is not None else None)
+                           signing_secret=self._signing_secret or None,
+                           authorize=SignedIn(self._auth) if self._auth is not None else None)
             app.event("message")(self._on_event)
             app.event("app_mention")(self._on_event)
             # Anything else the app is subscribed to is acknowledged and dropped: an event no
             # listener matches would be left unacknowledged, and Slack would send it three more times.
-            app.event(re.compile(".*"))(_ignore)
-            handler = self._handler = AsyncSocketModeHandler(app, self._app_token, web_client=client)
-            handler.client.wss_uri = url  # the URL just opened: no second apps.connections.open
+            app.event(re.compile(".*"))(ignore)
             if not self._stopped.is_set():
-                await handler.connect_async()  # type: ignore[no-untyped-call]  # unannotated in bolt
-                log.info("slack connected", channel=self.provider, bot=self._bot_name)
+                await self._listen(app, client, url)
                 self.ready.set()
             await asyncio.Event().wait()  # sending goes on after stop(), until cancelled
         finally:
@@ -183,12 +158,26 @@ class SlackChannel:
                 await asyncio.gather(catching, return_exceptions=True)
             if self._handler is not None:
                 await self._handler.close_async()  # type: ignore[no-untyped-call]
+            if self._server is not None:
+                await self._server.stop()
             self._client = self._session = None
             await session.close()
 
+    async def _listen(self, app: AsyncApp, client: AsyncWebClient, url: str) -> None:
+        """Connect to Socket Mode at the URL just opened, or serve the Request URL (HTTP mode)."""
+        if self._config.mode == "http":
+            self._server = SlackEventsServer(app, listen=self._config.webhook_listen,
+                                             path=self._config.webhook_path, channel=self.provider)
+            await self._server.start()
+            return
+        handler = self._handler = AsyncSocketModeHandler(app, self._app_token, web_client=client)
+        handler.client.wss_uri = url  # the URL just opened: no second apps.connections.open
+        await handler.connect_async()  # type: ignore[no-untyped-call]  # unannotated in bolt
+        log.info("slack connected", channel=self.provider, bot=self._bot_name)
+
     async def _sign_in(self, client: AsyncWebClient) -> str | None:
-        """Check the bot token (auth.test) and open a socket URL with the app token; None when a
-        token was refused (reported; the channel stays off)."""
+        """Check the bot token (auth.test) and open a socket URL with the app token (HTTP mode:
+        none, ""); None when a token was refused (reported; the channel stays off)."""
         try:
             auth = await client.auth_test()
             self._bot_user_id, self._bot_name = str(auth["user_id"]), str(auth.get("user") or self._bot_name)
@@ -197,6 +186,8 @@ class SlackChannel:
         except SlackApiError as exc:
             await self._refused(self._config.bot_token_env, "bot", exc)
             return None
+        if self._config.mode == "http":
+            return ""
         try:
             opened = await client.apps_connections_open(app_token=self._app_token)
         except SlackApiError as exc:
@@ -214,9 +205,11 @@ class SlackChannel:
         raise ChannelNotStartedError(f"{self.provider}: Slack refused the sign-in: {error}") from exc
 
     async def stop(self) -> None:
-        """Stop taking input (the socket closes; unacknowledged envelopes wait at Slack for the next
-        start); the Web API client stays open so turns in flight still deliver."""
+        """Stop taking input (the socket closes, or the server answers 503; what is unacknowledged
+        waits at Slack); the Web API client stays open so turns in flight still deliver."""
         self._stopped.set()
+        if self._server is not None:
+            await self._server.stop()
         if self._handler is not None:
             # The socket only: the Web API client stays open.
             await self._handler.close_async()  # type: ignore[no-untyped-call]
@@ -286,15 +279,18 @@ class SlackChannel:
 
     async def _submit_until_stored(self, core: Intake, inbound: InboundMessage) -> None:
         """Hand a message over, trying again (0.5 s doubling to 30 s) while the core cannot store it;
-        once the channel stops, the error goes up and the envelope stays unacknowledged."""
-        delay = SUBMIT_RETRY_DELAY
+        once the channel stops (HTTP mode: once HTTP_STORE_BUDGET is spent), the error goes up and
+        the event stays unacknowledged."""
+        delay, clock = SUBMIT_RETRY_DELAY, asyncio.get_running_loop().time
+        budget = clock() + (HTTP_STORE_BUDGET if self._config.mode == "http" else float("inf"))
         while True:
             try:
                 await core.submit(inbound)
                 return
             except Exception as exc:
-                if self._stopped.is_set():
+                if self._stopped.is_set() or clock() >= budget:
                     raise
+                delay = min(delay, budget - clock())
                 log.warning("slack message not stored; trying again", message_id=inbound.provider_message_id,
                             error=describe(exc), retry_in=delay)
             with contextlib.suppress(TimeoutError):
