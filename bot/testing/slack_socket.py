@@ -104,6 +104,11 @@ class SocketMode:
             self._later(self._goodbye(ws, reason))
 
     @property
+    def live(self) -> bool:
+        """Whether an app is connected now (Slack sends nothing written while none is)."""
+        return any(not ws.closed for ws in self._sockets)
+
+    @property
     def unacked(self) -> list[Envelope]:
         return [e for e in self.envelopes if not e.acked]
 
