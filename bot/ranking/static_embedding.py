@@ -27,6 +27,8 @@ import sys
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import repeat
+from operator import mul, truediv
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,9 +95,10 @@ class StaticEncoder(Embedder):
             total = array("f", bytes(4 * self.dim))
             for piece in self._tokenizer.ids(text):
                 if piece < self._vocabulary:
+                    # (Not `out=total`: simsimd 6.5 then drops a reference to None it never took.)
                     total = array("f", memoryview(kernels.wsum(total, self._float_row(piece))).tobytes())
             norm = math.sqrt(kernels.dot(total, total)) if any(total) else 0.0
-            out.append(array("f", [v / norm for v in total]) if norm > 0 else total)
+            out.append(array("f", list(map(truediv, total, repeat(norm)))) if norm > 0 else total)
         return out
 
     def _float_row(self, piece: int) -> array[float]:
@@ -105,7 +108,7 @@ class StaticEncoder(Embedder):
             self._floats.move_to_end(piece)
             return row
         scale = self._scales[piece]
-        row = array("f", [v * scale for v in array("b", self._rows.row(piece))])
+        row = array("f", list(map(mul, array("b", self._rows.row(piece)), repeat(scale))))
         self._floats[piece] = row
         if len(self._floats) > CACHED_ROWS:
             self._floats.popitem(last=False)
