@@ -76,6 +76,10 @@ def test_the_quantised_bytes_are_numpys() -> None:
         scaled = vector * (127.0 / float(np.abs(vector).max()))
         assert vector_bytes(vector) == np.rint(scaled).astype(np.int8).tobytes()
         assert vector_bytes(array("f", vector.tobytes())) == vector_bytes(vector)
+    ties = np.array([127.0, 0.5, 1.5, 2.5, -0.5, -1.5, -126.5, 0.0], dtype=np.float32)  # to even
+    expected = bytes([127, 0, 2, 2, 0, 254, 130, 0])
+    assert vector_bytes(ties) == np.rint(ties).astype(np.int8).tobytes() == expected
+    assert vector_bytes([0.0] * 4) == bytes(4)
 
 
 def test_the_static_encoders_search_imports_no_numpy() -> None:
