@@ -27,7 +27,8 @@ EDGES = [datetime(*fields, tzinfo=BERLIN, fold=fold).timestamp() for *fields, fo
 SESSIONS = [("agent:main:telegram:direct:42", "42"), ("agent:main:telegram:group:-100", "7"),
             ("agent:helper:web:direct:alice", "alice"), ("agent:main:telegram:direct:42", None),
             ("agent:helper:discord:direct:9", ""), ("cron-job", "5"), ("agent:solo", "3"),
-            ("agent::slack:x", "8"), ("legacy:web:direct:ada", "ada")]
+            ("agent::slack:x", "8"), ("legacy:web:direct:ada", "ada"),
+            ("agent:main:matrix:direct:@bo:example.org", "@bo:example.org"), ("agent:x:", "x")]
 PRICES = {"model-a": ModelPrice(input=3.0, output=15.0), "model-b": ModelPrice(input=1.0, output=5.0)}
 
 
