@@ -183,7 +183,14 @@ class SocketMode:
         """Write to a socket from synchronous code (tasks run in the order they were made)."""
         task = asyncio.ensure_future(write)
         self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+        task.add_done_callback(self._written)
+
+    def _written(self, task: asyncio.Task[None]) -> None:
+        """A write to a socket the app just closed (or died on) fails, as it would at Slack: the
+        envelope stays unacknowledged and goes to the next connection."""
+        self._writes.discard(task)
+        if not task.cancelled():
+            task.exception()
 
     async def _redeliver_late(self) -> None:
         while True:
