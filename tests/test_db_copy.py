@@ -109,6 +109,7 @@ async def fill_every_table(store: Store) -> None:
     await store.open_web_session("a-cookie-hash", "ada", "a-csrf-token", now=now, expires_at=now + 3600)
     await store.record_login_failure("127.0.0.1", "bob", now=now, keep=900)
     await store.take_lease(str(GROUP), "old-instance", 30)
+    await store.keep_channel_cursor("matrix", "s72594_4483_1934")
     await store.heartbeat(Instance("old-instance", "host-a", 4242, now - 7200, now - 3600))
     await execute(store, "INSERT INTO index_backlog (name, upto) VALUES ('lexical', 0)")
     sha = await store.kept_files().keep(PICTURE)

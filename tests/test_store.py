@@ -113,6 +113,10 @@ async def test_replies_stored_before_migration_20_learn_their_request_from_their
         for table in ("web_sessions", "web_login_failures", "web_accounts"):  # 22's
             conn.execute(f"DROP TABLE {table}")
         conn.execute("DROP TABLE channel_cursors")  # 24's
+        conn.execute("DROP INDEX model_usage_sums")  # 25's
+        conn.execute("CREATE INDEX model_usage_time ON model_usage(created_at)")
+        conn.execute("ALTER TABLE model_usage DROP COLUMN provider")
+        conn.execute("ALTER TABLE model_usage DROP COLUMN agent")
     async with Store.open(path):
         pass
     with _plain(path) as conn:

@@ -3,7 +3,6 @@ tool_use) sets a reminder that the daemon later delivers, and calls an MCP serve
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,8 +11,8 @@ from bot.config import Config
 from bot.store import Store
 from bot.testing.anthropic_api import AnthropicStandIn, Text, ToolUse
 from bot.testing.fake_channel import FakeChannel
+from bot.testing.mcp_calc import server_entry as calc
 from tests.harness import MODEL, config_data, reply_requests, say, wait_until
-from tests.test_mcp import SERVER
 from tests.test_reminders_daemon import Clock, daemon_on
 from tests.test_tool_loop import results, tool_names
 
@@ -53,7 +52,7 @@ async def test_the_model_calls_an_mcp_servers_tool_and_reads_its_answer(
     """A tool of an [[mcp_servers]] entry is offered under its prefix once the server runs; the
     model's call reaches the server and its answer comes back as the tool result."""
     api.script(ToolUse((("calc__add", {"a": 2, "b": 40}),)), Text("2 + 40 is 42."), model=MODEL)
-    servers = [{"name": "calc", "command": sys.executable, "args": [str(SERVER)]}]
+    servers = [calc("calc")]
     channel = FakeChannel()
     config = make_config({**config_data(api), "mcp_servers": servers})
     async with daemon_on(config, [channel], Clock(time.time())) as daemon:
