@@ -11,6 +11,10 @@ Streams (`chat.startStream` in a thread, naming the recipient and their team; `a
 `stopStream`) grow one message; an open stream cannot be edited, a stopped or ended one answers
 `message_not_in_streaming_state`; with `streams_offered=False` the three are `unknown_method`.
 History is paged with cursors; `message(..., live=False)` is written while no app listens.
+
+Like slack.com, one server answers every app by its token: `slack.add_app(...)` is another app (in
+a workspace of its own) at the same `base_url`, with its own tokens, socket tickets and connections,
+envelopes, users, history and messages posted.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from bot.testing.slack_values import (
     channel_type,
     history_scope,
     shown,
+    token_of,
     user,
 )
 
@@ -80,21 +85,44 @@ class SlackStandIn(SocketMode, SlackFiles, SlackStreams):
         self._gates: dict[str, asyncio.Event] = {}  # method -> what its calls wait for
         self._made: dict[str, list[float]] = {}  # method (and channel) -> times of recent calls
         self._runner: web.AppRunner | None = None
+        self._apps: list[SlackStandIn] = [self]  # every app this server answers; its own first
+
+    def add_app(self, *, bot_token: str, app_token: str, team_id: str, bot_user_id: str = "U0BOT",
+                bot_id: str = "B0BOT2", app_id: str = "A0APP2", scopes: frozenset[str] = BOT_SCOPES,
+                streams_offered: bool = True) -> SlackStandIn:
+        """Another app, installed in workspace `team_id`, served at this server's `base_url` and
+        sharing nothing with the others but the server: script it and read it through the object
+        returned (its tokens, ack timeout and retries as this one's)."""
+        taken = {t for a in self._apps for t in (a.bot_token, a.app_token)}
+        if {bot_token, app_token} & taken or team_id in {a.team_id for a in self._apps}:
+            raise ValueError("each app has tokens and a workspace of its own")
+        app = SlackStandIn(bot_token=bot_token, app_token=app_token, team_id=team_id,
+                           bot_user_id=bot_user_id, bot_id=bot_id, app_id=app_id, scopes=scopes,
+                           ack_timeout=self.ack_timeout, max_retries=self.max_retries,
+                           enforce_tiers=self.enforce_tiers, streams_offered=streams_offered)
+        app._port = self._port
+        self._apps.append(app)
+        if self._runner is not None:
+            app._start_socket_mode()
+        return app
 
     async def __aenter__(self) -> SlackStandIn:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._api)
-        app.router.add_get("/link/", self._link)
-        app.router.add_get("/files-pri/{ref}/{name}", self._file_download)
+        app.router.add_get("/link/", self._link_of_app)
+        app.router.add_get("/files-pri/{ref}/{name}", self._file_of_app)
         self._runner = web.AppRunner(app, shutdown_timeout=0.1, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", 0).start()
         self._port = int(self._runner.addresses[0][1])
-        self._start_socket_mode()
+        for each in self._apps:
+            each._port = self._port
+            each._start_socket_mode()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self._stop_socket_mode()
+        for each in self._apps:
+            await each._stop_socket_mode()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -173,14 +201,29 @@ class SlackStandIn(SocketMode, SlackFiles, SlackStreams):
     # -- the Web API ----------------------------------------------------------------------------
 
     async def _api(self, request: web.Request) -> web.Response:
-        method = request.match_info["method"]
         args: Json = dict(request.query)
         if request.content_type == "application/json":
             body = await request.json()
             args.update(body if isinstance(body, dict) else {})
         elif request.can_read_body:
             args.update(await request.post())
-        kind = self._token_kind(request, args)
+        token = token_of(request.headers, args)
+        # The app whose token it is; a token no app has is refused by the server's own (invalid_auth).
+        app = next((a for a in self._apps if token in (a.bot_token, a.app_token)), self)
+        return await app._serve(request.match_info["method"], args, token)
+
+    async def _link_of_app(self, request: web.Request) -> web.StreamResponse:
+        """A socket opened with a ticket: the app that handed the ticket out takes it."""
+        ticket = request.query.get("ticket", "")
+        return await next((a for a in self._apps if ticket in a._tickets), self)._link(request)
+
+    async def _file_of_app(self, request: web.Request) -> web.Response:
+        """A file's URL names its workspace: that workspace's app serves it."""
+        team = request.match_info["ref"].partition("-")[0]
+        return await next((a for a in self._apps if a.team_id == team), self)._file_download(request)
+
+    async def _serve(self, method: str, args: Json, token: str | None) -> web.Response:
+        kind = self._token_kind(token)
         offered = self.streams_offered or "Stream" not in method
         if (method not in METHOD_SCOPES and method != "apps.connections.open") or not offered:
             return self._answer(method, args, kind, {"ok": False, "error": "unknown_method"})
@@ -206,12 +249,10 @@ class SlackStandIn(SocketMode, SlackFiles, SlackStreams):
         scopes = {"x-oauth-scopes": ",".join(sorted(self.scopes))} if kind == "bot" else {}
         return web.json_response(body, headers=scopes)
 
-    def _token_kind(self, request: web.Request, args: Json) -> str | None:
-        header = request.headers.get("Authorization", "")
-        token = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else args.get("token")
+    def _token_kind(self, token: str | None) -> str | None:
         if not token:
             return None
-        return {self.bot_token: "bot", self.app_token: "app"}.get(str(token), "invalid")
+        return {self.bot_token: "bot", self.app_token: "app"}.get(token, "invalid")
 
     def _refusal(self, method: str, args: Json, kind: str | None) -> Json | None:
         if kind is None:
@@ -353,3 +394,4 @@ class SlackStandIn(SocketMode, SlackFiles, SlackStreams):
         cursor = base64.b64encode(f"next:{start + limit}".encode()).decode() if has_more else ""
         return {"ok": True, "messages": json.loads(json.dumps(found[start:start + limit])),
                 "has_more": has_more, "response_metadata": {"next_cursor": cursor}}
+

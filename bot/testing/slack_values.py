@@ -1,9 +1,11 @@
 """What the Slack stand-in records and builds: users, message timestamps, the Web API calls it saw,
-the messages posted and edited, the method-to-scope table and the rate tiers."""
+the messages posted and edited, the method-to-scope table, the rate tiers and the token a call
+carries."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,3 +152,10 @@ class Envelope:
         return {"envelope_id": envelope_id, "payload": self.payload, "type": "events_api",
                 "accepts_response_payload": False, "retry_attempt": self.attempts,
                 "retry_reason": reason}
+
+
+def token_of(headers: Mapping[str, str], args: Json) -> str | None:
+    """The token a Web API call carries: its Bearer header, else its `token` argument."""
+    header = headers.get("Authorization", "")
+    token = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else args.get("token")
+    return str(token) if token else None
