@@ -103,3 +103,33 @@ def test_the_static_encoders_search_imports_no_numpy() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                           cwd=Path(__file__).resolve().parent.parent)
     assert done.stdout.split() == ["[1,", "3,", "2]", "[1,", "3,", "2]", "False"]
+
+
+def test_two_threads_encode_through_a_small_row_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The turns' and the background's threads share the encoder's float rows: encoding from both
+    at once, with a cache far smaller than the texts need, gives every text its own vector."""
+    import threading
+
+    from bot.ranking import static_embedding
+    from bot.ranking.embedding import ModelFiles
+
+    monkeypatch.setattr(static_embedding, "CACHED_ROWS", 8)
+    encoder = static_embedding.StaticEncoder.load(ModelFiles(
+        static_embedding.MODEL_NAME, directory=static_embedding.PACKAGED, encoder="static"))
+    texts = [f"message {n}: the train to Lisbon leaves at {n % 24} from platform {n % 7}" for n in range(300)]
+    expected = [vector_bytes(v) for v in encoder.encode(texts)]
+    found: dict[int, list[bytes]] = {}
+    failed: list[BaseException] = []
+
+    def encode(worker: int) -> None:
+        try:
+            found[worker] = [vector_bytes(encoder.encode([text])[0]) for text in texts]
+        except BaseException as exc:
+            failed.append(exc)
+
+    threads = [threading.Thread(target=encode, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failed == [] and all(found[n] == expected for n in range(4))

@@ -24,6 +24,7 @@ import math
 import os
 import struct
 import sys
+import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -62,6 +63,7 @@ class StaticEncoder(Embedder):
         self._vocabulary, self.dim = (int(n) for n in self._rows.shape)
         self._tokenizer = tokenizer
         self._floats: OrderedDict[int, array[float]] = OrderedDict()
+        self._lock = threading.Lock()
 
     @classmethod
     def load(cls, files: ModelFiles) -> StaticEncoder:
@@ -103,15 +105,17 @@ class StaticEncoder(Embedder):
 
     def _float_row(self, piece: int) -> array[float]:
         """The piece's row times its scale, in float32 (as numpy multiplied them)."""
-        row = self._floats.get(piece)
-        if row is not None:
-            self._floats.move_to_end(piece)
-            return row
+        with self._lock:  # the turns' and the background's encoding threads share the rows
+            row = self._floats.get(piece)
+            if row is not None:
+                self._floats.move_to_end(piece)
+                return row
         scale = self._scales[piece]
         row = array("f", list(map(mul, array("b", self._rows.row(piece)), repeat(scale))))
-        self._floats[piece] = row
-        if len(self._floats) > CACHED_ROWS:
-            self._floats.popitem(last=False)
+        with self._lock:
+            self._floats[piece] = row
+            if len(self._floats) > CACHED_ROWS:
+                self._floats.popitem(last=False)
         return row
 
 
