@@ -30,7 +30,6 @@ from typing import Any
 
 import aiohttp
 import structlog
-from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
 from slack_sdk.errors import SlackApiError
@@ -47,7 +46,7 @@ from bot.core.misconfiguration import report, token_refused
 from bot.delivery.preview import PreviewStream
 from bot.intake.access import RefusalNotices, refused_dm_reply
 from bot.intake.channel import ChunkSent, Intake, PreviewPosted, ReplyPreview
-from channels.slack.bolt_setup import SignedIn, ignore, quiet_bolt
+from channels.slack.bolt_setup import SignedIn, StoppingHandler, ignore, quiet_bolt, tell_errors
 from channels.slack.catch_up import CatchUp
 from channels.slack.events_http import SlackEventsServer
 from channels.slack.media import fetcher, with_media
@@ -99,7 +98,7 @@ class SlackChannel:
         self._core: Intake | None = None
         self._client: AsyncWebClient | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._handler: AsyncSocketModeHandler | None = None
+        self._handler: StoppingHandler | None = None
         self._bot_user_id = ""
         self._bot_name = "switchboard"
         self._auth: AuthorizeResult | None = None
@@ -148,6 +147,7 @@ class SlackChannel:
             # Anything else the app is subscribed to is acknowledged and dropped: an event no
             # listener matches would be left unacknowledged, and Slack would send it three more times.
             app.event(re.compile(".*"))(ignore)
+            tell_errors(app, self.provider, self._stopped.is_set)
             if not self._stopped.is_set():
                 await self._listen(app, client, url)
                 self.ready.set()
@@ -170,7 +170,8 @@ class SlackChannel:
                                              path=self._config.webhook_path, channel=self.provider)
             await self._server.start()
             return
-        handler = self._handler = AsyncSocketModeHandler(app, self._app_token, web_client=client)
+        handler = self._handler = StoppingHandler(app, self._app_token, web_client=client,
+                                                  channel=self.provider, stopping=self._stopped.is_set)
         handler.client.wss_uri = url  # the URL just opened: no second apps.connections.open
         await handler.connect_async()  # type: ignore[no-untyped-call]  # unannotated in bolt
         log.info("slack connected", channel=self.provider, bot=self._bot_name)
