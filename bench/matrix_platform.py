@@ -16,6 +16,7 @@ import json
 import sys
 import time
 import urllib.parse
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ class MatrixWorld:
     syncs: int = 0  # /sync answers the bot received
     sent: dict[str, Sent] = field(default_factory=dict)  # event id → what the room shows
     failed_pushes: list[str] = field(default_factory=list)
+    grew: asyncio.Event = field(default_factory=asyncio.Event)  # set when the bot created an event
+    requests: Counter[str] = field(default_factory=Counter)  # the daemon's, by kind ("PUT typing")
     _pushes: set[asyncio.Task[None]] = field(default_factory=set)
 
     def push(self, person: int, text: str) -> None:
@@ -76,6 +79,7 @@ class MatrixWorld:
              alive: bool) -> None:
         """One answered request; `alive`: the daemon that asked is still connected (a killed
         daemon's long poll is answered after its death, and is no contact)."""
+        self.requests[f"{method} {kind_of(path)}"] += 1
         if status != 200:
             return
         if method == "GET" and path.endswith("/sync"):
@@ -95,6 +99,16 @@ class MatrixWorld:
             edited.text, edited.edited_at = content["m.new_content"]["body"], now
             return
         self.sent.setdefault(str(event.get("event_id")), Sent(str(content.get("body")), room, now))
+        self.grew.set()
+
+
+def kind_of(path: str) -> str:
+    """A client-server API path by what it does: "send", "typing", "sync", "members", …"""
+    for kind in ("send", "typing", "members", "joined_members", "displayname", "receipt", "redact",
+                 "messages", "whoami", "join", "leave", "versions"):
+        if f"/{kind}/" in path or path.endswith(f"/{kind}"):
+            return kind
+    return path.rstrip("/").rpartition("/")[2]
 
 
 @asynccontextmanager

@@ -13,7 +13,9 @@ import aiohttp
 
 
 @asynccontextmanager
-async def child_standin(module: str, timeout: float) -> AsyncIterator[tuple[aiohttp.ClientSession, Any]]:
+async def child_standin(
+    module: str, timeout: float, *, ready_within: float = 30.0,
+) -> AsyncIterator[tuple[aiohttp.ClientSession, Any]]:
     """Run `python -m module --serve-standin`, which prints one JSON hello line when ready and stops when its
     stdin closes; yields a control session and the hello."""
     child = await asyncio.create_subprocess_exec(
@@ -22,7 +24,7 @@ async def child_standin(module: str, timeout: float) -> AsyncIterator[tuple[aioh
     )
     assert child.stdin is not None and child.stdout is not None
     try:
-        line = await asyncio.wait_for(child.stdout.readline(), 30)
+        line = await asyncio.wait_for(child.stdout.readline(), ready_within)
         if not line:
             raise RuntimeError(f"the stand-in process of {module} exited before it was ready")
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:

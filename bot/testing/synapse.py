@@ -116,6 +116,11 @@ class SynapseServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The homeserver's process id while it runs (a bench reads its CPU time)."""
+        return self._process.pid if self._process is not None else None
+
     def start(self) -> None:
         python = install(self.version)
         config, overrides = self.root / "homeserver.yaml", self.root / "overrides.yaml"

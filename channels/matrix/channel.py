@@ -205,13 +205,15 @@ class MatrixChannel:
         for room_id, invited in (rooms.get("invite") or {}).items():
             await self._on_invite(str(room_id), invited)
         for room_id, joined in (rooms.get("join") or {}).items():
-            events = ((joined.get("state") or {}).get("events") or []) + \
-                     ((joined.get("timeline") or {}).get("events") or [])
+            # A membership change is in the timeline, or in `state` when the timeline was cut;
+            # otherwise `state` holds only the members lazy loading sends with their messages.
+            timeline = joined.get("timeline") or {}
+            events = (timeline.get("events") or []) + \
+                     (((joined.get("state") or {}).get("events") or []) if timeline.get("limited") else [])
             if any(e.get("type") == "m.room.member" for e in events if isinstance(e, dict)):
                 self._rooms.forget(str(room_id))
             if not history:
                 continue
-            timeline = joined.get("timeline") or {}
             events = timeline.get("events") or []
             prev_batch = timeline.get("prev_batch")
             if timeline.get("limited") and isinstance(prev_batch, str) and self._client is not None \
@@ -353,10 +355,12 @@ class MatrixChannel:
         if client is None:
             yield
             return
-        room = RoomID(chat.chat_id)
+        room, shown = RoomID(chat.chat_id), False
 
         async def keep_typing() -> None:
+            nonlocal shown
             while True:
+                shown = True  # from the moment it may reach the homeserver
                 with contextlib.suppress(MatrixRequestError, *_NETWORK_ERRORS):
                     await client.set_typing(room, TYPING_MS)
                 await asyncio.sleep(TYPING_REFRESH)
@@ -368,5 +372,6 @@ class MatrixChannel:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            with contextlib.suppress(MatrixRequestError, *_NETWORK_ERRORS):
-                await client.set_typing(room, 0)
+            if shown:  # a block over before the first request needs no withdrawal
+                with contextlib.suppress(MatrixRequestError, *_NETWORK_ERRORS):
+                    await client.set_typing(room, 0)
