@@ -451,3 +451,29 @@ async def test_a_reply_sent_just_before_a_crash_is_not_posted_again_on_restart(
     assert [e["event_id"] for e in bots] == [posted["event_id"]]
     assert recorded == posted["event_id"]
     assert len(reply_requests(api)) == 1
+
+
+async def test_a_direct_chat_a_third_person_joins_becomes_a_room(
+    matrix_config: Callable[..., Config], bot_account: MatrixAccount, alice: MatrixUser, bob: MatrixUser,
+    api: AnthropicStandIn,
+) -> None:
+    """The bot counts a room's members once and keeps the count while the syncs bring only the
+    memberships lazy loading sends; Bob joining Alice's direct chat is a change in the timeline:
+    her next message belongs to the room's session, not her direct one."""
+    config = matrix_config(require_mention=False)
+    async with matrix_daemon(config, bot_account.access_token) as daemon:
+        room = await alice.create_room(invite=(bot_account.user_id,), direct=True)
+        await joined(alice, room, bot_account)
+        await alice.send(room, "just us")
+        await replies(alice, room, bot_account)
+        await alice.invite(room, bob.user_id)
+        await bob.join(room)
+        await alice.send(room, "now with Bob")
+        await replies(alice, room, bot_account, 2)
+        await router_of(daemon).idle()
+
+    async with Store.open(config.database_path()) as store:
+        direct = await store.history(f"agent:main:matrix:direct:{alice.user_id}", 10)
+        shared = await store.history(f"agent:main:matrix:room:{room}", 10)
+    assert [m.text for m in direct if m.role == "user"] == ["just us"]
+    assert [m.text for m in shared if m.role == "user"] == ["now with Bob"]
