@@ -342,3 +342,36 @@ async def test_a_context_build_failure_gets_the_fallback_and_the_daemon_goes_on(
     code, out, _ = await cli("replay", key, "--turn", "2", "--config", str(config_path))
     assert code == 1
     assert f"the turn failed to build its context: {error}" in out.splitlines()
+
+
+@pytest.mark.parametrize(("nudge", "matches"), [(1e-6, True), (1e-3, False)])
+async def test_scores_that_moved_in_their_last_place_still_match(
+    make_config: MakeConfig, store: Store, nudge: float, matches: bool
+) -> None:
+    """A turn recorded with scores computed in another float order (numpy's float32 sums, a BLAS
+    upgrade; its hash differs for that alone) replays as a match when the picks, ranks and sources
+    are the same and every score is within its last rounded place; a score that really moved is a
+    mismatch."""
+    config = make_config({"conversation": {
+        "lookback_count": 4, "recall_count": 1, "context_window": 180, "reserve_tokens": 0,
+    }})
+    channel = FakeChannel()
+    key = channel.key()
+    await store.append_inbound(channel.message("the alpha plan is ready"))
+    await store.append_inbound(channel.message("the bravo plan is ready"))
+    await seed(store, channel, 4)
+    request = await store.append_inbound(channel.message("alpha or bravo?"))
+    assert request is not None
+    brain = AnthropicBrain(config.anthropic, None)
+    built = await ContextBuilder(config, store, brain).build(key, request, ChatRef("fake", "42"))
+    snapshot = built.snapshot()
+    assert snapshot["candidates"]
+    for candidate in snapshot["candidates"]:
+        candidate["score"] = round(candidate["score"] + nudge, 6)
+        for hit in candidate["sources"].values():
+            hit["score"] = round(hit["score"] + nudge, 6)
+    await store.record_snapshot(str(key), request.id, None, snapshot, "0123456789abcdef")
+
+    result = await replay(config, store, brain, str(key), 1)
+    assert result.recorded_ids == result.rebuilt_ids
+    assert result.matches is matches

@@ -15,6 +15,7 @@ from typing import Any
 
 from bot.config import Config
 from bot.context.builder import ContextBuilder, Pin
+from bot.context.replay_settings import changed_settings
 from bot.context.semantic_recall import SemanticRecall
 from bot.context.turn_choice import pick_turn
 from bot.core.errors import BotError
@@ -63,6 +64,8 @@ class ReplayResult:
 
     record: SnapshotRecord
     rebuilt: Context
+    # `[conversation]` and the other selection settings differ now from the recorded ones
+    settings_changed: bool = False
 
     @property
     def recorded_ids(self) -> list[int]:
@@ -86,7 +89,37 @@ class ReplayResult:
 
     @property
     def matches(self) -> bool:
-        return self.record.hash == self.rebuilt.input_hash and self.recorded_ids == self.rebuilt_ids
+        if self.recorded_ids != self.rebuilt_ids:
+            return False
+        # The hash covers the candidates' scores, rounded to 6 places. Computed in another float
+        # order (a numpy or BLAS upgrade, numpy's float32 sums against the int8 search's exact
+        # ones) a score can move in its last place: the same picks with scores that close match.
+        return self.record.hash == self.rebuilt.input_hash or (
+            not self.settings_changed and same_candidates(
+                self.record.snapshot.get("candidates", []), self.rebuilt.candidates))
+
+
+SCORE_TOLERANCE = 2e-6  # a rounded score's last place, and a little for the rounding itself
+
+
+def same_candidates(recorded: list[dict[str, Any]], rebuilt: list[dict[str, Any]]) -> bool:
+    """The same candidates in the same order, ranks, sources and picks, scores within tolerance."""
+
+    def shape(candidate: dict[str, Any]) -> tuple[Any, ...]:
+        sources = candidate.get("sources", {})
+        return (candidate.get("ids"), candidate.get("rank"), candidate.get("chosen"),
+                sorted((name, hit.get("rank")) for name, hit in sources.items()))
+
+    def scores(candidate: dict[str, Any]) -> list[float]:
+        sources = candidate.get("sources", {})
+        return [float(candidate.get("score", 0.0))] + [
+            float(sources[name].get("score", 0.0)) for name in sorted(sources)]
+
+    if len(recorded) != len(rebuilt) or [shape(c) for c in recorded] != [shape(c) for c in rebuilt]:
+        return False
+    return all(abs(a - b) <= SCORE_TOLERANCE
+               for old, new in zip(recorded, rebuilt, strict=True)
+               for a, b in zip(scores(old), scores(new), strict=True))
 
 
 async def replay(config: Config, store: ReplayStore, brain: Brain, session: str, turn: int) -> ReplayResult:
@@ -114,4 +147,5 @@ async def replay(config: Config, store: ReplayStore, brain: Brain, session: str,
     semantic = SemanticRecall(store, embedder) if embedder is not None else None
     builder = ContextBuilder(config, store, brain, triager=RecordedTriage(snap), semantic=semantic)
     rebuilt = await builder.build(key, request, chat, pin=pin)
-    return ReplayResult(record, rebuilt)
+    changed = bool(changed_settings(record.snapshot.get("settings"), config))
+    return ReplayResult(record, rebuilt, settings_changed=changed)
