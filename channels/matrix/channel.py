@@ -15,9 +15,10 @@ derived from the reply, the room, the chunk's index and text, so a chunk resent 
 posted again; a streamed reply's preview message (`channels.matrix.preview`) becomes its first
 chunk by an edit sent the same way. A 429 (`M_LIMIT_EXCEEDED`) is waited out for its `retry_after_ms`
 (`channels.matrix.rate_limit`).
-Invites are accepted or declined as `invite_policy` says (`admit_invite`), one log line each;
-an allowed invite to an end-to-end encrypted room is refused with one line to the room (the bot
-joins, says so and leaves): the bot has no olm keys, and would otherwise read nothing there.
+Invites are accepted or declined as `invite_policy` says (`admit_invite`), one log line each.
+An encrypted room is never ignored silently (`channels.matrix.encryption`): an allowed invite to
+one, or a room that turns encryption on after the bot joined, gets one line in the room and one
+warning in the log, and the bot leaves; the bot has no olm keys, and would read nothing there.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from bot.delivery.preview import PreviewStream
 from bot.intake.access import RefusalNotices, refused_dm_reply
 from bot.intake.channel import ChunkSent, Intake, PreviewPosted, ReplyPreview
 from bot.intake.cursor import CursorKeeper
+from channels.matrix.encryption import ENCRYPTED_NOTICE, encryption_start
 from channels.matrix.format import chunk_event, matrix_chunks
 from channels.matrix.media import with_media
 from channels.matrix.normalise import PLATFORM, MatrixMessage, admit, admit_invite, read_event, to_inbound
@@ -59,8 +61,6 @@ MAX_DELAY = 30.0
 TYPING_MS = 30_000
 TYPING_REFRESH = 20.0
 _NETWORK_ERRORS = (OSError, aiohttp.ClientError, TimeoutError)
-ENCRYPTED_NOTICE = ("I can't read end-to-end encrypted rooms yet, so I'm leaving this one. "
-                    "Invite me to a room without encryption.")
 _TOKEN_HELP = "your client's Help & About → Access Token, or a login with the bot's password"
 
 
@@ -208,20 +208,25 @@ class MatrixChannel:
             # A membership change is in the timeline, or in `state` when the timeline was cut;
             # otherwise `state` holds only the members lazy loading sends with their messages.
             timeline = joined.get("timeline") or {}
-            events = (timeline.get("events") or []) + \
-                     (((joined.get("state") or {}).get("events") or []) if timeline.get("limited") else [])
+            state = (joined.get("state") or {}).get("events") or []
+            events = (timeline.get("events") or []) + (state if timeline.get("limited") else [])
             if any(e.get("type") == "m.room.member" for e in events if isinstance(e, dict)):
                 self._rooms.forget(str(room_id))
-            if not history:
-                continue
             events = timeline.get("events") or []
             prev_batch = timeline.get("prev_batch")
-            if timeline.get("limited") and isinstance(prev_batch, str) and self._client is not None \
-                    and self._cursor is not None:
+            if history and timeline.get("limited") and isinstance(prev_batch, str) \
+                    and self._client is not None and self._cursor is not None:
                 events = await missed_events(self._client, str(room_id), prev_batch, self._cursor) + events
-            for event in events:
+            encrypted = encryption_start(events, state)
+            readable = events if encrypted is None else events[:encrypted[0]]
+            for event in readable if history else ():
                 if isinstance(event, dict) and event.get("type") == "m.room.message":
                     await self._take(str(room_id), event, intake)
+            if encrypted is not None:  # nothing from there on is read: never stored, never answered
+                cause = encrypted[1]
+                log.warning("matrix room is encrypted; leaving it", channel=self.provider,
+                            room_id=str(room_id), sender=cause.get("sender"), by=cause.get("type"))
+                await self._leave_encrypted(str(room_id), key=f"encrypted\x00{cause.get('event_id')}")
 
     async def _on_invite(self, room_id: str, invited: dict[str, Any]) -> None:
         client = self._client
@@ -238,9 +243,7 @@ class MatrixChannel:
             log.warning("matrix invite to an encrypted room refused", channel=self.provider,
                         room_id=room_id, inviter=inviter)
             await client.join_room_by_id(RoomID(room_id))
-            with contextlib.suppress(DeliveryError):
-                await self.send(OutboundMessage(ChatRef(self.provider, room_id), ENCRYPTED_NOTICE))
-            await client.leave_room(RoomID(room_id), reason="encrypted rooms are not supported")
+            await self._leave_encrypted(room_id)
         elif admit_invite(inviter, self._config, direct=direct):
             log.info("matrix invite accepted", channel=self.provider, room_id=room_id, inviter=inviter)
             try:
@@ -251,6 +254,18 @@ class MatrixChannel:
             log.info("matrix invite declined", channel=self.provider, room_id=room_id, inviter=inviter)
             with contextlib.suppress(MForbidden, MNotFound):
                 await client.leave_room(RoomID(room_id), reason="not allowed to invite this bot")
+
+    async def _leave_encrypted(self, room_id: str, key: str | None = None) -> None:
+        """Say in the room, in one line, that the bot cannot read encrypted rooms, and leave it.
+        With a `key` (the event that encrypted the room) the line is sent with a transaction id of
+        its own, so a batch that comes again after a crash does not post it twice."""
+        client = self._connected()
+        with contextlib.suppress(DeliveryError):
+            await self.send(OutboundMessage(ChatRef(self.provider, room_id), ENCRYPTED_NOTICE,
+                                            delivery_key=key))
+        with contextlib.suppress(MForbidden, MNotFound):  # already gone: nothing to leave
+            await client.leave_room(RoomID(room_id), reason="encrypted rooms are not supported")
+        self._rooms.left(room_id)
 
     async def _take(self, room_id: str, event: dict[str, Any], core: Intake) -> None:
         if event.get("sender") == self._user_id:

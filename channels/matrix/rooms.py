@@ -23,6 +23,11 @@ class RoomDirectory:
         """A membership in the room changed: count again next time."""
         self._members.pop(room_id, None)
 
+    def left(self, room_id: str) -> None:
+        """The bot left the room: nothing about it holds any longer."""
+        self._members.pop(room_id, None)
+        self._direct = {user: room for user, room in self._direct.items() if room != room_id}
+
     def note_direct(self, user_id: str, room_id: str) -> None:
         self._direct[user_id] = room_id
 
