@@ -21,6 +21,7 @@ from bot.core.session_key import parse as parse_key
 from bot.testing.mcp_calc import server_entry as calc
 from bot.tools.base import Tool, ToolContext, ToolResult
 from bot.tools.mcp import McpManager
+from bot.tools.mcp_server import McpServer
 from bot.tools.mcp_tools import offered_name
 from tests.harness import wait_until
 
@@ -340,3 +341,18 @@ async def test_env_values_reach_the_server_but_never_the_log(
     assert secret not in logged
     assert "starting with CALC_TOKEN=[redacted]" in logged
     assert '"env": ["CALC_TOKEN"]' in logged
+
+
+async def test_a_server_cancelled_past_the_stop_timeout_is_reported_stopped(tmp_path: Path) -> None:
+    """When a server does not end within the stop's timeout (a loaded machine, a server ignoring
+    its stdin) and is cancelled, its status says "stopped", not the "starting" it was cut off in,
+    and its process is gone."""
+    pidfile = tmp_path / "pids"
+    config = config_of(calc("calc", "--sleep-at-start", "60", "--pidfile", str(pidfile)))
+    (entry,) = config.mcp_servers
+    server = McpServer(entry, resolve=config.resolve, on_change=lambda: None)
+    server.start()
+    await wait_until(lambda: bool(pids(pidfile)), timeout=20)
+    await server.stop(timeout=0.0)
+    assert server.status()["state"] == "stopped"
+    await wait_until(lambda: not alive(pids(pidfile)[0]), timeout=20)

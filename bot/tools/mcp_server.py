@@ -99,6 +99,8 @@ class McpServer:
             log.warning("mcp server did not stop in time; cancelling it", server=self.name)
             task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        if self.state != "stopped":  # cancelled before it could say so itself
+            self._down("stopped", self.error)
 
     def reconfigure(self, config: McpServerConfig) -> None:
         """Apply a change that needs no new process (allowed tools, read-only tools, timeout)."""
