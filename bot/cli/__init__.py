@@ -110,6 +110,11 @@ EXAMPLES = {
     "web user passwd": ["switchboard web user passwd ada   # asks for the new password twice",
                         "printf '%s\\n' \"$PASSWORD\" | switchboard web user passwd ada"],
     "web user remove": ["switchboard web user remove ada"],
+    "matrix": ["switchboard matrix login"],
+    "matrix login": ["switchboard matrix login   # asks the bot's password once, prints the token",
+                     "switchboard matrix login --account work",
+                     "printf '%s\\n' \"$PASSWORD\" | switchboard matrix login --password-stdin "
+                     ">> switchboard.env"],
 }
 
 
@@ -259,6 +264,14 @@ def _parser() -> argparse.ArgumentParser:
         "name", metavar="NAME")
     add("web user remove", "web:remove_user", "remove an account and end its sessions",
         user_sub).add_argument("name", metavar="NAME")
+    matrix = add("matrix", "matrix_login:matrix_usage", "the Matrix bot account: log in for a token")
+    matrix_sub = matrix.add_subparsers(dest="matrix_command", metavar="login")
+    matrix_login = add("matrix login", "matrix_login:login", "log the bot in with its password (asked once, "
+                       "or read from standard input) and print the access token to set", matrix_sub)
+    matrix_login.add_argument("--account", metavar="NAME",
+                              help="an account of [channels.matrix.accounts] (default: [channels.matrix])")
+    matrix_login.add_argument("--password-stdin", action="store_true",
+                              help="read the password from standard input's first line (for scripts)")
     return parser
 
 
