@@ -94,7 +94,7 @@ def parse(text: str) -> SessionKey:
     if len(parts) > 5 and parts[4][:1] in MATRIX_SIGILS:
         # A Matrix peer ("@ada:example.org", "!room:example.org:8448") keeps its colons; a
         # thread suffix is the last two parts.
-        suffixed = len(parts) >= 8 and parts[-2] in SUFFIXES
+        suffixed = len(parts) >= 7 and parts[-2] in SUFFIXES  # "@ada:example.org" or a bare "@"
         peer = ":".join(parts[4:-2] if suffixed else parts[4:])
         parts = [*parts[:4], peer, *(parts[-2:] if suffixed else [])]
     if len(parts) not in (5, 7):
