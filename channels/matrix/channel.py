@@ -40,6 +40,7 @@ from bot.config import MatrixConfig
 from bot.core.errors import ChannelNotStartedError, DeliveryError, describe
 from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.core.misconfiguration import report, token_refused
+from bot.core.stopping import unless_stopped
 from bot.delivery.preview import PreviewStream
 from bot.intake.access import RefusalNotices, refused_dm_reply
 from bot.intake.channel import ChunkSent, Intake, PreviewPosted, ReplyPreview
@@ -184,18 +185,10 @@ class MatrixChannel:
         params = {"filter": sync_filter(self.timeline_limit), "timeout": str(timeout_ms)}
         if self._cursor is not None:
             params["since"] = self._cursor
-        fetch = asyncio.ensure_future(client.api.request(Method.GET, Path.v3.sync, query_params=params))
-        stopping = asyncio.ensure_future(self._stopped.wait())
-        try:
-            await asyncio.wait([fetch, stopping], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopping.cancel()
-            if not fetch.done():
-                fetch.cancel()
-                await asyncio.wait([fetch])
-        if fetch.cancelled():
+        found = await unless_stopped(
+            client.api.request(Method.GET, Path.v3.sync, query_params=params), self._stopped)
+        if found is None and self._stopped.is_set():
             return None
-        found = fetch.result()
         return found if isinstance(found, dict) else {}
 
     async def _hand_over(self, batch: dict[str, Any], intake: Intake, *, history: bool) -> None:

@@ -24,6 +24,7 @@ from telegram.request._requestparameter import RequestParameter
 from telegram.warnings import PTBDeprecationWarning
 
 from bot.core.errors import describe
+from bot.core.stopping import unless_stopped
 from channels.telegram.quarantine import reason
 
 # Takes one raw update; returns once it is committed (stored, deliberately skipped or
@@ -176,18 +177,9 @@ class UpdatePoller:
         return True
 
     async def _fetch_unless_stopped(self, timeout: int) -> list[Any] | None:
-        """The next batch, or None when stop() came first (the request is then cancelled)."""
-        fetch = asyncio.ensure_future(self._get_updates(self._offset, timeout, BATCH_LIMIT))
-        stopping = asyncio.ensure_future(self._stopping.wait())
-        try:
-            await asyncio.wait([fetch, stopping], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopping.cancel()
-            if not fetch.done():
-                fetch.cancel()
-                await asyncio.wait([fetch])
-        # A batch that arrived together with stop() is still handed over.
-        return None if fetch.cancelled() else fetch.result()
+        """The next batch, or None when stop() came first (the request is then cancelled); a batch
+        that arrived together with stop() is still handed over."""
+        return await unless_stopped(self._get_updates(self._offset, timeout, BATCH_LIMIT), self._stopping)
 
     async def _get_updates(
         self, offset: int, timeout: int, limit: int, *, allowed_updates: bool = True,
