@@ -585,3 +585,33 @@ async def test_a_turns_request_never_waits_behind_the_background(embedder: Embed
         gated.go.set()
     await asyncio.gather(busy, later)
     assert gated.order == ["the turn's request", "a long background batch", "the next background batch"]
+
+
+async def test_a_deleted_messages_vector_never_answers_for_the_row_that_reuses_its_id(
+    store: Store, static: Embedder, store_backend: str
+) -> None:
+    """After the session's newest message is deleted and the next one is stored under its id (as
+    SQLite does; a PostgreSQL sequence set back does the same), a search scores the new message by
+    its own vector: neither the session's vectors in memory nor its vector file still hold the old."""
+    kept = await say_in(store, "my sister lives in Lisbon")
+    gone = await say_in(store, "my brother lives in Porto, near the river")
+    await embed_all(store, static)
+    query = static.encode(["Caroline: where does my brother live?"])[0]
+
+    async def scores() -> dict[int, float]:
+        return dict(await store.semantic_matches(str(SESSION), query, model=static.model_id,
+                                                 before_id=10**9, limit=10))
+
+    assert set(await scores()) == {kept.id, gone.id}  # kept in memory and written to its file
+    await execute(store, "DELETE FROM messages WHERE id = ?", (gone.id,))
+    if store_backend == "postgres":
+        await execute(store, "SELECT setval(pg_get_serial_sequence('messages', 'id'), ?, false)", (gone.id,))
+    new = await say_in(store, "we had pancakes for breakfast")
+    assert new.id == gone.id
+    await embed_all(store, static)
+    own = await store.embedding_of(new.id, static.model_id)
+    assert own is not None
+    expected = float(np.dot(np.asarray(own, dtype=np.float64), np.asarray(query, dtype=np.float64)))
+    assert abs((await scores())[new.id] - expected) < 1e-4  # the vector in memory
+    store.drop_cached_vectors()  # as after a restart: the session's vector file is read
+    assert abs((await scores())[new.id] - expected) < 1e-4

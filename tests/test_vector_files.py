@@ -26,6 +26,7 @@ np = pytest.importorskip("numpy")
 MODEL = "test-model"
 DIM = 16
 SESSION = build("main", "telegram", "direct", "42")
+HEADER = 16  # magic, vector size, the session's removed vectors when written
 
 
 async def stored_with_vectors(store: Store, count: int, *, seed: int = 1) -> list[int]:
@@ -63,7 +64,7 @@ def the_file(store: Store) -> Path:
 
 
 def ids_in_file(store: Store) -> list[int]:
-    data = the_file(store).read_bytes()[8:]
+    data = the_file(store).read_bytes()[HEADER:]
     records = np.frombuffer(data, dtype=np.dtype([("id", "<i8"), ("vector", "i1", (DIM,))]))
     return [int(i) for i in records["id"]]
 
@@ -136,8 +137,8 @@ async def test_a_damaged_file_is_never_trusted_and_is_written_again(store: Store
     elif damage == "not a vector file":
         path.write_bytes(b"PK\x03\x04" + data[4:])
     elif damage == "ids out of order":
-        body = data[8:]
-        path.write_bytes(data[:8] + body[record:2 * record] + body[:record] + body[2 * record:])
+        body = data[HEADER:]
+        path.write_bytes(data[:HEADER] + body[record:2 * record] + body[:record] + body[2 * record:])
     else:
         path.write_bytes(b"")
     store.drop_cached_vectors()

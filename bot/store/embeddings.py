@@ -3,12 +3,15 @@
 A search reads no vectors from the database when nothing changed: each session's vectors of a model
 are kept in memory (as stored, int8, with their norms) and in a file beside the database
 (`bot.store.vector_files`: one read where the table is a page per few vectors), both checked
-against the table by one row of `embedding_counts` (count, largest id and sum of ids in the
-session, kept by triggers), read with the context floor. Vectors this store saves for a session
-kept in memory join it at once (and its file), so the next turn's search reads none; newer ones
-found by a search are appended; anything else (a deleted message, a rebuild by another process)
-reloads the session from the table. The search is bot.store.vector_matrix's (simsimd, imported
-only when vectors are read or searched: the `semantic` extra; no numpy).
+against the table by one row of `embedding_counts` (count, largest id, sum of ids and how many were
+ever removed in the session, kept by triggers), read with the context floor: a copy read before a
+vector was removed never passes for the table again, even when a message stored under a deleted
+one's id (SQLite reuses the newest id) brings count, largest id and sum back (issue 38). Vectors
+this store saves for a session kept in memory join it at once (and its file), so the next turn's
+search reads none; newer ones found by a search are appended; anything else (a deleted message, a
+rebuild by another process) reloads the session from the table. The search is
+bot.store.vector_matrix's (simsimd, imported only when vectors are read or searched: the `semantic`
+extra; no numpy).
 """
 
 from __future__ import annotations
@@ -22,18 +25,18 @@ from bot.core.messages import StoredMessage
 from bot.store.database import Database
 from bot.store.messages import MESSAGE_COLUMNS, rows_to_messages
 from bot.store.vector_files import VectorFiles, Vectors, vectors_dir
-from bot.store.vector_matrix import Matrix, appended, build_matrix, holds, vectors_of
+from bot.store.vector_matrix import Matrix, Signature, appended, build_matrix, holds, vectors_of
 
 # The pending scan walks ids in windows of this size, so one query never holds the connection long.
 SCAN_WINDOW = 20_000
 # Bytes of vectors kept in memory across sessions; the least recently searched go first.
 CACHE_BYTES = 64 * 1024 * 1024
 
-# The session's context floor, (count, largest id, sum of ids) of its vectors of a model and the
-# vector of one message, in one row (?1 session, ?2 model, ?3 the message).
+# The session's context floor, (count, largest id, sum of ids, removed) of its vectors of a model
+# and the vector of one message, in one row (?1 session, ?2 model, ?3 the message).
 _SIGNATURE = (
     "SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0), "
-    "COALESCE(c.count, 0), COALESCE(c.largest, 0), COALESCE(c.total, 0), "
+    "COALESCE(c.count, 0), COALESCE(c.largest, 0), COALESCE(c.total, 0), COALESCE(c.removed, 0), "
     "(SELECT vector FROM embeddings WHERE message_id = ?3 AND model = ?2 "
     "AND session_key = ?1) FROM (SELECT 1) AS one "
     "LEFT JOIN embedding_counts c ON c.session_key = ?1 AND c.model = ?2"
@@ -112,7 +115,7 @@ class Embeddings(Database):
         return stored
 
     async def _extend_cached(
-        self, session_key: str, model: str, signature: tuple[int, int, int], added: list[tuple[int, bytes]],
+        self, session_key: str, model: str, signature: Signature, added: list[tuple[int, bytes]],
     ) -> None:
         """Add the vectors just stored to the session's vectors in memory (and its file), when
         they are exactly what the table gained: the session's next search then reads none (the
@@ -122,7 +125,8 @@ class Embeddings(Database):
         if cached is None or not added or not len(cached.ids) or added[0][0] <= int(cached.ids[-1]):
             return
         ids = [message_id for message_id, _ in added]
-        if signature != (cached.signature[0] + len(ids), ids[-1], cached.signature[2] + sum(ids)):
+        if signature != (cached.signature[0] + len(ids), ids[-1], cached.signature[2] + sum(ids),
+                         cached.signature[3]):
             return  # not only these (another writer), or not all of them stored: the search reads
         dim = cached.dim
         if any(len(vector) != dim for _, vector in added):
@@ -213,8 +217,8 @@ class Embeddings(Database):
                 (session_key, model, message_id, 0),
             )
             row = next(iter(found))
-            floor, signature, blob = _signature_of(row[:5])
-            await self._session_matrix(session_key, model, signature, read=vectors_of(*row[5:]))
+            floor, signature, blob = _signature_of(row[:6])
+            await self._session_matrix(session_key, model, signature, read=vectors_of(*row[6:]))
         if blob is None:
             return None, signature[0]
         if limit <= 0:
@@ -223,7 +227,7 @@ class Embeddings(Database):
         return nearest, signature[0]
 
     async def _nearest(
-        self, session_key: str, model: str, floor: int, signature: tuple[int, int, int],
+        self, session_key: str, model: str, floor: int, signature: Signature,
         query: bytes | Sequence[float], before_id: int, limit: int,
     ) -> list[tuple[int, float]]:
         matrix = await self._session_matrix(session_key, model, signature)
@@ -233,14 +237,14 @@ class Embeddings(Database):
 
     async def _signature(
         self, session_key: str, model: str, message_id: int = 0
-    ) -> tuple[int, tuple[int, int, int], bytes | None]:
-        """The session's context floor, (count, largest id, sum of ids) of its vectors of `model`,
+    ) -> tuple[int, Signature, bytes | None]:
+        """The session's context floor, (count, largest id, sum of ids, removed) of its vectors of `model`,
         and the vector of `message_id` (of this session and model), in one read."""
         found = await self._conn.execute_fetchall(_SIGNATURE, (session_key, model, message_id))
         return _signature_of(next(iter(found)))
 
     async def _session_matrix(
-        self, session_key: str, model: str, signature: tuple[int, int, int],
+        self, session_key: str, model: str, signature: Signature,
         *, read: Vectors | None = None,
     ) -> Matrix | None:
         """The session's vectors, from memory when the table still matches, else from its file or
@@ -263,11 +267,12 @@ class Embeddings(Database):
         older: Matrix | None = None  # vectors known here that the table has newer ones after
         if read is not None and holds(read, signature):
             matrix = build_matrix(*read, signature=signature)
-            matrix.filed = await files.write(session_key, model, read)
-        elif cached is not None and signature[0] > cached.signature[0] and signature[1] > cached.signature[1]:
+            matrix.filed = await files.write(session_key, model, read, removed=signature[3])
+        elif (cached is not None and signature[0] > cached.signature[0] and signature[1] > cached.signature[1]
+              and signature[3] == cached.signature[3]):
             older = cached
         else:
-            stored = await files.read(session_key, model)
+            stored = await files.read(session_key, model, removed=signature[3])
             if stored is not None and holds(stored, signature):
                 matrix = build_matrix(*stored, signature=signature)
                 matrix.filed = True
@@ -281,11 +286,12 @@ class Embeddings(Database):
                 matrix = appended(older, *newer, signature=signature)
             if matrix is not None:
                 matrix.filed = await (files.append(session_key, model, newer) if older.filed else
-                                      files.write(session_key, model, (matrix.ids, matrix.dim, matrix.rows)))
+                                      files.write(session_key, model, (matrix.ids, matrix.dim, matrix.rows),
+                                                  removed=signature[3]))
         if matrix is None:
             read = await self._vectors(session_key, model, after_id=0)
             matrix = build_matrix(*read, signature=signature)
-            matrix.filed = await files.write(session_key, model, read)
+            matrix.filed = await files.write(session_key, model, read, removed=signature[3])
         self._keep(key, matrix)
         return matrix
 
@@ -325,6 +331,7 @@ class Embeddings(Database):
         return read
 
 
-def _signature_of(row: Any) -> tuple[int, tuple[int, int, int], bytes | None]:
-    floor, count, largest, total, blob = row
-    return int(floor), (int(count), int(largest), int(total)), None if blob is None else bytes(blob)
+def _signature_of(row: Any) -> tuple[int, Signature, bytes | None]:
+    floor, count, largest, total, removed, blob = row
+    signature = (int(count), int(largest), int(total), int(removed))
+    return int(floor), signature, None if blob is None else bytes(blob)

@@ -3,14 +3,16 @@
 Reading a session's vectors through the store walks a page per few vectors (0.36 ms for a session
 of 1 000 messages in a database of 1 M); its file is one read (0.03 ms), off the store's thread.
 The `embeddings` table stays the truth: a file is used only when it holds exactly the vectors the
-table counts for the session (count, largest id and sum of ids, as the table's triggers keep
-them), one holding older vectors only is appended to, and anything else is written again from the
-table. Ids are never reused and a stored vector of a model never changes, so equal counts mean
-equal vectors. A file that cannot be read or written only means reading the table: a search never
-fails for it, and deleting the folder is always safe.
+table counts for the session (count and sum of ids, as the table's triggers keep them) and was
+written after the session's last removed vector, one holding older vectors only is appended to, and
+anything else is written again from the table. A stored vector of a model never changes, and an id
+comes back (SQLite hands the newest message's id out again once it is deleted) only after a
+removal, so equal counts with no removal since mean equal vectors (issue 38). A file that cannot be
+read or written only means reading the table: a search never fails for it, and deleting the folder
+is always safe.
 
-A file is a header (magic, vector size) and then one record per vector in id order: the message id
-(int64) and the vector (int8).
+A file is a header (magic, vector size, the session's count of removed vectors when it was written)
+and then one record per vector in id order: the message id (int64) and the vector (int8).
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ import structlog
 
 log = structlog.get_logger("switchboard.store")
 
-_HEADER = struct.Struct("<4sI")
-_MAGIC = b"SBV1"
+_HEADER = struct.Struct("<4sIq")
+_MAGIC = b"SBV2"
+_FORMER = (b"SBV1",)  # files of an earlier format: written again, not warned about
 # A file larger than this is read and written in a thread, not on the event loop (a 1 MiB read
 # from the page cache is ~0.1 ms; a session with tens of thousands of messages would be several).
 _ON_LOOP_BYTES = 1 << 20
@@ -71,25 +74,26 @@ class VectorFiles:
     def exists(self, session_key: str, model: str) -> bool:
         return self.path(session_key, model).is_file()
 
-    async def read(self, session_key: str, model: str) -> Vectors | None:
-        """The session's vectors as its file holds them; None when there is no usable file."""
+    async def read(self, session_key: str, model: str, *, removed: int) -> Vectors | None:
+        """The session's vectors as its file holds them; None when there is no usable file, or it
+        was written before the session's `removed`-th vector was removed."""
         path = self.path(session_key, model)
         try:
             size = path.stat().st_size
             if size > _ON_LOOP_BYTES:
-                return await asyncio.to_thread(_parse, path.read_bytes())
-            return _parse(path.read_bytes())
+                return await asyncio.to_thread(_parse, path.read_bytes(), removed)
+            return _parse(path.read_bytes(), removed)
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
             self._warn("read", exc)
             return None
 
-    async def write(self, session_key: str, model: str, vectors: Vectors) -> bool:
-        """Replace the session's file with exactly `vectors` (written aside, then renamed); False
-        when it could not be written."""
+    async def write(self, session_key: str, model: str, vectors: Vectors, *, removed: int) -> bool:
+        """Replace the session's file with exactly `vectors`, read when the table had removed
+        `removed` of the session's (written aside, then renamed); False when it could not be written."""
         ids, dim, rows = vectors
-        data = _HEADER.pack(_MAGIC, dim) + _records(ids, dim, rows)
+        data = _HEADER.pack(_MAGIC, dim, removed) + _records(ids, dim, rows)
         path = self.path(session_key, model)
         aside = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
@@ -135,11 +139,16 @@ class VectorFiles:
                         folder=str(self.directory), error=f"{type(exc).__name__}: {exc}")
 
 
-def _parse(data: bytes) -> Vectors:
-    """A file's (ids, size, rows); ValueError when it is not one whole file of ascending ids."""
+def _parse(data: bytes, removed: int) -> Vectors | None:
+    """A file's (ids, size, rows); None when it was written before the `removed`-th removal (or in
+    an earlier format); ValueError when it is not one whole file of ascending ids."""
+    if data[:4] in _FORMER:
+        return None
     if len(data) < _HEADER.size:
         raise ValueError("shorter than its header")
-    magic, dim = _HEADER.unpack_from(data)
+    magic, dim, written_after = _HEADER.unpack_from(data)
+    if magic == _MAGIC and written_after != removed:
+        return None
     if magic != _MAGIC or dim <= 0 or (len(data) - _HEADER.size) % (8 + dim):
         raise ValueError("not a whole vector file (written by something else, or cut short)")
     records = list(_record(dim).iter_unpack(memoryview(data)[_HEADER.size:]))

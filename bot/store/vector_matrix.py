@@ -22,6 +22,10 @@ from typing import Any, cast
 
 from bot.store.vector_files import Vectors
 
+# A session's vectors of a model as `embedding_counts` counts them: how many, the largest id, the
+# sum of ids, and how many were ever removed (a copy read before a removal is never the table's).
+Signature = tuple[int, int, int, int]
+
 
 @dataclass(slots=True)
 class Matrix:
@@ -32,7 +36,7 @@ class Matrix:
     dim: int
     rows: bytes
     scales: array[float]
-    signature: tuple[int, int, int]  # (count, largest id, sum of ids) when loaded
+    signature: Signature  # as the table counted the session's vectors when loaded
     # Whether the session's vector file held exactly these when they were read or written here:
     # newer vectors are then appended to it, else it is written whole.
     filed: bool = False
@@ -102,7 +106,7 @@ def _simsimd() -> Any:
     return simsimd
 
 
-def holds(vectors: Vectors, signature: tuple[int, int, int]) -> bool:
+def holds(vectors: Vectors, signature: Signature) -> bool:
     """Whether `vectors` are exactly the ones the table counts (their number and sum of ids)."""
     ids = vectors[0]
     return len(ids) == signature[0] and sum(ids) == signature[2]
@@ -124,7 +128,7 @@ def vectors_of(listed: Any, data: Any, dim: Any) -> Vectors | None:
     return ids, size, data
 
 
-def build_matrix(ids: array[int], dim: int, rows: bytes, *, signature: tuple[int, int, int]) -> Matrix:
+def build_matrix(ids: array[int], dim: int, rows: bytes, *, signature: Signature) -> Matrix:
     """The matrix of a read: its rows' norms (int8 squares summed exactly) worked out."""
     scales = array("d")
     if len(ids) and dim:
@@ -136,7 +140,7 @@ def build_matrix(ids: array[int], dim: int, rows: bytes, *, signature: tuple[int
 
 
 def appended(
-    cached: Matrix, ids: array[int], dim: int, rows: bytes, *, signature: tuple[int, int, int]
+    cached: Matrix, ids: array[int], dim: int, rows: bytes, *, signature: Signature
 ) -> Matrix | None:
     if not len(ids) or dim != cached.dim:
         return None
