@@ -7,6 +7,7 @@ import statistics
 
 from bench.labelled_set import (
     FAMILIES,
+    HARD_KINDS,
     HARD_MIX,
     KINDS,
     MIX,
@@ -15,10 +16,13 @@ from bench.labelled_set import (
     Family,
     content_words,
     describe,
+    families,
+    fts5_by_kind,
     fts5_top,
     generate,
     overlap,
     render,
+    semantic_top,
     shared_words,
     turn_text,
 )
@@ -150,3 +154,62 @@ def test_filler_is_varied() -> None:
     for conversation in generate(4, seed=9):
         filler = [t.user for t in conversation.turns if t.role == "filler"]
         assert len(set(filler)) >= 0.95 * len(filler)
+
+
+def test_the_extended_set_asks_multi_hop_and_inference_questions_over_months() -> None:
+    """With `extended`, every conversation also asks four multi-hop questions (2-4 evidence turns,
+    days to weeks apart, two weeks at the median) and four inference ones, over 8-16 weeks of up
+    to 700 turns; without it the set is what it was."""
+    extended = generate(20, seed=13, extended=True)
+    gaps = []
+    for conversation in extended:
+        kinds = [q.kind for q in conversation.questions]
+        assert kinds.count("multihop") == kinds.count("inference") == 4
+        assert 300 <= len(conversation.turns) <= 700
+        for q in conversation.questions:
+            if q.kind == "multihop":
+                assert 2 <= len(q.evidence) <= 4
+                times = [conversation.turns[i].at for i in q.evidence]
+                gaps += [(b - a) / 86_400 for a, b in itertools.pairwise(times)]
+    assert min(gaps) >= 2 and statistics.median(gaps) >= 10
+    assert describe(extended)["weeks_mean"] >= 8
+    assert all(q.kind not in HARD_KINDS for c in generate(20, seed=13) for q in c.questions)
+
+
+def test_hard_questions_share_no_word_with_their_evidence_but_names() -> None:
+    """Every multi-hop and inference question, under every slot bundle and evidence variant,
+    shares with its evidence at most the names of people and things it asks about (no other
+    content word), and has at least two distractors sharing its words."""
+    for family in (f for kind in HARD_KINDS for f in families(kind)):
+        for values in family.options:
+            slots = {"friend": "Maya", "friend2": "Jonas", "colleague": "Derek", **values}
+            names = frozenset().union(*(content_words(slots[name]) for name in slots
+                                        if name in ("friend", "friend2", "colleague")
+                                        or len(slots[name].split()) <= 3))
+            pool = [render(user, slots) for user, _ in family.distractors]
+            asked_any = False
+            for template in (t for w in WORDINGS for t in family.questions[w]):
+                asked = render(template, slots)
+                asked_any = True
+                for variants in itertools.product(*family.steps):
+                    said = [render(f"{user}\n{reply}", slots) for user, reply in variants]
+                    assert shared_words(asked, said) <= names, (family.name, asked)
+                near = [text for text in pool if content_words(asked) & content_words(text)]
+                assert len(near) >= 2, (family.name, asked)
+            assert asked_any, family.name
+
+
+def test_plain_bm25_and_plain_cosine_find_less_of_the_hard_kinds() -> None:
+    """Plain FTS5 bm25 (top 20) finds under a quarter of the multi-hop and inference evidence, and
+    less than of the original kinds; a plain cosine (top 40, the shipped static encoder) finds less
+    of them than of the single-hop questions' evidence."""
+    from bot.ranking.embedding import ModelFiles
+    from bot.ranking.static_embedding import MODEL_NAME, PACKAGED, StaticEncoder
+
+    extended = generate(6, seed=13, extended=True)
+    words = fts5_by_kind(extended)
+    assert words["multihop"] < 0.25 and words["inference"] < 0.25
+    assert max(words["multihop"], words["inference"]) < min(words["fact"], words["temporal"])
+    encoder = StaticEncoder.load(ModelFiles(MODEL_NAME, directory=PACKAGED, encoder="static"))
+    meaning = semantic_top(extended, encoder.encode)
+    assert max(meaning["multihop"], meaning["inference"]) < meaning["fact"]
