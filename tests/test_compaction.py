@@ -101,7 +101,7 @@ def long_config(api: AnthropicStandIn, make_config: MakeConfig, **compaction: An
         api,
         conversation={"context_window": 2000, "reserve_tokens": 0, "history_share": 0.5,
                       "use_selection": False, "lookback_count": 100},
-        compaction={"keep_recent": 4, **compaction},
+        compaction={"keep_recent": 4, "flush_shares": [], **compaction},  # flushes: test_memory_flush.py
     ))
 
 

@@ -163,6 +163,9 @@ class CompactionConfig(Section):
     chunk_tokens: Annotated[int, Field(ge=500)] = 6000
     model: str = "fast"
     timeout: PosFloat = 60.0
+    # Shares of the compaction trigger at which the agent gets one silent turn to keep durable
+    # facts with `remember` before the older part is summarised; each fires once a cycle.
+    flush_shares: list[Annotated[float, Field(gt=0, lt=1)]] = Field(default_factory=lambda: [0.5, 0.75, 0.9])
 
 
 class RouterConfig(Section):

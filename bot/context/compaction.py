@@ -178,25 +178,33 @@ class Compactor:
         its context), since the limit says the model sees only its last turns."""
         return resolve_history_limit(self._config, parse(session))
 
-    async def due(self, session: str) -> bool:
-        """Whether the uncompacted history (with the summary) is past the trigger share of the budget."""
+    async def fill(self, session: str) -> float | None:
+        """The uncompacted history (with the summary) as a share of the size that triggers
+        compaction (over 1: due); 0 while it holds no more than `keep_recent` messages, None for a
+        session never compacted (a history limit)."""
         if self.history_limit(session) is not None:
-            return False
+            return None
         latest, count, tokens = await self._store.compaction_state(session)
         if count <= self._settings.keep_recent:
-            return False
+            return 0.0
         size = math.ceil(tokens * SAFETY_MARGIN) + (cost(latest.summary) if latest else 0)
-        return size > self._budget.history_tokens * self._settings.trigger_share
+        return size / max(self._budget.history_tokens * self._settings.trigger_share, 1.0)
 
-    async def maybe_compact(self, session: str) -> Outcome | None:
-        """Compact when due and enabled; never raises (a failure is logged, trimming carries on)."""
+    async def due(self, session: str) -> bool:
+        """Whether the uncompacted history (with the summary) is past the trigger share of the budget."""
+        share = await self.fill(session)
+        return share is not None and share > 1
+
+    async def maybe_compact(self, session: str, fill: float | None = None) -> Outcome | None:
+        """Compact when due and enabled (`fill`: the session's, when just read); never raises (a
+        failure is logged, trimming carries on)."""
         if not self._settings.enabled:
             return None
         failed = self._failed_at.get(session)
         if failed is not None and time.monotonic() - failed < RETRY_AFTER:
             return None
         try:
-            if not await self.due(session):
+            if not (fill > 1 if fill is not None else await self.due(session)):
                 return None
             return await self.compact(session)
         except Exception as exc:  # compaction is an optimisation: it must never cost a turn

@@ -1,8 +1,11 @@
-"""Compactions: summaries of a session's older messages, which one is in use, and its notice."""
+"""Compactions: summaries of a session's older messages, which one is in use, and its notice; and
+the memory flushes that come before them."""
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Sequence
 
 from bot.store.database import Database
 from bot.store.records import CompactionRecord
@@ -32,6 +35,16 @@ _COMPACTION_STATE = (
     "AND m.origin = 'interactive' AND m.id > MAX(COALESCE(c.first_kept_message_id - 1, 0), "
     "(SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0))) "
     f"GROUP BY {_LATEST_COLUMNS}"
+)
+
+# Where session ?1's compaction cycle starts (the message id after which its uncompacted history
+# begins: the summary in use's first kept message, or the context floor when later), and the
+# highest flush threshold that cycle has already claimed (NULL: none).
+_FLUSH_STATE = (
+    "WITH cycle AS (SELECT MAX(COALESCE((SELECT first_kept_message_id - 1 FROM "
+    f"({_LATEST_COMPACTION}) AS c), 0), COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), "
+    "0)) AS start) SELECT cycle.start, (SELECT MAX(f.threshold) FROM memory_flushes f WHERE "
+    "f.session_key = ?1 AND f.cycle_start = cycle.start) FROM cycle"
 )
 
 
@@ -119,3 +132,38 @@ class Compactions(Database):
             )
         record = CompactionRecord(*row) if row is not None else None
         return None if record is None or record.notified else record
+
+    async def memory_flush_state(self, session_key: str) -> tuple[int, float | None]:
+        """Where the session's compaction cycle starts, and the highest flush threshold it has
+        claimed (None: none yet)."""
+        found = await self._conn.execute_fetchall(_FLUSH_STATE, (session_key,))
+        start, fired = next(iter(found))
+        return int(start), float(fired) if fired is not None else None
+
+    async def claim_memory_flush(
+        self, session_key: str, *, cycle_start: int, threshold: float, share: float, request_id: int
+    ) -> int | None:
+        """Claim the flush of a cycle at a threshold before it runs; its id, or None when it was
+        claimed already (a restart, another instance)."""
+        async with self._one_write():
+            inserted = await self._conn.execute_fetchall(
+                "INSERT INTO memory_flushes (session_key, cycle_start, threshold, share, request_id, "
+                "status, created_at) VALUES (?, ?, ?, ?, ?, 'running', ?) ON CONFLICT DO NOTHING "
+                "RETURNING id",
+                (session_key, cycle_start, threshold, share, request_id, time.time()),
+            )
+        row = next(iter(inserted), None)
+        return int(row[0]) if row is not None else None
+
+    async def finish_memory_flush(
+        self, flush_id: int, *, model: str | None, notes: int, actions: Sequence[str], reply: str | None,
+        error: str | None = None,
+    ) -> None:
+        """What a claimed flush did: the notes kept, its tools' actions and its (unshown) reply."""
+        async with self._one_write():
+            await self._conn.execute(
+                "UPDATE memory_flushes SET status = ?, model = ?, notes = ?, actions = ?, reply = ?, "
+                "error = ?, finished_at = ? WHERE id = ?",
+                ("failed" if error is not None else "done", model, notes, json.dumps(list(actions)),
+                 reply, error, time.time(), flush_id),
+            )

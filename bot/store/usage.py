@@ -40,7 +40,7 @@ class UsageRecord:
 
     session_key: str
     user_id: str | None
-    kind: str  # reply, triage, compaction, scheduled
+    kind: str  # reply, triage, compaction, flush (before a compaction), scheduled
     model: str
     input_tokens: int
     output_tokens: int

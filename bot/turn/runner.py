@@ -1,5 +1,6 @@
 """One turn, in four phases: compose (context and reply call), answer (the model's reply or a short
-fallback), commit (stored with its outbox row, usage, snapshot), deliver; then one log line.
+fallback), commit (stored with its outbox row, usage, snapshot), deliver; then one log line, and
+the memory flush and compaction when the session has grown.
 
 Each phase hands the next a frozen value (`Composed`, `Answer`, `Committed`, `Delivered`), and the
 facts the snapshot and the log line show are rendered from one `TurnRecord`. `TurnRunner` builds
@@ -36,6 +37,7 @@ from bot.turn.answer import FALLBACK_REPLY, Answerer
 from bot.turn.commit import Committer
 from bot.turn.compose import Composer
 from bot.turn.deliver import Deliverer
+from bot.turn.flush import MemoryFlush
 from bot.turn.record import TurnRecord
 from bot.turn.tools import TurnTools
 
@@ -62,8 +64,9 @@ class TurnRunner:
         context = ContextBuilder(config, store, brain, semantic=semantic)
         self.compactor = Compactor(config, store, brain, context.budget)
         # Soul and memory files are cached and read again only when they change on disk.
-        self.compose = Composer(config, context, store, brain, PromptFiles(config), store.kept_files(),
-                                TurnTools(config, store, brain, tools))
+        aids = TurnTools(config, store, brain, tools)
+        self.compose = Composer(config, context, store, brain, PromptFiles(config), store.kept_files(), aids)
+        self.flush = MemoryFlush(config, store, self.compactor, aids)
         self.answer = Answerer(brain, misconfigured or Misconfigurations(channels))
         self.commit = Committer(config, store, brain, attempts=STORE_ATTEMPTS, retry_delay=STORE_RETRY_DELAY)
         self.deliver = Deliverer(outbox or Outbox(store, channels), channels)
@@ -94,9 +97,10 @@ class TurnRunner:
             reply_id=reply_id, delivered=delivered.sent, send_ms=delivered.send_ms,
             record_ms=delivered.record_ms, total_ms=(time.perf_counter() - started) * 1000))
         # After the reply, still holding the session's turn: the user never waits for it, and
-        # the session's next turn (queued behind) already sees the summary.
+        # the session's next turn (queued behind) already sees the notes kept and the summary.
         if record.context.status == "ok" and reply_id is not None:
-            await self.compactor.maybe_compact(str(key))
+            fill = await self.flush.before_compaction(composed, answer, request, inbound)
+            await self.compactor.maybe_compact(str(key), fill)
 
     async def _opening(self, request: StoredMessage, inbound: InboundMessage) -> TurnOpening | None:
         """What the turn reads of itself (model, preview, open calls, untold compaction, the

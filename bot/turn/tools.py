@@ -4,8 +4,9 @@ and their notes for the per-turn system prompt."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import structlog
@@ -14,7 +15,7 @@ from bot.config import Config
 from bot.core.errors import describe
 from bot.core.messages import InboundMessage, StoredMessage
 from bot.models.brain import Brain
-from bot.store import TurnOpening
+from bot.store import StoredToolCall, TurnOpening
 from bot.store.seams import TurnToolStore
 from bot.tools.base import ToolContext
 from bot.tools.notes import notes_block
@@ -83,6 +84,23 @@ class TurnTools:
                         max_rounds=settings.max_tool_rounds, tool_timeout=settings.tool_timeout,
                         none_open=opening is not None and not opening.open_calls)
 
+    def remember_loop(self, inbound: InboundMessage, request: StoredMessage) -> ToolLoop | None:
+        """A memory flush's loop: `remember` alone, where this asker may use it in their private
+        chat (notes are a person's, shown in private chats only); None where it is not offered.
+        Its rounds are kept in memory: the request they would be stored under is answered already."""
+        if self._toolbox is None or not inbound.session_key.is_direct:
+            return None
+        if not is_person(inbound.chat.provider, inbound.sender_id):
+            return None
+        context = self.context(inbound, request, None)
+        offered = [tool for tool in self._toolbox.offered(context) if tool.name == "remember"]
+        if not offered:
+            return None
+        settings = self._toolbox.config
+        return ToolLoop(self._brain, RoundsInMemory(), offered, context,
+                        max_rounds=settings.max_tool_rounds, tool_timeout=settings.tool_timeout,
+                        none_open=True)
+
     async def notes(
         self, inbound: InboundMessage, zone: str | None, opening: TurnOpening | None = None
     ) -> list[tuple[str, str]]:
@@ -107,6 +125,28 @@ class TurnTools:
         except Exception as exc:  # the reply matters more than the notes
             log.warning("user notes unreadable", error=describe(exc), exc_info=True)
         return parts
+
+
+class RoundsInMemory:
+    """A tool loop's ledger that keeps its rounds in memory only (a memory flush's)."""
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    async def begin_tool_round(
+        self, session_key: str, request_id: int, round_number: int, text: str,
+        calls: Sequence[tuple[str, str, dict[str, Any]]],
+    ) -> list[int]:
+        first, self._next = self._next, self._next + len(calls)
+        return list(range(first, self._next))
+
+    async def finish_tool_call(
+        self, call_id: int, *, result: str, summary: str, is_error: bool, duration_ms: float
+    ) -> None:
+        return None
+
+    async def open_tool_calls(self, request_id: int) -> list[StoredToolCall]:
+        return []
 
 
 def partial_reply(outcome: LoopOutcome | None) -> str | None:
