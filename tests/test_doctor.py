@@ -276,6 +276,22 @@ async def test_the_running_daemons_view(write: Write, dc: DiscordStandIn, databa
     assert line_of(lines, "daemon's fake") == "✓ daemon's fake: connected"
 
 
+async def test_a_channel_reconnecting_is_a_warning_with_its_reason(
+    write: Write, dc: DiscordStandIn, database: Path
+) -> None:
+    """A channel whose platform stopped answering (it retries) is a warning line saying why, not a
+    pass and not a failure."""
+    path = write(semantic={"enabled": "off"})
+    channel = FakeChannel()
+    async with running(load_config(path), [channel], None):
+        channel.trouble = "ConnectError: [Errno 111] Connection refused"  # as the Telegram poller sets it
+        code, lines = await doctor(path)
+    assert code == 0, lines
+    assert line_of(lines, "daemon's fake") == (
+        "– daemon's fake: reconnecting (ConnectError: [Errno 111] Connection refused) — it retries by "
+        "itself; if it stays so, the line for its token below and the log say why")
+
+
 async def test_an_openai_provider_without_a_model_list(
     write: Write, dc: DiscordStandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:

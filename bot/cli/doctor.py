@@ -125,6 +125,10 @@ def _channel_line(channel: dict[str, Any]) -> Finding:
                       "the line for its token below, the log and `switchboard status` say why")
     if state == "connected":
         return passed(label, detail + (f" (last error: {error})" if error else ""))
+    if state == "reconnecting":  # running, but the platform stopped answering: the channel retries
+        return skipped(label, detail + f" ({error or 'the platform does not answer'})",
+                       "it retries by itself; if it stays so, the line for its token below and the log "
+                       "say why")
     return skipped(label, detail)
 
 
