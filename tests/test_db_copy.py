@@ -50,10 +50,10 @@ def on_postgres(url: str, tmp_path: Path) -> AbstractAsyncContextManager[Postgre
 
 async def fill_every_table(store: Store) -> None:
     """A bot's life in miniature: conversations with replies (one still in the outbox), context
-    snapshots, a compaction, schedule runs, chat commands, a quarantined update, pairings, a
-    session model, usage, tool calls, notes, a timezone, reminders, web console accounts, sessions
-    and failed logins, vectors, a lease and an instance's heartbeat, a backlog marker, and a
-    picture kept for a message."""
+    snapshots, a compaction and a memory flush, schedule runs, chat commands, a quarantined update,
+    pairings, a session model, usage, tool calls, notes, a timezone, reminders, web console
+    accounts, sessions and failed logins, vectors, a lease and an instance's heartbeat, a backlog
+    marker, and a picture kept for a message."""
     rng = np.random.default_rng(3)
     vectors: list[tuple[int, str, bytes]] = []
     for n in range(12):
@@ -85,6 +85,11 @@ async def fill_every_table(store: Store) -> None:
     await store.record_compaction(str(DM), summary="they planned alpha", last_summarised_id=history[3].id,
                                   first_kept_message_id=history[4].id, tokens_before=900, tokens_after=120,
                                   model="summariser", replaces=None)
+    flush = await store.claim_memory_flush(str(DM), cycle_start=0, threshold=0.5, share=0.52,
+                                           request_id=history[2].id)
+    assert flush is not None
+    await store.finish_memory_flush(flush, model="model-x", notes=1, actions=["remember(likes tea)"],
+                                    reply="kept")
     run, _ = await store.claim_run("morning", 1_700_000_000.0)
     output = await store.record_scheduled_output(run.id, str(DM), "good morning", job_id="morning",
                                                  attempts=1)
