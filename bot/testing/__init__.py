@@ -14,7 +14,9 @@ model names and the `echo` answer), `postgres.PostgresServer` (a throwaway Postg
 `synapse.SynapseServer` (a real Matrix homeserver, Synapse from its own cached virtualenv) with
 `matrix_user.MatrixUser` (a person on it, speaking the client-server API),
 `mcp_calc` (an MCP server over stdio, written with the SDK, whose tools answer, fail, crash, hang
-and grow; `server_entry` is its `[[mcp_servers]]` table).
+and grow; `server_entry` is its `[[mcp_servers]]` table), and `preloaded.Preloaded` (`switchboard`
+commands forked from a Python that imported their modules once, for tests that start a daemon again
+and again).
 
 Nothing in the product imports this package (an import-linter contract says so), and it needs no
 pytest: the suite, the benches and docs/development.md's example all use it the same way.
