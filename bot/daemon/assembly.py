@@ -144,6 +144,7 @@ class Daemon(DaemonHealth, KeptCursors):
             if leases is not None:
                 store.instance = leases.owner  # runs it claims are known as this instance's
                 await stack.enter_async_context(store.living(leases.owner))
+                await stack.enter_async_context(leases.listening())  # waits wake on dropped leases
                 await leases.beat_once()
             router = self.router = Router(
                 store, self._announcing(agents), max_concurrent=config.router.max_concurrent_turns,

@@ -338,11 +338,14 @@ class Router:
             self._watcher.add_done_callback(self._loose.discard)
 
     async def _watch_left(self, leases: SessionLeases) -> None:
-        """One query for every request left to another instance, every LEFT_CHECK seconds: drop the
-        answered ones, queue again those whose session nobody holds now."""
+        """One query for every request left to another instance, every LEFT_CHECK seconds (or, with
+        the leases `listening`, once one of their sessions is let go): drop the answered ones, queue
+        again those whose session nobody holds now."""
         clock = leases.clock
         while self._left and not self._closed:
-            await clock.sleep(LEFT_CHECK)
+            # Listening, woken when one of their sessions' lease is dropped (or found free).
+            sessions = {str(item.inbound.session_key) for item in self._left.values()}
+            await leases.wait_free(sessions, LEFT_CHECK)
             try:
                 waiting, free = await self._store.left_requests(list(self._left), now=clock.time())
             except Exception as exc:  # a store hiccup: the next check tries again

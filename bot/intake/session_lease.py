@@ -20,8 +20,8 @@ import random
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Collection, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -41,6 +41,9 @@ LEASE_TTL = 15.0
 # the holder answers it.
 POLL_FIRST = 0.02
 POLL_CAP = 2.0
+# Listening (`SessionLeases.listening`): work waiting on a lease wakes when it is dropped; what no
+# notice tells (a holder killed, a notice lost) one look for all the sessions waited on finds, this often.
+WAKE_FALLBACK = 2.0
 # The share of a lease's ttl this instance counts on: the store measures expiry on the clock of the
 # instance taking the lease over, which may run a little ahead of this one's.
 TRUSTED_SHARE = 0.9
@@ -111,27 +114,27 @@ class SessionLeases:
     """Holds session leases for one instance."""
 
     def __init__(self, store: LeaseStore, owner: str | None = None, *, ttl: float = LEASE_TTL,
-                 clock: LeaseClock | None = None) -> None:
+                 clock: LeaseClock | None = None, fallback: float = WAKE_FALLBACK) -> None:
         self._store = store
         self.owner = owner or instance_name()
         self.ttl = ttl
         self.clock = clock or LeaseClock()
         self.started_at = self.clock.time()
+        self.fallback = fallback
+        # What waits on a lease another instance holds: an event per waiter, under each session
+        # key it waits on; `listening` sets them.
+        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._listening = False  # the store's notices are being received
+        self._looking: asyncio.Task[None] | None = None  # the periodic look (`_look`)
 
     @asynccontextmanager
     async def hold(self, session_key: str, *, wait: bool = True) -> AsyncIterator[bool]:
         """Take the session's lease (True) and keep it renewed until the block ends; while another
         instance holds it, wait, or with `wait=False` run the block at once without it (False)."""
-        delay = POLL_FIRST
-        while True:
-            asked = self.clock.monotonic()  # the store counts the ttl from a moment after this
-            if await self._take(session_key):
-                break
-            if not wait:
-                yield False
-                return
-            await self.clock.sleep(delay * random.uniform(0.5, 1.0))
-            delay = min(delay * 2, POLL_CAP)
+        asked = await self._acquire(session_key, wait)
+        if asked is None:
+            yield False
+            return
         held = _Held(asked + self.ttl * TRUSTED_SHARE, self, session_key)
         token = _HELD.set(held)
         renewing = asyncio.create_task(self._renew(session_key, held), name=f"lease {session_key}")
@@ -146,6 +149,114 @@ class SessionLeases:
                 await asyncio.shield(self._store.drop_lease(session_key, self.owner))
             except Exception as exc:  # it expires on its own
                 log.warning("lease not dropped", session_key=session_key, error=describe(exc), exc_info=True)
+
+    async def _acquire(self, session_key: str, wait: bool) -> float | None:
+        """Take the lease, waiting while another instance holds it (unless not `wait`: then None);
+        the moment it was asked for, on the monotonic clock (the store counts the ttl from after it)."""
+        delay = POLL_FIRST
+        # Watched before the first try: a lease dropped between a refusal and the wait still wakes it.
+        with self._watching((session_key,)) as woken:
+            while True:
+                asked = self.clock.monotonic()
+                if await self._take(session_key):
+                    return asked
+                if not wait:
+                    return None
+                await self._until(woken, delay * random.uniform(0.5, 1.0))
+                delay = min(delay * 2, POLL_CAP)
+
+    # -- waking work that waits on another instance's lease ------------------------------------------
+
+    @asynccontextmanager
+    async def listening(self) -> AsyncIterator[None]:
+        """While the block runs, work waiting on a lease wakes when the store tells that it was
+        dropped (`Leases.lease_releases`, PostgreSQL's NOTIFY), or when this instance's one look
+        every `fallback` seconds, for all the sessions waited on, finds it free (a holder killed, a
+        notice lost); instead of each waiting session asking again and again. Where the store tells
+        nothing (SQLite), or outside the block, waiting work polls as before."""
+        releases = self._store.lease_releases()
+        if releases is None:
+            yield
+            return
+        heard = asyncio.Event()
+        listener = asyncio.create_task(self._listen(releases, heard), name="lease notices")
+        try:
+            # Listening (or looking, the store away) before work waits: no drop goes untold.
+            await asyncio.wait({listener, asyncio.create_task(heard.wait())},
+                               return_when=asyncio.FIRST_COMPLETED)
+            if listener.done():
+                listener.result()  # its failure, raised
+            yield
+        finally:
+            listener.cancel()
+            with suppress(asyncio.CancelledError):
+                await listener
+            self._listening = False
+            if self._looking is not None:
+                self._looking.cancel()
+                with suppress(asyncio.CancelledError):
+                    await self._looking
+            self._wake(*self._waiters)  # they poll from here on
+
+    @property
+    def waited_on(self) -> frozenset[str]:
+        """The sessions whose lease work here waits for now (or tries to take)."""
+        return frozenset(self._waiters)
+
+    async def wait_free(self, session_keys: Collection[str], poll: float) -> None:
+        """Return once one of these sessions' leases may be free: listening, when it is told or
+        found so (see `listening`); else after `poll` seconds."""
+        with self._watching(session_keys) as woken:
+            await self._until(woken, poll)
+
+    async def _listen(self, releases: AsyncIterator[str | None], heard: asyncio.Event) -> None:
+        async for session_key in releases:
+            # None: listening (again), and some notices may have been missed: every waiter looks.
+            self._listening = True
+            heard.set()
+            self._wake(*(self._waiters if session_key is None else (session_key,)))
+
+    @contextmanager
+    def _watching(self, session_keys: Collection[str]) -> Iterator[asyncio.Event]:
+        woken = asyncio.Event()
+        for key in session_keys:
+            self._waiters.setdefault(key, set()).add(woken)
+        try:
+            yield woken
+        finally:
+            for key in session_keys:
+                waiters = self._waiters.get(key)
+                if waiters is not None:
+                    waiters.discard(woken)
+                    if not waiters:
+                        del self._waiters[key]
+
+    async def _until(self, woken: asyncio.Event, poll: float) -> None:
+        if self._listening:
+            if self._looking is None or self._looking.done():
+                self._looking = asyncio.create_task(self._look(), name="leases waited on")
+            await woken.wait()
+        else:
+            await self.clock.sleep(poll)
+        woken.clear()
+
+    async def _look(self) -> None:
+        """Every `fallback` seconds while work waits: one query for every session waited on, and
+        those found free are woken."""
+        while self._waiters and self._listening:
+            await self.clock.sleep(self.fallback)
+            keys = list(self._waiters)
+            try:
+                held = await self._store.held_sessions(keys, now=self.clock.time())
+            except Exception as exc:  # a store hiccup: the next look tries again
+                log.warning("leases waited on not looked at", error=describe(exc))
+                continue
+            self._wake(*(key for key in keys if key not in held))
+
+    def _wake(self, *session_keys: str) -> None:
+        for key in list(session_keys):
+            for woken in self._waiters.get(key, ()):
+                woken.set()
 
     async def take_again(self, session_key: str) -> bool:
         """Take the session's lease for this instance, unless another holds it (see `lease_retaken`)."""

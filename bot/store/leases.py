@@ -11,7 +11,7 @@ The statements are plain SQL both SQLite and PostgreSQL run.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Collection, Iterable
 from dataclasses import dataclass
 
 from bot.store.database import Database
@@ -70,6 +70,29 @@ class Leases(Database):
             await self._conn.execute(
                 "DELETE FROM session_leases WHERE session_key = ? AND owner = ?", (session_key, owner)
             )
+
+    async def held_sessions(self, session_keys: Collection[str], *, now: float | None = None) -> set[str]:
+        """Of these sessions, those whose lease someone holds now (unexpired, its owner not known
+        to be gone): one look for every session an instance waits on (`now` as for `take_lease`)."""
+        keys = list(session_keys)
+        now = time.time() if now is None else now
+        held: set[str] = set()
+        for start in range(0, len(keys), 500):
+            part = keys[start:start + 500]
+            rows = await self._conn.execute_fetchall(
+                f"SELECT session_key FROM session_leases WHERE session_key IN ({', '.join('?' * len(part))}) "
+                f"AND expires_at >= ? AND NOT {self.dialect.gone.format(instance='session_leases.owner')}",
+                (*part, now),
+            )
+            held.update(str(row[0]) for row in rows)
+        return held
+
+    def lease_releases(self) -> AsyncIterator[str | None] | None:
+        """The keys of the sessions whose lease any instance drops, as they are dropped, and None
+        whenever some may have gone untold (at the start, after a lost connection): then every
+        waiter looks. None where the store cannot tell (SQLite: a store of one daemon's, whose
+        leases are looked at by polling)."""
+        return None
 
     async def still_awaiting(self, message_id: int) -> bool:
         """Whether a request still waits for its reply (another instance may have answered it)."""

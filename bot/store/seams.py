@@ -9,7 +9,7 @@ what the next one needs. Only the daemon's assembly (and the CLI) hold the whole
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
@@ -247,6 +247,8 @@ class LeaseStore(Protocol):
 
     async def drop_lease(self, session_key: str, owner: str) -> None: ...
     async def heartbeat(self, instance: Instance) -> None: ...
+    async def held_sessions(self, session_keys: Collection[str], *, now: float | None = None) -> set[str]: ...
+    def lease_releases(self) -> AsyncIterator[str | None] | None: ...
     async def take_lease(
         self, session_key: str, owner: str, ttl: float, *, now: float | None = None
     ) -> bool: ...

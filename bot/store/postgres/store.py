@@ -25,6 +25,7 @@ from bot.store.postgres.context_reads import PgContextReads
 from bot.store.postgres.files import PgKeptFiles
 from bot.store.postgres.living import living_lock
 from bot.store.postgres.recall import PgRecall
+from bot.store.postgres.signals import PgLeaseSignals
 from bot.store.postgres.tables import PgTables
 from bot.store.schema import is_empty, migrations
 
@@ -36,7 +37,7 @@ _MIGRATION_LOCK = 0x5357_4D49
 T = TypeVar("T")
 
 
-class PostgresStore(PgRecall, PgContextReads, PgTables, Store):
+class PostgresStore(PgLeaseSignals, PgRecall, PgContextReads, PgTables, Store):
     """`Store` on a PostgreSQL database. Open it with `PostgresStore.connect(url, ...)`.
 
     `path` is the local state file a SQLite store would have used: the daemon keeps its media
