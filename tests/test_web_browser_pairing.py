@@ -26,6 +26,16 @@ from tests.test_web_browser_guard import log_in
 
 MALLORY = user(666, "Mallory")
 ROW = 'tr[data-user="telegram:666"]'
+# The page's width, the pairing table's (what it shows and what it holds) and how far right the
+# row's farthest part and its Approve button reach, in CSS pixels.
+PHONE_LAYOUT = """
+const table = document.querySelector('table.pairings'), row = document.querySelector(arguments[0]);
+const right = (e) => Math.ceil(e.getBoundingClientRect().right);
+return {viewport: window.innerWidth, page: document.documentElement.scrollWidth,
+        table: [table.scrollWidth, table.clientWidth],
+        row: Math.max(...[...row.querySelectorAll('td, td *')].map(right)),
+        approve: right(row.querySelector('button[value="approve"]'))};
+"""
 
 
 def approve_in_the_browser(url: str, shots: Path) -> dict[str, Any]:
@@ -40,6 +50,9 @@ def approve_in_the_browser(url: str, shots: Path) -> dict[str, Any]:
         seen: dict[str, Any] = {"row": browser.find_element(By.CSS_SELECTOR, ROW).text,
                                 "code": browser.find_element(By.CSS_SELECTOR, f"{ROW} code").text}
         browser.save_screenshot(str(shots / "pairing-telegram.png"))
+        browser.set_window_size(375, 812)  # a small phone: the row read without scrolling sideways
+        seen["phone"] = browser.execute_script(PHONE_LAYOUT, ROW)  # type: ignore[no-untyped-call]
+        browser.save_screenshot(str(shots / "pairing-telegram-375px.png"))
         browser.find_element(By.CSS_SELECTOR, f'{ROW} button[value="approve"]').click()
         notice = wait.until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "p.notice")))
         seen["notice"] = notice.text
@@ -82,5 +95,9 @@ async def test_a_code_approved_in_the_browser_lets_the_telegram_stranger_in(
     assert "approved" in seen["row_after"] and code not in seen["row_after"]
     assert texts_to(tg, 666) == [notice, APPROVED_REPLY, "re: thanks!"]
     assert [entry for entry in seen["log"] if entry.get("level") == "SEVERE"] == []
-    for name in ("pairing-telegram", "pairing-telegram-approved"):
+    phone = seen["phone"]
+    assert phone["viewport"] <= 375 and phone["page"] <= phone["viewport"], phone
+    assert phone["table"][0] <= phone["table"][1], phone  # nothing hidden to scroll to
+    assert phone["row"] <= phone["viewport"] and phone["approve"] <= phone["viewport"], phone
+    for name in ("pairing-telegram", "pairing-telegram-375px", "pairing-telegram-approved"):
         assert (tmp_path / f"{name}.png").read_bytes().startswith(b"\x89PNG")
