@@ -12,8 +12,11 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from bot.config import ModelPrice
+from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.core.session_key import parse
 from bot.models.usage import UsageTotal, usage_report
 from bot.store import USAGE_KEYS, Store, UsageRecord, UsageSum
+from tests import sql
 
 BERLIN = ZoneInfo("Europe/Berlin")
 SINCE = datetime(2026, 3, 20, tzinfo=BERLIN).timestamp()
@@ -123,3 +126,77 @@ async def test_one_session_and_the_window_start_narrow_the_sums(store: Store) ->
     assert everyone.total.input_tokens == 60 and everyone.total.output_tokens == 6
     with pytest.raises(ValueError, match="summed by"):
         await store.usage_summed(SINCE, ("colour",), BERLIN)
+
+
+def expected_sums(calls: list[UsageRecord], by: str) -> dict[str, list[int]]:
+    """Each group's figures worked out here from the calls at or after SINCE, one by one."""
+    expected: dict[str, list[int]] = defaultdict(lambda: [0] * 6)
+    for call in calls:
+        if call.created_at >= SINCE:
+            group = expected[group_of(call, by)]
+            for index, value in enumerate((1, call.input_tokens, call.output_tokens, call.cache_write_tokens,
+                                           call.cache_read_tokens, call.cache_read_tokens > 0)):
+                group[index] += value
+    return expected
+
+
+async def read_sums(store: Store, session_key: str | None = None) -> dict[str, dict[str, list[int]]]:
+    summed: dict[str, dict[str, list[int]]] = {by: defaultdict(lambda: [0] * 6) for by in USAGE_KEYS}
+    for part in await store.usage_summed(SINCE, USAGE_KEYS, BERLIN, session_key):
+        for index, value in enumerate(figures(part)):
+            summed[part.by][part.key][index] += value
+    return summed
+
+
+async def test_sums_read_again_hold_every_call_stored_since_by_any_way(store: Store) -> None:
+    """The window's sums are kept between reads and only the calls stored since are added in; what
+    each later read gives is still the stored rows summed one by one, whichever way a call was
+    stored: `record_usage`, a turn's commit, a row written with an id below the newest already
+    summed (as a second daemon's transaction committing late on PostgreSQL leaves it), one before
+    the window, and a row removed. Fails if a read returned the kept sums unchanged or counted a
+    call twice."""
+    calls = stored_calls(120)
+    for call in calls:
+        await store.record_usage(call)
+    again_for_nothing = await read_sums(store)
+    assert await read_sums(store) == again_for_nothing == {by: expected_sums(calls, by) for by in USAGE_KEYS}
+
+    single = UsageRecord("agent:main:telegram:direct:42", "42", "reply", "model-a", 77, 7, 0, 5, SINCE + 3600)
+    await store.record_usage(single)
+    calls.append(single)
+    assert await read_sums(store) == {by: expected_sums(calls, by) for by in USAGE_KEYS}
+
+    request = await store.append_inbound(InboundMessage(
+        session_key=parse("agent:main:telegram:direct:42"), chat=ChatRef("telegram", "42"), sender_id="42",
+        sender_name="Ada", text="hello", provider_message_id="1"))
+    assert request is not None
+    turn = [UsageRecord("agent:main:telegram:direct:42", "42", kind, "model-b", 30, 3, 1200, 0, SINCE + 7200)
+            for kind in ("triage", "reply")]
+    await store.commit_turn("agent:main:telegram:direct:42", "hi", request_id=request.id,
+                            deliver=OutboundMessage(ChatRef("telegram", "42"), "hi", None), fallback=False,
+                            actions=(), usage=turn, link_tool_calls=False, snapshot=None, snapshot_hash="")
+    calls += turn
+    assert await read_sums(store) == {by: expected_sums(calls, by) for by in USAGE_KEYS}
+
+    # Ids below the newest summed: one in the window, one before it (no sum counts that one).
+    newest = await sql.value(store, "SELECT MAX(id) FROM model_usage")
+    gaps = [row[0] for row in await sql.rows(store, "SELECT id FROM model_usage ORDER BY id LIMIT 2")]
+    await sql.execute(store, "DELETE FROM model_usage WHERE id IN (?, ?)", gaps)
+    assert newest not in gaps
+    calls = calls[2:]  # the first two stored
+    assert await read_sums(store) == {by: expected_sums(calls, by) for by in USAGE_KEYS}
+    alice = "agent:helper:web:direct:alice"
+    late = [UsageRecord(alice, "alice", "reply", "model-a", 11, 1, 0, 0, SINCE + 60),
+            UsageRecord(alice, "alice", "reply", "model-a", 13, 1, 0, 0, SINCE - 60)]
+    for gap, call in zip(gaps, late, strict=True):
+        await sql.execute(store, "INSERT INTO model_usage (id, session_key, user_id, kind, model, "
+                          "input_tokens, output_tokens, cache_write_tokens, cache_read_tokens, created_at) "
+                          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                          (gap, call.session_key, call.user_id, call.kind, call.model, call.input_tokens,
+                           call.output_tokens, call.cache_write_tokens, call.cache_read_tokens,
+                           call.created_at))
+    calls += late
+    assert await read_sums(store) == {by: expected_sums(calls, by) for by in USAGE_KEYS}
+    one = [call for call in calls if call.session_key == alice]
+    assert await read_sums(store, alice) == {
+        by: expected_sums(one, by) for by in USAGE_KEYS}

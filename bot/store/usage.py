@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, tzinfo
@@ -32,6 +33,8 @@ _KEYS: dict[str, tuple[tuple[tuple[str, str], ...], str]] = {
 # Names with a few groups each: summed together first, each name then from those few rows.
 _FEW = ("day", "model", "agent", "kind")
 USAGE_KEYS = tuple(_KEYS)
+_WINDOW = "#window"  # the summing statement's row of what the window holds (not a name of `_KEYS`)
+_KEPT_WINDOWS = 32  # windows whose last sums are kept (per day, month, session: a page, the CLI, /usage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +109,8 @@ def local_day(changes: tuple[float, list[tuple[int, float]]], whole: str) -> tup
 class Usage(Database):
     """Writes and reads of `session_models` and `model_usage`."""
 
+    _usage_windows: OrderedDict[tuple[float, tuple[str, ...], str, str | None], _SummedWindow] | None = None
+
     async def session_model(self, session_key: str) -> str | None:
         """The model name a session chose with /model, or None for the configured default."""
         rows = await self._conn.execute_fetchall(
@@ -152,15 +157,70 @@ class Usage(Database):
         self, since: float, by: Sequence[str], zone: tzinfo, session_key: str | None = None
     ) -> list[UsageSum]:
         """The calls recorded at or after `since` (of one session, or all) summed per group of each
-        name in `by` (of `USAGE_KEYS`) and per model, in one statement: each call's groups worked
-        out once (`calls`, read from the index `model_usage_sums` alone but for `session`), the
-        names of a few groups summed together first (`few`), each name's rows from there. Each
-        name's rows hold every call once, so any one name's sum to the total. Days are the zone's,
-        as YYYY-MM-DD."""
+        name in `by` (of `USAGE_KEYS`) and per model. Each name's rows hold every call once, so any
+        one name's sum to the total. Days are the zone's, as YYYY-MM-DD.
+
+        The last sums of each window are kept (`_SummedWindow`): a read sums only the calls stored
+        since (ids above the newest summed) and adds them in, when the window's count and id sum
+        (read in the same statement) say those are all that changed; otherwise, as on the first
+        read, every call of the window is summed again. Several daemons on one PostgreSQL each
+        check against the database at every read, so a call committed out of id order is never
+        missed."""
         names = list(dict.fromkeys(by))
         unknown = set(names) - set(_KEYS)
         if unknown or not names:
             raise ValueError(f"usage is summed by {', '.join(USAGE_KEYS)}, not {sorted(unknown)}")
+        if self._usage_windows is None:
+            self._usage_windows = OrderedDict()
+        windows = self._usage_windows
+        cache_key = (since, tuple(names), str(zone), session_key)
+        kept = windows.get(cache_key)
+        summed = await self._summed_window(since, names, zone, session_key, kept)
+        if summed is None:  # the calls stored since are not all that changed: sum them all
+            summed = await self._summed_window(since, names, zone, session_key, None)
+            assert summed is not None
+        windows[cache_key] = summed
+        windows.move_to_end(cache_key)
+        while len(windows) > _KEPT_WINDOWS:
+            windows.popitem(last=False)
+        return list(summed.sums.values())
+
+    async def _summed_window(
+        self, since: float, names: list[str], zone: tzinfo, session_key: str | None,
+        kept: _SummedWindow | None,
+    ) -> _SummedWindow | None:
+        """`kept` with the calls above its newest id added in, or (`kept` None) the whole window's
+        sums; None when the window holds other calls than `kept`'s and those (one stored out of id
+        order, or removed)."""
+        after = kept.newest if kept is not None else 0
+        sql, params = self._summing_sql(since, names, zone, session_key, after)
+        rows = await self._conn.execute_fetchall(sql, params)
+        sums = dict(kept.sums) if kept is not None else {}
+        window = (0, 0, 0)
+        added = (0, 0)
+        for name, group, model, calls, tokens_in, tokens_out, written, read, hits in rows:
+            if name == _WINDOW:  # the window's count, id sum and newest id; the new calls' count and id sum
+                window = (int(calls), int(tokens_in or 0), int(tokens_out or 0))
+                added = (int(written or 0), int(read or 0))
+                continue
+            part = UsageSum(str(name), day_text(group) if name == "day" else str(group), str(model),
+                            int(calls), int(tokens_in or 0), int(tokens_out or 0), int(written or 0),
+                            int(read or 0), int(hits or 0))
+            key = (part.by, part.key, part.model)
+            sums[key] = part if key not in sums else _added(sums[key], part)
+        before = (kept.calls, kept.ids) if kept is not None else (0, 0)
+        if (before[0] + added[0], before[1] + added[1]) != window[:2]:
+            return None
+        return _SummedWindow(window[0], window[1], window[2], sums)
+
+    def _summing_sql(
+        self, since: float, names: list[str], zone: tzinfo, session_key: str | None, after: int
+    ) -> tuple[str, list[object]]:
+        """One statement: the calls of the window with ids above `after` summed per group and model
+        (`calls`, read from the index `model_usage_sums` alone but for `session`, each call's
+        groups worked out once; the names of a few groups summed together first, `few`), and one
+        `_WINDOW` row with the whole window's count, id sum and newest id, and the count and id sum
+        of the calls above `after`: both from the same snapshot of the table."""
         params: list[object] = []
         parts = {"day": ""}
         if "day" in names:
@@ -169,11 +229,15 @@ class Usage(Database):
             params += shifts
         columns = "".join(f"{expression.format(**parts)} AS {column}, " for name in names
                           for column, expression in _KEYS[name][0])
-        where = "created_at >= ?" + (" AND session_key = ?" if session_key is not None else "")
-        params += [since, *([session_key] if session_key is not None else [])]
+        window = "created_at >= ?" + (" AND session_key = ?" if session_key is not None else "")
+        scope = [since, *([session_key] if session_key is not None else [])]
+        # Without `after` the ids are not named: SQLite would walk the whole table by id.
+        newer = " AND id > ?" if after else ""
+        params += [*scope, *([after] if after else [])]
         sql = (f"WITH calls AS NOT MATERIALIZED (SELECT {columns}model, input_tokens AS i, "
                "output_tokens AS o, cache_write_tokens AS w, cache_read_tokens AS r, "
-               f"CASE WHEN cache_read_tokens > 0 THEN 1 ELSE 0 END AS h FROM model_usage WHERE {where})")
+               "CASE WHEN cache_read_tokens > 0 THEN 1 ELSE 0 END AS h FROM model_usage "
+               f"WHERE {window}{newer})")
         few = [name for name in names if name in _FEW]
         if few:
             grouped = "".join(f"{_KEYS[name][1]}, " for name in few if name != "model")
@@ -186,11 +250,28 @@ class Usage(Database):
             picks.append(f"SELECT '{name}', CAST({group} AS TEXT), model, {calls}, SUM(i), SUM(o), SUM(w), "
                          f"SUM(r), SUM(h) FROM {source} GROUP BY "
                          + "".join(f"{column}, " for column, _ in _KEYS[name][0]) + "model")
-        rows = await self._conn.execute_fetchall(f"{sql} {' UNION ALL '.join(picks)}", params)
-        return [UsageSum(str(name), day_text(group) if name == "day" else str(group), str(model),
-                         int(calls), int(tokens_in or 0), int(tokens_out or 0), int(written or 0),
-                         int(read or 0), int(hits or 0))
-                for name, group, model, calls, tokens_in, tokens_out, written, read, hits in rows]
+        picks.append(f"SELECT '{_WINDOW}', '', '', COUNT(*), SUM(id), MAX(id), "
+                     "SUM(CASE WHEN id > ? THEN 1 ELSE 0 END), SUM(CASE WHEN id > ? THEN id ELSE 0 END), 0 "
+                     f"FROM model_usage WHERE {window}")
+        params += [after, after, *scope]
+        return f"{sql} {' UNION ALL '.join(picks)}", params
+
+
+@dataclass(frozen=True, slots=True)
+class _SummedWindow:
+    """A window's sums as last read, and which calls they hold: how many, their ids' sum, the newest."""
+
+    calls: int
+    ids: int
+    newest: int
+    sums: dict[tuple[str, str, str], UsageSum]
+
+
+def _added(one: UsageSum, other: UsageSum) -> UsageSum:
+    return UsageSum(one.by, one.key, one.model, one.calls + other.calls,
+                    one.input_tokens + other.input_tokens, one.output_tokens + other.output_tokens,
+                    one.cache_write_tokens + other.cache_write_tokens,
+                    one.cache_read_tokens + other.cache_read_tokens, one.cache_hits + other.cache_hits)
 
 
 def day_text(days: str) -> str:
