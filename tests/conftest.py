@@ -20,6 +20,7 @@ from bot.testing.anthropic_api import AnthropicStandIn
 from bot.testing.discord_api import DiscordStandIn
 from bot.testing.fake_channel import FakeChannel
 from bot.testing.postgres import PostgresServer
+from bot.testing.preloaded import Preloaded
 from bot.testing.synapse import SynapseServer
 from bot.testing.telegram_api import TelegramStandIn
 from tests.harness import echo
@@ -179,6 +180,20 @@ def synapse() -> Iterator[SynapseServer]:
         pytest.fail(str(exc), pytrace=False)
     yield server
     server.stop()
+
+
+# What the `switchboard` commands forked from `preloaded` import before their first answer: the
+# daemon with Slack and the Anthropic provider, and `switchboard compact` (on either store).
+PRELOAD = ["bot.cli.daemon_commands", "bot.cli.history", "bot.daemon.assembly", "channels.slack.channel",
+           "bot.models.brain", "bot.store.postgres", "anthropic"]
+
+
+@pytest.fixture(scope="session")
+def preloaded() -> Iterator[Preloaded]:
+    """This test session's zygote (one per xdist worker), started on first use: `switchboard`
+    commands forked from a Python that imported their modules once (bot/testing/preloaded.py)."""
+    with Preloaded(PRELOAD) as zygote:
+        yield zygote
 
 
 @pytest.fixture

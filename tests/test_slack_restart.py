@@ -12,7 +12,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
 from bot.store import Store
 from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Text
@@ -24,9 +23,6 @@ from tests.harness import API_KEY, echo
 
 ROOT = Path(__file__).resolve().parent.parent
 ALICE, DM_ALICE, GENERAL = "U0ALICE", "D0ALICE", "C0GENERAL"
-# What `switchboard run` with Slack and the Anthropic provider imports by its first answer.
-PRELOAD = ["bot.cli.daemon_commands", "bot.daemon.assembly", "channels.slack.channel", "bot.models.brain",
-           "anthropic"]
 
 
 def config_text(api: AnthropicStandIn, slack: SlackStandIn, db: Path) -> str:
@@ -58,22 +54,15 @@ channels = ["{GENERAL}"]
 """
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def zygote() -> AsyncIterator[Preloaded]:
-    """The daemon's modules imported once for the module's four starts (see bot.testing.preloaded):
-    what is tested is what a started daemon does, not Python's imports."""
-    async with Preloaded(PRELOAD) as preloaded:
-        yield preloaded
-
-
 @asynccontextmanager
-async def daemon(zygote: Preloaded, config: Path, slack: SlackStandIn, log: Path) -> AsyncIterator[Forked]:
-    """`switchboard run` as a service would start it; killed (if still running) on the way out."""
+async def daemon(preloaded: Preloaded, config: Path, slack: SlackStandIn, log: Path) -> AsyncIterator[Forked]:
+    """`switchboard run` as a service would start it, forked from the session's zygote (its imports
+    done once: what is tested is what a started daemon does); killed (if running) on the way out."""
     ours = ("ANTHROPIC_", "SLACK_", "SWITCHBOARD_")
     environ = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
     env = environ | {"SLACK_BOT_TOKEN": slack.bot_token, "SLACK_APP_TOKEN": slack.app_token,
                      "ANTHROPIC_API_KEY": API_KEY, "PYTHONPATH": str(ROOT)}
-    proc = await zygote.spawn(["run", "--config", str(config)], cwd=config.parent, env=env, log=log)
+    proc = await preloaded.spawn(["run", "--config", str(config)], cwd=config.parent, env=env, log=log)
     try:
         yield proc
     finally:
@@ -82,10 +71,9 @@ async def daemon(zygote: Preloaded, config: Path, slack: SlackStandIn, log: Path
             await proc.wait()
 
 
-@pytest.mark.asyncio(loop_scope="module")  # the zygote's loop
 @pytest.mark.parametrize("where", ["dm", "thread"])
 async def test_a_message_stored_but_not_acknowledged_before_a_kill_is_answered_once(
-    tmp_path: Path, where: str, zygote: Preloaded
+    tmp_path: Path, where: str, preloaded: Preloaded
 ) -> None:
     """The daemon stores Alice's message (a DM, or a mention in a thread) and starts its turn, but
     Slack never gets the acknowledgement; it is killed mid-turn. Started again, it gets the same
@@ -99,7 +87,7 @@ async def test_a_message_stored_but_not_acknowledged_before_a_kill_is_answered_o
             return Text("never seen", delay=60.0) if rec.model == MODEL else echo(rec)
 
         api.default = slow
-        async with daemon(zygote, config, slack, log) as first:
+        async with daemon(preloaded, config, slack, log) as first:
             await slack.connected(1)
             if where == "dm":
                 chat, thread_ts, text = DM_ALICE, None, "remember the milk"
@@ -121,7 +109,7 @@ async def test_a_message_stored_but_not_acknowledged_before_a_kill_is_answered_o
         slack.drop_acks = False
         unacked = slack.unacked
         assert unacked and all(e.payload["event"]["ts"] == asked["ts"] for e in unacked)
-        async with daemon(zygote, config, slack, log) as second:
+        async with daemon(preloaded, config, slack, log) as second:
             await slack.wait_for(lambda: slack.sent, timeout=60)
             await slack.all_acked(timeout=60)
             second.send_signal(signal.SIGTERM)  # a clean stop ends every turn it started

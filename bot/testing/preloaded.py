@@ -28,10 +28,13 @@ import json
 import os
 import select
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -45,7 +48,7 @@ class Forked:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.returncode: int | None = None
-        self._exited: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._exited: Future[int] = Future()
 
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
@@ -57,77 +60,100 @@ class Forked:
 
     async def wait(self) -> int:
         """The exit code as `asyncio.subprocess.Process.wait` gives it (-N when killed by signal N)."""
-        return await asyncio.shield(self._exited)
+        return await asyncio.shield(asyncio.wrap_future(self._exited))
 
     def _exit(self, code: int) -> None:
         self.returncode = code
-        if not self._exited.done():
-            self._exited.set_result(code)
+        self._exited.set_result(code)
 
 
 class Preloaded:
-    """The zygote: an async context manager that forks `switchboard` commands (see the module)."""
+    """The zygote (see the module). `start()` launches it and returns at once (the imports go on
+    meanwhile), `close()` ends it and its children; `with` and `async with` do both. A thread reads
+    its reports, so one zygote serves any event loop: a session's tests share one."""
 
     def __init__(self, modules: Sequence[str]) -> None:
         self.modules = ["bot.cli", *modules]
-        self._proc: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.Task[None] | None = None
-        self._starting: list[asyncio.Future[Forked]] = []
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+        self._ready: Future[None] = Future()
+        self._starting: deque[Future[Forked]] = deque()
         self._children: dict[int, Forked] = {}
-        self._lock = asyncio.Lock()
+        self._lock = threading.Lock()
 
-    async def __aenter__(self) -> Preloaded:
+    def start(self) -> Preloaded:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot.testing.preloaded", *self.modules, cwd=ROOT, env=env,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
-        assert self._proc.stdout is not None
-        ready = await self._proc.stdout.readline()
-        if json.loads(ready or b"{}").get("ready") is not True:
-            raise RuntimeError(f"the zygote did not start: {ready!r}")
-        self._reader = asyncio.create_task(self._read())
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "bot.testing.preloaded", *self.modules], cwd=ROOT, env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self._reader = threading.Thread(target=self._read, name="zygote-reports", daemon=True)
+        self._reader.start()
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        assert self._proc is not None and self._proc.stdin is not None
-        self._proc.stdin.close()  # the zygote SIGKILLs its children and exits
+    def close(self) -> None:
+        if self._proc is None:
+            return
+        assert self._proc.stdin is not None
+        self._proc.stdin.close()  # the zygote SIGKILLs its children, reports them and exits
         try:
-            await asyncio.wait_for(self._proc.wait(), 30)
+            self._proc.wait(30)
         finally:
             if self._proc.returncode is None:
                 self._proc.kill()
-                await self._proc.wait()
+                self._proc.wait()
             if self._reader is not None:
-                await asyncio.wait_for(self._reader, 30)
+                self._reader.join(30)
+            assert self._proc.stdout is not None
+            self._proc.stdout.close()
 
-    async def _read(self) -> None:
+    def __enter__(self) -> Preloaded:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Preloaded:
+        return self.start()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await asyncio.to_thread(self.close)
+
+    def _read(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
-        while line := await self._proc.stdout.readline():
+        ready = self._proc.stdout.readline()
+        if json.loads(ready or b"{}").get("ready") is not True:
+            self._ready.set_exception(RuntimeError(f"the zygote did not start: {ready!r}"))
+            return
+        self._ready.set_result(None)
+        while line := self._proc.stdout.readline():
             event = json.loads(line)
-            if "started" in event:
-                child = Forked(event["started"])
-                self._children[child.pid] = child
-                self._starting.pop(0).set_result(child)
-            else:
-                self._children.pop(event["exited"])._exit(event["code"])
-        for waiting in self._starting:
-            waiting.set_exception(RuntimeError("the zygote is gone"))
+            with self._lock:
+                if "started" in event:
+                    child = self._children[event["started"]] = Forked(event["started"])
+                    self._starting.popleft().set_result(child)
+                else:
+                    self._children.pop(event["exited"])._exit(event["code"])
+        with self._lock:
+            for waiting in self._starting:
+                waiting.set_exception(RuntimeError("the zygote is gone"))
 
     async def spawn(self, argv: Sequence[str], *, cwd: Path, env: dict[str, str], log: Path,
                     err: Path | None = None) -> Forked:
         """`switchboard ARGV` forked with exactly `env`, in `cwd`; stdout (and stderr, unless `err`
         names another file) appended to `log`."""
-        assert self._proc is not None and self._proc.stdin is not None
+        assert self._proc is not None and self._proc.stdin is not None, "start() the zygote first"
+        await asyncio.wrap_future(self._ready)
         request = {"argv": list(argv), "cwd": str(cwd), "env": env, "out": str(log),
                    "err": str(err or log)}
-        async with self._lock:  # the zygote answers starts in order
-            started: asyncio.Future[Forked] = asyncio.get_running_loop().create_future()
+        started: Future[Forked] = Future()
+        with self._lock:  # the zygote answers starts in the order they were asked
             self._starting.append(started)
             self._proc.stdin.write(json.dumps(request).encode() + b"\n")
-            await self._proc.stdin.drain()
-            return await started
+            self._proc.stdin.flush()
+        return await asyncio.wrap_future(started)
 
     async def run(self, argv: Sequence[str], *, cwd: Path, env: dict[str, str],
                   timeout: float = 60) -> tuple[int, str, str]:
