@@ -183,9 +183,9 @@ def synapse() -> Iterator[SynapseServer]:
 
 
 # What the `switchboard` commands forked from `preloaded` import before their first answer: the
-# daemon with Slack and the Anthropic provider, and `switchboard compact` (on either store).
+# daemon with Slack or Telegram and the Anthropic provider, and `switchboard compact` (either store).
 PRELOAD = ["bot.cli.daemon_commands", "bot.cli.history", "bot.daemon.assembly", "channels.slack.channel",
-           "bot.models.brain", "bot.store.postgres", "anthropic"]
+           "channels.telegram.channel", "bot.models.brain", "bot.store.postgres", "anthropic"]
 
 
 @pytest.fixture(scope="session")

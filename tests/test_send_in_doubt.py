@@ -1,7 +1,8 @@
 """A send in doubt is looked for before it is sent again: a reply Telegram created just before a
 SIGKILL, whose id the daemon had not committed, is found by the restarted daemon and not posted a
-second time; one Telegram never created is sent. The daemon is `switchboard run` in a subprocess
-(bench/crash_loop.py's driver), the Bot API and the model are stand-ins in this process."""
+second time; one Telegram never created is sent. The daemon is `switchboard run` in a process of
+its own (bench/crash_loop.py's driver, forking it from the session's zygote), the Bot API and the
+model are stand-ins in this process."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from bench.crash_loop import (
     CONNECT_TIMEOUT,
@@ -22,6 +24,7 @@ from bench.crash_loop import (
     slow_echo,
 )
 from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.preloaded import Preloaded
 from bot.testing.telegram_api import TelegramStandIn
 
 
@@ -33,11 +36,28 @@ def recorded_reply_ids(db: Path) -> list[str]:
     return [str(row[0]) for row in rows]
 
 
+class ForkedDriver(Driver):
+    """The crash loop's driver, its daemons forked from the session's zygote (the same `switchboard
+    run` in a process of its own, its imports done once: what is tested is what it does after)."""
+
+    def __init__(self, preloaded: Preloaded, *args: Any) -> None:
+        super().__init__(*args)
+        self.preloaded = preloaded
+
+    async def spawn(self, cycle: Cycle) -> Any:
+        self.notify.ready()  # drop what an earlier process said
+        argv = self.platform.command(self.config)[3:]  # [python, -m, bot, run, ...]
+        return await self.preloaded.spawn(argv, cwd=self.workdir, env=self.env, log=cycle.log)
+
+
 @asynccontextmanager
-async def telegram_daemon_run(tmp_path: Path) -> AsyncIterator[tuple[TelegramStandIn, Driver]]:
+async def telegram_daemon_run(
+    tmp_path: Path, preloaded: Preloaded
+) -> AsyncIterator[tuple[TelegramStandIn, Driver]]:
     async with AnthropicStandIn() as api, TelegramStandIn(token=TELEGRAM_TOKEN) as tg:
         api.default = slow_echo(1)
-        driver = Driver(TelegramPlatform(tg), tmp_path, Plan(signals=(), users=2, seed=1), api)
+        plan = Plan(signals=(), users=2, seed=1)
+        driver = ForkedDriver(preloaded, TelegramPlatform(tg), tmp_path, plan, api)
         try:
             yield tg, driver
         finally:
@@ -54,12 +74,14 @@ async def start(driver: Driver, tg: TelegramStandIn, name: str) -> tuple[Cycle, 
     return cycle, proc
 
 
-async def test_a_reply_telegram_created_before_a_kill_is_found_and_not_sent_again(tmp_path: Path) -> None:
+async def test_a_reply_telegram_created_before_a_kill_is_found_and_not_sent_again(
+    tmp_path: Path, preloaded: Preloaded
+) -> None:
     """Telegram creates the reply and its answer is held until the daemon is SIGKILLed (so its id is
     never committed); the restarted daemon asks the ids after the request, finds its own message
     there without changing it, records it, and the chat shows the reply once. Another user's
     message arriving meanwhile is answered as usual."""
-    async with telegram_daemon_run(tmp_path) as (tg, driver):
+    async with telegram_daemon_run(tmp_path, preloaded) as (tg, driver):
         release = tg.hold_next("sendMessage")
         cycle, proc = await start(driver, tg, "first")
         driver.write(0)
@@ -84,10 +106,12 @@ async def test_a_reply_telegram_created_before_a_kill_is_found_and_not_sent_agai
     assert "send in doubt found: not sent again" in (driver.workdir / "again.log").read_text()
 
 
-async def test_a_reply_telegram_never_created_is_sent_after_the_restart(tmp_path: Path) -> None:
+async def test_a_reply_telegram_never_created_is_sent_after_the_restart(
+    tmp_path: Path, preloaded: Preloaded
+) -> None:
     """The reply's request to Telegram is still on its way (not created) when the daemon is
     SIGKILLed; the restarted daemon finds nothing of its own after the request and sends it once."""
-    async with telegram_daemon_run(tmp_path) as (tg, driver):
+    async with telegram_daemon_run(tmp_path, preloaded) as (tg, driver):
         tg.delay_next("sendMessage", 120)  # longer than the test: Telegram never creates it
         cycle, proc = await start(driver, tg, "first")
         driver.write(0)
