@@ -126,3 +126,37 @@ async def test_fifty_waiting_chats_cost_one_look_per_period_not_one_query_each(
             await a.drop_lease(key, "h:1:a")
         await asyncio.wait_for(asyncio.gather(*waiting), 30)
     assert sorted(taken) == sorted(keys)
+
+
+async def test_the_leases_an_instance_holds_are_renewed_in_one_statement(
+    two_stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """Work on twenty chats at once: every third of the ttl one statement renews all twenty
+    leases, and they hold past the ttl they were taken with."""
+    a, b = two_stores
+    clock = MovedClock()
+    leases = SessionLeases(a, "h:1:a", ttl=3.0, clock=clock)
+    keys = [key_of(peer) for peer in range(200, 220)]
+    release = asyncio.Event()
+    held: list[str] = []
+
+    async def work(key: str) -> None:
+        async with leases.hold(key):
+            held.append(key)
+            await release.wait()
+
+    async with traced(a) as statements:
+        tasks = [asyncio.create_task(work(key)) for key in keys]
+        await wait_until(lambda: len(held) == len(keys))
+        await clock.asleep()  # the one renewer waits for its time
+        statements.clear()
+        for _ in range(3):
+            clock.advance(1.0)
+            await clock.asleep()
+        assert len([s for s in statements if "session_leases" in s]) == 3
+        for key in keys:  # past the ttl they were taken with (3 s, at 0): still A's
+            assert not await b.take_lease(key, "h:2:b", 3.0, now=clock.time() + 0.5)
+        release.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 30)
+    for key in keys:
+        assert await b.take_lease(key, "h:2:b", 3.0, now=clock.time())

@@ -126,6 +126,9 @@ class SessionLeases:
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._listening = False  # the store's notices are being received
         self._looking: asyncio.Task[None] | None = None  # the periodic look (`_look`)
+        # The leases work here holds, renewed together (`_renew`).
+        self._holding: dict[str, list[_Held]] = {}
+        self._renewing: asyncio.Task[None] | None = None
 
     @asynccontextmanager
     async def hold(self, session_key: str, *, wait: bool = True) -> AsyncIterator[bool]:
@@ -137,14 +140,20 @@ class SessionLeases:
             return
         held = _Held(asked + self.ttl * TRUSTED_SHARE, self, session_key)
         token = _HELD.set(held)
-        renewing = asyncio.create_task(self._renew(session_key, held), name=f"lease {session_key}")
+        self._holding.setdefault(session_key, []).append(held)
+        if self._renewing is None or self._renewing.done():
+            self._renewing = asyncio.create_task(self._renew(), name="lease renewals")
         try:
             yield True
         finally:
             _HELD.reset(token)
-            renewing.cancel()
-            with suppress(asyncio.CancelledError):
-                await renewing
+            left = [other for other in self._holding.get(session_key, ()) if other is not held]
+            if left:
+                self._holding[session_key] = left
+            else:
+                self._holding.pop(session_key, None)
+            if not self._holding and self._renewing is not None:
+                self._renewing.cancel()  # nothing left to renew (an extension crossing a drop is void)
             try:
                 await asyncio.shield(self._store.drop_lease(session_key, self.owner))
             except Exception as exc:  # it expires on its own
@@ -265,30 +274,36 @@ class SessionLeases:
     async def _take(self, session_key: str) -> bool:
         return await self._store.take_lease(session_key, self.owner, self.ttl, now=self.clock.time())
 
-    async def _renew(self, session_key: str, held: _Held) -> None:
-        """Renew the lease every third of its ttl. Once it lapsed (a renewal too late, or refused),
-        it stays lost for the work under it, even should a renewal find it free again: another
-        instance may have answered in between."""
+    async def _renew(self) -> None:
+        """Renew every lease held here every third of their ttl, in one statement for all of them,
+        while any is held. Once a lease lapsed (a renewal too late, or refused), it stays lost for
+        the work under it, even should a renewal find it still this instance's: another instance
+        may have answered in between."""
         failing = False
-        while True:
+        while self._holding:
             await self.clock.sleep(self.ttl / 3)
             asked = self.clock.monotonic()
-            lapsed = held.lost or asked >= held.until
+            holding = {key: list(held) for key, held in self._holding.items()}
             try:
-                taken = await self._take(session_key)
+                kept = await self._store.renew_leases(list(holding), self.owner, self.ttl,
+                                                      now=self.clock.time())
             except Exception as exc:  # a store hiccup: the next renewal tries again
                 # The traceback once per run of failures: a store that is away fails every renewal.
-                log.warning("lease not renewed", session_key=session_key, error=describe(exc),
+                log.warning("leases not renewed", sessions=len(holding), error=describe(exc),
                             exc_info=not failing)
                 failing = True
                 continue
             failing = False
-            if taken and not lapsed:
-                held.until = asked + self.ttl * TRUSTED_SHARE
-            elif not held.lost:
-                held.lost = True
-                log.error("session lease lost while its work ran", session_key=session_key,
-                          taken_over=not taken)
+            for key, holders in holding.items():
+                for held in holders:
+                    if not any(held is now for now in self._holding.get(key, ())):
+                        continue  # its work ended (and let go) while the renewal ran
+                    if key in kept and not (held.lost or asked >= held.until):
+                        held.until = asked + self.ttl * TRUSTED_SHARE
+                    elif not held.lost:
+                        held.lost = True
+                        log.error("session lease lost while its work ran", session_key=key,
+                                  taken_over=key not in kept)
 
     async def beat_once(self) -> None:
         """Tell the store this instance is alive now."""

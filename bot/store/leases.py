@@ -65,6 +65,27 @@ class Leases(Database):
             )
         return bool(list(rows))
 
+    async def renew_leases(
+        self, session_keys: Collection[str], owner: str, ttl: float, *, now: float | None = None
+    ) -> set[str]:
+        """Extend `owner`'s leases of these sessions until now + ttl, one statement for up to 500:
+        the sessions whose lease it still has (another may have taken an expired one over). Only
+        extended, never taken afresh: a renewal that crosses its lease being dropped cannot bring
+        the lease back. `now` as for `take_lease`."""
+        keys = list(session_keys)
+        now = time.time() if now is None else now
+        kept: set[str] = set()
+        for start in range(0, len(keys), 500):
+            part = keys[start:start + 500]
+            async with self._one_write():
+                rows = await self._conn.execute_fetchall(
+                    "UPDATE session_leases SET expires_at = ? WHERE owner = ? AND session_key IN "
+                    f"({', '.join('?' * len(part))}) RETURNING session_key",
+                    (now + ttl, owner, *part),
+                )
+            kept.update(str(row[0]) for row in rows)
+        return kept
+
     async def drop_lease(self, session_key: str, owner: str) -> None:
         async with self._one_write():
             await self._conn.execute(
