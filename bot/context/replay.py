@@ -17,7 +17,7 @@ from bot.config import Config
 from bot.context.builder import ContextBuilder, Pin
 from bot.context.replay_settings import changed_settings
 from bot.context.semantic_recall import SemanticRecall
-from bot.context.turn_choice import pick_turn
+from bot.context.turn_choice import read_chosen_turn
 from bot.core.errors import BotError
 from bot.core.messages import ChatRef, StoredMessage
 from bot.core.session_key import parse
@@ -126,8 +126,7 @@ async def replay(config: Config, store: ReplayStore, brain: Brain, session: str,
     """Build turn `turn` of `session` again and pair it with what was recorded."""
     key = parse(session)
     config = config.for_session(str(key))  # the agent's own limits and models built the turn
-    records = await store.snapshots(str(key))
-    record = pick_turn(records, str(key), turn, await store.snapshot_count(str(key)))
+    record, _ = await read_chosen_turn(store, str(key), turn)
     snap = record.snapshot
     request = await store.message_by_id(record.request_message_id)
     if request is None:

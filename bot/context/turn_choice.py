@@ -9,6 +9,7 @@ from bot.core.errors import BotError
 
 if TYPE_CHECKING:
     from bot.store import SnapshotRecord
+    from bot.store.seams import SnapshotReads
 
 
 def pick_turn(
@@ -32,3 +33,14 @@ def pick_turn(
         raise BotError(f"turn {number} of session {session} has an unreadable snapshot "
                        "(it is skipped; see the warning)")
     raise BotError(f"session {session} has turns 1..{newest}; no turn {turn}")
+
+
+async def read_chosen_turn(store: SnapshotReads, session: str, turn: int) -> tuple[SnapshotRecord, int]:
+    """`pick_turn`'s record read from the store, and how many turns the session has: only that
+    turn's snapshot is read (all of them only when the newest, asked for as 0, is unreadable)."""
+    total = await store.snapshot_count(session)
+    number = turn if turn > 0 else total + 1 + min(turn, -1)
+    records = await store.snapshot_of_turn(session, number)
+    if turn == 0 and not records and total:  # the newest readable one, wherever it is
+        records = await store.snapshots(session)
+    return pick_turn(records, session, turn, total), total

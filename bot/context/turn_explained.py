@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from bot.context.turn_choice import pick_turn
+from bot.context.turn_choice import read_chosen_turn
 from bot.ranking.stages import REPLY_CALL
 
 if TYPE_CHECKING:
@@ -41,8 +41,7 @@ class TurnRead:
 async def read_turn(store: SnapshotReads, key: str, turn: int) -> TurnRead:
     """Turn `turn` of a session (from 1; negative from the newest; 0 the newest); BotError when
     there is no such turn."""
-    total = await store.snapshot_count(key)
-    record = pick_turn(await store.snapshots(key), key, turn, total)
+    record, total = await read_chosen_turn(store, key, turn)
     # Texts come from the log at display time: the snapshot holds ids and reasons only.
     messages = {i: await store.message_by_id(i) for i in snapshot_ids(record)}
     return TurnRead(record, total, messages)
