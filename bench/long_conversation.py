@@ -616,6 +616,8 @@ async def run_scenario(
             "anthropic": {"base_url": api.base_url, "model": MAIN, "fast_model": FAST},
             "conversation": conversation,
             "semantic": {"enabled": "off"},  # lexical recall only, as the scenarios were written
+            # The memory flush is a turn of its own, not part of the context measured here.
+            "compaction": {"flush_shares": []},
         }, "<bench>")
         brain = AnthropicBrain(config.anthropic, API_KEY)
         daemon = Daemon(config, [channel], brain=brain, notifier=Notifier(None))
