@@ -186,14 +186,32 @@ def synapse() -> Iterator[SynapseServer]:
 # daemon with Slack or Telegram and the Anthropic provider, and `switchboard compact` (either store).
 PRELOAD = ["bot.cli.daemon_commands", "bot.cli.history", "bot.daemon.assembly", "channels.slack.channel",
            "channels.telegram.channel", "bot.models.brain", "bot.store.postgres", "anthropic"]
+_zygote: list[Preloaded] = []  # this session's, once started
+
+
+def _started_zygote() -> Preloaded:
+    if not _zygote:
+        _zygote.append(Preloaded(PRELOAD).start())
+    return _zygote[0]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the zygote as soon as a test collected here will want it: its imports (two seconds of
+    CPU, ten times that beside stress-ng) then run beside the first tests, not in the first fork's."""
+    if any("preloaded" in getattr(item, "fixturenames", ()) for item in session.items):
+        _started_zygote()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for zygote in _zygote:
+        zygote.close()
 
 
 @pytest.fixture(scope="session")
-def preloaded() -> Iterator[Preloaded]:
-    """This test session's zygote (one per xdist worker), started on first use: `switchboard`
-    commands forked from a Python that imported their modules once (bot/testing/preloaded.py)."""
-    with Preloaded(PRELOAD) as zygote:
-        yield zygote
+def preloaded() -> Preloaded:
+    """This test session's zygote (one per xdist worker): `switchboard` commands forked from a
+    Python that imported their modules once (bot/testing/preloaded.py)."""
+    return _started_zygote()
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
-"""`switchboard run` as systemd runs it: a subprocess talking sd_notify to a test socket, reloaded by
-SIGHUP, stopped by SIGTERM, with real Telegram and Anthropic clients against local stand-ins."""
+"""`switchboard run` as systemd runs it: a process of its own (forked from the session's zygote,
+bot/testing/preloaded.py) talking sd_notify to a test socket, reloaded by SIGHUP, stopped by
+SIGTERM, with real Telegram and Anthropic clients against local stand-ins."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import pytest
 
 from bot.store import Store
 from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text
+from bot.testing.preloaded import Preloaded
 from bot.testing.telegram_api import TelegramStandIn, private_chat, user
 from tests.harness import FAST, MODEL, last_user_line
 
@@ -156,13 +158,9 @@ def stored_requests(db: Path) -> int:
         return int(conn.execute("SELECT COUNT(*) FROM messages WHERE role = 'user'").fetchone()[0])
 
 
-def cli(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bot", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
-
-
 async def test_service_notifies_reloads_on_sighup_and_stops_on_sigterm_losing_nothing(
-    tmp_path: Path, api: AnthropicStandIn, tg: TelegramStandIn, manager: ServiceManager
+    tmp_path: Path, api: AnthropicStandIn, tg: TelegramStandIn, manager: ServiceManager,
+    preloaded: Preloaded,
 ) -> None:
     """READY=1 once Telegram is connected, WATCHDOG=1 pings, SIGHUP applies an edited config
     (RELOADING=1 then READY=1), SIGTERM with turns in flight exits 0 within TimeoutStopSec with
@@ -180,48 +178,46 @@ async def test_service_notifies_reloads_on_sighup_and_stops_on_sigterm_losing_no
         "WATCHDOG_USEC": str(WATCHDOG_USEC),
     }
     log_path = tmp_path / "daemon.log"
-    with log_path.open("wb") as log_file:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", "run", "--config", str(config),
-            cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-        )
-        try:
-            ready = await manager.wait_for("READY")
-            assert ready["STATUS"].startswith("telegram connected")
-            await manager.wait_for("WATCHDOG")
+    # The daemon in a process of its own, forked from the session's zygote (its imports done once).
+    proc = await preloaded.spawn(["run", "--config", str(config)], cwd=tmp_path, env=env, log=log_path)
+    try:
+        ready = await manager.wait_for("READY")
+        assert ready["STATUS"].startswith("telegram connected")
+        await manager.wait_for("WATCHDOG")
 
-            chat = private_chat(ADA)
-            tg.push_message(chat, ADA, "first")
-            await tg.wait_for(lambda: len(tg.sent) == 1, timeout=30)
+        chat = private_chat(ADA)
+        tg.push_message(chat, ADA, "first")
+        await tg.wait_for(lambda: len(tg.sent) == 1, timeout=30)
 
-            # An admin edits the file and runs `systemctl reload` (ExecReload sends SIGHUP).
-            config.write_text(config_text(api, tg, db, history_limit=1), encoding="utf-8")
-            proc.send_signal(signal.SIGHUP)
-            await manager.wait_for("RELOADING")
-            await manager.wait_for("READY")
-            status = await asyncio.to_thread(cli, tmp_path, env, "status", "--config", str(config), "--json")
-            assert status.returncode == 0, status.stderr
-            answer = json.loads(status.stdout)
-            assert answer["channels"] == [
-                {"provider": "telegram", "state": "connected", "error": None, "restarts": 0}]
-            assert answer["last_reload"]["reloaded"] is True
-            assert answer["last_reload"]["changed"] == ["conversation"]
+        # An admin edits the file and runs `systemctl reload` (ExecReload sends SIGHUP).
+        config.write_text(config_text(api, tg, db, history_limit=1), encoding="utf-8")
+        proc.send_signal(signal.SIGHUP)
+        await manager.wait_for("RELOADING")
+        await manager.wait_for("READY")
+        code, out, err = await preloaded.run(["status", "--config", str(config), "--json"],
+                                             cwd=tmp_path, env=env)
+        assert code == 0, err
+        answer = json.loads(out)
+        assert answer["channels"] == [
+            {"provider": "telegram", "state": "connected", "error": None, "restarts": 0}]
+        assert answer["last_reload"]["reloaded"] is True
+        assert answer["last_reload"]["changed"] == ["conversation"]
 
-            texts = [f"burst {i}" for i in range(4)]
-            for text in texts:
-                tg.push_message(chat, ADA, text)
-            # SIGTERM once the burst is stored and its first reply is being written.
-            await tg.wait_for(lambda: stored_requests(db) == 5 and len(api.requests_for(MODEL)) >= 2,
-                              timeout=15)
-            stop_timeout = float(unit_setting("TimeoutStopSec"))
-            started = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            code = await asyncio.wait_for(proc.wait(), stop_timeout)
-            took = time.monotonic() - started
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+        texts = [f"burst {i}" for i in range(4)]
+        for text in texts:
+            tg.push_message(chat, ADA, text)
+        # SIGTERM once the burst is stored and its first reply is being written.
+        await tg.wait_for(lambda: stored_requests(db) == 5 and len(api.requests_for(MODEL)) >= 2,
+                          timeout=15)
+        stop_timeout = float(unit_setting("TimeoutStopSec"))
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(proc.wait(), stop_timeout)
+        took = time.monotonic() - started
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
     # The daemon sent STOPPING before it exited; the reader may still be taking it off the socket.
     stopping = await manager.wait_for("STOPPING")
     logs = log_path.read_text(encoding="utf-8")
