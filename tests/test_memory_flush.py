@@ -4,19 +4,19 @@ one silent turn to keep durable facts with `remember`, against the API stand-in 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC
 from typing import Any
 
 import pytest
 
 from bot.config import Config
 from bot.store import Store
-from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Response, Text, ToolUse
+from bot.testing.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Response, Text, ToolUse
 from bot.testing.fake_channel import FakeChannel
 from bot.turn.flush import FLUSH_PROMPT, threshold_reached
 from tests.harness import MODEL, config_data, daemon_with, reply_requests, say
 from tests.sql import rows
 from tests.test_compaction import NOTICE, merge_requests, note, summaries, talk_until_compacted
+from tests.test_pairing import cli
 from tests.test_tool_loop import results, tool_names
 
 MakeConfig = Callable[[dict[str, Any]], Config]
@@ -100,7 +100,7 @@ async def test_a_flush_is_claimed_once_per_cycle_and_threshold(store: Store, cha
 
 
 async def test_each_threshold_gives_one_silent_flush_that_keeps_a_note(
-    api: AnthropicStandIn, view: Store, make_config: MakeConfig
+    api: AnthropicStandIn, view: Store, make_config: MakeConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Crossing 50 %, 75 % and 90 % gives one flush each, before the compaction: the model is
     asked with `remember` alone after the reply it just gave, the note is kept and shown to later
@@ -108,7 +108,8 @@ async def test_each_threshold_gives_one_silent_flush_that_keeps_a_note(
     api.default = remembering
     channel = FakeChannel()
     key = str(channel.key())
-    async with daemon_with(flush_config(api, make_config), channel) as daemon:
+    config = flush_config(api, make_config)
+    async with daemon_with(config, channel) as daemon:
         turns = await talk_until_compacted(daemon, channel, view)
         at_compaction = await flushes(view, key)
         await say(daemon, channel, note(turns + 1))
@@ -150,8 +151,10 @@ async def test_each_threshold_gives_one_silent_flush_that_keeps_a_note(
     usage = [u for u in await view.usage_since(0, key) if u.kind == "flush"]
     assert [(u.user_id, u.model, u.input_tokens, u.output_tokens) for u in usage] == [
         ("42", MODEL, 20, 10)] * 5
-    by_kind = {s.key: s for s in await view.usage_summed(0, ["kind"], UTC, key)}
-    assert by_kind["flush"].input_tokens == 100
+    capsys.readouterr()
+    assert await cli(config, "usage", "--by", "kind", "--days", "1") == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("flush  100 in, 50 out") for line in shown), shown
 
 
 async def test_the_second_compaction_extends_the_first_summary(
@@ -222,3 +225,30 @@ async def test_a_restart_does_not_repeat_a_flush(
         await say(daemon, channel, "ok")
     assert len(flush_requests(api)) == 2
     assert len(await flushes(view, key)) == 1
+
+
+async def test_a_failed_flush_is_recorded_and_costs_the_chat_nothing(
+    api: AnthropicStandIn, view: Store, make_config: MakeConfig
+) -> None:
+    """When the model fails the flush, the row says so, the user still gets every reply and
+    nothing else, and the session is compacted as usual."""
+
+    def failing(request: RecordedRequest) -> Response:
+        if is_flush(request):
+            return Error(400, "invalid_request_error", "flush refused")
+        return summaries(request)
+
+    api.default = failing
+    channel = FakeChannel()
+    key = str(channel.key())
+    async with daemon_with(flush_config(api, make_config), channel) as daemon:
+        turns = await talk_until_compacted(daemon, channel, view)
+    found = await rows(view, "SELECT threshold, status, error FROM memory_flushes WHERE session_key = ? "
+                             "ORDER BY id", (key,))
+    assert [(threshold, status) for threshold, status, _ in found] == [
+        (0.5, "failed"), (0.75, "failed"), (0.9, "failed")]
+    assert all("HTTP 400 (invalid_request_error)" in error for *_, error in found)
+    assert len(channel.sent) == turns
+    said = [f"re: {note(n).strip()}" for n in range(1, turns + 1)]
+    assert [m.text.split("\n")[0] for m in channel.sent] == said
+    assert await view.notes_of("fake", "42") == []
