@@ -123,12 +123,12 @@ class MemoryFlush:
         self, key: str, fill: float, composed: Composed, answer: Answer, request: StoredMessage,
         inbound: InboundMessage,
     ) -> None:
+        loop = self._tools.remember_loop(inbound, request)
+        if loop is None:  # no tool to keep anything with: nothing to ask
+            return
         cycle_start, fired = await self._store.memory_flush_state(key)
         threshold = threshold_reached(self._shares, fill, fired)
         if threshold is None:
-            return
-        loop = self._tools.remember_loop(inbound, request)
-        if loop is None:  # no tool to keep anything with: nothing to ask
             return
         flush_id = await self._store.claim_memory_flush(
             key, cycle_start=cycle_start, threshold=threshold, share=round(fill, 4), request_id=request.id)
