@@ -183,9 +183,10 @@ def synapse() -> Iterator[SynapseServer]:
 
 
 # What the `switchboard` commands forked from `preloaded` import before their first answer: the
-# daemon with Slack or Telegram and the Anthropic provider, and `switchboard compact` (either store).
-PRELOAD = ["bot.cli.daemon_commands", "bot.cli.history", "bot.daemon.assembly", "channels.slack.channel",
-           "channels.telegram.channel", "bot.models.brain", "bot.store.postgres", "anthropic"]
+# daemon with Slack or Telegram and the Anthropic provider, `switchboard compact` (either store), `db`.
+PRELOAD = ["bot.cli.daemon_commands", "bot.cli.history", "bot.cli.db", "bot.daemon.assembly",
+           "channels.slack.channel", "channels.telegram.channel", "bot.models.brain", "bot.store.postgres",
+           "anthropic"]
 _zygote: list[Preloaded] = []  # this session's, once started
 
 

@@ -1,10 +1,14 @@
-"""The operator's commands as a real subprocess: status and reload with no daemon, database backup
-and pruning, and a damaged database refused at start with one clear line."""
+"""The operator's commands, each a real process of its own (forked from the session's zygote):
+status and reload with no daemon, database backup and pruning, and a damaged database refused at
+start with one clear line."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, overload
 
@@ -14,7 +18,8 @@ from bot.core.media import Media
 from bot.core.messages import ChatRef, InboundMessage
 from bot.core.session_key import build
 from bot.store import Store
-from tests.test_cli import _one_line, switchboard
+from bot.testing.preloaded import Preloaded
+from tests.test_cli import _one_line
 from tests.test_operations import _fill, corrupt
 
 
@@ -36,6 +41,24 @@ def messages(db: Path, session: str | None = None) -> int | list[str]:
         return [str(row[0]) for row in rows]
 
 
+Cli = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def cli(preloaded: Preloaded) -> Cli:
+    """`switchboard ARGS` in a process of its own, as `tests.test_cli.switchboard` runs it, but
+    forked from the session's zygote (bot/testing/preloaded.py): no second of imports per command."""
+
+    def run(
+        tmp_path: Path, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        environ = dict(os.environ) | (env or {})  # cleaned of secrets, XDG_STATE_HOME in tmp_path
+        code, out, err = preloaded.run_blocking(list(args), cwd=tmp_path, env=environ, timeout=120)
+        return subprocess.CompletedProcess(["switchboard", *args], code, out, err)
+
+    return run
+
+
 @pytest.fixture
 def config_file(tmp_path: Path) -> Path:
     path = tmp_path / "config.toml"
@@ -45,55 +68,57 @@ def config_file(tmp_path: Path) -> Path:
 
 
 def test_status_says_not_running_and_exits_3_when_no_daemon_listens(
-    tmp_path: Path, config_file: Path
+    tmp_path: Path, config_file: Path, cli: Cli
 ) -> None:
     """`switchboard status` with no daemon prints that it is not running and exits 3, as systemctl does."""
-    result = switchboard(tmp_path, "status")
+    result = cli(tmp_path, "status")
     assert result.returncode == 3, result.stderr
     assert result.stdout.startswith("switchboard: not running")
     assert str(tmp_path / "data" / "switchboard.sock") in result.stdout
 
 
-def test_reload_without_a_daemon_is_one_clear_line(tmp_path: Path, config_file: Path) -> None:
+def test_reload_without_a_daemon_is_one_clear_line(tmp_path: Path, config_file: Path, cli: Cli) -> None:
     """`switchboard reload` with no daemon fails in one line naming the socket, exit 3 as `status`."""
-    result = switchboard(tmp_path, "reload")
+    result = cli(tmp_path, "reload")
     assert result.returncode == 3
     assert "not running" in _one_line(result.stderr)
 
 
-def test_reload_checks_the_file_before_asking_the_daemon(tmp_path: Path, config_file: Path) -> None:
+def test_reload_checks_the_file_before_asking_the_daemon(tmp_path: Path, config_file: Path, cli: Cli) -> None:
     """A broken config.toml is reported by `reload` itself (exit 2), naming the key."""
     config_file.write_text("[conversation]\nhistory_limit = -1\n", encoding="utf-8")
-    result = switchboard(tmp_path, "reload")
+    result = cli(tmp_path, "reload")
     assert result.returncode == 2
     assert "conversation.history_limit" in _one_line(result.stderr)
 
 
-def test_db_backup_into_a_missing_folder_names_the_folder(tmp_path: Path, config_file: Path) -> None:
+def test_db_backup_into_a_missing_folder_names_the_folder(
+    tmp_path: Path, config_file: Path, cli: Cli
+) -> None:
     """A backup into a folder that does not exist fails in one line naming that folder, not the
     partial file a backup is first written to."""
     fill(tmp_path / "data" / "bot.db", sessions=1, turns=1)
-    result = switchboard(tmp_path, "db", "backup", "nowhere/copy.db")
+    result = cli(tmp_path, "db", "backup", "nowhere/copy.db")
     assert result.returncode == 1
     line = _one_line(result.stderr)
     assert "the folder nowhere does not exist" in line and "partial" not in line
 
 
 def test_db_backup_writes_a_private_checked_copy_and_never_overwrites(
-    tmp_path: Path, config_file: Path
+    tmp_path: Path, config_file: Path, cli: Cli
 ) -> None:
     """`db backup PATH` copies every message into a new 0600 file, and refuses an existing one
     unless --force is given."""
     fill(tmp_path / "data" / "bot.db", sessions=2, turns=3)
-    result = switchboard(tmp_path, "db", "backup", "copy.db")
+    result = cli(tmp_path, "db", "backup", "copy.db")
     assert result.returncode == 0, result.stderr
     assert "(12 messages, 0 kept files in " in result.stdout
     assert (tmp_path / "copy.db").stat().st_mode & 0o777 == 0o600
     assert messages(tmp_path / "copy.db") == 12
 
-    again = switchboard(tmp_path, "db", "backup", "copy.db")
+    again = cli(tmp_path, "db", "backup", "copy.db")
     assert again.returncode == 1 and "already exists" in _one_line(again.stderr)
-    forced = switchboard(tmp_path, "db", "backup", "copy.db", "--force")
+    forced = cli(tmp_path, "db", "backup", "copy.db", "--force")
     assert forced.returncode == 0, forced.stderr
     assert not list(tmp_path.glob(".copy.db.partial"))
 
@@ -110,7 +135,7 @@ async def _with_picture(db: Path, picture: bytes) -> str:
 
 
 def test_db_backup_in_another_folder_keeps_the_pictures_its_messages_refer_to(
-    tmp_path: Path, config_file: Path
+    tmp_path: Path, config_file: Path, cli: Cli
 ) -> None:
     """A backup restored on another machine still has every picture a message refers to: they are
     copied into `files/` beside the backup, and the closing line counts them."""
@@ -118,7 +143,7 @@ def test_db_backup_in_another_folder_keeps_the_pictures_its_messages_refer_to(
     fill(tmp_path / "data" / "bot.db", sessions=1, turns=2)
     sha = asyncio.run(_with_picture(tmp_path / "data" / "bot.db", picture))
     (tmp_path / "backups").mkdir()
-    result = switchboard(tmp_path, "db", "backup", "backups/copy.db")
+    result = cli(tmp_path, "db", "backup", "backups/copy.db")
     assert result.returncode == 0, result.stderr
     assert "(5 messages, 1 kept files in " in result.stdout
 
@@ -129,43 +154,45 @@ def test_db_backup_in_another_folder_keeps_the_pictures_its_messages_refer_to(
     assert asyncio.run(read_back()) == picture
 
 
-def test_db_prune_dry_run_then_prune_keeps_the_lookback(tmp_path: Path, config_file: Path) -> None:
+def test_db_prune_dry_run_then_prune_keeps_the_lookback(tmp_path: Path, config_file: Path, cli: Cli) -> None:
     """`db prune --older-than DAYS --dry-run` lists what would go and deletes nothing; without it the
     old messages go but each session keeps its newest lookback_count messages."""
     config_file.write_text(config_file.read_text() + "[conversation]\nlookback_count = 4\n")
     db = tmp_path / "data" / "bot.db"
     first, second = fill(db, sessions=2, turns=10, age_days=30)
-    dry = switchboard(tmp_path, "db", "prune", "--older-than", "7", "--dry-run")
+    dry = cli(tmp_path, "db", "prune", "--older-than", "7", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.startswith("would remove 32 message(s) older than 7 day(s)")
     assert f"{first}  16" in dry.stdout
     assert messages(db) == 40
 
-    done = switchboard(tmp_path, "db", "prune", "--older-than", "7")
+    done = cli(tmp_path, "db", "prune", "--older-than", "7")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("removed 32 message(s)")
     assert messages(db, second) == ["q8", "a8", "q9", "a9"]
-    young = switchboard(tmp_path, "db", "prune", "--older-than", "60")
+    young = cli(tmp_path, "db", "prune", "--older-than", "60")
     assert young.stdout.startswith("removed 0 message(s)")
 
 
-def test_db_prune_rejects_a_non_positive_age(tmp_path: Path, config_file: Path) -> None:
+def test_db_prune_rejects_a_non_positive_age(tmp_path: Path, config_file: Path, cli: Cli) -> None:
     """`--older-than 0` is a usage error, not a request to delete everything."""
-    result = switchboard(tmp_path, "db", "prune", "--older-than", "0")
+    result = cli(tmp_path, "db", "prune", "--older-than", "0")
     assert result.returncode == 2 and "older-than" in result.stderr
 
 
-def test_a_damaged_database_is_refused_at_start_in_one_line(tmp_path: Path, config_file: Path) -> None:
+def test_a_damaged_database_is_refused_at_start_in_one_line(
+    tmp_path: Path, config_file: Path, cli: Cli
+) -> None:
     """`run` on a damaged file exits 1 with one line naming the file and saying to restore a backup."""
     db = tmp_path / "data" / "bot.db"
     fill(db, sessions=1, turns=20)
     corrupt(db)
-    result = switchboard(tmp_path, "run", env={"TELEGRAM_BOT_TOKEN": "123:abc", "ANTHROPIC_API_KEY": "k"})
+    result = cli(tmp_path, "run", env={"TELEGRAM_BOT_TOKEN": "123:abc", "ANTHROPIC_API_KEY": "k"})
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"switchboard: database {db} is damaged") and "backup" in last
-    backup = switchboard(tmp_path, "db", "backup", "copy.db")
+    backup = cli(tmp_path, "db", "backup", "copy.db")
     assert backup.returncode == 1 and "damaged" in _one_line(backup.stderr)
     assert not (tmp_path / "copy.db").exists()
 

@@ -5,9 +5,10 @@ pays Python's imports each time: about two seconds of CPU for the model SDK, the
 and the daemon, ten times that wall time on a loaded machine, where the test is about what the
 daemon does after the imports. `Preloaded` starts one process (the zygote) that imports the named
 modules and then forks each command from there: the child runs `bot.cli.main(argv)` as the main
-module of its own process, with its own environment, working folder, stdin from /dev/null, its
+module of its own process, with its own environment, working folder, stdin (/dev/null or a file), its
 output in a file, its own signals and exit code, and Python's usual shutdown (threads joined,
-atexit), as `python -m bot ARGV` would, only without importing what the zygote already had.
+atexit, output flushed), as `python -m bot ARGV` would, only without importing what the zygote
+already had, nor taking it apart at the end.
 
 The child is the zygote's, not the test's, so `Forked.wait()` learns its exit status from the
 zygote. The zygote runs no threads and no event loop, so forking it is safe; `random` reseeds
@@ -16,13 +17,16 @@ zygote's stdin) SIGKILLs every child still running.
 
 Usage: `async with Preloaded(["anthropic", "channels.slack.channel"]) as zygote:` then
 `proc = await zygote.spawn(["run", "--config", path], cwd=..., env=..., log=...)`, or
-`code, out, err = await zygote.run([...], cwd=..., env=...)` for a command's output.
+`code, out, err = await zygote.run([...], cwd=..., env=...)` for a command's output
+(`run_blocking` without an event loop).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -32,12 +36,13 @@ import subprocess
 import sys
 import tempfile
 import threading
+import traceback
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -61,6 +66,10 @@ class Forked:
     async def wait(self) -> int:
         """The exit code as `asyncio.subprocess.Process.wait` gives it (-N when killed by signal N)."""
         return await asyncio.shield(asyncio.wrap_future(self._exited))
+
+    def wait_blocking(self, timeout: float) -> int:
+        """`wait` for a caller with no event loop; TimeoutError after `timeout` seconds."""
+        return self._exited.result(timeout)
 
     def _exit(self, code: int) -> None:
         self.returncode = code
@@ -144,16 +153,20 @@ class Preloaded:
                     err: Path | None = None) -> Forked:
         """`switchboard ARGV` forked with exactly `env`, in `cwd`; stdout (and stderr, unless `err`
         names another file) appended to `log`."""
-        assert self._proc is not None and self._proc.stdin is not None, "start() the zygote first"
         await asyncio.wrap_future(self._ready)
-        request = {"argv": list(argv), "cwd": str(cwd), "env": env, "out": str(log),
-                   "err": str(err or log)}
+        return await asyncio.wrap_future(self._fork(argv, cwd, env, log, err or log, None))
+
+    def _fork(self, argv: Sequence[str], cwd: Path, env: dict[str, str], out: Path, err: Path,
+              stdin: Path | None) -> Future[Forked]:
+        assert self._proc is not None and self._proc.stdin is not None, "start() the zygote first"
+        request = {"argv": list(argv), "cwd": str(cwd), "env": env, "out": str(out), "err": str(err),
+                   "in": str(stdin) if stdin else os.devnull}
         started: Future[Forked] = Future()
         with self._lock:  # the zygote answers starts in the order they were asked
             self._starting.append(started)
             self._proc.stdin.write(json.dumps(request).encode() + b"\n")
             self._proc.stdin.flush()
-        return await asyncio.wrap_future(started)
+        return started
 
     async def run(self, argv: Sequence[str], *, cwd: Path, env: dict[str, str],
                   timeout: float = 60) -> tuple[int, str, str]:
@@ -163,6 +176,20 @@ class Preloaded:
             child = await self.spawn(argv, cwd=cwd, env=env, log=out, err=err)
             try:
                 code = await asyncio.wait_for(child.wait(), timeout)
+            finally:
+                child.kill()
+            return code, out.read_text(encoding="utf-8"), err.read_text(encoding="utf-8")
+
+    def run_blocking(self, argv: Sequence[str], *, cwd: Path, env: dict[str, str], stdin: str = "",
+                     timeout: float = 60) -> tuple[int, str, str]:
+        """`run` for a caller with no event loop (as `subprocess.run`), `stdin` its input."""
+        self._ready.result(timeout)
+        with tempfile.TemporaryDirectory(prefix="switchboard-forked-") as scratch:
+            out, err, given = Path(scratch) / "out", Path(scratch) / "err", Path(scratch) / "in"
+            given.write_text(stdin, encoding="utf-8")
+            child = self._fork(argv, cwd, env, out, err, given).result(timeout)
+            try:
+                code = child.wait_blocking(timeout)
             finally:
                 child.kill()
             return code, out.read_text(encoding="utf-8"), err.read_text(encoding="utf-8")
@@ -181,6 +208,7 @@ def serve(modules: Sequence[str]) -> dict[str, Any]:
     for name in modules:
         importlib.import_module(name)
     assert threading.active_count() == 1, "a preloaded module started a thread: forking is unsafe"
+    gc.freeze()  # the children's collections then leave the shared pages alone (copy on write)
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
@@ -241,9 +269,9 @@ def become(request: dict[str, Any]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
+    given = os.open(request["in"], os.O_RDONLY)
+    os.dup2(given, 0)
+    os.close(given)
     out = os.open(request["out"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     err = out if request["err"] == request["out"] else os.open(
         request["err"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -254,9 +282,31 @@ def become(request: dict[str, Any]) -> None:
     sys.argv = ["switchboard", *request["argv"]]
 
 
-if __name__ == "__main__":
-    asked = serve(sys.argv[1:])
-    become(asked)
+def finish(request: dict[str, Any]) -> NoReturn:
+    """In the child: `switchboard ARGV` to its end, then Python's own exit (non-daemon threads
+    joined, atexit handlers run, output flushed) minus taking the zygote's modules apart, which
+    costs a second of CPU for the SDKs' thousands of objects and is no part of what a command does."""
+    become(request)
     from bot.cli import main
 
-    main(asked["argv"])
+    try:
+        main(request["argv"])
+        code = 0
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    finish(serve(sys.argv[1:]))
