@@ -23,6 +23,7 @@ from bot.core.misconfiguration import (
     told,
 )
 from bot.models import sdks as model_sdks
+from bot.models.anthropic_events import StreamedReply, read_answer
 
 if TYPE_CHECKING:  # the SDK itself is imported when the first call needs it (`bot.models.sdks`)
     import anthropic
@@ -162,7 +163,8 @@ class AnthropicBrain:
         client, deadline = await model_sdks.beside_deadline(self._require_client(), deadline)
 
         async def attempt(timeout: float) -> Completion:
-            message = await client.messages.create(
+            # The answer's JSON read as it is (`bot.models.anthropic_events`), not as SDK models.
+            response = await client.messages.with_raw_response.create(
                 model=model,
                 max_tokens=max_tokens,
                 system=system,
@@ -170,13 +172,11 @@ class AnthropicBrain:
                 stream=False,
                 timeout=timeout,  # per request: `with_options` would build a whole client per call
             )
-            text = "".join(block.text for block in message.content if block.type == "text")
-            usage = message.usage
+            answer = read_answer(json.loads(response.http_response.content))
             return Completion(
-                text, message.model or model, usage.input_tokens, usage.output_tokens,
-                stop_reason=message.stop_reason,
-                cache_write_tokens=usage.cache_creation_input_tokens or 0,
-                cache_read_tokens=usage.cache_read_input_tokens or 0,
+                answer.text, answer.model or model, answer.input_tokens, answer.output_tokens,
+                stop_reason=answer.stop_reason, cache_write_tokens=answer.cache_write_tokens,
+                cache_read_tokens=answer.cache_read_tokens,
             )
 
         return await self._with_retries(attempt, deadline, "fast completion", model)
@@ -259,66 +259,36 @@ async def _stream_reply(
     system: list[TextBlockParam], messages: list[MessageParam], on_text: TextSink | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Completion:
-    text = ""
-    input_tokens = output_tokens = cache_write = cache_read = 0
-    used_model = model
-    finished = False
-    stop_reason: str | None = None
-    blocks: dict[int, dict[str, Any]] = {}
-    partial_json: dict[int, str] = {}
-    stream = await client.messages.create(
+    """One streamed reply. The SDK makes the call and raises its status errors; the events are read
+    as raw server-sent events (`bot.models.anthropic_events`), as its typed stream reads them: pings
+    and nameless events skipped, an `error` event raised as the status error it would raise."""
+    import anthropic  # loaded by `_require_client` before any call
+
+    reply = StreamedReply(model)
+    async with client.messages.with_streaming_response.create(
         model=model, max_tokens=max_tokens, system=system, messages=messages, stream=True,
         timeout=timeout, **(extra or {}),
-    )
-    async with stream:
-        async for event in stream:
-            if event.type == "message_start":
-                usage = event.message.usage
-                used_model = event.message.model or model  # the model that actually answered
-                input_tokens = usage.input_tokens
-                cache_write = usage.cache_creation_input_tokens or 0
-                cache_read = usage.cache_read_input_tokens or 0
-            elif event.type == "content_block_start":
-                block = event.content_block
-                if block.type == "tool_use":
-                    blocks[event.index] = {"type": "tool_use", "id": block.id, "name": block.name,
-                                           "input": {}}
-                    partial_json[event.index] = ""
-                elif block.type == "text":
-                    blocks[event.index] = {"type": "text", "text": ""}
-            elif event.type == "content_block_delta" and event.delta.type == "text_delta":
-                text += event.delta.text
-                if event.index in blocks and blocks[event.index]["type"] == "text":
-                    blocks[event.index]["text"] += event.delta.text
-                tell(on_text, text)
-            elif event.type == "content_block_delta" and event.delta.type == "input_json_delta":
-                partial_json[event.index] = partial_json.get(event.index, "") + event.delta.partial_json
-            elif event.type == "content_block_stop" and event.index in partial_json:
-                # An unreadable input is passed on as the raw text: the tool loop answers it with
-                # an error result the model can read.
-                raw = partial_json.pop(event.index)
+    ) as response:
+        http_response = response.http_response
+        async for sse in anthropic.AsyncStream.raw_events(http_response):
+            name = sse.event
+            if name is None or name == "ping":
+                continue
+            if name == "error":
+                body: object = sse.data
                 try:
-                    blocks[event.index]["input"] = json.loads(raw) if raw.strip() else {}
-                except json.JSONDecodeError:
-                    blocks[event.index]["input"] = {"__unparsed__": raw}
-            elif event.type == "message_delta":
-                stop_reason = event.delta.stop_reason or stop_reason
-                # Cumulative counts: where the final event repeats a figure, it is the one to keep.
-                delta = event.usage
-                output_tokens = delta.output_tokens
-                input_tokens = delta.input_tokens if delta.input_tokens is not None else input_tokens
-                cache_write = delta.cache_creation_input_tokens \
-                    if delta.cache_creation_input_tokens is not None else cache_write
-                cache_read = delta.cache_read_input_tokens \
-                    if delta.cache_read_input_tokens is not None else cache_read
-            elif event.type == "message_stop":
-                finished = True
-    if not finished:
+                    body = sse.json()
+                    message = f"{body}"
+                except Exception:
+                    message = sse.data or f"Error code: {http_response.status_code}"
+                raise anthropic.APIStatusError(message, response=http_response, body=body)
+            if sse.data and reply.feed(sse.json()):
+                tell(on_text, reply.text)
+    if not reply.finished:
         raise IncompleteStreamError("the reply stream ended before message_stop")
-    content = tuple(blocks[index] for index in sorted(blocks)
-                    if blocks[index]["type"] != "text" or blocks[index]["text"])
-    return Completion(text, used_model, input_tokens, output_tokens, stop_reason=stop_reason,
-                      cache_write_tokens=cache_write, cache_read_tokens=cache_read, content=content)
+    return Completion(reply.text, reply.model, reply.input_tokens, reply.output_tokens,
+                      stop_reason=reply.stop_reason, cache_write_tokens=reply.cache_write_tokens,
+                      cache_read_tokens=reply.cache_read_tokens, content=reply.content())
 
 
 def tell(on_text: TextSink | None, text: str) -> None:
