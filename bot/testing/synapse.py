@@ -5,8 +5,8 @@ The first use on a machine installs `matrix-synapse` (pinned below) into
 `~/.cache/switchboard-test/synapse-<version>` (`SWITCHBOARD_TEST_CACHE` moves the cache), under a
 file lock so that two test workers install it once; later runs only start it. `python -m
 bot.testing.synapse` installs it ahead (`.ci/run` does, so the suite pays only for starting).
-Each server generates its config with `--generate-config` (a signing key, a registration shared
-secret) and overrides what a test server needs in a second config file: one client listener on a
+Each server gets the config `--generate-config` would write (a signing key, secrets), written
+here rather than by a second run of Synapse, with what a test server needs: one client listener on a
 free loopback port, SQLite, no presence, no key servers, and rate limits relaxed unless the test
 passes its own (`rate_limits`). Users are made with the shared-secret admin API
 (`/_synapse/admin/v1/register`), each getting an access token; `limit_messages` gives one user a
@@ -15,6 +15,7 @@ rate limit of its own (the admin API's `override_ratelimit`).
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import hashlib
 import hmac
@@ -123,14 +124,19 @@ class SynapseServer:
 
     def start(self) -> None:
         python = install(self.version)
-        config, overrides = self.root / "homeserver.yaml", self.root / "overrides.yaml"
-        _run([str(python), "-m", "synapse.app.homeserver", "--server-name", self.server_name,
-              "--config-path", str(config), "--generate-config", "--report-stats=no",
-              "--data-directory", str(self.root)], cwd=self.root)
-        self._secret = secrets.token_hex(16)  # ours, over the generated one: no YAML to read
+        config = self.root / "homeserver.yaml"
+        self._secret = secrets.token_hex(16)
         self.port = free_port()
-        # JSON is YAML; Synapse merges the files, the later one's top-level keys winning.
-        overrides.write_text(json.dumps({
+        # What `--generate-config` would write (a second start of Synapse's imports, half the
+        # start's time), with a signing key of our own, then what a test server needs: one client
+        # listener on a free loopback port, SQLite, no presence, no key servers. JSON is YAML.
+        key = self.root / f"{self.server_name}.signing.key"
+        seed = base64.b64encode(secrets.token_bytes(32)).decode().rstrip("=")  # signedjson's form
+        key.write_text(f"ed25519 a_{secrets.token_hex(2)} {seed}\n", encoding="utf-8")
+        config.write_text(json.dumps({
+            "server_name": self.server_name, "pid_file": str(self.root / "homeserver.pid"),
+            "media_store_path": str(self.root / "media_store"), "signing_key_path": str(key),
+            "macaroon_secret_key": secrets.token_hex(32), "form_secret": secrets.token_hex(32),
             "listeners": [{"port": self.port, "bind_addresses": ["127.0.0.1"], "type": "http",
                            "tls": False, "x_forwarded": False,
                            "resources": [{"names": ["client"], "compress": False}]}],
@@ -144,7 +150,7 @@ class SynapseServer:
         }))
         with open(self.root / "stdout.log", "wb") as log:
             self._process = subprocess.Popen(
-                [str(python), "-m", "synapse.app.homeserver", "-c", str(config), "-c", str(overrides)],
+                [str(python), "-m", "synapse.app.homeserver", "-c", str(config)],
                 cwd=self.root, stdout=log, stderr=subprocess.STDOUT)
         self._wait_ready()
 
