@@ -24,6 +24,11 @@ _SECRET_PATTERNS = [
     re.compile(r"(?i)(?<=postgresql://)[^@/\s:]*:[^@/\s]+(?=@)"),
     re.compile(r"(?i)(?<=password=)[^&\s]+"),  # password= in a conninfo string or URL query
 ]
+# Whether any of them could match, in one search: most strings in a line hold none of their shapes.
+_MAYBE_SECRET = re.compile("|".join(
+    f"(?i:{p.pattern.removeprefix('(?i)')})" if p.pattern.startswith("(?i)") else f"(?:{p.pattern})"
+    for p in _SECRET_PATTERNS
+))
 # httpx logs every request at INFO; the turn line already says what matters.
 _QUIET_LIBRARIES = ("httpx", "httpx2", "httpcore", "aiosqlite")
 
@@ -37,13 +42,16 @@ class Redactor:
     def redact(self, text: str) -> str:
         for secret in self._secrets:
             text = text.replace(secret, REDACTED)
+        if _MAYBE_SECRET.search(text) is None:
+            return text
         for pattern in _SECRET_PATTERNS:
             text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + REDACTED, text)
         return text
 
     def __call__(self, logger: Any, name: str, event_dict: EventDict) -> EventDict:
-        for key in list(event_dict):
-            event_dict[key] = _walk(event_dict[key], self.redact)
+        for key, value in event_dict.items():  # values replaced in place: the keys stay as they are
+            if isinstance(value, str | dict | list | tuple):
+                event_dict[key] = _walk(value, self.redact)
         return event_dict
 
 

@@ -10,6 +10,7 @@ message.
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 from collections.abc import Awaitable, Callable
@@ -38,6 +39,9 @@ _ITEM_PREFIX = re.compile(r"^\s*(?:[-+*]|\d{1,9}[.)])(?:[ \t]+|$)")
 _INLINE_TAGS = {"strong": "b", "em": "i", "s": "s"}
 
 
+# Each reply is rendered once to find where it fits a message (`telegram_chunks`) and again when
+# sent: the second time comes from here. A pure function of its text, so a few recent ones suffice.
+@functools.lru_cache(maxsize=32)
 def to_telegram_html(markdown: str) -> str:
     """Render Markdown as Telegram HTML; the result has trailing whitespace trimmed."""
     source = markdown.replace("\r\n", "\n").replace("\r", "\n").replace("\0", "\ufffd")
