@@ -81,6 +81,27 @@ class LoopOutcome:
                 "repairs": list(self.repairs)}
 
 
+# The definitions of the last few tool sets offered, by the identity of their tools (kept here, so an
+# id is never reused while its entry lives): the sources build their tools once (the same bytes
+# every turn keep the prompt cache warm), so a turn mostly offers a set seen before, and each
+# definition is a JSON round trip of its schema. Shared between turns: read, never changed.
+_DEFINED: dict[tuple[int, ...], tuple[tuple[Tool, ...], list[dict[str, Any]], int]] = {}
+_DEFINED_SETS = 16
+
+
+def _defined(tools: Sequence[Tool]) -> tuple[list[dict[str, Any]], int]:
+    """The API definitions of `tools` and their length as JSON, built once per tool set."""
+    key = tuple(id(tool) for tool in tools)
+    known = _DEFINED.get(key)
+    if known is None:
+        defined = definitions(tools)
+        known = (tuple(tools), defined, len(json.dumps(defined)))
+        if len(_DEFINED) >= _DEFINED_SETS:
+            del _DEFINED[next(iter(_DEFINED))]  # the oldest set
+        _DEFINED[key] = known
+    return known[1], known[2]
+
+
 class ToolLoop:
     """Answers one request with tools: `run` in place of a single `Brain.reply`."""
 
@@ -93,9 +114,8 @@ class ToolLoop:
         self._none_open = none_open
         self._store = store
         self._tools = {tool.name: tool for tool in tools}
-        self._definitions = definitions(tools)
         # What the definitions add to every request (`switchboard context` shows it).
-        self.definitions_chars = len(json.dumps(self._definitions))
+        self._definitions, self.definitions_chars = _defined(tools)
         self.offered = len(self._definitions)
         self._context = context
         self._max_rounds = max_rounds
