@@ -83,7 +83,6 @@ class Committer:
 
     async def __call__(self, record: TurnRecord, preview: ReplyPreview | None = None) -> Committed | None:
         """The reply committed; None when it is dropped (another instance answers the chat now)."""
-        bound = log.bind(session_key=record.session_key)
         usage = await self.usage_of(record)
         if not await lease_retaken():
             await self._keep_usage(usage)
@@ -91,9 +90,9 @@ class Committer:
             # the request (streaming into the same preview message), so this reply touches nothing.
             if preview is not None:
                 preview.abandon()
-            bound.warning("session taken over by another instance while this turn stalled; "
-                          "its reply dropped, the request left to that instance",
-                          request_id=record.request.id)
+            log.warning("session taken over by another instance while this turn stalled; "
+                        "its reply dropped, the request left to that instance",
+                        session_key=record.session_key, request_id=record.request.id)
             return None
         text = await self._with_notice(record)
         # A preview message becomes the reply's first chunk; a half answer in it (the model failed
@@ -109,8 +108,8 @@ class Committer:
             # Another instance took the chat over (this one stalled past its lease) and answered:
             # one answer reaches the user, not two; a preview message this reply was shown in goes
             # too, unless that instance's reply took it over.
-            bound.warning("request answered by another instance meanwhile; this reply dropped",
-                          request_id=record.request.id)
+            log.warning("request answered by another instance meanwhile; this reply dropped",
+                        session_key=record.session_key, request_id=record.request.id)
             if preview is not None and preview_id is not None:
                 await withdraw_preview(preview, record.chat, preview_id, self._ledger)
             return None
