@@ -183,8 +183,9 @@ def synapse() -> Iterator[SynapseServer]:
 
 
 # What the `switchboard` commands forked from `preloaded` import before their first answer: the
-# daemon with Slack or Telegram and the Anthropic provider, `switchboard compact` (either store), `db`.
-PRELOAD = ["bot.cli.daemon_commands", "bot.cli.history", "bot.cli.db", "bot.daemon.assembly",
+# daemon with Slack or Telegram and the Anthropic provider, `compact` (either store), `db`, `doctor`.
+PRELOAD = ["bot.cli.daemon_commands", "bot.cli.history", "bot.cli.db", "bot.cli.doctor",
+           "bot.cli.doctor_models", "bot.cli.doctor_platforms", "bot.daemon.assembly",
            "channels.slack.channel", "channels.telegram.channel", "bot.models.brain", "bot.store.postgres",
            "anthropic"]
 _zygote: list[Preloaded] = []  # this session's, once started
