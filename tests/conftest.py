@@ -23,7 +23,7 @@ from bot.testing.postgres import PostgresServer
 from bot.testing.preloaded import Preloaded
 from bot.testing.synapse import SynapseServer
 from bot.testing.telegram_api import TelegramStandIn
-from tests.harness import echo
+from tests.harness import close_zygote, echo, zygote
 
 # One BLAS thread, as the daemon runs its encoders: set here, before any test module imports numpy
 # (tests/test_db_copy.py does at collection), since the first import fixes OpenBLAS's thread count.
@@ -182,38 +182,23 @@ def synapse() -> Iterator[SynapseServer]:
     server.stop()
 
 
-# What the `switchboard` commands forked from `preloaded` import before their first answer: the
-# daemon with Slack or Telegram and the Anthropic provider, `compact` (either store), `db`, `doctor`.
-PRELOAD = ["bot.cli.daemon_commands", "bot.cli.history", "bot.cli.db", "bot.cli.doctor",
-           "bot.cli.doctor_models", "bot.cli.doctor_platforms", "bot.daemon.assembly",
-           "channels.slack.channel", "channels.telegram.channel", "bot.models.brain", "bot.store.postgres",
-           "anthropic"]
-_zygote: list[Preloaded] = []  # this session's, once started
-
-
-def _started_zygote() -> Preloaded:
-    if not _zygote:
-        _zygote.append(Preloaded(PRELOAD).start())
-    return _zygote[0]
-
-
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the zygote as soon as a test collected here will want it: its imports (two seconds of
-    CPU, ten times that beside stress-ng) then run beside the first tests, not in the first fork's."""
-    if any("preloaded" in getattr(item, "fixturenames", ()) for item in session.items):
-        _started_zygote()
+    """Start the zygote as soon as a test collected here will fork from it: its imports (two seconds
+    of CPU, ten times that beside stress-ng) then run beside the first tests, not in the first fork's."""
+    if any("preloaded" in getattr(item, "fixturenames", ()) or
+           hasattr(getattr(item, "module", None), "switchboard_cli") for item in session.items):
+        zygote()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    for zygote in _zygote:
-        zygote.close()
+    close_zygote()
 
 
 @pytest.fixture(scope="session")
 def preloaded() -> Preloaded:
     """This test session's zygote (one per xdist worker): `switchboard` commands forked from a
-    Python that imported their modules once (bot/testing/preloaded.py)."""
-    return _started_zygote()
+    Python that imported their modules once (bot/testing/preloaded.py, tests.harness.zygote)."""
+    return zygote()
 
 
 @pytest.fixture

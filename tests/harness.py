@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -33,6 +32,7 @@ from bot.testing.models import STAMP as STAMP
 from bot.testing.models import echo as echo
 from bot.testing.models import last_user_line as last_user_line
 from bot.testing.models import unstamped as unstamped
+from bot.testing.preloaded import Preloaded
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,21 +125,36 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> No
     raise AssertionError(f"condition not met within {timeout}s")
 
 
+# What the `switchboard` commands the tests run import before their first answer: the daemon with
+# Slack or Telegram and the Anthropic provider, `compact`, `db`, `doctor`, `context` and `replay`.
+PRELOAD = ["bot.cli.daemon_commands", "bot.cli.history", "bot.cli.db", "bot.cli.doctor",
+           "bot.cli.doctor_models", "bot.cli.doctor_platforms", "bot.cli.context_view",
+           "bot.daemon.assembly", "channels.slack.channel", "channels.telegram.channel",
+           "bot.models.brain", "bot.store.postgres", "anthropic"]
+_zygotes: list[Preloaded] = []
+
+
+def zygote() -> Preloaded:
+    """This test worker's zygote (bot/testing/preloaded.py), started on first use: `switchboard`
+    commands forked from a Python that imported their modules once."""
+    if not _zygotes:
+        _zygotes.append(Preloaded(PRELOAD).start())
+    return _zygotes[0]
+
+
+def close_zygote() -> None:
+    for started in _zygotes:
+        started.close()
+
+
 async def switchboard_cli(
     cwd: Path, *args: str, env: dict[str, str] | None = None
 ) -> tuple[int, str, str]:
-    """Run `python -m bot ARGS` as a subprocess without blocking the loop the stand-ins answer on;
-    (exit code, stdout, stderr)."""
+    """`switchboard ARGS` in a process of its own, forked from this worker's zygote (its imports
+    done once), without blocking the loop the stand-ins answer on; (exit code, stdout, stderr)."""
     environ = dict(os.environ)  # already cleaned of secrets by the conftest
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environ.get("PYTHONPATH")]))
     environ.update(env or {})
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", *args, cwd=cwd, env=environ,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
+    return await zygote().run(list(args), cwd=cwd, env=environ, timeout=60)
 
 
 def chat(channel: FakeChannel, peer: str = "42") -> ChatRef:
