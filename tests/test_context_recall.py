@@ -18,6 +18,7 @@ from bot.context.replay import replay
 from bot.context.semantic_recall import SemanticRecall
 from bot.core.messages import ChatRef, StoredMessage
 from bot.models.brain import AnthropicBrain
+from bot.ranking.budget import message_cost
 from bot.ranking.embedding import Embedder, load_embedder, unavailable_reason
 from bot.store import Store
 from bot.testing.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Response, Text
@@ -194,6 +195,36 @@ async def test_the_ranked_fallback_keeps_the_best_candidates_that_fit(
     ranked_ids = {e["id"] for e in snapshot["entries"] if e["reason"] == "ranked"}
     assert ranked_ids == {i for c in chosen for i in c["ids"]}
     assert snapshot["tokens"]["estimate"] <= snapshot["tokens"]["budget"]
+
+
+async def test_the_ranked_fallback_stops_at_its_tokens(
+    api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig
+) -> None:
+    """Triage fails and ranked_fallback_tokens is set: the best-ranked turns go in (the lexical
+    match first) while their tokens fit it, though the count would take the whole pool."""
+    fact = await seed(view, channel, "my locker combination at the gym is 4711")
+
+    def respond(request: RecordedRequest) -> Response:
+        return Error(500, "api_error", retry_after=0.01) if request.model == FAST else echo(request)
+
+    api.default = respond
+    config = config_for(api, make_config, ranked_fallback_turns=40, ranked_fallback_tokens=100)
+    async with daemon_with(config, channel) as daemon:
+        await say(daemon, channel, "what was the gym locker combination?")
+
+    assert "4711" in request_text(reply_requests(api)[0])
+    (record,) = await view.snapshots(str(channel.key()))
+    candidates = record.snapshot["candidates"]
+    chosen = [c for c in candidates if c["chosen"]]
+    assert fact[0].id in chosen[0]["ids"]
+    assert 2 <= len(chosen) < len(candidates)
+    spent = 0
+    for candidate in chosen:
+        for message_id in candidate["ids"]:
+            message = await view.message_by_id(message_id)
+            assert message is not None
+            spent += message_cost(message)
+    assert spent <= 100
 
 
 @needs_semantic

@@ -122,6 +122,8 @@ class ConversationConfig(Section):
     # budget, "recent" only the newest, "all" every candidate.
     selection_fallback: Literal["ranked", "recent", "all"] = "ranked"
     ranked_fallback_turns: NonNegInt = 30
+    # ... and what they may cost in tokens together (0: only the history budget bounds them).
+    ranked_fallback_tokens: NonNegInt = 0
     history_limit: NonNegInt = 0
     # Token budget: the model's window (0: known model table, else 200 000), a reserve for the
     # system prompt and the reply, and the share of the window history may use.

@@ -235,8 +235,13 @@ class ContextBuilder:
             return True
         if conv.selection_fallback != "ranked":
             return False
-        room -= sum(message_cost(entry.message) for entry in kept)
+        room = self._fallback_room(room - sum(message_cost(entry.message) for entry in kept))
         return turns > conv.ranked_fallback_turns or sum(message_cost(m) for m in older_window) > room
+
+    def _fallback_room(self, room: int) -> int:
+        """What the ranked fallback may spend: the budget left, at most `ranked_fallback_tokens`."""
+        cap = self._conv.ranked_fallback_tokens
+        return min(room, cap) if cap > 0 else room
 
     async def _pool(
         self, window: Sequence[StoredMessage], exclude: Sequence[StoredMessage], found: Found,
@@ -326,8 +331,11 @@ class ContextBuilder:
             return list(pool), "fallback_all"
         if mode == "recent":
             return [], "ranked"
+        # Best first, each that fits the tokens left (a long turn is passed over for shorter ones
+        # ranked after it), up to the count.
         kept: list[Candidate] = []
-        for candidate in pool:  # best first
+        room = self._fallback_room(room)
+        for candidate in pool:
             if len(kept) == self._conv.ranked_fallback_turns:
                 break
             cost = sum(message_cost(message) for message in candidate.messages)
