@@ -153,6 +153,8 @@ class Tally:
     misses: list[str] = field(default_factory=list)
     triage_tokens: list[int] = field(default_factory=list)  # the triage prompt's input tokens
     triage_units: list[int] = field(default_factory=list)  # turns shown to triage
+    # Per evidence turn in the pool: its question's kind, fused rank and each source's rank.
+    ranks: list[tuple[str, int, dict[str, int]]] = field(default_factory=list)
 
     def add(self, question: Question, found: float, tokens: int, everything: int, ms: float) -> None:
         self.recall.append(found)
@@ -275,6 +277,10 @@ class Run:
                 tally.triage_units.append(context.triage.candidates)
             pool = {i for candidate in context.candidates for i in candidate["ids"]}
             tally.candidates.append(len(evidence & pool))
+            for candidate in context.candidates:
+                if evidence & set(candidate["ids"]):
+                    tally.ranks.append((question.kind, candidate["rank"],
+                                        {k: v["rank"] for k, v in candidate["sources"].items()}))
             tally.evidence.append(len(evidence))
             if found < 1.0:
                 tally.misses.append(f"{session.chat.chat_id} turn {question.turn} {question.kind} "
@@ -456,6 +462,33 @@ def print_report(setups: Sequence[Setup], tallies: dict[str, Tally], info: dict[
               f"p99 {percentile(encode, 0.99):.2f} ms over {len(encode)} questions")
 
 
+RANK_BUCKETS = (10, 20, 30, 40, 60, 100, 200, 10**9)
+
+
+def print_ranks(setups: Sequence[Setup], tallies: dict[str, Tally]) -> None:
+    """How the evidence turns that reached the pool ranked: fused, and in each source (with
+    `--set triage_max_candidates=400` etc. this shows how far a wider pool would have to reach)."""
+    def buckets(ranks: Sequence[int]) -> str:
+        counts, low = [], 1
+        for high in RANK_BUCKETS:
+            counts.append(f"{low}-{high if high < 10**9 else ''}: {sum(low <= r <= high for r in ranks)}")
+            low = high + 1
+        return ", ".join(counts)
+
+    for setup in setups:
+        t = tallies[setup.name]
+        if not t.ranks:
+            continue
+        print(f"\nevidence turns in {setup.name}'s pool by rank:")
+        print(f"  fused: {buckets([rank for _, rank, _ in t.ranks])}")
+        for source in ("lookback", "lexical", "semantic"):
+            print(f"  {source}: {buckets([s[source] for _, _, s in t.ranks if source in s])}")
+        for kind in KIND_NAMES:
+            mine = [rank for k, rank, _ in t.ranks if k == kind]
+            if mine:
+                print(f"  {KIND_NAMES[kind]} fused: {buckets(mine)}")
+
+
 def commit() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
@@ -483,6 +516,8 @@ def main() -> None:
     parser.add_argument("--onnx", metavar="DIR", help="with --encoder onnx: DIR holds model.onnx "
                         "and onnxruntime (see bench/embedding_speed.py)")
     parser.add_argument("--misses", action="store_true", help="list the questions each config missed")
+    parser.add_argument("--ranks", action="store_true",
+                        help="where the evidence that reached the pool ranked (fused and per source)")
     parser.add_argument("--extended", action="store_true",
                         help="issue 38's set: multi-hop and inference questions too, longer chats")
     parser.add_argument("--mix", default=":".join(str(MIX[w]) for w in WORDINGS),
@@ -556,6 +591,8 @@ def main() -> None:
               + ", ".join(f"{key} = {value!r}" for key, value in overrides.items())
               + " (so not the shipped defaults)")
     print_report(setups, tallies, info)
+    if args.ranks:
+        print_ranks(setups, tallies)
     if args.misses:
         for setup in setups:
             print(f"\nmissed by {setup.name}:")
