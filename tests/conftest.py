@@ -185,8 +185,9 @@ def synapse() -> Iterator[SynapseServer]:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the zygote as soon as a test collected here will fork from it: its imports (two seconds
     of CPU, ten times that beside stress-ng) then run beside the first tests, not in the first fork's."""
+    forking = ("switchboard_cli", "switchboard")  # tests.harness's and tests.test_cli's helpers
     if any("preloaded" in getattr(item, "fixturenames", ()) or
-           hasattr(getattr(item, "module", None), "switchboard_cli") for item in session.items):
+           any(hasattr(getattr(item, "module", None), name) for name in forking) for item in session.items):
         zygote()
 
 

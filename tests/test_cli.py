@@ -6,7 +6,6 @@ import asyncio
 import os
 import re
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from bot.core.messages import ChatRef, InboundMessage
 from bot.core.session_key import build
 from bot.ranking.stages import Context, ContextEntry, Explanation, TriageReport
 from bot.store import Store
+from tests.harness import zygote
 
 ROOT = Path(__file__).resolve().parents[1]
 # On the console the admin is the user: without a key it says what to set (a chat gets an apology).
@@ -30,14 +30,13 @@ TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
 def switchboard(
     tmp_path: Path, *args: str, stdin: str | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """`switchboard ARGS` in a process of its own, forked from this worker's zygote (its imports done
+    once: tests.harness.zygote), `stdin` its input; as `subprocess.run` answers."""
     environ = dict(os.environ)  # already cleaned of secrets, XDG_STATE_HOME in tmp_path
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environ.get("PYTHONPATH")]))
     environ.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "bot", *args],
-        cwd=tmp_path, env=environ, input=stdin, capture_output=True, text=True, timeout=120,
-        check=False,
-    )
+    code, out, err = zygote().run_blocking(list(args), cwd=tmp_path, env=environ, stdin=stdin or "",
+                                           timeout=120)
+    return subprocess.CompletedProcess(["switchboard", *args], code, out, err)
 
 
 def _one_line(stderr: str) -> str:
