@@ -401,6 +401,28 @@ async def test_status_and_reload_over_the_control_socket(api: AnthropicStandIn, 
     assert not sock.exists()
 
 
+async def test_status_reaches_a_daemon_whose_state_directory_is_deeper_than_a_socket_path(
+    api: AnthropicStandIn, config_file: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database more than 107 bytes deep (a unix socket's limit) still gets a control socket:
+    `switchboard status` reaches the daemon instead of both ending in "AF_UNIX path too long"."""
+    deep = tmp_path.joinpath(*["a-rather-long-directory-name"] * 4) / "switchboard.db"
+    deep.parent.mkdir(parents=True)
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    path = config_file(database={"path": str(deep)})
+    config = load_config(path)
+    sock = socket_path(config.database_path())
+    async with daemon_with(config, FakeChannel()):
+        code, out = await _switchboard(tmp_path, "status", "--config", str(path))
+        mode = stat.S_IMODE(os.stat(sock).st_mode)
+    assert len(os.fsencode(deep.parent / "switchboard.sock")) > 107
+    assert sock.parent == runtime and mode == 0o600
+    assert code == 0 and f"pid {os.getpid()}" in out, out
+    assert not sock.exists()
+
+
 async def test_reload_says_what_it_applied_and_what_waits_for_a_restart(
     api: AnthropicStandIn, config_file: Any, tmp_path: Path
 ) -> None:

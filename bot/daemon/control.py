@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import socket
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -26,6 +28,7 @@ log = structlog.get_logger("switchboard.control")
 SOCKET_NAME = "switchboard.sock"
 Handler = Callable[[], Awaitable[dict[str, Any]]]
 _MAX_REQUEST = 4096
+_MAX_SOCKET_PATH = 107  # sun_path's 108 bytes, less the terminating NUL
 
 
 class NotRunningError(BotError):
@@ -33,8 +36,18 @@ class NotRunningError(BotError):
 
 
 def socket_path(database: Path) -> Path:
-    """Where the daemon using this database listens: next to the file, in its state directory."""
-    return database.parent / SOCKET_NAME
+    """Where the daemon using this database listens: next to the file, in its state directory.
+
+    A unix socket's path has room for 107 bytes; where the state directory is deeper than that,
+    the socket goes to the user's runtime directory (or the temporary one) under a name derived
+    from the database's path, so the daemon and every command still agree on it.
+    """
+    beside = database.parent / SOCKET_NAME
+    if len(os.fsencode(beside)) <= _MAX_SOCKET_PATH:
+        return beside
+    digest = hashlib.sha256(os.fsencode(os.path.abspath(database))).hexdigest()[:16]
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    return Path(runtime) / f"switchboard-{digest}.sock"
 
 
 @asynccontextmanager
