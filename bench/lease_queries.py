@@ -11,8 +11,11 @@ watched until answered) and a chat command (which must run itself, so it waits f
 prints the lease queries per second (statements on `session_leases`) by instance and kind; then it
 lets A's turns finish and times how long the waiting commands take to run. `--mode poll` is
 `SessionLeases` without `listening()` (each waiting command polls its own lease), `wake` with it
-(LISTEN/NOTIFY, one batched fallback look per instance). A's renewals of the leases it holds are
-counted apart: they scale with the chats an instance works on, not with the chats waiting.
+(LISTEN/NOTIFY, one batched fallback look per instance). A's own, the renewals of the leases
+it holds, are shown apart: one statement per lease every third of the ttl before they were
+batched, one per instance after.
+Then five probes, one chat at a time: the time from A letting a lease go to B's command waiting
+on it running.
 """
 
 from __future__ import annotations
@@ -43,7 +46,9 @@ def kind(statement: str) -> str | None:
     if "session_leases" not in statement:
         return None
     if statement.lstrip().startswith("INSERT INTO session_leases"):
-        return "take/renew"
+        return "take"  # before batched renewals, each renewal was one of these too
+    if statement.lstrip().startswith("UPDATE session_leases"):
+        return "renew"
     if "DELETE FROM session_leases" in statement or "pg_notify" in statement:
         return "drop"
     return "look"
@@ -108,6 +113,27 @@ async def until(condition: object, timeout: float) -> bool:
     return True
 
 
+async def probes(a: Instance, b: Instance, count: int = 5) -> list[float]:
+    """One chat at a time: A holds its lease, B's command waits on it long enough for a poll to
+    reach its longest wait, A lets go; the milliseconds until the command runs at B."""
+    waits = []
+    for n in range(count):
+        key = str(build("main", "telegram", "direct", f"probe{n}"))
+        assert await a.store.take_lease(key, a.leases.owner, 60.0)
+        ran = asyncio.Event()
+
+        async def run(ran: asyncio.Event = ran) -> None:
+            ran.set()
+
+        b.router.enqueue_work(key, "/reset", run)
+        await asyncio.sleep(WARMUP)
+        let_go = time.perf_counter()
+        await a.store.drop_lease(key, a.leases.owner)
+        await asyncio.wait_for(ran.wait(), 60)
+        waits.append((time.perf_counter() - let_go) * 1000)
+    return waits
+
+
 async def measure(url: str, sessions: int, seconds: float, wake: bool) -> None:
     gate = asyncio.Event()
     with tempfile.TemporaryDirectory() as folder:
@@ -143,8 +169,11 @@ async def measure(url: str, sessions: int, seconds: float, wake: bool) -> None:
                     waiting_total += lease
                 print(f"  {one.name}: lease queries {lease:7.1f}/s  ("
                       + ", ".join(f"{k} {v:.1f}/s" for k, v in per_s.items()) + ")")
+            holder = sum(v for k, v in a.counts.items() if k != "other") / elapsed
             print(f"  lease queries of the waiting instances (B + C): {waiting_total:.1f}/s; "
-                  f"A's renewals of the {sessions} leases it holds: {a.counts['take/renew'] / elapsed:.1f}/s")
+                  f"A's, which holds the {sessions} leases: {holder:.1f}/s")
+            print("  a lease let go → the command waiting on it at B running: "
+                  + ", ".join(f"{ms:.0f}" for ms in await probes(a, b)) + " ms")
             let_go = time.perf_counter()
             gate.set()
             done = await until(lambda: b.commands_run == c.commands_run == sessions, 120)
