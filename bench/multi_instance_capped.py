@@ -3,9 +3,10 @@ has only its own share of a core? One daemon and then `--instances` daemons on P
 cgroup of its own held to CORES (bench/cpu_cap.py); PostgreSQL, the stand-ins and the proxy (this
 process) uncapped. Printed: updates/s answered for each (the whole run, and steady: between the
 10th and the 90th percent of the answers), their ratio against 2.5 × one, CPU-seconds per answered
-update per instance (the cgroup's usage over the load / webhook POSTs it answered), lost, twice
-(there is no kill, so every double is outside a send window) and out of order, and how much of a
-core this process used: near 100 % it, not the daemons, set the pace.
+update per instance (the cgroup's usage over the load / webhook POSTs it answered), how much of its
+quota each daemon used (below ~90 % the machine's load, not the cap, held it back, and the ratio
+says little), lost, twice (there is no kill, so every double is outside a send window) and out of
+order, and how much of a core this process used: near 100 % it, not the daemons, set the pace.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ async def capped(plan: Plan, workdir: Path) -> None:
           f"(steady {one.warm_rate(STEADY):.1f}), {plan.instances} {many.rate():.1f} "
           f"(steady {many.warm_rate(STEADY):.1f}); ratio {whole:.2f}× (steady {steady:.2f}×; target "
           f"≥ {TARGET:g}×: {'met' if steady >= TARGET else 'MISSED'})")
+    got = [cpu / o.elapsed / plan.cap for o in (one, many) for cpu in o.cpu if o.elapsed]
+    print(f"each daemon used {min(got):.0%}-{max(got):.0%} of its quota: " + (
+        "the cap, not the machine's load, set its pace" if min(got) >= 0.9 else
+        "BELOW its cap, so the machine's load (or the load generator) held it back; run on a quieter "
+        "machine"))
     print(f"lost {one.lost} / {many.lost}, twice {one.twice} / {many.twice} (no kill: none inside a send "
           f"window), out of order {one.out_of_order} / {many.out_of_order}; {load()}")
 

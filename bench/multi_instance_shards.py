@@ -171,5 +171,8 @@ async def _drive(plan: Plan, dc: DiscordStandIn, daemons: list[Daemon], people: 
     twice = sum(1 for m in theirs if outcome.delivered[m] > 1)
     print(f"shard{victim}'s guilds: {len(waiting)} messages unanswered at the SIGKILL or written while it "
           f"was down, {after} answered after the restart, {twice} twice")
-    print(f"shards: lost {outcome.lost}, twice {outcome.twice}, out of order {outcome.out_of_order}; load "
-          f"average {os.getloadavg()[0]:.2f}")
+    nonces = [r.body["nonce"] for r in dc.requests if r.method == "POST" and r.path.endswith("/messages")
+              and isinstance(r.body, dict) and r.body.get("nonce") is not None]
+    print(f"shards: lost {outcome.lost}, twice {outcome.twice}, out of order {outcome.out_of_order}; replies "
+          f"posted again under a nonce already used (Discord returns the message it made) "
+          f"{len(nonces) - len(set(nonces))}; load average {os.getloadavg()[0]:.2f}")
