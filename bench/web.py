@@ -46,6 +46,7 @@ from bot.core.log import configure_logging
 from bot.daemon.assembly import Daemon
 from bot.daemon.heap import settle
 from bot.daemon.supervisor import web_channel
+from bot.models.providers import model_sdks_of
 from bot.ranking.budget import estimate_tokens
 from bot.store import Store, UsageRecord
 from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest, Text
@@ -324,8 +325,9 @@ async def run(args: argparse.Namespace, db: Path, key: str, ids: range) -> None:
         task = asyncio.create_task(daemon.run())
         await asyncio.wait_for(daemon.started.wait(), 60)
         assert daemon.router is not None
-        # Start-up's heap frozen, as `switchboard run` does (bot/daemon/heap.py).
-        await asyncio.wait_for(settle(daemon, ()), 60)
+        # Start-up's heap (the model SDKs imported first) frozen, as `switchboard run` does.
+        sdks = {sdk for agent in config.agent_ids() for sdk in model_sdks_of(config.for_agent(agent))}
+        await asyncio.wait_for(settle(daemon, tuple(sorted(sdks))), 60)
         try:
             for n in range(args.turns):
                 await channel.inject(channel.message(f"what should I plant next, question {n}?"))
