@@ -94,12 +94,13 @@ class Embeddings(Database):
         turn and the worker may both embed a request: the first vector is the one searched and
         replayed). A message deleted meanwhile gets none.
         """
-        stored = 0
         cached = sorted({session_key for _, session_key, _ in rows
                          if self._matrices is not None and (session_key, model) in self._matrices})
-        async with self._transaction():
+
+        async def written(conn: Any) -> tuple[int, dict[str, Signature]]:
+            stored = 0
             for message_id, session_key, vector in rows:
-                cursor = await self._conn.execute(
+                cursor = await conn.execute(
                     "INSERT INTO embeddings (message_id, session_key, model, vector) "
                     "SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM messages WHERE id = ?1 "
                     "AND session_key = ?2) ON CONFLICT (message_id) DO UPDATE SET "
@@ -109,7 +110,15 @@ class Embeddings(Database):
                 )
                 stored += max(cursor.rowcount, 0)
             # The signatures as this transaction left them, for the sessions kept in memory.
-            signatures = {key: (await self._signature(key, model))[1] for key in cached}
+            signatures = {}
+            for key in cached:
+                found = await conn.execute_fetchall(_SIGNATURE, (key, model, 0))
+                signatures[key] = _signature_of(next(iter(found)))[1]
+            return stored, signatures
+
+        # One item of SQLite's thread (a turn's request stored between its two searches waited
+        # for a hand-off per statement behind the words' search).
+        stored, signatures = await self._batch(written)
         for key, signature in signatures.items():
             await self._extend_cached(key, model, signature, [(i, v) for i, k, v in rows if k == key])
         return stored
@@ -220,6 +229,10 @@ class Embeddings(Database):
             floor, signature, blob = _signature_of(row[:6])
             await self._session_matrix(session_key, model, signature, read=vectors_of(*row[6:]))
         if blob is None:
+            # The request is encoded next (or none of the session is searched): its vectors are
+            # read now, so storing its vector adds it to them and the search after reads none.
+            if signature[0] and (self._matrices is None or (session_key, model) not in self._matrices):
+                await self._session_matrix(session_key, model, signature)
             return None, signature[0]
         if limit <= 0:
             return [], signature[0]
