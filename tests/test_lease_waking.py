@@ -18,7 +18,7 @@ from bot.intake.session_lease import SessionLeases
 from bot.store.postgres import PostgresStore
 from tests.fakes import MovedClock
 from tests.harness import wait_until
-from tests.sql import traced
+from tests.sql import rows, traced
 
 
 @pytest.fixture
@@ -160,3 +160,30 @@ async def test_the_leases_an_instance_holds_are_renewed_in_one_statement(
         await asyncio.wait_for(asyncio.gather(*tasks), 30)
     for key in keys:
         assert await b.take_lease(key, "h:2:b", 3.0, now=clock.time())
+
+
+async def test_a_notice_lost_with_the_listening_connection_is_made_up_for_on_reconnecting(
+    two_stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """B's listening connection is cut and A lets go meanwhile, a notice B never receives: on
+    listening again B's waiters look at once, and its command takes the lease (its own look is
+    60 s away on a clock that never moves)."""
+    a, b = two_stores
+    key = key_of(3)
+    assert await a.take_lease(key, "h:1:a", 60.0)
+    leases = SessionLeases(b, "h:2:b", clock=MovedClock(), fallback=60.0)
+    held = asyncio.Event()
+
+    async def command() -> None:
+        async with leases.hold(key):
+            held.set()
+
+    async with leases.listening():
+        waiting = asyncio.create_task(command())
+        await wait_until(lambda: key in leases.waited_on)
+        cut = await rows(a, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "WHERE query LIKE 'LISTEN %'")
+        assert [row[0] for row in cut] == [True]
+        await a.drop_lease(key, "h:1:a")
+        await asyncio.wait_for(held.wait(), 30)
+        await asyncio.wait_for(waiting, 30)
