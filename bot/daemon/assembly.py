@@ -143,9 +143,7 @@ class Daemon(DaemonHealth, KeptCursors):
                                    clock=self._lease_clock) if store.shared else None
             if leases is not None:
                 store.instance = leases.owner  # runs it claims are known as this instance's
-                await stack.enter_async_context(store.living(leases.owner))
-                await stack.enter_async_context(leases.listening())  # waits wake on dropped leases
-                await leases.beat_once()
+                await stack.enter_async_context(leases.taking_part())  # alive, heard, one beat
             router = self.router = Router(
                 store, self._announcing(agents), max_concurrent=config.router.max_concurrent_turns,
                 leases=leases, send_left_over=outbox.send_left_over if leases is not None else None,

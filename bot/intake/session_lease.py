@@ -174,6 +174,15 @@ class SessionLeases:
                 await self._until(woken, delay * random.uniform(0.5, 1.0))
                 delay = min(delay * 2, POLL_CAP)
 
+    @asynccontextmanager
+    async def taking_part(self) -> AsyncIterator[None]:
+        """This instance's part among the daemons sharing the store while the block runs: shown
+        alive (`Leases.living`, entered before the first heartbeat), dropped leases heard
+        (`listening`), and a first heartbeat."""
+        async with self._store.living(self.owner), self.listening():
+            await self.beat_once()
+            yield
+
     # -- waking work that waits on another instance's lease ------------------------------------------
 
     @asynccontextmanager
