@@ -4,13 +4,16 @@ charts drawn on the server with the table beside each; summed by the store in on
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
+import structlog
 from aiohttp import web
 
 from bot.models.usage import UsageSums, UsageTotal, usage_report, window
@@ -23,6 +26,8 @@ PERIODS = (7, 30, 90)  # the windows offered besides this month
 METRICS = ("tokens", "cost")
 BY_NAME = ("model", "agent", "user")  # charts of bars by name, after the columns by day
 MOST = 15  # names drawn in a chart; the table lists them all
+
+log = structlog.get_logger("switchboard.web")
 
 
 class UsageStore(UsageSums, Protocol):
@@ -71,6 +76,30 @@ class UsagePage:
 
     def routes(self, app: web.Application) -> None:
         app.router.add_get(f"{self.base}/usage", self.usage)
+        app.cleanup_ctx.append(self._warming)
+
+    async def _warming(self, app: web.Application) -> AsyncIterator[None]:
+        """While the console runs: the windows the page offers summed once in the background as
+        it starts (this month first, then 7, 30 and 90 days), so the store keeps their sums and an
+        admin's first view of each adds in only the calls stored since. Start does not wait on it."""
+        task = asyncio.create_task(self.warm(), name="usage page warm-up")
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def warm(self) -> None:
+        """Sum each window the page offers, as a view of it would (the same names and zone)."""
+        zone = ZoneInfo(self.daemon.config.agent.timezone)
+        now = self.clock()
+        for days in (None, *PERIODS):
+            since, _ = window(now, zone, days)
+            try:
+                await self.store.usage_summed(since, ("day", *BY_NAME), zone)
+            except Exception as exc:  # a view sums it then; nothing is lost
+                log.warning("usage page warm-up failed", error=str(exc))
+                return
+        log.info("usage page warmed", windows=1 + len(PERIODS), seconds=round(self.clock() - now, 3))
 
     async def usage(self, request: web.Request) -> web.Response:
         config = self.daemon.config
