@@ -121,9 +121,9 @@ class ConversationConfig(Section):
     # Triage failed or no fast model: "ranked" keeps the best-ranked candidates that fit the
     # budget, "recent" only the newest, "all" every candidate.
     selection_fallback: Literal["ranked", "recent", "all"] = "ranked"
-    ranked_fallback_turns: NonNegInt = 30
+    ranked_fallback_turns: NonNegInt = 40
     # ... and what they may cost in tokens together (0: only the history budget bounds them).
-    ranked_fallback_tokens: NonNegInt = 0
+    ranked_fallback_tokens: NonNegInt = 1200
     history_limit: NonNegInt = 0
     # Token budget: the model's window (0: known model table, else 200 000), a reserve for the
     # system prompt and the reply, and the share of the window history may use.
