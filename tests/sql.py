@@ -45,18 +45,23 @@ async def traced(store: Store) -> AsyncIterator[list[str]]:
 
 @asynccontextmanager
 async def hand_offs(store: Store) -> AsyncIterator[list[str]]:
-    """On SQLite, one entry per item the store hands to its connection's thread inside the block
-    (a statement, or several batched into one item); what the event loop waits on."""
+    """On SQLite, one entry per item the store hands to its connections' threads inside the block
+    (a statement, or several batched into one item; the shared connection's, and the one that
+    records sent chunks); what the event loop waits on."""
     items: list[str] = []
-    conn: Any = store._conn
-    queue = conn._execute
+    records: Any = getattr(store, "_records", store._conn)
+    conns: list[Any] = [store._conn] if records is store._conn else [store._conn, records]
 
-    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        items.append(getattr(fn, "__name__", "item"))
-        return await queue(fn, *args, **kwargs)
+    def counting(queue: Any) -> Any:
+        async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            items.append(getattr(fn, "__name__", "item"))
+            return await queue(fn, *args, **kwargs)
+        return counted
 
-    conn._execute = counted
+    for conn in conns:
+        conn._execute = counting(conn._execute)
     try:
         yield items
     finally:
-        del conn._execute
+        for conn in conns:
+            del conn._execute

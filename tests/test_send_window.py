@@ -6,10 +6,16 @@ around a chunk whose id was never recorded."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import threading
+from contextlib import closing
+from pathlib import Path
 
 from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
 from bot.core.session_key import build
 from bot.store import Store
+from bot.store.sqlite.connection import in_connection_thread
+from bot.store.sqlite.store import SqliteStore
 
 CHAT = ChatRef("telegram", "42")
 DM = build("main", "telegram", "direct", 42)
@@ -73,3 +79,43 @@ async def test_a_waiting_request_is_a_doubt_only_once_the_reply_s_send_failed(st
     assert (await store.sends_nearby(reply.id, "telegram", "42")).doubts == 0
     await store.note_delivery_failed(reply.id)
     assert (await store.sends_nearby(reply.id, "telegram", "42")).doubts == 1
+
+
+async def test_a_sent_chunk_is_recorded_while_the_store_s_thread_is_busy(tmp_path: Path) -> None:
+    """SQLite: the store's connection thread is held by a long read, a turn's write waits behind it
+    holding the write lock; the chunk's id is committed all the same, on a path of its own, and the
+    others see it once they run."""
+    async with SqliteStore.open(tmp_path / "switchboard.db") as store:
+        request = await store.append_inbound(InboundMessage(DM, CHAT, "42", "Ada", "hello", "1"))
+        assert request is not None
+        reply = await store.append_reply(str(DM), "hi", request_id=request.id,
+                                         deliver=OutboundMessage(CHAT, "hi"))
+        started, release = threading.Event(), threading.Event()
+
+        def long_read(db: sqlite3.Connection) -> None:
+            db.execute("SELECT COUNT(*) FROM messages").fetchall()
+            started.set()
+            release.wait(60)
+
+        busy = asyncio.create_task(in_connection_thread(store._conn, long_read))
+        try:
+            assert await asyncio.to_thread(started.wait, 60)
+            other = build("main", "telegram", "direct", 43)
+            waiting = asyncio.create_task(store.append_inbound(InboundMessage(
+                other, ChatRef("telegram", "43"), "43", "Bo", "meanwhile", "2")))
+            for _ in range(5):  # it takes the write lock and queues its statements
+                await asyncio.sleep(0)
+
+            # A guard, not a timing: before the records had a connection of their own this never ended.
+            await asyncio.wait_for(store.record_chunk(reply.id, CHAT, 0, "900"), 30)
+
+            with closing(sqlite3.connect(tmp_path / "switchboard.db")) as outside:
+                assert outside.execute("SELECT message_id FROM provider_messages "
+                                       "WHERE provider_message_id = '900'").fetchall() == [(reply.id,)]
+            assert not waiting.done()
+        finally:
+            release.set()
+            await busy
+        assert await waiting is not None
+        (pending,) = await store.pending_deliveries(reply.id)
+        assert pending.outbound.skip_chunks == 1

@@ -1,7 +1,9 @@
-"""The SQLite store's one connection: opening, pragmas, migrations, the write lock, integrity, backup."""
+"""The SQLite store's connection: opening, pragmas, migrations, the write lock, integrity, backup;
+and the second connection that only records sent chunks."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import time
@@ -18,7 +20,6 @@ from bot.store.database import Database
 from bot.store.dialect import SQLITE
 from bot.store.schema import migrations
 from bot.store.sqlite.batch import transaction_on_thread
-from bot.store.write_lock import WriteLock
 
 # The page cache of the store's connection (see `Database.open`).
 PAGE_CACHE_KIB = 8192
@@ -37,6 +38,25 @@ async def in_connection_thread(conn: aiosqlite.Connection, work: Callable[[sqlit
     return await runner._execute(lambda: work(runner._conn))  # type: ignore[no-any-return]
 
 
+@asynccontextmanager
+async def records_connection(path: Path) -> AsyncIterator[aiosqlite.Connection]:
+    """A second connection to the file, with a thread of its own, for the records that a chunk
+    reached the platform (`SqliteStore.record_chunk`): the shared connection's thread has a queue
+    (a turn's context reads, other turns' writes), and until the record is committed a crash sends
+    the chunk again. WAL lets it write while the other connection reads; it never checkpoints (the
+    shared connection does), so a commit here never waits for one.
+
+    No busy timeout: SQLite's handler sleeps 1, 2, 5 ms… between tries, longer than most writes it
+    would wait for; `record_chunk` tries again itself, more often."""
+    conn = await aiosqlite.connect(path, isolation_level=None)
+    try:
+        for pragma in ("foreign_keys=ON", "synchronous=NORMAL", "busy_timeout=0", "wal_autocheckpoint=0"):
+            await conn.execute(f"PRAGMA {pragma}")
+        yield conn
+    finally:
+        await conn.close()
+
+
 class SqliteDatabase(Database):
     """One aiosqlite connection to one SQLite file (WAL, foreign keys on, mode 0600)."""
 
@@ -45,8 +65,11 @@ class SqliteDatabase(Database):
     def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
         super().__init__(conn, path)
         # One connection is shared by every coroutine: a write transaction must not interleave
-        # with another coroutine's statements.
-        self._write_lock = WriteLock()
+        # with another coroutine's statements. Waiters are served in arrival order.
+        self._write_lock = asyncio.Lock()
+        # The connection (and thread) of the records of sent chunks alone (`record_chunk`): set by
+        # `open`; the shared one until then.
+        self._records = conn
 
     @classmethod
     @asynccontextmanager
@@ -80,7 +103,9 @@ class SqliteDatabase(Database):
             except sqlite3.DatabaseError as exc:
                 # SQLite reads a damaged file only when first asked (the connect above succeeds).
                 raise cls.damaged(db_path, str(exc)) from exc
-            yield store
+            async with records_connection(db_path) as records:
+                store._records = records
+                yield store
         finally:
             await conn.close()
 
