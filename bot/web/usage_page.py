@@ -90,8 +90,10 @@ class UsagePage:
 
     async def warm(self) -> None:
         """Sum each window the page offers, as a view of it would (the same names and zone), and
-        compile the page's template (~10 ms, once per process)."""
-        self.renderer.environment.get_template("usage.html")
+        compile the page's templates (~10 ms each, once per process; the charts' is loaded by the
+        page's first render otherwise)."""
+        for template in ("usage.html", "_chart.html"):
+            self.renderer.environment.get_template(template)
         zone = ZoneInfo(self.daemon.config.agent.timezone)
         now = self.clock()
         for days in (None, *PERIODS):
