@@ -10,7 +10,8 @@ DM) gets 10 000 messages and a month of `model_usage` rows (`--usage-per-day`) o
 Then the real `Daemon` runs in this process with `[web]` and `[channels.web]` on and the real SDK
 brain against the Anthropic stand-in: `--turns` real turns in the big session give it turns with
 snapshots. Pages (after a real login, through aiohttp's client over 127.0.0.1, so each time is the
-round trip, an upper bound of the server's time): the overview, the big session paged
+round trip, an upper bound of the server's time): the first view of each usage window the page
+offers after the start (once each), then the overview, the big session paged
 (`?before=` at random ids), a turn explained (random turn), usage for this month (as it is; with a
 call stored by another connection before each request; windows never read before, so summed whole),
 each with its slowest three and whether each was a first visit. Then `--streams`
@@ -224,6 +225,19 @@ def _timed_collection(phase: str, info: dict[str, int]) -> None:
 gc.callbacks.append(_timed_collection)
 
 
+async def first_views(client: aiohttp.ClientSession, url: str) -> None:
+    """The usage page's first view of each window it offers since the daemon started (after the
+    turns), once each: what an admin's first look after a start costs."""
+    times = []
+    for query in ("", "?days=7", "?days=30", "?days=90"):
+        started = time.perf_counter()
+        async with client.get(f"{url}/usage{query}") as page:
+            await page.read()
+            assert page.status == 200
+        times.append(f"{query or 'month'} {(time.perf_counter() - started) * 1000:.1f}")
+    print("usage, first view of each offered window after the start, ms: " + ", ".join(times))
+
+
 async def one_more_call(store: Store) -> None:
     key = f"agent:main:telegram:direct:{random.randrange(1_000)}"
     await store.record_usage(UsageRecord(key, "7", "reply", "claude-haiku-4-5", 1_200, 80, 0, 900,
@@ -322,8 +336,10 @@ async def run(args: argparse.Namespace, db: Path, key: str, ids: range) -> None:
         config = config_for(db, api, port)
         channel = FakeChannel()
         daemon = Daemon(config, [channel, web_channel(config)])
+        starting = time.perf_counter()
         task = asyncio.create_task(daemon.run())
         await asyncio.wait_for(daemon.started.wait(), 60)
+        print(f"daemon started (run → started) in {(time.perf_counter() - starting) * 1000:.0f} ms")
         assert daemon.router is not None
         # Start-up's heap (the model SDKs imported first) frozen, as `switchboard run` does.
         sdks = {sdk for agent in config.agent_ids() for sdk in model_sdks_of(config.for_agent(agent))}
@@ -335,6 +351,7 @@ async def run(args: argparse.Namespace, db: Path, key: str, ids: range) -> None:
             url = f"http://127.0.0.1:{port}"
             async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as client:
                 await log_in(client, url)
+                await first_views(client, url)
                 await time_pages(client, url, key, ids, args.turns, args.requests, db)
                 cookie = "; ".join(f"{c.key}={c.value}" for c in client.cookie_jar)
                 await streams_cpu(url, cookie, args.streams, args.stream_seconds)
