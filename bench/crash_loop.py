@@ -69,6 +69,7 @@ from bot.testing.models import FAST, MODEL, last_user_line  # noqa: E402
 from bot.testing.synapse import SynapseServer  # noqa: E402
 from bot.testing.telegram_api import TelegramStandIn, private_chat  # noqa: E402
 from bot.testing.telegram_api import user as telegram_user  # noqa: E402
+from bot.testing.telegram_values import SentMessage  # noqa: E402
 
 MARKER = re.compile(r"\bm\d+-\d+\b")
 API_KEY = "sk-ant-crash-loop-0123456789abcdef"
@@ -303,6 +304,10 @@ class Run:
     # Markers whose reply the platform had, id unrecorded, when a SIGKILL came: a resend of these is
     # the one double an at-least-once sender without an idempotency key (Telegram) cannot avoid.
     in_window: set[str] = field(default_factory=set)
+    # Telegram, seen from outside: ms from the stand-in creating each reply to its id in the file,
+    # for the replies no signal fell between; and how many a signal cut (recorded after a restart).
+    outside_windows: list[float] = field(default_factory=list)
+    cut_windows: int = 0
 
     def replies_per_s(self) -> float:
         """Replies the platform received per second between contact and signal, over the crash cycles."""
@@ -387,6 +392,7 @@ class Driver:
         self._written = [0] * plan.users
         self.connect_estimate = 1.0
         self.unrecorded: set[str] = set()
+        self.signalled: list[float] = []  # time.monotonic() of every signal sent
 
     def _contact(self, since: int) -> Callable[[], bool]:
         return lambda: self.platform.contacts() > since
@@ -431,6 +437,7 @@ class Driver:
             cycle.exit_code, cycle.note = proc.returncode, cycle.note or "exited by itself"
             return
         started = time.monotonic()
+        self.signalled.append(started)
         proc.send_signal(sig)
         try:
             await asyncio.wait_for(proc.wait(), self.plan.grace + 10)
@@ -544,7 +551,10 @@ async def crash_run(
     async with AnthropicStandIn() as api, open_platform(platform_name, plan.users, synapse) as platform:
         api.default = slow_echo(plan.seed)
         driver = Driver(platform, workdir, plan, api)
+        watch = IdWatch(driver.db) if isinstance(platform, TelegramPlatform) else None
         try:
+            if watch is not None:
+                watch.start()
             number = 0
             if platform.warm_up:
                 cycle, _, end = await driver.settle("warm-up", number, first_words=True)
@@ -561,6 +571,10 @@ async def crash_run(
             run.in_window = driver.unrecorded
         finally:
             driver.notify.close()
+            if watch is not None:
+                watch.stop()
+        if watch is not None and isinstance(platform, TelegramPlatform):
+            run.outside_windows, run.cut_windows = watch.windows(platform.tg.sent, driver.signalled)
         run.tally = count(driver.db, driver.pushed, driver.refused, platform.sent_texts())
     return run
 
@@ -584,6 +598,69 @@ def count(db: Path, pushed: list[str], refused: int, sent: list[str]) -> Tally:
 
 
 # -- Telegram's send window: Telegram holds the message, the daemon has not recorded its id ----------
+
+
+class IdWatch:
+    """A thread polling the SQLite file every `poll` s for the Telegram ids recorded since its last
+    look, noting when each first showed (one clock with the stand-in's: monotonic, one process)."""
+
+    REACH = 300
+
+    def __init__(self, db: Path, poll: float = 0.001) -> None:
+        self.db, self.poll = db, poll
+        self.first_seen: dict[tuple[str, str], float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="id watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def windows(self, sent: Iterable[SentMessage], signalled: list[float]) -> tuple[list[float], int]:
+        """ms from each reply's creation to its id's first sight, for the replies no signal fell
+        between; and how many a signal fell between (their id was recorded by a later daemon)."""
+        found, cut = [], 0
+        for message in sent:
+            seen = self.first_seen.get((str(message.chat_id), str(message.message_id)))
+            if seen is None:
+                continue  # never recorded: sent again, or still in the outbox
+            if any(message.time < moment < seen for moment in signalled):
+                cut += 1
+            else:
+                found.append((seen - message.time) * 1000)
+        return found, cut
+
+    def _run(self) -> None:
+        # provider_messages has no rowid: each look reads the rows of the newest REACH messages (a
+        # reply recorded later than that is a kill's, whose id comes after a restart anyway), once
+        # the file changed (`data_version`).
+        conn: sqlite3.Connection | None = None
+        newest, version = 0, None
+        try:
+            while not self._stop.is_set():
+                if conn is None and self.db.exists():
+                    conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, check_same_thread=False)
+                rows: list[tuple[str, str, int]] = []
+                if conn is not None:
+                    with contextlib.suppress(sqlite3.OperationalError):  # no schema yet, a busy moment
+                        changed = conn.execute("PRAGMA data_version").fetchone()[0]
+                        if changed != version:
+                            rows = conn.execute(
+                                "SELECT chat_id, provider_message_id, message_id FROM provider_messages "
+                                "WHERE message_id >= ? AND provider = 'telegram'",
+                                (newest - self.REACH,)).fetchall()
+                            version = changed
+                now = time.monotonic()
+                for chat_id, ident, message_id in rows:
+                    self.first_seen.setdefault((str(chat_id), str(ident)), now)
+                    newest = max(newest, message_id)
+                time.sleep(self.poll)
+        finally:
+            if conn is not None:
+                conn.close()
 
 
 @dataclass
@@ -725,8 +802,16 @@ def report(run: Run) -> list[str]:
         lines.append(f"  send window under this load (the daemon's `record_ms`: platform answered → id "
                      f"committed), {len(windows)} replies: median {statistics.median(windows):.2f} ms, "
                      f"p99 {p99:.2f} ms, max {ordered[-1]:.2f} ms")
+    if run.outside_windows:
+        ordered = sorted(run.outside_windows)
+        p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+        lines.append(f"  send window seen from outside under this load (Telegram created the reply → "
+                     f"its id in the file, polled every 1 ms), {len(ordered)} replies: median "
+                     f"{statistics.median(ordered):.2f} ms, p99 {p99:.2f} ms, max {ordered[-1]:.2f} ms; "
+                     f"{run.cut_windows} cut by a signal (recorded after the restart)")
     per_thousand = 1000 * len(tally.answered_twice) / max(len(tally.pushed), 1)
-    lines.append(f"  doubles per 1 000 messages: {per_thousand:.1f}")
+    lines.append(f"  doubles per 1 000 messages: {per_thousand:.1f} "
+                 f"(load average now {os.getloadavg()[0]:.2f})")
     lines.append(f"  replies stored but never delivered {len(tally.undelivered_replies)}"
                  f"{_some(tally.undelivered_replies)}; requests still awaiting a reply {tally.awaiting}; "
                  f"integrity_check: {tally.integrity}")
