@@ -10,6 +10,7 @@ import socket
 import sqlite3
 import stat
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -408,8 +409,7 @@ async def test_status_reaches_a_daemon_whose_state_directory_is_deeper_than_a_so
     `switchboard status` reaches the daemon instead of both ending in "AF_UNIX path too long"."""
     deep = tmp_path.joinpath(*["a-rather-long-directory-name"] * 4) / "switchboard.db"
     deep.parent.mkdir(parents=True)
-    runtime = tmp_path / "run"
-    runtime.mkdir(mode=0o700)
+    runtime = Path(tempfile.mkdtemp(prefix="sb-run-"))  # short, as /run/user/<uid> is
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     path = config_file(database={"path": str(deep)})
     config = load_config(path)
@@ -421,6 +421,7 @@ async def test_status_reaches_a_daemon_whose_state_directory_is_deeper_than_a_so
     assert sock.parent == runtime and mode == 0o600
     assert code == 0 and f"pid {os.getpid()}" in out, out
     assert not sock.exists()
+    await asyncio.to_thread(runtime.rmdir)
 
 
 async def test_reload_says_what_it_applied_and_what_waits_for_a_restart(

@@ -39,15 +39,16 @@ def socket_path(database: Path) -> Path:
     """Where the daemon using this database listens: next to the file, in its state directory.
 
     A unix socket's path has room for 107 bytes; where the state directory is deeper than that,
-    the socket goes to the user's runtime directory (or the temporary one) under a name derived
-    from the database's path, so the daemon and every command still agree on it.
+    the socket goes to the user's runtime directory (or, where that is deep too, the temporary one)
+    under a name derived from the database's path, so the daemon and every command agree on it.
     """
     beside = database.parent / SOCKET_NAME
     if len(os.fsencode(beside)) <= _MAX_SOCKET_PATH:
         return beside
-    digest = hashlib.sha256(os.fsencode(os.path.abspath(database))).hexdigest()[:16]
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    return Path(runtime) / f"switchboard-{digest}.sock"
+    name = f"switchboard-{hashlib.sha256(os.fsencode(os.path.abspath(database))).hexdigest()[:16]}.sock"
+    places = [Path(folder) / name for folder in (os.environ.get("XDG_RUNTIME_DIR"), tempfile.gettempdir())
+              if folder]
+    return next((place for place in places if len(os.fsencode(place)) <= _MAX_SOCKET_PATH), places[-1])
 
 
 @asynccontextmanager
