@@ -38,20 +38,39 @@ async def in_connection_thread(conn: aiosqlite.Connection, work: Callable[[sqlit
     return await runner._execute(lambda: work(runner._conn))  # type: ignore[no-any-return]
 
 
+# What `SqliteStore.record_chunk` writes, as one statement: an insert into this view of the records
+# connection's own (TEMP), which the trigger turns into the three writes, in the statement's own
+# transaction. One statement is one hand-over of Python's GIL to and from SQLite; under load each
+# costs up to the interpreter's switch interval (5 ms), so BEGIN, three statements and COMMIT
+# waited for it five times.
+_SENT_CHUNKS = """
+CREATE TEMP VIEW sent_chunks (message_id, provider, chat_id, provider_message_id, chunks, last)
+    AS SELECT 0, '', '', '', 0, 0 WHERE 0;
+CREATE TEMP TRIGGER sent_chunk INSTEAD OF INSERT ON sent_chunks BEGIN
+    UPDATE messages SET provider_message_id = COALESCE(provider_message_id, NEW.provider_message_id)
+        WHERE id = NEW.message_id;
+    INSERT INTO provider_messages (provider, chat_id, provider_message_id, message_id)
+        VALUES (NEW.provider, NEW.chat_id, NEW.provider_message_id, NEW.message_id) ON CONFLICT DO NOTHING;
+    DELETE FROM outbox WHERE NEW.last AND message_id = NEW.message_id;
+    UPDATE outbox SET chunks_sent = MAX(chunks_sent, NEW.chunks)
+        WHERE NOT NEW.last AND message_id = NEW.message_id;
+END;
+"""
+
+
 @asynccontextmanager
 async def records_connection(path: Path) -> AsyncIterator[aiosqlite.Connection]:
     """A second connection to the file, with a thread of its own, for the records that a chunk
     reached the platform (`SqliteStore.record_chunk`): the shared connection's thread has a queue
     (a turn's context reads, other turns' writes), and until the record is committed a crash sends
-    the chunk again. WAL lets it write while the other connection reads; it never checkpoints (the
-    shared connection does), so a commit here never waits for one.
-
-    No busy timeout: SQLite's handler sleeps 1, 2, 5 ms… between tries, longer than most writes it
-    would wait for; `record_chunk` tries again itself, more often."""
+    the chunk again. WAL lets it write while the other connection reads; SQLite's busy timeout
+    makes it wait (without the GIL) only while that one is committing a write; it never
+    checkpoints (the shared connection does), so a commit here never waits for one."""
     conn = await aiosqlite.connect(path, isolation_level=None)
     try:
-        for pragma in ("foreign_keys=ON", "synchronous=NORMAL", "busy_timeout=0", "wal_autocheckpoint=0"):
+        for pragma in ("foreign_keys=ON", "synchronous=NORMAL", "busy_timeout=5000", "wal_autocheckpoint=0"):
             await conn.execute(f"PRAGMA {pragma}")
+        await conn.executescript(_SENT_CHUNKS)
         yield conn
     finally:
         await conn.close()
