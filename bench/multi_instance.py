@@ -26,6 +26,11 @@ Counted from outside: markers pushed, stored (user rows in the database), answer
 more / never, sessions whose replies reached the chat out of order, requests still awaiting a
 reply, replies left in the outbox, leases left; throughput is answers/s from the first push to
 the last answer (for run 3 also up to the kill), and warm throughput the same between the 10th and
+the 45th percent of the answers (past the start, before the kill).
+
+`--only single` runs 1 and 2 alone and prints the daemon's CPU per answered update on each (its
+process's user and system time while it answered, from /proc) and PostgreSQL's against 1.3 ×
+SQLite's (issue 39, item 2).
 
 Modes besides the default three blocks (each in a module of its own beside this one):
 `--cpu-cap 0.25` (bench/multi_instance_capped.py): one and then three daemons, each in its own cgroup
@@ -78,7 +83,7 @@ async def _drive(label: str, plan: Plan, database: str, workdir: Path, tg: Teleg
     for daemon in daemons:
         await daemon.start()
     await webhooks_up(daemons, tg, len(daemons))
-    cpu_before = [d.cap.usage() if d.cap else 0.0 for d in daemons]
+    cpu_before = [_cpu_of(d) for d in daemons]
     started = time.monotonic()
     pushed = push_all(tg, plan)
     total = len(pushed)
@@ -115,7 +120,7 @@ async def _drive(label: str, plan: Plan, database: str, workdir: Path, tg: Teleg
             end = f"still replying after {plan.settle_max:g} s"
             break
         await asyncio.sleep(0.05)
-    cpu = [d.cap.usage() - before if d.cap else 0.0 for d, before in zip(daemons, cpu_before, strict=True)]
+    cpu = [_cpu_of(d) - before for d, before in zip(daemons, cpu_before, strict=True)]
     await asyncio.sleep(1.0)  # a late double would show here
     for daemon in daemons:
         await daemon.stop()
@@ -123,7 +128,20 @@ async def _drive(label: str, plan: Plan, database: str, workdir: Path, tg: Teleg
                  answered_before_kill=answered_before_kill,
                  until_kill=(killed_at - started) if killed_at else 0.0, failovers=lb.failovers,
                  in_window=in_window, forwarded=[lb.forwarded[d.port] for d in daemons], end=end,
-                 cpu=cpu if any(d.cap for d in daemons) else [])
+                 cpu=cpu if any(d.cap for d in daemons) or not plan.kill else [])
+
+
+def _cpu_of(daemon: Daemon) -> float:
+    """The CPU-seconds `daemon` has used: its cgroup's when capped, else its process's (user and
+    system, from /proc; 0 where there is none)."""
+    if daemon.cap:
+        return daemon.cap.usage()
+    try:
+        assert daemon.proc is not None
+        fields = Path(f"/proc/{daemon.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, AssertionError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def bench(plan: Plan, workdir: Path, only: str | None) -> None:
@@ -139,14 +157,16 @@ async def bench(plan: Plan, workdir: Path, only: str | None) -> None:
     outcomes: list[Outcome] = []
     try:
         one = Plan(**{**plan.__dict__, "instances": 1, "kill": False})
-        if only in (None, "sqlite"):
+        if only in (None, "sqlite", "single"):
             outcomes.append(await run_once("1 instance, SQLite", one, str(workdir / "single.db"),
                                            workdir / "sqlite"))
             print("\n".join(block(outcomes[-1])), flush=True)
-        if only in (None, "pg"):
+        if only in (None, "pg", "single"):
             outcomes.append(await run_once("1 instance, PostgreSQL", one, server.create_database(),
                                            workdir / "pg1"))
             print("\n".join(block(outcomes[-1])), flush=True)
+        if len(outcomes) == 2:
+            print(cpu_per_update(*outcomes), flush=True)
         if only in (None, "multi"):
             multi = await run_once(f"{plan.instances} instances, PostgreSQL, one killed and restarted", plan,
                                    server.create_database(), workdir / "multi")
@@ -160,6 +180,15 @@ async def bench(plan: Plan, workdir: Path, only: str | None) -> None:
             print(f"lost {multi.lost}, twice {multi.twice}, out of order {multi.out_of_order}")
     finally:
         server.stop()
+
+
+def cpu_per_update(sqlite: Outcome, pg: Outcome) -> str:
+    """The one daemon's CPU per answered update on each backend, and PostgreSQL's against 1.3 ×
+    SQLite's (issue 39, item 2)."""
+    ms = [1000 * sum(o.cpu) / o.once if o.once and o.cpu else 0.0 for o in (sqlite, pg)]
+    ratio = ms[1] / ms[0] if ms[0] else 0.0
+    return (f"daemon CPU per answered update: SQLite {ms[0]:.2f} ms, PostgreSQL {ms[1]:.2f} ms, "
+            f"ratio {ratio:.2f} (target <= 1.3; load average {os.getloadavg()[0]:.2f})")
 
 
 def main() -> None:
@@ -179,7 +208,9 @@ def main() -> None:
     parser.add_argument("--pool-size", type=int, help="[database] pool_size (PostgreSQL runs)")
     parser.add_argument("--settle-max", type=float, default=900.0, help="give a run up to this long")
     parser.add_argument("--telegram-limits", action="store_true")
-    parser.add_argument("--only", choices=("sqlite", "pg", "multi"))
+    parser.add_argument("--only", choices=("sqlite", "pg", "multi", "single"),
+                        help="one run; single: SQLite and PostgreSQL with one daemon each, and their "
+                        "CPU per answered update")
     parser.add_argument("--think", type=float, default=10.0,
                         help="--rolling: a user's mean pause between an answer and the next message, s")
     parser.add_argument("--keep", type=Path, help="keep configs, logs and the SQLite file here")

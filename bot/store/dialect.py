@@ -24,10 +24,6 @@ class Dialect:
     # An SQL condition, true when the instance named by the SQL expression `{instance}` is known to
     # be gone (`leases`: its leases are then free before they expire).
     gone: str
-    # Whether several writes can be one statement (data-modifying WITH parts): PostgreSQL's can,
-    # which saves round trips (`turn_commits`); SQLite's cannot, and needs not (a batch of them
-    # is one hand-off to its thread).
-    chains_writes: bool
     # The temporary table of the ids a prune deletes (`maintenance`), in the connection's own types.
     prune_ids: str
     # Every vector of a session after an id, in id order, in one row: the ids comma-separated, the
@@ -56,7 +52,6 @@ SQLITE = Dialect(
     shared=False,
     # One file, one host: never known; time decides.
     gone="0",
-    chains_writes=False,
     prune_ids="CREATE TEMP TABLE IF NOT EXISTS prune_ids (id INTEGER PRIMARY KEY)",
     all_vectors=(
         "SELECT group_concat(message_id), CAST(group_concat(vector, x'') AS BLOB), "
@@ -85,7 +80,6 @@ POSTGRES = Dialect(
         f"FROM pg_locks WHERE locktype = 'advisory' AND classid = {LIVING_LOCKS}::oid "
         "AND objid = hashtext({instance})::oid AND objsubid = 2))"
     ),
-    chains_writes=True,
     prune_ids="CREATE TEMP TABLE IF NOT EXISTS prune_ids (id BIGINT PRIMARY KEY)",
     all_vectors=(
         "SELECT string_agg(message_id::text, ',' ORDER BY message_id), "

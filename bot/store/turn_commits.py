@@ -1,9 +1,8 @@
 """A turn's commit in one write: the reply with its outbox row, the usage of its model calls, its
 tool calls linked to it and its context snapshot, in one transaction.
 
-On SQLite that is one item of the connection's thread (`Database._batch`); on PostgreSQL the
-records after the reply are one statement (`Dialect.chains_writes`), so the whole commit is the
-reply's round trips and one more, not one per record.
+On SQLite that is one item of the connection's thread (`Database._batch`); PostgreSQL's store
+writes it all in one statement instead (`postgres/turn_commits.py`), one round trip.
 """
 
 from __future__ import annotations
@@ -20,8 +19,7 @@ from bot.store.database import Database
 from bot.store.messages import reply_written
 from bot.store.usage import UsageRecord
 
-# The usage rows in one statement: their ids in the order the calls were spent (a WITH part's
-# rows, unlike its parts, are written in order).
+# The usage rows in one statement: their ids in the order the calls were spent.
 _USAGE = ("INSERT INTO model_usage (session_key, user_id, kind, model, input_tokens, output_tokens, "
           "cache_write_tokens, cache_read_tokens, created_at) VALUES ")
 _USAGE_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -42,7 +40,6 @@ class TurnCommits(Database):
         `attach_tool_calls` when `link_tool_calls`, and `record_snapshot` when `snapshot` is
         given: all stored, or (on an error, AlreadyAnsweredError among them) none."""
         document = json.dumps(snapshot, sort_keys=True) if snapshot is not None else None
-        chains = self.dialect.chains_writes
 
         async def written(conn: aiosqlite.Connection) -> StoredMessage:
             reply = await reply_written(conn, session_key, text, actions, "interactive", None,
@@ -58,18 +55,9 @@ class TurnCommits(Database):
             if document is not None:
                 records.append((_SNAPSHOT, (session_key, request_id, reply.id, time.time(),
                                             snapshot_hash, document)))
-            if chains and len(records) > 1:
-                records = [_chained(records)]
             for sql, params in records:
                 await conn.execute(sql, params)
             return reply
 
         return await self._batch(written)
 
-
-def _chained(records: list[tuple[str, tuple[Any, ...]]]) -> tuple[str, tuple[Any, ...]]:
-    """Several writes as one statement: each but the last a data-modifying WITH part (their `?`
-    placeholders stay in the order of their values)."""
-    *parts, (last, _) = records
-    sql = "WITH " + ", ".join(f"w{index} AS ({part})" for index, (part, _) in enumerate(parts)) + " " + last
-    return sql, tuple(value for _, params in records for value in params)

@@ -93,12 +93,22 @@ class PgConnection:
         if self._bound.get() is not None:
             yield
             return
-        async with self.pool.connection() as conn, conn.transaction():
-            token = self._bound.set(conn)
-            try:
-                yield
-            finally:
-                self._bound.reset(token)
+        if self._trace is not None:  # as sqlite3's trace shows them: a round trip each
+            self._trace("BEGIN")
+        end = "COMMIT"
+        try:
+            async with self.pool.connection() as conn, conn.transaction():
+                token = self._bound.set(conn)
+                try:
+                    yield
+                except BaseException:
+                    end = "ROLLBACK"
+                    raise
+                finally:
+                    self._bound.reset(token)
+        finally:
+            if self._trace is not None:
+                self._trace(end)
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:

@@ -23,10 +23,12 @@ from bot.store.dialect import POSTGRES
 from bot.store.postgres.connection import PgConnection
 from bot.store.postgres.context_reads import PgContextReads
 from bot.store.postgres.files import PgKeptFiles
+from bot.store.postgres.inbound import PgInbound
 from bot.store.postgres.living import living_lock
 from bot.store.postgres.recall import PgRecall
 from bot.store.postgres.signals import PgLeaseSignals
 from bot.store.postgres.tables import PgTables
+from bot.store.postgres.turn_commits import PgTurnCommits
 from bot.store.schema import is_empty, migrations
 
 if TYPE_CHECKING:
@@ -37,7 +39,8 @@ _MIGRATION_LOCK = 0x5357_4D49
 T = TypeVar("T")
 
 
-class PostgresStore(PgLeaseSignals, PgRecall, PgContextReads, PgTables, Store):
+class PostgresStore(PgLeaseSignals, PgRecall, PgContextReads, PgInbound, PgTurnCommits, PgTables,
+                    Store):
     """`Store` on a PostgreSQL database. Open it with `PostgresStore.connect(url, ...)`.
 
     `path` is the local state file a SQLite store would have used: the daemon keeps its media
