@@ -2,7 +2,7 @@
 
 Usage: .venv/bin/python -m bench.crash_loop [--platform telegram|discord|matrix|slack|both|all]
        [--signals kill,term] [--cycles 20] [--users 50] [--per-cycle 1] [--seed 1] [--max-uptime 2.0]
-       [--kill-from contact|spawn] [--downtime 0.5] [--quiet 5] [--grace 5] [--window-samples 40]
+       [--kill-from contact|spawn|reply] [--downtime 0.5] [--quiet 5] [--grace 5] [--window-samples 40]
        [--keep DIR] [--verbose]
 
 The daemon is a real subprocess (`python -m bot run --config X`; for Discord `python -m
@@ -209,7 +209,7 @@ class Plan:
     per_cycle: int = 1
     seed: int = 1
     max_uptime: float = 2.0
-    kill_from: str = "contact"  # the signal's moment counts from "contact" with the platform or "spawn"
+    kill_from: str = "contact"  # the signal counts from "contact" with the platform, "spawn" or first "reply"
     downtime: float = 0.5
     quiet: float = 5.0  # the settle run ends when no reply came for this long (or all are answered)
     # ... counted from its first reply: until then (the start, the SDK's import: seconds under load)
@@ -467,6 +467,10 @@ class Driver:
                                  cycle.uptime + 1)
             elif await self.watch(proc, cycle, spawned, contacts, self._contact(contacts), CONNECT_TIMEOUT):
                 self.connect_estimate = time.monotonic() - spawned
+                if plan.kill_from == "reply":  # the daemon's first reply: its sends are flowing
+                    first = lambda: len(self.platform.sent_texts()) > sent_before  # noqa: E731
+                    if not await self.watch(proc, cycle, spawned, contacts, first, CONNECT_TIMEOUT):
+                        cycle.note = cycle.note or f"no reply within {CONNECT_TIMEOUT:.0f} s of contact"
                 up_until = time.monotonic() + cycle.uptime
                 await self.watch(proc, cycle, spawned, contacts, lambda: time.monotonic() >= up_until,
                                  cycle.uptime + 1)
@@ -753,7 +757,7 @@ def report(run: Run) -> list[str]:
     crashes = [c for c in run.cycles if c.label in SIGNALS]
     labels = Counter(c.label for c in crashes)
     kind = ", ".join(f"{n} × SIG{label.upper()}" for label, n in labels.items())
-    after = "contact" if plan.kill_from == "contact" else "spawn"
+    after = {"contact": "contact", "reply": "its first reply"}.get(plan.kill_from, "spawn")
     lines = [f"{run.platform}, {kind}: {plan.users} users × {plan.per_cycle} message(s) per cycle, "
              f"seed {plan.seed}; signal 0-{plan.max_uptime:g} s after {after}, down {plan.downtime:g} s"]
     cycle_s = sum(c.up_s + (c.stop_s or 0) for c in crashes) + plan.downtime * len(crashes)
@@ -940,9 +944,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--max-uptime", type=float, default=2.0,
                         help="the signal comes 0-N s after the daemon reached the platform (default 2)")
-    parser.add_argument("--kill-from", choices=["contact", "spawn"], default="contact",
+    parser.add_argument("--kill-from", choices=["contact", "spawn", "reply"], default="contact",
                         help="count the signal's moment from the daemon's first contact with the platform "
-                             "(default) or from its spawn (then some cycles end before it connects)")
+                             "(default), from its spawn (then some cycles end before it connects), or "
+                             "from its first reply (every signal comes while replies are being sent)")
     parser.add_argument("--downtime", type=float, default=0.5, help="seconds down between cycles")
     parser.add_argument("--quiet", type=float, default=5.0,
                         help="the settle run ends after this long without a reply (default 5)")
