@@ -451,8 +451,8 @@ def generate(turns: int, seed: int) -> list[tuple[str, str]]:
 
 # -- the scripted model ---------------------------------------------------------------------------
 
-_UNIT = re.compile(r"^\[(\d+)\] (.*?) \(\d{4}-\d\d-\d\d \d\d:\d\d UTC\): (.*)$")
-_REPLIED = "    assistant replied: "
+_UNIT = re.compile(r"^\[(\d+)\] \d\d:\d\d (.*?): (.*)$")
+_REPLIED = " A: "
 _CHAT_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d\] ([^:]+): (.*)$")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
@@ -559,7 +559,7 @@ class ScriptedModel:
 
     def _check_units(self, units: list[Unit]) -> None:
         for unit in units:
-            if unit.speaker == "assistant" or len(unit.texts) < 2:
+            if unit.speaker == "A" or len(unit.texts) < 2:
                 continue
             self.units_with_reply += 1
             if unit.texts[1] not in self._replies.get(unit.texts[0], ()):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -86,13 +87,52 @@ def older_history() -> list[StoredMessage]:
 
 
 def test_prompt_numbers_units_with_speaker_time_and_text() -> None:
-    """Each unit gets a short index [1]..[n] with the speaker's name, the UTC time and the text."""
+    """Each unit gets a short index [1]..[n] with the speaker's name, the UTC time and the text
+    (the date once, above the day's turns)."""
     prompt = triage_prompt(group_turns(older_history()), "when is the dentist?")
-    assert "[1] Ada (2024-03-01 09:31 UTC): what's the weather in Oslo?" in prompt
-    assert "[2] Grace (2024-03-01 09:34 UTC): thanks" in prompt
-    assert "[3] Ada (2024-03-01 09:35 UTC): remind me about the dentist" in prompt
+    assert "\n2024-03-01\n[1] 09:31 Ada: what's the weather in Oslo?\n" in prompt
+    assert "\n[2] 09:34 Grace: thanks\n" in prompt
+    assert "\n[3] 09:35 Ada: remind me about the dentist\n" in prompt
+    assert prompt.count("2024-03-01") == 1
     assert "[4]" not in prompt
     assert "[1]..[3]" in prompt
+
+
+def test_prompt_writes_each_date_once_above_its_days_turns() -> None:
+    """Turns on another UTC day go under that day's date; the time of day stays on each turn."""
+    units = group_turns([msg(1, "user", "monday's question", name="Ada"),
+                         msg(2, "assistant", "monday's answer"),
+                         msg(3, "user", "tuesday's question", name="Grace", at=T0 + 86400 + 120),
+                         msg(4, "user", "later on tuesday", name="Grace", at=T0 + 86400 + 3600)])
+    lines = triage_prompt(units, "x").splitlines()
+    at = lines.index("2024-03-01")
+    assert lines[at:at + 6] == ["2024-03-01", "[1] 09:31 Ada: monday's question",
+                                " A: monday's answer", "2024-03-02",
+                                "[2] 09:32 Grace: tuesday's question", "[3] 10:30 Grace: later on tuesday"]
+
+
+def test_prompt_marks_a_lone_user_U_and_names_them_once() -> None:
+    """With one person speaking, their turns are marked U and the header says who U is."""
+    units = group_turns([msg(1, "user", "first", name="Ada"), msg(2, "assistant", "reply"),
+                         msg(3, "user", "second", name="Ada")])
+    prompt = triage_prompt(units, "x")
+    assert "U: the user, Ada)" in prompt.splitlines()[0]
+    assert "[1] 09:31 U: first\n A: reply\n[2] 09:33 U: second\n" in prompt
+    assert prompt.count("Ada") == 1
+
+
+def test_the_models_answer_picks_the_turns_shown_under_those_numbers() -> None:
+    """Read back from the compact prompt, each number names the turn printed beside it."""
+    units = group_turns([msg(1, "user", "weather?"), msg(2, "assistant", "rain"),
+                         msg(3, "user", "dentist?", at=T0 + 86400),
+                         msg(4, "assistant", "at 9", at=T0 + 86460),
+                         msg(5, "user", "cats?", at=T0 + 2 * 86400)])
+    prompt = triage_prompt(units, "x")
+    shown = dict(re.findall(r"^\[(\d+)\] \d\d:\d\d U: (.*)$", prompt, re.MULTILINE))
+    wanted = [int(n) for n, text in shown.items() if text in ("dentist?", "cats?")]
+    chosen = parse_triage_answer(f'{{"relevant": {wanted}}}', len(units))
+    assert chosen == [2, 3]
+    assert [m.text for index in chosen for m in units[index - 1]] == ["dentist?", "at 9", "cats?"]
 
 
 def test_prompt_includes_replies_and_actions_and_the_new_message() -> None:
@@ -123,11 +163,12 @@ def test_prompt_puts_actions_after_the_reply_they_belong_to() -> None:
 
 
 def test_prompt_names_unknown_senders_and_leading_replies() -> None:
-    """A user without a display name shows as 'user'; a leading assistant unit shows as 'assistant'."""
+    """A user without a display name shows as U; a leading assistant unit shows as A."""
     units = group_turns([msg(1, "assistant", "earlier answer"), msg(2, "user", "hey", name=None)])
     prompt = triage_prompt(units, "hello")
-    assert "[1] assistant (" in prompt
-    assert "[2] user (" in prompt
+    assert re.search(r"^\[1\] \d\d:\d\d A: earlier answer$", prompt, re.MULTILINE)
+    assert re.search(r"^\[2\] \d\d:\d\d U: hey$", prompt, re.MULTILINE)
+    assert "U: the user)" in prompt
 
 
 def test_prompt_flattens_and_clips_long_text() -> None:

@@ -27,24 +27,47 @@ _SNIPPET = 400
 
 
 def triage_prompt(units: Sequence[Sequence[StoredMessage]], request: str) -> str:
-    """Number each earlier turn with a short local index the model can answer with."""
-    lines = ["Earlier messages:"]
+    """Number each earlier turn with a short local index the model can answer with.
+
+    Compact, as a wider pool costs tokens per line: the UTC date once per day, then per turn its
+    index, time of day, a short speaker mark ("A" the assistant, "U" the user when one person, or
+    no name, speaks; else each person's name) and the text; the header explains the marks once.
+    """
+    names = {first.sender_name for first, *_ in units if first.role != "assistant"}
+    single = len(names) <= 1
+    lines = [_header(next(iter(names), None) if single else None, single)]
+    day = -1
     for index, unit in enumerate(units, start=1):
         first = unit[0]
-        when = _minute(math.floor(first.created_at) // 60)
-        speaker = "assistant" if first.role == "assistant" else (first.sender_name or "user")
-        lines.append(f"[{index}] {speaker} ({when} UTC): {_clip(with_labels(first.text, first.media))}")
+        minute = math.floor(first.created_at) // 60
+        if minute // 1440 != day:
+            day = minute // 1440
+            lines.append(_day(day))
+        user = "U" if single else first.sender_name or "U"
+        speaker = "A" if first.role == "assistant" else user
+        text = _clip(with_labels(first.text, first.media))
+        lines.append(f"[{index}] {_time_of_day(minute)} {speaker}: {text}")
         for position, message in enumerate(unit):
             if position:
-                lines.append(f"    assistant replied: {_clip(message.text)}")
+                lines.append(f" A: {_clip(message.text)}")
             # Actions go right after the reply that took them, so the model can tell whose they are.
             if message.actions:
-                lines.append(f"    actions: {'; '.join(message.actions)}")
+                lines.append(f" actions: {'; '.join(message.actions)}")
     lines.append("")
     lines.append(f"New message: {_clip(request)}")
     lines.append("")
     lines.append(f"Which of [1]..[{len(units)}] are relevant? Answer {{\"relevant\": [...]}}.")
     return "\n".join(lines)
+
+
+def _header(name: str | None, single: bool) -> str:
+    if not single:
+        who = "A: the assistant; users by name, U if unnamed"
+    elif name:
+        who = f"A: the assistant, U: the user, {name}"
+    else:
+        who = "A: the assistant, U: the user"
+    return f"Earlier turns under their UTC date, oldest first ({who}):"
 
 
 def parse_triage_answer(text: str, count: int) -> list[int] | None:
@@ -94,12 +117,10 @@ def _clip(text: str) -> str:
     return flat if len(flat) <= _SNIPPET else flat[: _SNIPPET - 1] + "…"
 
 
-def _minute(minute: int) -> str:
-    """A UTC minute (seconds since the epoch // 60) as the prompt writes it: its day memoised
-    (a prompt's ~40 turns fall on a few days, and rarely share a minute), the time of day added."""
-    day, time_of_day = divmod(minute, 1440)
-    hour, rest = divmod(time_of_day, 60)
-    return f"{_day(day)} {hour:02d}:{rest:02d}"
+def _time_of_day(minute: int) -> str:
+    """A UTC minute (seconds since the epoch // 60) as its time of day, HH:MM."""
+    hour, rest = divmod(minute % 1440, 60)
+    return f"{hour:02d}:{rest:02d}"
 
 
 @lru_cache(maxsize=1024)
