@@ -9,11 +9,13 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 
 from bot.config import Config
 from bot.store import Store
 from bot.testing.anthropic_api import AnthropicStandIn, RecordedRequest
 from bot.testing.slack_api import SlackStandIn
+from channels.slack.media import slack_hosted
 from tests import test_slack
 from tests.harness import reply_requests
 from tests.test_slack import ALICE, DM_ALICE, settled, slack_daemon
@@ -86,3 +88,51 @@ async def test_the_file_url_without_the_bot_token_is_slacks_sign_in_page(slack: 
     async with aiohttp.ClientSession() as session, session.get(event["files"][0]["url_private"]) as page:
         assert (page.status, page.content_type) == (200, "text/html")
     assert slack.downloads == [(event["files"][0]["id"], False)]
+
+
+async def test_a_file_kept_outside_slack_never_gets_the_bot_token(
+    slack: SlackStandIn, api: AnthropicStandIn, slack_config: Callable[..., Config]
+) -> None:
+    """A file only linked in Slack (kept on Google Drive: its url_private is the Drive URL) is not
+    fetched with the bot token, which goes to Slack alone; the words with it are still answered and
+    the file is stored as not downloaded."""
+    seen: list[str | None] = []
+
+    async def drive_file(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization"))
+        return web.Response(text=NOTES)
+
+    drive = web.Application()
+    drive.router.add_get("/file/{name}", drive_file)
+    runner = web.AppRunner(drive, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/file/notes.txt"
+    config = slack_config()
+    try:
+        async with slack_daemon(config) as daemon:
+            slack.share(DM_ALICE, ALICE, "notes.txt", NOTES.encode(), "text/plain", text="read this",
+                        external_url=url)
+            await slack.wait_for(lambda: slack.sent)
+            await settled(slack, daemon)
+    finally:
+        await runner.cleanup()
+
+    assert f"Bearer {slack.bot_token}" not in seen
+    (request,) = reply_requests(api)
+    assert "read this" in str(request.messages[-1]["content"])
+    ((media,),) = await stored_media(config)
+    assert (media.name, media.status) == ("notes.txt", "failed")
+
+
+def test_the_bot_token_goes_to_slacks_file_hosts_only() -> None:
+    """files.slack.com beside slack.com/api/ (and the stand-in's own address) take the token; another
+    host, plain http or another port do not."""
+    api = "https://slack.com/api/"
+    assert slack_hosted("https://files.slack.com/files-pri/T1-F1/a.png", api)
+    assert not slack_hosted("https://docs.google.com/document/d/1/edit", api)
+    assert not slack_hosted("https://files.slack.com.example.org/a.png", api)
+    assert not slack_hosted("http://files.slack.com/files-pri/T1-F1/a.png", api)
+    assert slack_hosted("http://127.0.0.1:4000/files-pri/T1-F1/a.png", "http://127.0.0.1:4000/api/")
+    assert not slack_hosted("http://127.0.0.1:4001/file/a.png", "http://127.0.0.1:4000/api/")

@@ -32,14 +32,21 @@ class SlackFiles:
         raise NotImplementedError  # SocketMode's
 
     def share(self, channel: str, user_id: str, name: str, data: bytes, mime: str, *, text: str = "",
-              thread_ts: str | None = None, complete: bool = True, subtype: str | None = None) -> Json:
+              thread_ts: str | None = None, complete: bool = True, subtype: str | None = None,
+              external_url: str | None = None) -> Json:
         """Someone shares a file (with `text`, maybe empty): the message event carries the file;
-        `complete=False` leaves its URL out, as Slack does where files.info must be asked."""
+        `complete=False` leaves its URL out, as Slack does where files.info must be asked.
+        `external_url`: a file kept elsewhere (Google Drive, Dropbox) and only linked in Slack, whose
+        `url_private` is that URL, as Slack gives it."""
         file_id = "F" + secrets.token_hex(5).upper()
         url = f"http://127.0.0.1:{self._port}/files-pri/{self.team_id}-{file_id}/{name}"
         described: Json = {"id": file_id, "name": name, "title": name, "mimetype": mime,
                            "filetype": name.rsplit(".", 1)[-1], "size": len(data), "mode": "hosted",
                            "user": user_id, "url_private": url, "url_private_download": url + "?dl=1"}
+        if external_url is not None:
+            described.update(mode="external", is_external=True, external_type="gdrive",
+                             url_private=external_url)
+            del described["url_private_download"]
         if subtype is not None:
             described["subtype"] = subtype
         self.files[file_id], self.file_data[file_id] = described, data

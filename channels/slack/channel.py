@@ -273,7 +273,8 @@ class SlackChannel:
         told = None
         client, session = self._client, self._session
         if msg.files and client is not None and session is not None:
-            inbound, told = await with_media(msg, inbound, core, client, fetcher(session, self._bot_token))
+            fetch = fetcher(session, self._bot_token, self._config.base_url)
+            inbound, told = await with_media(msg, inbound, core, client, fetch)
         await self._submit_until_stored(core, inbound)
         if told is not None:
             await self._notify(msg, told)

@@ -4,13 +4,17 @@ other platforms (`bot.media.intake`: the caps, the download, the copy kept by ha
 are heard when a `transcribe` role is set; videos are noted.
 
 A Slack file URL answered without a valid token is Slack's sign-in page (HTTP 200, text/html), not
-an error: a page where a file was asked for is a failed download.
+an error: a page where a file was asked for is a failed download. The token goes to Slack alone: a
+file only linked in Slack (Google Drive, Dropbox: its `url_private` is that service's URL) is not
+fetched, and is stored as not downloaded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from ipaddress import ip_address
+from urllib.parse import urlsplit
 
 import aiohttp
 import structlog
@@ -46,13 +50,33 @@ async def described(client: AsyncWebClient, file: SlackFile) -> SlackFile:
     return read_file(found) or file
 
 
-def fetcher(session: aiohttp.ClientSession, token: str) -> Fetch:
-    """The download of a file: its URL with the bot token."""
+def slack_hosted(url: str, api_base: str) -> bool:
+    """Whether a file URL is Slack's own (files.slack.com beside slack.com/api/), so the bot token
+    may go with it: the API's scheme and port, and its domain (its host where that is an address)."""
+    file, api = urlsplit(url), urlsplit(api_base)
+    host, api_host = (file.hostname or ""), (api.hostname or "")
+    try:
+        ip_address(api_host)
+        domain = api_host
+    except ValueError:
+        domain = ".".join(api_host.split(".")[-2:])
+    try:
+        same_port = file.port == api.port
+    except ValueError:  # a port that is no number
+        return False
+    return file.scheme == api.scheme and same_port and (host == domain or host.endswith("." + domain))
+
+
+def fetcher(session: aiohttp.ClientSession, token: str, api_base: str) -> Fetch:
+    """The download of a file: its URL with the bot token, where the URL is Slack's."""
 
     def download_of(file: SlackFile) -> Callable[[], Awaitable[bytes]]:
         async def download() -> bytes:
             if file.url is None:
                 raise FileRefused(f"no URL for {file.id}")
+            if not slack_hosted(file.url, api_base):
+                raise FileRefused(f"{file.id} is kept outside Slack ({urlsplit(file.url).hostname}); "
+                                  "the bot token goes to Slack only")
             async with session.get(file.url, headers={"Authorization": f"Bearer {token}"}) as response:
                 response.raise_for_status()
                 if response.content_type == "text/html" and (file.mime or "") != "text/html":
