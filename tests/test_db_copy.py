@@ -55,7 +55,7 @@ async def fill_every_table(store: Store) -> None:
     accounts, sessions and failed logins, vectors, a lease and an instance's heartbeat, a backlog
     marker, and a picture kept for a message."""
     rng = np.random.default_rng(3)
-    vectors: list[tuple[int, str, bytes]] = []
+    vectors: list[tuple[int, str, bytes, str]] = []
     for n in range(12):
         key = GROUP if n % 4 == 3 else DM
         request = await store.append_inbound(said(f"{TOPICS[n % len(TOPICS)]} ({n})", f"m{n}", key=key,
@@ -68,9 +68,10 @@ async def fill_every_table(store: Store) -> None:
         if n != 11:
             await store.mark_delivered(reply.id, chat, [f"r{n}"])
         await store.record_snapshot(str(key), request.id, reply.id, {"turn": n, "why": "test"}, f"h{n}")
-        for message_id in (request.id, reply.id):
+        for message in (request, reply):
             vector = rng.standard_normal(16).astype(np.float32)
-            vectors.append((message_id, str(key), vector_bytes(vector / np.linalg.norm(vector))))
+            unit = vector_bytes(vector / np.linalg.norm(vector))
+            vectors.append((message.id, str(key), unit, message.text))
         if n == 5:
             calls = await store.begin_tool_round(str(key), request.id, 1, "let me look",
                                                  [("tu1", "search", {"q": "alpha"}), ("tu2", "clock", {})])

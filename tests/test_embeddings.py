@@ -33,6 +33,7 @@ from bot.ranking.embedding import (
     model_files,
     unavailable_reason,
     vector_bytes,
+    vectors_from_bytes,
 )
 from bot.ranking.encode_threads import encode_in_thread
 from bot.ranking.safetensors_reader import read_safetensors
@@ -274,7 +275,7 @@ async def test_a_vector_of_another_size_is_left_out_and_the_rest_found(
     assert {message_id for message_id, _ in before} == {first.id, odd.id}
     later = await say_in(store, "my parents live in Faro")
     added = await say_in(store, "my cousin lives in Braga")
-    await store.save_embeddings(embedder.model_id, [(later.id, str(SESSION), b"\x01" * 10)])
+    await store.save_embeddings(embedder.model_id, [(later.id, str(SESSION), b"\x01" * 10, later.text)])
     await embed_all(store, embedder)  # `added` gets a real vector
     appended = await found()
     assert {message_id for message_id, _ in appended} == {first.id, odd.id, added.id}
@@ -369,7 +370,7 @@ async def test_db_embed_fills_and_rebuilds_an_existing_database(tmp_path: Path, 
         for i in range(3):
             await say_in(store, f"old message {i}")
         vector = vector_bytes(embedder.encode(["Caroline: old message 0"])[0])
-        await store.save_embeddings(embedder.model_id, [(1, str(SESSION), vector)])
+        await store.save_embeddings(embedder.model_id, [(1, str(SESSION), vector, "old message 0")])
     code, out, err = await switchboard_cli(tmp_path, "db", "embed")
     assert code == 0, err
     assert f"embedded 2 message(s) with {embedder.model_id}" in out
@@ -406,12 +407,13 @@ async def test_a_vector_is_written_once_per_model(store: Store, embedder: Embedd
     message = await say_in(store, "hello there")
     first = vector_bytes(embedder.encode(["hello there"])[0])
     other = vector_bytes(embedder.encode(["something else"])[0])
-    assert await store.save_embeddings(embedder.model_id, [(message.id, str(SESSION), first)]) == 1
-    assert await store.save_embeddings(embedder.model_id, [(message.id, str(SESSION), other)]) == 0
+    model, text = embedder.model_id, message.text
+    assert await store.save_embeddings(model, [(message.id, str(SESSION), first, text)]) == 1
+    assert await store.save_embeddings(model, [(message.id, str(SESSION), other, text)]) == 0
     assert [bytes(row[0]) for row in await rows(store, "SELECT vector FROM embeddings")] == [first]
-    assert await store.save_embeddings("model-b", [(message.id, str(SESSION), other)]) == 1
+    assert await store.save_embeddings("model-b", [(message.id, str(SESSION), other, message.text)]) == 1
     assert await stored_vectors(store) == {message.id: "model-b"}
-    assert await store.save_embeddings("model-b", [(message.id + 1, str(SESSION), other)]) == 0
+    assert await store.save_embeddings("model-b", [(message.id + 1, str(SESSION), other, message.text)]) == 0
     assert await store.clear_embeddings() == 1
 
 
@@ -434,7 +436,7 @@ async def test_the_vector_counts_follow_every_write(store: Store, embedder: Embe
     kept, counted = await counts_and_aggregate(store)
     assert kept == counted and [row[2] for row in kept] == [1, 3]
     vector = vector_bytes(embedder.encode(["x"])[0])
-    assert await store.save_embeddings("model-b", [(said[0].id, str(SESSION), vector)]) == 1
+    assert await store.save_embeddings("model-b", [(said[0].id, str(SESSION), vector, said[0].text)]) == 1
     await execute(store, "DELETE FROM messages WHERE id IN (?, ?)", (said[1].id, elsewhere.id))
     kept, counted = await counts_and_aggregate(store)
     assert kept == counted == sorted([(str(SESSION), "model-b", 1, said[0].id),
@@ -615,3 +617,28 @@ async def test_a_deleted_messages_vector_never_answers_for_the_row_that_reuses_i
     assert abs((await scores())[new.id] - expected) < 1e-4  # the vector in memory
     store.drop_cached_vectors()  # as after a restart: the session's vector file is read
     assert abs((await scores())[new.id] - expected) < 1e-4
+
+
+async def test_a_vector_encoded_before_its_row_was_replaced_is_never_kept(
+    store: Store, static: Embedder, store_backend: str
+) -> None:
+    """The worker encodes the session's newest message; meanwhile it is deleted and the next
+    message is stored under its id (SQLite reuses the newest id). The vector of the old text is
+    not kept for the new row, and the new message gets a vector of its own in the same pass."""
+    gated = GatedEmbedder(static)
+    kept = await say_in(store, "my sister lives in Lisbon")
+    gone = await say_in(store, "my brother lives in Porto, near the river")
+    async with EmbedWorker(store, gated, batch_size=32) as worker:  # type: ignore[arg-type]
+        await asyncio.to_thread(gated.started.wait, 30)  # the first pass is encoding both
+        await execute(store, "DELETE FROM messages WHERE id = ?", (gone.id,))
+        if store_backend == "postgres":
+            await execute(store, "SELECT setval(pg_get_serial_sequence('messages', 'id'), ?, false)",
+                          (gone.id,))
+        new = await say_in(store, "we had pancakes for breakfast")
+        assert new.id == gone.id
+        gated.go.set()
+        worker.notify()
+        await worker.settled()
+    assert gated.order == [embedding_text(kept), embedding_text(gone), embedding_text(new)]
+    own = vector_bytes(static.encode([embedding_text(new)])[0])
+    assert await store.embedding_of(new.id, static.model_id) == vectors_from_bytes([own], len(own))[0]

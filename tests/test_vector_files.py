@@ -41,7 +41,8 @@ async def stored_with_vectors(store: Store, count: int, *, seed: int = 1) -> lis
         assert stored is not None
         ids.append(stored.id)
     vectors = rng.integers(-127, 128, (count, DIM), dtype=np.int8)
-    rows = [(i, str(SESSION), v.tobytes()) for i, v in zip(ids, vectors, strict=True)]
+    rows = [(i, str(SESSION), v.tobytes(), f"message {seed}-{index}")
+            for index, (i, v) in enumerate(zip(ids, vectors, strict=True))]
     await store.save_embeddings(MODEL, rows)
     return ids
 

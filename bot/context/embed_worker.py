@@ -124,21 +124,29 @@ class EmbedWorker:
     async def _drain(self, after_id: int) -> int:
         """Embed every pending message after `after_id`; returns the last id handled."""
         model = self._embedder.model_id
+        reread: set[int] = set()
         while True:
             batch = await self._store.pending_embeddings(model, after_id=after_id, limit=self._batch_size)
             if not batch:
                 return after_id
-            await embed_batch(self._store, self._embedder, batch)
+            stored = await embed_batch(self._store, self._embedder, batch)
             self.embedded += len(batch)
             after_id = batch[-1].id
+            if stored < len(batch):
+                # Some were refused: embedded already (the turn's request), deleted, or replaced
+                # under their id while encoded. The last are pending still: read them again (once).
+                again = await self._store.pending_embeddings(model, after_id=batch[0].id - 1, limit=1)
+                if again and again[0].id <= after_id and again[0].id not in reread:
+                    reread.add(again[0].id)
+                    after_id = again[0].id - 1
 
 
 async def embed_batch(store: EmbeddingWrites, embedder: Embedder, batch: list[StoredMessage]) -> int:
     """Encode one batch in a thread and store its vectors; returns how many were stored."""
     started = time.perf_counter()
     vectors = await encode_in_thread(embedder, [embedding_text(message) for message in batch])
-    rows = [(message.id, message.session_key, vector_bytes(vector)) for message, vector in zip(batch, vectors,
-                                                                                               strict=True)]
+    rows = [(message.id, message.session_key, vector_bytes(vector), message.text)
+            for message, vector in zip(batch, vectors, strict=True)]
     stored = await store.save_embeddings(embedder.model_id, rows)
     log.debug("embedded", messages=len(batch), ms=round((time.perf_counter() - started) * 1000, 1))
     return stored

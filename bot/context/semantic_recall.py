@@ -74,7 +74,8 @@ class SemanticRecall:
         model = self._embedder.model_id
         try:
             encoded = await encode_in_thread(self._embedder, [embedding_text(request)], urgent=True)
-            await self._store.save_embeddings(model, [(request.id, session, vector_bytes(encoded[0]))])
+            row = (request.id, session, vector_bytes(encoded[0]), request.text)
+            await self._store.save_embeddings(model, [row])
             found = await self._store.semantic_matches_of(session, request.id, model=model, limit=limit)
         except Exception as exc:
             log.warning(RECALL_FAILED, session_key=session, error=describe(exc), exc_info=True)

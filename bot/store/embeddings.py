@@ -27,6 +27,8 @@ from bot.store.messages import MESSAGE_COLUMNS, rows_to_messages
 from bot.store.vector_files import VectorFiles, Vectors, vectors_dir
 from bot.store.vector_matrix import Matrix, Signature, appended, build_matrix, holds, vectors_of
 
+# A vector to keep: (message id, session key, vector bytes, the message text it was encoded from).
+VectorRow = tuple[int, str, bytes, str]
 # The pending scan walks ids in windows of this size, so one query never holds the connection long.
 SCAN_WINDOW = 20_000
 # Bytes of vectors kept in memory across sessions; the least recently searched go first.
@@ -87,26 +89,29 @@ class Embeddings(Database):
         )
         return int(next(iter(found))[0])
 
-    async def save_embeddings(self, model: str, rows: Sequence[tuple[int, str, bytes]]) -> int:
-        """Store (message id, session key, vector bytes) rows in one transaction; returns how many.
+    async def save_embeddings(self, model: str, rows: Sequence[VectorRow]) -> int:
+        """Store (message id, session key, vector bytes, text encoded) rows in one transaction;
+        returns how many.
 
         A message's vector of another model is replaced; one of the same model stays as it is (the
         turn and the worker may both embed a request: the first vector is the one searched and
-        replayed). A message deleted meanwhile gets none.
+        replayed). A message deleted meanwhile gets none, and so does a row whose text is no longer
+        the one encoded: SQLite gives the newest id again to the next message stored after the
+        newest was deleted, so a vector encoded before that swap would answer for another row.
         """
-        cached = sorted({session_key for _, session_key, _ in rows
+        cached = sorted({session_key for _, session_key, _, _ in rows
                          if self._matrices is not None and (session_key, model) in self._matrices})
 
         async def written(conn: Any) -> tuple[int, dict[str, Signature]]:
             stored = 0
-            for message_id, session_key, vector in rows:
+            for message_id, session_key, vector, text in rows:
                 cursor = await conn.execute(
                     "INSERT INTO embeddings (message_id, session_key, model, vector) "
                     "SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM messages WHERE id = ?1 "
-                    "AND session_key = ?2) ON CONFLICT (message_id) DO UPDATE SET "
+                    "AND session_key = ?2 AND text = ?5) ON CONFLICT (message_id) DO UPDATE SET "
                     "session_key = excluded.session_key, model = excluded.model, vector = excluded.vector "
                     "WHERE embeddings.model <> excluded.model",
-                    (message_id, session_key, model, vector),
+                    (message_id, session_key, model, vector, text),
                 )
                 stored += max(cursor.rowcount, 0)
             # The signatures as this transaction left them, for the sessions kept in memory.
@@ -120,7 +125,7 @@ class Embeddings(Database):
         # for a hand-off per statement behind the words' search).
         stored, signatures = await self._batch(written)
         for key, signature in signatures.items():
-            await self._extend_cached(key, model, signature, [(i, v) for i, k, v in rows if k == key])
+            await self._extend_cached(key, model, signature, [(i, v) for i, k, v, _ in rows if k == key])
         return stored
 
     async def _extend_cached(

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from datetime import tzinfo
 
     from bot.core.messages import ChatRef, InboundMessage, Origin, StoredMessage
+    from bot.store.embeddings import VectorRow
     from bot.store.leases import Instance
     from bot.store.pairings import PairingState
     from bot.store.people import UserNote
@@ -46,14 +47,14 @@ class EmbeddingWrites(Protocol):
     async def pending_embeddings(
         self, model: str, *, after_id: int = 0, limit: int = 256
     ) -> list[StoredMessage]: ...
-    async def save_embeddings(self, model: str, rows: Sequence[tuple[int, str, bytes]]) -> int: ...
+    async def save_embeddings(self, model: str, rows: Sequence[VectorRow]) -> int: ...
     async def warm_embeddings(self, model: str, *, sessions: int) -> int: ...
 
 
 class SemanticReads(Protocol):
     """Semantic recall's: vectors kept and searched within a session."""
 
-    async def save_embeddings(self, model: str, rows: Sequence[tuple[int, str, bytes]]) -> int: ...
+    async def save_embeddings(self, model: str, rows: Sequence[VectorRow]) -> int: ...
     async def semantic_matches_of(
         self, session_key: str, message_id: int, *, model: str, limit: int
     ) -> list[tuple[int, float]] | None: ...
