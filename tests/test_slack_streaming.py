@@ -9,6 +9,8 @@ import asyncio
 from collections.abc import Callable
 
 import aiohttp
+import pytest
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import Config
@@ -17,7 +19,7 @@ from bot.daemon.assembly import Daemon
 from bot.store import Store
 from bot.testing.anthropic_api import AnthropicStandIn, Text
 from bot.testing.slack_api import SlackStandIn, shown
-from channels.slack.preview import THINKING, edit_into
+from channels.slack.preview import THINKING, Streams, edit_into, retry_after
 from tests import test_slack
 from tests.harness import echo
 from tests.test_slack import ALICE, BOB, DM_ALICE, GENERAL, settled, slack_daemon
@@ -174,3 +176,39 @@ async def test_a_stream_left_open_by_a_crash_is_stopped_and_taken_over(slack: Sl
     assert shown(reply) == ANSWER
     assert [c.error for c in slack.calls_of("chat.update")] == ["cant_update_message", None,
                                                                 "cant_update_message"]
+
+
+async def test_a_429_on_a_preview_skips_it_and_holds_no_reply_back(
+    slack: SlackStandIn, api: AnthropicStandIn, slack_config: Callable[..., Config]
+) -> None:
+    """The preview's message answered 429 (Retry-After a minute): the preview is skipped, not waited
+    out, so the finished reply is posted at once (the outbox waits out a 429 of its own), one
+    message with the whole text; the held method is not tried again by a preview meanwhile."""
+    config = slack_config()
+    hold = held_answer(api)
+    async with slack_daemon(config) as daemon:
+        slack.throttle("chat.postMessage", retry_after=60)
+        slack.message(DM_ALICE, ALICE, "why are there tides?")
+        await slack.wait_for(lambda: slack.calls_of("chat.postMessage"))
+        hold.set()
+        await slack.wait_for(lambda: slack.sent, timeout=30)
+        await settled(slack, daemon)
+
+    assert [c.status for c in slack.calls_of("chat.postMessage")] == [429, 200]
+    assert [shown(m) for m in slack.bot_messages(DM_ALICE)] == [ANSWER]
+
+
+async def test_a_429_holds_its_method_for_its_retry_after(slack: SlackStandIn) -> None:
+    """A 429's Retry-After holds the method for the previews: chat.postMessage in its conversation
+    only (Slack's limit is per conversation), chat.update in all."""
+    async with aiohttp.ClientSession() as session:
+        client = AsyncWebClient(token=slack.bot_token, base_url=slack.base_url, session=session)
+        posts, edits = Streams(), Streams()
+        for method, streams in (("chat.postMessage", posts), ("chat.update", edits)):
+            slack.throttle(method, retry_after=30)
+            with pytest.raises(SlackApiError) as limited:
+                await client.api_call(method, json={"channel": GENERAL, "ts": "1.0", "text": "x"})
+            streams.hold(limited.value, GENERAL)
+    assert (posts.holding(GENERAL), posts.holding(DM_ALICE)) == (True, False)
+    assert (edits.holding(GENERAL), edits.holding(DM_ALICE)) == (True, True)
+    assert retry_after({"retry-after": ["30"]}) == 30 and retry_after({}) == 1

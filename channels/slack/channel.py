@@ -97,6 +97,7 @@ class SlackChannel:
         self._server: SlackEventsServer | None = None
         self._core: Intake | None = None
         self._client: AsyncWebClient | None = None
+        self._quick: AsyncWebClient | None = None  # previews, the thread status: no 429 waited out
         self._session: aiohttp.ClientSession | None = None
         self._handler: StoppingHandler | None = None
         self._bot_user_id = ""
@@ -131,6 +132,7 @@ class SlackChannel:
             token=self._bot_token, base_url=self._config.base_url, session=session,
             retry_handlers=[AsyncConnectionErrorRetryHandler(),
                             AsyncRateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES)])
+        self._quick = AsyncWebClient(token=self._bot_token, base_url=self._config.base_url, session=session)
         try:
             url = await self._sign_in(client)
             if url is None:
@@ -160,7 +162,7 @@ class SlackChannel:
                 await self._handler.close_async()  # type: ignore[no-untyped-call]
             if self._server is not None:
                 await self._server.stop()
-            self._client = self._session = None
+            self._client = self._quick = self._session = None
             await session.close()
 
     async def _listen(self, app: AsyncApp, client: AsyncWebClient, url: str) -> None:
@@ -324,8 +326,8 @@ class SlackChannel:
 
     # -- sending ----------------------------------------------------------------------------------
 
-    def _connected(self) -> AsyncWebClient:
-        client = self._client
+    def _connected(self, quick: bool = False) -> AsyncWebClient:
+        client = self._quick if quick else self._client
         if client is None or not self._bot_user_id:
             raise DeliveryError("Slack is not connected")
         return client
@@ -365,7 +367,8 @@ class SlackChannel:
             return None
         asker = self._askers.get((chat.chat_id, reply_to_id or "")) or self._askers.get((chat.chat_id, ""))
         target = Target(chat.chat_id, chat.thread_id, recipient=asker, team=self._auth_team())
-        surface = SlackPreview(self._connected, target, self._streams, resume_id)
+        surface = SlackPreview(self._connected, target, self._streams, resume_id,
+                               quick_of=lambda: self._connected(quick=True))
         return PreviewStream(surface, name=f"preview {chat.chat_id}", on_posted=on_posted)
 
     def _auth_team(self) -> str | None:
@@ -376,5 +379,5 @@ class SlackChannel:
         """A bot has no typing indicator on Slack; in a DM's thread (an assistant thread, where the
         app has `assistant:write`) the thread's status says the app is thinking until it answers."""
         if chat.thread_id is not None and chat.chat_id.startswith("D") and self._streams.status:
-            await set_status(self._connected(), chat.chat_id, chat.thread_id, self._streams)
+            await set_status(self._connected(quick=True), chat.chat_id, chat.thread_id, self._streams)
         yield

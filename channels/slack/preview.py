@@ -14,13 +14,20 @@ Two surfaces, one shape (`bot.delivery.preview.PreviewSurface`):
 Either way the message is the reply's first chunk: `close` hands its ts to the outbox, which edits it
 into chunk 0 (`edit_into`) and posts the rest. slack_sdk's `AsyncChatStream` wraps the same three
 methods but buffers appends and cannot take back text, so the methods are called directly.
+
+A preview is not worth a wait: its updates go through a client that does not wait out a 429. A
+method Slack answered 429 (chat.postMessage: in that conversation) is held for its Retry-After,
+and the previews of the app skip their updates until then (`PreviewSkipped`); the reply itself
+(the outbox) waits its 429s out, so it is never held back by a preview waiting.
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 import structlog
@@ -29,7 +36,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.core.chunking import split_message
 from bot.core.errors import describe
-from bot.delivery.preview import has_first_sentence
+from bot.delivery.preview import PreviewSkipped, has_first_sentence
 from channels.slack.mrkdwn import CHUNK_LIMIT, slack_chunks
 
 log = structlog.get_logger("switchboard.slack")
@@ -55,6 +62,32 @@ class Streams:
 
     offered: bool = True
     status: bool = True
+    # Method (chat.postMessage: and conversation) -> when Slack's 429 Retry-After is over.
+    held: dict[str, float] = field(default_factory=dict)
+
+    def hold(self, exc: SlackApiError, channel: str) -> None:
+        """Hold the method a 429 refused for its Retry-After (1 s when Slack names none)."""
+        method = str(getattr(exc.response, "api_url", "")).rstrip("/").rsplit("/", 1)[-1]
+        if method == "chat.postMessage":
+            method = f"{method} {channel}"
+        self.held[method] = time.monotonic() + retry_after(exc.response.headers)
+
+    def holding(self, channel: str) -> bool:
+        """Whether a method a preview in `channel` may call is held now."""
+        now, mine = time.monotonic(), f"chat.postMessage {channel}"
+        return any(until > now and (key == mine or not key.startswith("chat.postMessage "))
+                   for key, until in self.held.items())
+
+
+def retry_after(headers: Any) -> float:
+    """Seconds in a response's Retry-After header (a value or a list of one, as slack_sdk has it)."""
+    for key, value in dict(headers or {}).items():
+        if str(key).lower() == "retry-after":
+            try:
+                return float(value[0] if isinstance(value, list) else value)
+            except (TypeError, ValueError, IndexError):
+                break
+    return 1.0
 
 
 class Askers(OrderedDict[tuple[str, str], str]):
@@ -116,9 +149,11 @@ class SlackPreview:
 
     def __init__(
         self, client_of: Callable[[], AsyncWebClient], target: Target, streams: Streams,
-        resume_id: str | None,
+        resume_id: str | None, quick_of: Callable[[], AsyncWebClient] | None = None,
     ) -> None:
         self._client_of = client_of  # raises DeliveryError while Slack is not connected
+        # Updates: a client that does not wait out a 429 (the closing calls use the one that does).
+        self._quick_of = quick_of or client_of
         self._target = target
         self._streams = streams
         # A message an interrupted turn left half-written is edited, never left behind.
@@ -138,12 +173,20 @@ class SlackPreview:
         piece = first_markdown(text)
         if piece == self._shown:
             return None  # the reply grew past its first message: the preview is complete
-        client = self._client_of()
+        if self._streams.holding(self._target.channel):
+            raise PreviewSkipped("Slack's rate limit: a preview waits for no Retry-After")
+        client = self._quick_of()
         posted = None
-        if self._ts is None and self._target.streamable and self._streams.offered:
-            posted = await self._start(client, piece)
-        if posted is None:
-            posted = await self._grow(client, piece)
+        try:
+            if self._ts is None and self._target.streamable and self._streams.offered:
+                posted = await self._start(client, piece)
+            if posted is None:
+                posted = await self._grow(client, piece)
+        except SlackApiError as exc:
+            if exc.response.status_code != 429:
+                raise
+            self._streams.hold(exc, self._target.channel)
+            raise PreviewSkipped("Slack answered a preview update 429") from exc
         self._shown = piece
         return posted
 
@@ -185,12 +228,12 @@ class SlackPreview:
 
     async def _stop(self, client: AsyncWebClient) -> None:
         """End the open stream; the text shown stays, and the message can be edited from now on."""
-        self._streaming = False
         try:
             await client.chat_stopStream(channel=self._target.channel, ts=str(self._ts))
         except SlackApiError as exc:
             if exc.response.get("error") not in STREAM_OVER:
                 raise
+        self._streaming = False
 
     async def _edit_or_post(self, client: AsyncWebClient, piece: str) -> str | None:
         chunks = slack_chunks(piece)
