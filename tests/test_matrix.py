@@ -513,3 +513,26 @@ async def test_a_direct_chat_a_third_person_joins_becomes_a_room(
         shared = await store.history(f"agent:main:matrix:room:{room}", 10)
     assert [m.text for m in direct if m.role == "user"] == ["just us"]
     assert [m.text for m in shared if m.role == "user"] == ["now with Bob"]
+
+
+async def test_a_room_message_naming_the_bot_by_its_display_name_starts_a_turn(
+    synapse: SynapseServer, matrix_config: Callable[..., Config], bot_account: MatrixAccount,
+    alice: MatrixUser, bob: MatrixUser, api: AnthropicStandIn,
+) -> None:
+    """The bot's display name, read from its profile at start, is a mention as a word of the
+    text (any case), without its user id or `m.mentions`; a word merely containing it is not."""
+    async with MatrixUser(synapse.base_url, bot_account) as bot:
+        await bot.call("PUT", f"/profile/{quote(bot_account.user_id)}/displayname",
+                       {"displayname": "Tidewatch"})
+    config = matrix_config()
+    async with matrix_daemon(config, bot_account.access_token) as daemon:
+        room = await alice.create_room(invite=(bot_account.user_id, bob.user_id))
+        await bob.join(room)
+        await joined(alice, room, bot_account)
+        await alice.send(room, "the tidewatchers met today")
+        await alice.send(room, "tidewatch, when is high tide?")
+        (answer,) = await replies(alice, room, bot_account, 1)
+        await router_of(daemon).idle()
+
+    assert answer["content"]["body"] == f"re: [{name_of(alice)}]: tidewatch, when is high tide?"
+    assert len(reply_requests(api)) == 1

@@ -111,6 +111,40 @@ async def test_a_final_edit_sent_again_after_a_crash_is_not_a_second_edit(
     assert recorded == first["event_id"]
 
 
+async def test_typing_shows_while_the_model_works_and_stops_at_the_first_text(
+    matrix_config: Callable[..., Config], bot_account: MatrixAccount, alice: MatrixUser,  # noqa: F811
+    api: AnthropicStandIn,
+) -> None:
+    """While the model has written no sentence yet, Alice sees the bot typing; once the reply's
+    first words are in the room, typing stops though the model is still writing."""
+    before_text, after_text = asyncio.Event(), asyncio.Event()
+    api.script(Text("Tides follow the moon and the sun.", parts=3, hold=before_text),
+               Text(ANSWER, parts=6, delta_delay=0.3, hold=after_text))
+    async with matrix_daemon(matrix_config(), bot_account.access_token) as daemon:
+        room = await alice.create_room(invite=(bot_account.user_id,), direct=True)
+        await joined(alice, room, bot_account)
+        await alice.send(room, "why are there tides?")
+
+        async def typing() -> bool:
+            return bot_account.user_id in await alice.typing(room)
+
+        await alice.wait_for(typing)  # the model held before its first sentence
+        before_text.set()
+        await replies(alice, room, bot_account, 1)
+        await router_of(daemon).idle()
+        await alice.send(room, "and why two a day?")
+        await replies(alice, room, bot_account, 2)  # the first words, the model held mid-answer
+
+        async def not_typing() -> bool:
+            return bot_account.user_id not in await alice.typing(room)
+
+        await alice.wait_for(not_typing, timeout=20)
+        after_text.set()
+        await router_of(daemon).idle()
+
+    assert len(reply_requests(api)) == 2
+
+
 async def test_streaming_off_posts_the_reply_once_complete(
     matrix_config: Callable[..., Config], bot_account: MatrixAccount, alice: MatrixUser,  # noqa: F811
     api: AnthropicStandIn,

@@ -9,6 +9,7 @@ sleeping on a clock.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -34,6 +35,7 @@ class MatrixUser:
                                        headers={"Authorization": f"Bearer {account.access_token}"},
                                        timeout=httpx.Timeout(POLL_MS / 1000 + 30))
         self._since: str | None = None
+        self._fresh = 0
         self._media = f"{base_url}/_matrix/media/v3"
 
     async def __aenter__(self) -> MatrixUser:
@@ -121,6 +123,22 @@ class MatrixUser:
             return None
         value = state.get("membership")
         return str(value) if value is not None else None
+
+    async def typing(self, room_id: str) -> list[str]:
+        """Who is typing in the room now, as a fresh `/sync` of it says (its `m.typing` event)."""
+        only_room = {"rooms": [room_id], "timeline": {"limit": 0}, "state": {"types": []},
+                     "ephemeral": {"types": ["m.typing"]}}
+        # Synapse answers a sync the same as one before it from a cache for two minutes: the
+        # timeout is part of its key (an initial sync never waits for it), so each asks anew.
+        self._fresh += 1
+        found = await self.call("GET", "/sync", params={
+            "timeout": str(self._fresh), "filter": json.dumps({"room": only_room, "presence": {"types": []},
+                                                               "account_data": {"types": []}})})
+        room = ((found.get("rooms") or {}).get("join") or {}).get(room_id) or {}
+        for event in (room.get("ephemeral") or {}).get("events") or []:
+            if event.get("type") == "m.typing":
+                return [str(u) for u in (event.get("content") or {}).get("user_ids") or []]
+        return []
 
     async def wait_for(self, check: Callable[[], Awaitable[T | None]], timeout: float = 60.0) -> T:
         """`check()`'s first answer that is not None (or False), asked again whenever this user's
