@@ -37,8 +37,9 @@ METHOD_SCOPES: dict[str, str | None] = {
 TIERS: dict[str, int] = {
     "auth.test": 4, "chat.update": 3, "chat.delete": 3, "conversations.history": 3,
     "conversations.replies": 3, "users.info": 4, "apps.connections.open": 1,
-    # The stream methods' tiers are not published; taken as chat.update's.
-    "chat.startStream": 3, "chat.appendStream": 3, "chat.stopStream": 3,
+    # The stream methods' tiers as slack-morphism, a maintained client, paces them:
+    # starting and stopping a stream tier 2, appending tier 4.
+    "chat.startStream": 2, "chat.appendStream": 4, "chat.stopStream": 2,
     "assistant.threads.setStatus": 3, "files.info": 4,
 }
 TIER_PER_MINUTE = {1: 1, 2: 20, 3: 50, 4: 100}
