@@ -8,6 +8,8 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+import pytest
+
 from bot.config import Config
 from bot.core.messages import ChatRef, InboundMessage
 from bot.core.session_key import build
@@ -16,6 +18,7 @@ from bot.models.brain import AnthropicBrain
 from bot.store import Store
 from bot.testing.anthropic_api import AnthropicStandIn
 from bot.testing.slack_api import SlackStandIn
+from channels.slack import catch_up
 from tests import test_slack
 from tests.harness import API_KEY, reply_requests, running
 from tests.test_slack import ALICE, BOB, DM_ALICE, GENERAL, all_messages, make_channel, settled, slack_daemon
@@ -141,3 +144,26 @@ async def test_a_live_message_waits_for_its_conversations_catch_up(
     stored = [m.text for m in await all_messages(config) if m.role == "user"]
     assert stored == ["before", "missed one", "missed two", "live, meanwhile"]
     assert slack.envelopes[-1].acked
+
+
+async def test_a_rate_limited_history_read_is_waited_out_not_skipped(
+    slack: SlackStandIn, api: AnthropicStandIn, slack_config: Callable[..., Config],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """conversations.history answered 429 at the start (tier 3: many conversations to read back)
+    with a Retry-After longer than a stalled read is given: the read waits it out and the DM written
+    while the daemon was down is answered once, not skipped as an unreadable conversation."""
+    monkeypatch.setattr(catch_up, "HISTORY_TIMEOUT", 1.0)
+    config = slack_config()
+    async with slack_daemon(config) as daemon:
+        slack.message(DM_ALICE, ALICE, "first")
+        await slack.wait_for(lambda: slack.sent)
+        await settled(slack, daemon)
+
+    slack.message(DM_ALICE, ALICE, "sent while you were away", live=False)
+    slack.throttle("conversations.history", retry_after=2)
+    async with caught_up(config) as daemon:
+        await settled(slack, daemon)
+
+    assert [c.status for c in slack.calls_of("conversations.history")] == [429, 200]
+    assert slack.texts_to(DM_ALICE) == ["re: first", "re: sent while you were away"]

@@ -19,7 +19,8 @@ from bot.daemon.assembly import Daemon
 from bot.store import Store
 from bot.testing.anthropic_api import AnthropicStandIn, Text
 from bot.testing.slack_api import SlackStandIn, shown
-from channels.slack.preview import THINKING, Streams, edit_into, retry_after
+from channels.slack.preview import THINKING, Streams, edit_into
+from channels.slack.rate_limits import retry_after
 from tests import test_slack
 from tests.harness import echo
 from tests.test_slack import ALICE, BOB, DM_ALICE, GENERAL, settled, slack_daemon

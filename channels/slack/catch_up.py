@@ -8,6 +8,11 @@ for every thread there with a reply after that point, oldest first. Live message
 wait until its catch-up is done, so what is stored keeps Slack's order; a message that came both
 ways is stored once (the store keeps a conversation's `ts` once).
 
+The reads go through a client that does not wait out a 429: Slack's Retry-After (conversations.history
+is tier 3, about 50 calls a minute, so a start with many conversations to read meets it) is waited
+out here, as often as Slack asks, outside the time a stalled read is given; a conversation is
+skipped only when it is gone, unreadable or its read stalls.
+
 History is read from the start of the window (`max_reply_age` back, a day when it is 0) when that is
 older than the point, so that a thread whose first message is older than the point but which got
 replies since is found; a thread whose first message is older than the window is not.
@@ -27,6 +32,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.core.errors import describe
 from bot.intake.channel import CatchUpPoint, Intake
+from channels.slack.rate_limits import retry_after
 
 log = structlog.get_logger("switchboard.slack")
 
@@ -37,8 +43,10 @@ CATCH_UP_LIMIT = 200
 PAGE_SIZE = 100  # per history call (Slack's own default for internal apps)
 # How far back to look for active conversations when `max_reply_age` is 0 (no cap on answering).
 UNCAPPED_WINDOW = 24 * 3600.0
-# One conversation's read; past it that conversation is skipped.
+# One history call (a page); past it the read has stalled and the conversation is skipped.
 HISTORY_TIMEOUT = 30.0
+# A call answered 429 is tried again after each Retry-After this many times at most.
+RATE_LIMIT_WAITS = 10
 READ_ERRORS = (SlackApiError, OSError, aiohttp.ClientError, TimeoutError)
 
 
@@ -72,11 +80,25 @@ async def _pages(method: Callable[..., Awaitable[Any]], **args: Any) -> list[Jso
     messages: list[Json] = []
     cursor = None
     while True:
-        page = await method(**args, limit=PAGE_SIZE, **({"cursor": cursor} if cursor else {}))
+        page = await _paced(method, **args, limit=PAGE_SIZE, **({"cursor": cursor} if cursor else {}))
         messages.extend(m for m in page.get("messages") or () if isinstance(m.get("ts"), str))
         cursor = (page.get("response_metadata") or {}).get("next_cursor")
         if not page.get("has_more") or not cursor:
             return messages
+
+
+async def _paced(method: Callable[..., Awaitable[Any]], **args: Any) -> Any:
+    """One history call, given HISTORY_TIMEOUT; a 429 is waited out (its Retry-After) and the call
+    made again."""
+    for waits in range(RATE_LIMIT_WAITS + 1):
+        try:
+            async with asyncio.timeout(HISTORY_TIMEOUT):
+                return await method(**args)
+        except SlackApiError as exc:
+            if exc.response.status_code != 429 or waits == RATE_LIMIT_WAITS:
+                raise
+            await asyncio.sleep(retry_after(exc.response.headers))
+    raise AssertionError("unreachable")
 
 
 def _ts(message: Json) -> float:
@@ -84,11 +106,10 @@ def _ts(message: Json) -> float:
 
 
 async def read_or_skip(client: AsyncWebClient, channel: str, after: str, since: float) -> list[Json]:
-    """`missed`, or nothing (logged) when the conversation is gone, unreadable or slow to read."""
+    """`missed`, or nothing (logged) when the conversation is gone, unreadable or its read stalls."""
     started = time.monotonic()
     try:
-        async with asyncio.timeout(HISTORY_TIMEOUT):
-            messages = await missed(client, channel, after, since)
+        messages = await missed(client, channel, after, since)
     except READ_ERRORS as exc:
         error = exc.response.get("error") if isinstance(exc, SlackApiError) else describe(exc)
         log.warning("catch-up skipped a conversation", channel_id=channel, error=error)

@@ -132,13 +132,14 @@ class SlackChannel:
             token=self._bot_token, base_url=self._config.base_url, session=session,
             retry_handlers=[AsyncConnectionErrorRetryHandler(),
                             AsyncRateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES)])
-        self._quick = AsyncWebClient(token=self._bot_token, base_url=self._config.base_url, session=session)
+        quick = self._quick = AsyncWebClient(token=self._bot_token, base_url=self._config.base_url,
+                                             session=session)
         try:
             url = await self._sign_in(client)
             if url is None:
                 return
             points = await self._catch_up.hold(intake, self._config.max_reply_age)
-            catching = asyncio.create_task(self._catch_up.run(client, points, self._config.max_reply_age),
+            catching = asyncio.create_task(self._catch_up.run(quick, points, self._config.max_reply_age),
                                            name=f"{self.provider} catch-up")
             quiet_bolt()
             app = AsyncApp(client=client, process_before_response=True, name=self.provider,

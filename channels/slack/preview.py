@@ -27,7 +27,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 import structlog
@@ -38,6 +37,7 @@ from bot.core.chunking import split_message
 from bot.core.errors import describe
 from bot.delivery.preview import PreviewSkipped, has_first_sentence
 from channels.slack.mrkdwn import CHUNK_LIMIT, slack_chunks
+from channels.slack.rate_limits import retry_after
 
 log = structlog.get_logger("switchboard.slack")
 
@@ -77,17 +77,6 @@ class Streams:
         now, mine = time.monotonic(), f"chat.postMessage {channel}"
         return any(until > now and (key == mine or not key.startswith("chat.postMessage "))
                    for key, until in self.held.items())
-
-
-def retry_after(headers: Any) -> float:
-    """Seconds in a response's Retry-After header (a value or a list of one, as slack_sdk has it)."""
-    for key, value in dict(headers or {}).items():
-        if str(key).lower() == "retry-after":
-            try:
-                return float(value[0] if isinstance(value, list) else value)
-            except (TypeError, ValueError, IndexError):
-                break
-    return 1.0
 
 
 class Askers(OrderedDict[tuple[str, str], str]):
