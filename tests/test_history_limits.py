@@ -25,6 +25,10 @@ SHAPES: dict[str, str] = {
     "discord direct thread": "agent:main:discord:direct:9:thread:99",
     "discord channel": "agent:main:discord:channel:555",
     "discord channel thread": "agent:main:discord:channel:555:thread:777",
+    "matrix direct": "agent:main:matrix:direct:@ada:example.org",
+    "matrix direct thread": "agent:main:matrix:direct:@ada:example.org:thread:$root:example.org",
+    "matrix room": "agent:main:matrix:room:!tea:example.org",
+    "matrix room thread": "agent:main:matrix:room:!tea:example.org:thread:$root:example.org",
 }
 
 PER_DM, DM, CHANNEL, CONVERSATION = 2, 3, 4, 5
@@ -35,6 +39,8 @@ def _per_dm() -> dict[str, Any]:
     return {
         "telegram": {"dms": {"42": {"history_limit": PER_DM}, "-100123": {"history_limit": 1}}},
         "discord": {"dms": {"9": {"history_limit": PER_DM}, "555": {"history_limit": 1}}},
+        "matrix": {"dms": {"@ada:example.org": {"history_limit": PER_DM},
+                           "!tea:example.org": {"history_limit": 1}}},
     }
 
 
@@ -50,7 +56,7 @@ def _merge(*parts: dict[str, Any]) -> dict[str, Any]:
 
 
 def _channels(**values: Any) -> dict[str, Any]:
-    return {"channels": {"telegram": dict(values), "discord": dict(values)}}
+    return {"channels": {"telegram": dict(values), "discord": dict(values), "matrix": dict(values)}}
 
 
 LEVELS: dict[str, dict[str, Any]] = {

@@ -536,3 +536,34 @@ async def test_a_room_message_naming_the_bot_by_its_display_name_starts_a_turn(
 
     assert answer["content"]["body"] == f"re: [{name_of(alice)}]: tidewatch, when is high tide?"
     assert len(reply_requests(api)) == 1
+
+
+async def test_a_thread_in_a_room_of_version_1_is_answered_in_its_own_session(
+    matrix_config: Callable[..., Config], bot_account: MatrixAccount, alice: MatrixUser, bob: MatrixUser,
+    api: AnthropicStandIn,
+) -> None:
+    """Rooms of versions 1 and 2 name events `$id:server`, colon included: a thread there is a
+    session of its own (the root's id whole in the key), answered in the thread, and the
+    message after it is taken too (the batch is not retried forever)."""
+    config = matrix_config()
+    async with matrix_daemon(config, bot_account.access_token) as daemon:
+        room = str((await alice.call("POST", "/createRoom", {
+            "invite": [bot_account.user_id, bob.user_id], "preset": "private_chat",
+            "room_version": "1"}))["room_id"])
+        await bob.join(room)
+        await joined(alice, room, bot_account)
+        root = await alice.send(room, "a thread about tea")
+        await alice.send(room, "green or black?", thread_root=root, mentions=(bot_account.user_id,))
+        (reply,) = await replies(alice, room, bot_account)
+        await alice.send(room, "and coffee?", mentions=(bot_account.user_id,))
+        await replies(alice, room, bot_account, 2)
+        await router_of(daemon).idle()
+
+    assert ":" in root
+    assert reply["content"]["m.relates_to"]["event_id"] == root
+    async with Store.open(config.database_path()) as store:
+        thread = await store.history(f"agent:main:matrix:room:{room}:thread:{root}", 10)
+        main = await store.history(f"agent:main:matrix:room:{room}", 10)
+    assert [m.text for m in thread if m.role == "user"] == ["green or black?"]
+    assert [m.text for m in main if m.role == "user"] == ["a thread about tea", "and coffee?"]
+    assert len(reply_requests(api)) == 2

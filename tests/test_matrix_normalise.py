@@ -28,13 +28,17 @@ def event(body: str, **content: Any) -> dict[str, Any]:
     f"agent:main:matrix:room:{ROOM}",
     f"agent:main:matrix:room:{ROOM}:thread:$root",
     f"agent:main:matrix:direct:{ADA}:thread:$root",
+    f"agent:main:matrix:room:{ROOM}:thread:$root:example.org",
+    f"agent:main:matrix:direct:{ADA}:thread:$root:example.org:8448",
 ])
 def test_matrix_keys_keep_the_colons_of_their_ids(text: str) -> None:
-    """A Matrix id is one peer, colons and port included; the thread suffix is found after it."""
+    """A Matrix id is one peer, colons and port included; the thread suffix is found after it,
+    its root's event id whole (`$id:server` in rooms of versions 1 and 2)."""
     key = parse(text)
     assert str(key) == text
     assert key.peer in (ADA, ROOM)
-    assert (key.suffix_id == "$root") == text.endswith(":thread:$root")
+    assert key.suffix_id == (text.partition(":thread:")[2] or None)
+    assert parse(str(key.base())).peer == key.peer
 
 
 def test_only_a_matrix_peer_may_have_colons() -> None:
@@ -43,6 +47,8 @@ def test_only_a_matrix_peer_may_have_colons() -> None:
     assert str(key) == f"agent:main:matrix:room:{ROOM}:thread:$x"
     with pytest.raises(ValueError, match="must not contain ':'"):
         build("main", "telegram", "group", "12:34")
+    with pytest.raises(ValueError, match="must not contain ':'"):
+        build("main", "discord", "channel", "5", thread="$root:example.org")
     with pytest.raises(ValueError, match="6 parts"):
         parse("agent:main:telegram:direct:42:extra")
 

@@ -17,6 +17,7 @@ _KIND_ALIASES: dict[str, ChatKind] = {"dm": "direct"}
 # A peer starting with one of these is a Matrix id, the one kind of peer with colons in it
 # (`@user:server`, `!room:server`); every other part of a key has none.
 MATRIX_SIGILS = ("@", "!")
+MATRIX_EVENT_SIGIL = "$"
 # Whitespace as str.isspace() knows it (re's \s is the same set), in one search rather than a
 # generator over each character: keys are built and parsed several times per message.
 _SPACE = re.compile(r"\s")
@@ -46,7 +47,9 @@ class SessionKey:
                 raise SessionKeyError(
                     f"unknown suffix {self.suffix_kind!r}; expected one of {SUFFIXES}"
                 )
-            _check_part("suffix_id", self.suffix_id or "")
+            # A Matrix thread's root is an event id, `$id:server` in rooms of versions 1 and 2.
+            _check_part("suffix_id", self.suffix_id or "", colons=self.peer[:1] in MATRIX_SIGILS
+                        and (self.suffix_id or "")[:1] == MATRIX_EVENT_SIGIL)
 
     def __str__(self) -> str:
         base = f"agent:{self.agent_id}:{self.provider}:{self.kind}:{self.peer}"
@@ -97,10 +100,16 @@ def parse(text: str) -> SessionKey:
     parts = text.split(":")
     if len(parts) > 5 and parts[4][:1] in MATRIX_SIGILS:
         # A Matrix peer ("@ada:example.org", "!room:example.org:8448") keeps its colons; a
-        # thread suffix is the last two parts.
-        suffixed = len(parts) >= 7 and parts[-2] in SUFFIXES  # "@ada:example.org" or a bare "@"
-        peer = ":".join(parts[4:-2] if suffixed else parts[4:])
-        parts = [*parts[:4], peer, *(parts[-2:] if suffixed else [])]
+        # thread suffix is the first "thread" before an event id ("$root", or "$root:server"
+        # in rooms of versions 1 and 2, colons kept), else the last two parts.
+        cut = next((i for i in range(5, len(parts) - 1)
+                    if parts[i] in SUFFIXES and parts[i + 1][:1] == MATRIX_EVENT_SIGIL), None)
+        if cut is not None:
+            parts = [*parts[:4], ":".join(parts[4:cut]), parts[cut], ":".join(parts[cut + 1:])]
+        else:
+            suffixed = len(parts) >= 7 and parts[-2] in SUFFIXES  # "@ada:example.org" or a bare "@"
+            peer = ":".join(parts[4:-2] if suffixed else parts[4:])
+            parts = [*parts[:4], peer, *(parts[-2:] if suffixed else [])]
     if len(parts) not in (5, 7):
         raise SessionKeyError(
             f"session key {text!r} has {len(parts)} parts; expected "
