@@ -167,3 +167,29 @@ async def test_a_rate_limited_history_read_is_waited_out_not_skipped(
 
     assert [c.status for c in slack.calls_of("conversations.history")] == [429, 200]
     assert slack.texts_to(DM_ALICE) == ["re: first", "re: sent while you were away"]
+
+
+async def test_a_channel_the_app_was_removed_from_is_skipped_and_the_rest_caught_up(
+    slack: SlackStandIn, api: AnthropicStandIn, slack_config: Callable[..., Config]
+) -> None:
+    """The app removed from a channel while the daemon was down: Slack refuses its history
+    (not_in_channel), so the start skips it with a warning, and a DM written meanwhile is still
+    caught up and answered once; nothing is posted where the app is no member."""
+    config = slack_config()
+    mention = f"<@{slack.bot_user_id}>"
+    async with slack_daemon(config) as daemon:
+        slack.message(GENERAL, BOB, f"{mention} hello")
+        slack.message(DM_ALICE, ALICE, "first")
+        await slack.wait_for(lambda: len(slack.sent) == 2)
+        await settled(slack, daemon)
+
+    slack.remove_bot(GENERAL)
+    slack.message(GENERAL, BOB, f"{mention} are you still here?", live=False)
+    slack.message(DM_ALICE, ALICE, "sent while you were away", live=False)
+    async with caught_up(config) as daemon:
+        await settled(slack, daemon)
+
+    assert [c.error for c in slack.calls_of("conversations.history")
+            if c.args.get("channel") == GENERAL] == ["not_in_channel"]
+    assert slack.texts_to(DM_ALICE) == ["re: first", "re: sent while you were away"]
+    assert [m.text for m in slack.sent if m.channel == GENERAL] == ["re: [bob]: @switchboard hello"]

@@ -102,7 +102,8 @@ def test_gating_and_what_the_model_reads() -> None:
 
 
 async def test_the_standin_refuses_as_slack_does() -> None:
-    """Unknown methods, bad tokens, the wrong kind of token and a missing scope are `ok: false`."""
+    """Unknown methods, bad tokens, the wrong kind of token, a missing scope and a channel the bot
+    is no member of are `ok: false`."""
     async with SlackStandIn(scopes=frozenset({"chat:write"})) as slack:
         bot = AsyncWebClient(token=slack.bot_token, base_url=slack.base_url)
         wrong = AsyncWebClient(token="xoxb-wrong", base_url=slack.base_url)
@@ -112,7 +113,9 @@ async def test_the_standin_refuses_as_slack_does() -> None:
             "bot token opening a socket": lambda: bot.apps_connections_open(app_token=slack.bot_token),
             "no users:read": lambda: bot.users_info(user="U0BOT"),
             "no text": lambda: bot.api_call("chat.postMessage", json={"channel": "C0GENERAL"}),
+            "not a member": lambda: bot.chat_postMessage(channel="C0ELSEWHERE", text="hi"),
         }
+        slack.remove_bot("C0ELSEWHERE")
         refused = {}
         for name, call in calls.items():
             with pytest.raises(SlackApiError) as info:
@@ -122,7 +125,8 @@ async def test_the_standin_refuses_as_slack_does() -> None:
         again = await bot.chat_postMessage(channel="C0GENERAL", text="hi")
     assert refused == {"unknown": "unknown_method", "bad token": "invalid_auth",
                        "bot token opening a socket": "not_allowed_token_type",
-                       "no users:read": "missing_scope", "no text": "no_text"}
+                       "no users:read": "missing_scope", "no text": "no_text",
+                       "not a member": "not_in_channel"}
     assert slack.calls_of("users.info")[0].error == "missing_scope"
     assert float(again["ts"]) > float(posted["ts"]) and len(posted["ts"].split(".")[1]) == 6
 

@@ -4,8 +4,9 @@ slack_sdk and slack-bolt clients: `AsyncWebClient(base_url=standin.base_url)`.
 Strict as Slack is: every answer is HTTP 200 with `{"ok": false, "error": ...}` for a refusal
 (`unknown_method`, `not_authed`, `invalid_auth`, `not_allowed_token_type`, `missing_scope` with
 `needed` and `provided`, `channel_not_found`, `no_text`, `msg_too_long`, `message_not_found`,
-`cant_update_message`), except a rate limit: HTTP 429 with `Retry-After` and `error: ratelimited`.
-Message ids are `ts` strings ("1700000000.000100"), unique and increasing per channel.
+`cant_update_message`, `not_in_channel` where the bot is no member), except a rate limit: HTTP 429
+with `Retry-After` and `error: ratelimited`. Message ids are `ts` strings ("1700000000.000100"),
+unique and increasing per channel.
 
 Streams (`chat.startStream` in a thread, naming the recipient and their team; `appendStream`,
 `stopStream`) grow one message; an open stream cannot be edited, a stopped or ended one answers
@@ -20,7 +21,6 @@ envelopes, users, history and messages posted.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import time
 from collections.abc import Callable
@@ -34,6 +34,7 @@ from bot.testing.slack_streams import SlackStreams
 from bot.testing.slack_values import (
     BOT_SCOPES,
     MAX_TEXT,
+    MEMBERS_ONLY,
     METHOD_SCOPES,
     TIER_PER_MINUTE,
     TIERS,
@@ -45,6 +46,7 @@ from bot.testing.slack_values import (
     UpdatedMessage,
     channel_type,
     history_scope,
+    page,
     shown,
     token_of,
     user,
@@ -79,6 +81,7 @@ class SlackStandIn(SocketMode, SlackFiles, SlackStreams):
         SlackStreams.__init__(self)
         self.users: dict[str, Json] = {bot_user_id: user(bot_user_id, "switchboard", is_bot=True)}
         self.history: dict[str, list[Json]] = {}  # channel -> messages, oldest first
+        self.outside: set[str] = set()  # channels the bot is no member of (see remove_bot)
         self._ts = Timestamps()
         self._throttled: dict[str, list[float]] = {}  # method -> Retry-After of the next refusals
         self._delays: dict[str, list[float]] = {}  # method -> seconds the next answers wait
@@ -157,13 +160,18 @@ class SlackStandIn(SocketMode, SlackFiles, SlackStreams):
                 parent["thread_ts"] = thread_ts
         self.history.setdefault(channel, []).append({k: v for k, v in event.items()
                                                      if k not in ("channel", "event_ts", "channel_type")})
-        if not live:
+        if not live or channel in self.outside:
             return event
         self.dispatch(event)
         if f"<@{self.bot_user_id}>" in text and not channel.startswith("D"):
             mention = {k: v for k, v in event.items() if k != "channel_type"}
             self.dispatch({**mention, "type": "app_mention"})
         return event
+
+    def remove_bot(self, channel: str) -> None:
+        """The bot is removed from a channel: as on Slack, none of its messages is sent to the app,
+        and posting or reading history there is refused `not_in_channel`."""
+        self.outside.add(channel)
 
     def dm_of(self, user_id: str) -> str:
         """The id of the app's DM with a member: "D" and the rest of theirs (U0ALICE → D0ALICE)."""
@@ -267,6 +275,8 @@ class SlackStandIn(SocketMode, SlackFiles, SlackStreams):
         if needed is not None and needed not in self.scopes:
             return {"ok": False, "error": "missing_scope", "needed": needed,
                     "provided": ",".join(sorted(self.scopes))}
+        if method in MEMBERS_ONLY and str(args.get("channel", "")) in self.outside:
+            return {"ok": False, "error": "not_in_channel"}
         return None
 
     def _rate_limited(self, method: str, args: Json) -> float | None:
@@ -355,7 +365,7 @@ class SlackStandIn(SocketMode, SlackFiles, SlackStreams):
         if channel not in self.history:
             return {"ok": False, "error": "channel_not_found"}
         top = [m for m in self.history[channel] if m.get("thread_ts") in (None, m["ts"])]
-        return self._page(top, args, newest_first=True)
+        return page(top, args, newest_first=True)
 
     def _conversations_replies(self, args: Json) -> Json:
         channel, ts = str(args.get("channel", "")), str(args.get("ts", ""))
@@ -364,7 +374,7 @@ class SlackStandIn(SocketMode, SlackFiles, SlackStreams):
         thread = [m for m in self.history[channel] if m["ts"] == ts or m.get("thread_ts") == ts]
         if not thread:
             return {"ok": False, "error": "thread_not_found"}
-        return self._page(thread, args, newest_first=False)
+        return page(thread, args, newest_first=False)
 
     def _users_info(self, args: Json) -> Json:
         found = self.users.get(str(args.get("user", "")))
@@ -372,26 +382,3 @@ class SlackStandIn(SocketMode, SlackFiles, SlackStreams):
 
     def _find(self, channel: str, ts: str) -> Json | None:
         return next((m for m in self.history.get(channel, []) if m["ts"] == ts), None)
-
-    @staticmethod
-    def _page(messages: list[Json], args: Json, *, newest_first: bool) -> Json:
-        oldest, latest = float(args.get("oldest") or 0), float(args.get("latest") or "inf")
-        inclusive = str(args.get("inclusive", "")).lower() in ("1", "true")
-        limit = int(args.get("limit") or 100)
-
-        def within(ts: float) -> bool:
-            return (oldest <= ts <= latest) if inclusive else (oldest < ts < latest)
-
-        found = [m for m in messages if within(float(m["ts"]))]
-        found = found[::-1] if newest_first else found
-        start = 0
-        if args.get("cursor"):
-            try:
-                start = int(base64.b64decode(str(args["cursor"])).decode().removeprefix("next:"))
-            except ValueError:
-                return {"ok": False, "error": "invalid_cursor"}
-        has_more = len(found) > start + limit
-        cursor = base64.b64encode(f"next:{start + limit}".encode()).decode() if has_more else ""
-        return {"ok": True, "messages": json.loads(json.dumps(found[start:start + limit])),
-                "has_more": has_more, "response_metadata": {"next_cursor": cursor}}
-

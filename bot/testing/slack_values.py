@@ -4,6 +4,8 @@ carries."""
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,6 +34,9 @@ METHOD_SCOPES: dict[str, str | None] = {
     "assistant.threads.setStatus": "assistant:write",
     "files.info": "files:read",
 }
+# Methods Slack refuses (`not_in_channel`) in a channel the bot is no member of.
+MEMBERS_ONLY = frozenset({"chat.postMessage", "chat.startStream", "conversations.history",
+                          "conversations.replies"})
 # Slack's rate tiers per method (calls a minute, per workspace); chat.postMessage is "special":
 # about one message a second per channel.
 TIERS: dict[str, int] = {
@@ -160,3 +165,28 @@ def token_of(headers: Mapping[str, str], args: Json) -> str | None:
     header = headers.get("Authorization", "")
     token = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else args.get("token")
     return str(token) if token else None
+
+
+def page(messages: list[Json], args: Json, *, newest_first: bool) -> Json:
+    """One page of a history method's answer: `oldest`/`latest`/`inclusive` applied, `limit`
+    messages from the `cursor` on, and the cursor of the next page."""
+    oldest, latest = float(args.get("oldest") or 0), float(args.get("latest") or "inf")
+    inclusive = str(args.get("inclusive", "")).lower() in ("1", "true")
+    limit = int(args.get("limit") or 100)
+
+    def within(ts: float) -> bool:
+        return (oldest <= ts <= latest) if inclusive else (oldest < ts < latest)
+
+    found = [m for m in messages if within(float(m["ts"]))]
+    found = found[::-1] if newest_first else found
+    start = 0
+    if args.get("cursor"):
+        try:
+            start = int(base64.b64decode(str(args["cursor"])).decode().removeprefix("next:"))
+        except ValueError:
+            return {"ok": False, "error": "invalid_cursor"}
+    has_more = len(found) > start + limit
+    cursor = base64.b64encode(f"next:{start + limit}".encode()).decode() if has_more else ""
+    return {"ok": True, "messages": json.loads(json.dumps(found[start:start + limit])),
+            "has_more": has_more, "response_metadata": {"next_cursor": cursor}}
+
