@@ -61,19 +61,19 @@ async def test_discord_killed_under_load_catches_up_and_answers_once(tmp_path: P
 async def test_matrix_killed_under_load_resumes_from_its_sync_token_and_answers_once(
     tmp_path: Path, synapse: SynapseServer,
 ) -> None:
-    """Three SIGKILLs while 4 people write to the bot's direct chats on the real Synapse (also while
-    it is down): every message is stored once and answered once, with no exception for a send
-    window: a reply resent after a kill carries its transaction id, and Synapse posts it once."""
-    plan = Plan(signals=("kill",) * 3, users=4, per_cycle=3, seed=11, max_uptime=1.2, downtime=0.3,
+    """Three SIGKILLs while 10 people write to the bot's direct chats on the real Synapse (also
+    while it is down): every message is stored once and answered once, with no exception for a
+    send window: a reply resent after a kill carries its transaction id, and Synapse posts it once."""
+    plan = Plan(signals=("kill",) * 3, users=10, per_cycle=1, seed=11, max_uptime=1.2, downtime=0.3,
                 quiet=3.0)
     check_nothing_lost_nothing_twice(await crash_run("matrix", plan, tmp_path, synapse=synapse))
 
 
 async def test_slack_killed_under_load_catches_up_and_answers_once(tmp_path: Path) -> None:
-    """Three SIGKILLs while 6 users DM the app over Socket Mode (what they write while it is down is
+    """Three SIGKILLs while 20 users DM the app over Socket Mode (what they write while it is down is
     only in history, as on Slack): every message is stored once (caught up from history, or sent
     again unacknowledged) and answered once (bar a kill inside the send window: chat.postMessage has
     no idempotency key), nothing left waiting."""
-    plan = Plan(signals=("kill",) * 3, users=6, per_cycle=2, seed=13, max_uptime=1.2, downtime=0.3,
+    plan = Plan(signals=("kill",) * 3, users=20, per_cycle=1, seed=13, max_uptime=1.2, downtime=0.3,
                 quiet=3.0)
     check_nothing_lost_nothing_twice(await crash_run("slack", plan, tmp_path))
