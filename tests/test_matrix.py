@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from structlog.testing import capture_logs
 
 from bot.config import Config
 from bot.core.errors import DeliveryError
@@ -233,18 +234,21 @@ async def test_an_invite_to_an_encrypted_room_is_refused_with_one_line(
     """Even Alice's invite to an end-to-end encrypted room is refused, never silently: the bot
     says so in the room, once, and leaves."""
     config = matrix_config()
-    async with matrix_daemon(config, bot_account.access_token):
-        room = str((await alice.call("POST", "/createRoom", {
+    with capture_logs() as logs:
+        async with matrix_daemon(config, bot_account.access_token):
+            room = str((await alice.call("POST", "/createRoom", {
             "invite": [bot_account.user_id], "preset": "private_chat",
             "initial_state": [{"type": "m.room.encryption", "state_key": "",
                                "content": {"algorithm": "m.megolm.v1.aes-sha2"}}]}))["room_id"])
 
-        async def left() -> bool:
-            return await alice.membership(room, bot_account.user_id) == "leave"
+            async def left() -> bool:
+                return await alice.membership(room, bot_account.user_id) == "leave"
 
-        await alice.wait_for(left)
+            await alice.wait_for(left)
     (notice,) = await alice.messages(room, sender=bot_account.user_id)
     assert notice["content"]["body"] == ENCRYPTED_NOTICE
+    assert [(e["log_level"], e.get("room_id")) for e in logs if "encrypted" in e["event"]] == [
+        ("warning", room)]
 
 
 async def test_a_room_that_turns_encryption_on_is_left_with_one_line(
@@ -255,28 +259,31 @@ async def test_a_room_that_turns_encryption_on_is_left_with_one_line(
     once that it cannot read encrypted rooms and leaves; what came after is neither answered nor
     stored, encrypted or not."""
     config = matrix_config()
-    async with matrix_daemon(config, bot_account.access_token) as daemon:
-        room = await alice.create_room(invite=(bot_account.user_id,), direct=True)
-        await joined(alice, room, bot_account)
-        await alice.send(room, "in plain text")
-        await replies(alice, room, bot_account, 1)
-        await alice.call("PUT", f"/rooms/{quote(room)}/state/m.room.encryption/",
-                         {"algorithm": "m.megolm.v1.aes-sha2"})
-        await alice.send_content(room, {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgA",
-                                        "sender_key": "k", "device_id": "D", "session_id": "s"},
-                                 kind="m.room.encrypted")
-        await alice.send(room, "after encryption")
+    with capture_logs() as logs:
+        async with matrix_daemon(config, bot_account.access_token) as daemon:
+            room = await alice.create_room(invite=(bot_account.user_id,), direct=True)
+            await joined(alice, room, bot_account)
+            await alice.send(room, "in plain text")
+            await replies(alice, room, bot_account, 1)
+            await alice.call("PUT", f"/rooms/{quote(room)}/state/m.room.encryption/",
+                             {"algorithm": "m.megolm.v1.aes-sha2"})
+            await alice.send_content(room, {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgA",
+                                            "sender_key": "k", "device_id": "D", "session_id": "s"},
+                                     kind="m.room.encrypted")
+            await alice.send(room, "after encryption")
 
-        async def left() -> bool:
-            return await alice.membership(room, bot_account.user_id) == "leave"
+            async def left() -> bool:
+                return await alice.membership(room, bot_account.user_id) == "leave"
 
-        await alice.wait_for(left)
-        await router_of(daemon).idle()
+            await alice.wait_for(left)
+            await router_of(daemon).idle()
     said = [e["content"]["body"] for e in await alice.messages(room, sender=bot_account.user_id)]
     async with Store.open(config.database_path()) as store:
         history = await store.history(f"agent:main:matrix:direct:{alice.user_id}", 10)
 
     assert said == ["re: in plain text", ENCRYPTED_NOTICE]
+    assert [(e["log_level"], e.get("room_id")) for e in logs if "encrypted" in e["event"]] == [
+        ("warning", room)]
     assert [(m.role, m.text) for m in history] == [("user", "in plain text"),
                                                    ("assistant", "re: in plain text")]
     assert len(reply_requests(api)) == 1
