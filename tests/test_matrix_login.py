@@ -72,3 +72,27 @@ def test_a_homeserver_not_answering_is_named_exit_1(tmp_path: Path) -> None:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr
     assert lines[0].startswith(f"switchboard: the homeserver {homeserver} does not answer"), lines
+
+
+def test_an_account_logs_in_with_its_own_user_and_prints_its_own_variable(
+    tmp_path: Path, synapse: SynapseServer, bot_account: MatrixAccount,
+) -> None:
+    """`--account work` logs in as that account's user, on the homeserver it inherits from
+    [channels.matrix], and prints the line for its own `access_token_env`; an account the config
+    does not have is a usage error naming the ones it has."""
+    work = synapse.register(password="work horse battery")
+    config = config_file(tmp_path, synapse.base_url, bot_account.user_id)
+    with config.open("a", encoding="utf-8") as toml:
+        toml.write(f'[channels.matrix.accounts.work]\nuser_id = "{work.user_id}"\n'
+                   f'access_token_env = "WORK_MATRIX_TOKEN"\n')
+    done = switchboard(tmp_path, "matrix", "login", "--account", "work", "--password-stdin",
+                       "--config", str(config), stdin="work horse battery\n")
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    assert line.startswith("WORK_MATRIX_TOKEN=")
+    assert whoami(synapse.base_url, line.removeprefix("WORK_MATRIX_TOKEN=")) == work.user_id
+
+    unknown = switchboard(tmp_path, "matrix", "login", "--account", "home", "--password-stdin",
+                          "--config", str(config), stdin="work horse battery\n")
+    assert unknown.returncode == 2 and unknown.stdout == ""
+    assert "(its accounts: work)" in unknown.stderr
