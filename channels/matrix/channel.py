@@ -5,9 +5,10 @@ daemon's event loop; normalising and gating is `channels.matrix.normalise`, rend
 Nothing lost: `/sync` is long-polled by hand, and its `next_batch` token is kept (through the
 intake's `CursorKeeper`, in the store) only once every event it moved past was stored or
 deliberately skipped; an event that fails to store leaves the token where it was, and the same
-batch comes again (the store drops events it holds, by event id). The first start of an account
-takes no history: it keeps the token of an initial sync and answers what comes after. A room's
-timeline cut short (`limited`, after a long absence) is filled from `/messages` first
+batch comes again (the store drops events it holds, by event id); one that fails a second time
+the same way is the event's own fault and is quarantined, as a Telegram update is. The first
+start of an account takes no history: it keeps the token of an initial sync and answers what comes
+after. A room's timeline cut short (`limited`, after a long absence) is filled from `/messages` first
 (`channels.matrix.sync`).
 Nothing twice: each chunk of a reply is sent with `PUT /send/m.room.message/{txnId}`, its txnId
 derived from the reply, the room, the chunk's index and text, so a chunk resent after a crash
@@ -38,13 +39,14 @@ from mautrix.types import EventID, EventType, RoomID, UserID
 
 from bot.config import MatrixConfig
 from bot.core.errors import ChannelNotStartedError, DeliveryError, describe
-from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
+from bot.core.messages import ChatRef, OutboundMessage
 from bot.core.misconfiguration import report, token_refused
 from bot.core.stopping import unless_stopped
 from bot.delivery.preview import PreviewStream
 from bot.intake.access import RefusalNotices, refused_dm_reply
 from bot.intake.channel import ChunkSent, Intake, PreviewPosted, ReplyPreview
 from bot.intake.cursor import CursorKeeper
+from bot.intake.quarantine import RepeatedFailures, printable, raw_json, reason
 from channels.matrix.encryption import ENCRYPTED_NOTICE, encryption_start
 from channels.matrix.format import chunk_event, matrix_chunks
 from channels.matrix.media import with_media
@@ -83,6 +85,7 @@ class MatrixChannel:
         self._rooms = RoomDirectory()
         self._names: dict[str, str] = {}
         self._notices = RefusalNotices()
+        self._failures = RepeatedFailures()  # events not stored, to quarantine one failing twice alike
         self._stopped = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -280,18 +283,22 @@ class MatrixChannel:
             return
         if verdict == "ignore":
             return
-        inbound = to_inbound(msg, agent_id=self._agent_id, bot_user_id=self._user_id,
-                             display_name=self._display_name, config=self._config,
-                             sender_name=await self._name_of(msg.sender), provider=self.provider)
-        if inbound is None:
+        name, told = await self._name_of(msg.sender), None
+        try:  # raising keeps the token: the batch comes again; a second same failure is the event's
+            inbound = to_inbound(msg, agent_id=self._agent_id, bot_user_id=self._user_id,
+                                 display_name=self._display_name, config=self._config,
+                                 sender_name=name, provider=self.provider)
+            if inbound is not None:
+                inbound, told = await with_media(msg, inbound, core, client)
+                await core.submit(inbound)
+        except Exception as exc:
+            if not self._failures.repeated(msg.event_id, exc):
+                raise
+            await core.quarantine(self.provider, printable(msg.event_id), raw_json(event), reason(exc))
             return
-        inbound, told = await with_media(msg, inbound, core, client)
-        await self._submit(core, inbound)
+        self._failures.forget(msg.event_id)
         if told is not None:
             await self._notify(msg, told)
-
-    async def _submit(self, core: Intake, inbound: InboundMessage) -> None:
-        await core.submit(inbound)  # raising keeps the token: the batch comes again
 
     async def _name_of(self, user_id: str) -> str:
         """A user's display name (kept for the run); the localpart when the homeserver does not say."""

@@ -1,0 +1,47 @@
+"""A Matrix event that can never be stored, against the real Synapse: as a Telegram update, it is
+taken again once (the failure may be passing), then quarantined, and the events after it flow."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+
+from bot.config import Config
+from bot.store import Store
+from bot.testing.anthropic_api import AnthropicStandIn
+from bot.testing.matrix_user import MatrixUser
+from bot.testing.synapse import MatrixAccount
+from tests.harness import reply_requests, router_of
+from tests.test_matrix import alice, bot_account, joined, matrix_config, matrix_daemon, replies  # noqa: F401
+
+
+async def test_an_event_the_store_refuses_twice_is_quarantined_and_the_next_one_answered(
+    matrix_config: Callable[..., Config], bot_account: MatrixAccount, alice: MatrixUser,  # noqa: F811
+    api: AnthropicStandIn,
+) -> None:
+    """The database refuses one message (as a full disk would, but only that one, every time):
+    the sync token stays on it for one more try, then it is kept raw in the quarantine with its
+    error, and Alice's next message is stored and answered."""
+    config = matrix_config()
+    async with matrix_daemon(config, bot_account.access_token) as daemon:
+        room = await alice.create_room(invite=(bot_account.user_id,), direct=True)
+        await joined(alice, room, bot_account)
+        with sqlite3.connect(config.database_path()) as db:
+            db.execute("CREATE TRIGGER refuse_poison BEFORE INSERT ON messages WHEN NEW.text = 'poison' "
+                       "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
+        poison = await alice.send(room, "poison")
+        await alice.send(room, "after the poison")
+        (answer,) = await replies(alice, room, bot_account)
+        await router_of(daemon).idle()
+
+    assert answer["content"]["body"] == "re: after the poison"
+    async with Store.open(config.database_path()) as store:
+        history = await store.history(f"agent:main:matrix:direct:{alice.user_id}", 10)
+        (kept,) = await store.quarantined("matrix")
+    assert [m.text for m in history] == ["after the poison", "re: after the poison"]
+    provider, ref, raw, error = kept
+    assert (provider, ref) == ("matrix", poison)
+    assert json.loads(raw)["content"]["body"] == "poison"
+    assert "database or disk is full" in error
+    assert len(reply_requests(api)) == 1
