@@ -140,14 +140,19 @@ async def test_a_switch_of_encoder_embeds_again_and_never_compares_the_two(
     store: Store, embedder: Embedder, static: Embedder
 ) -> None:
     """MiniLM's vectors and the static table's carry different model ids: after a switch every
-    message is pending for the new encoder, and its vector replaces the old one."""
-    message = await say_in(store, "I looked into adoption agencies last week")
-    assert await embed_all(store, embedder) == 1
+    message is pending for the new encoder, and its vector replaces the old one (several messages
+    of a session in one batch)."""
+    said = [await say_in(store, "I looked into adoption agencies last week"),
+            await say_in(store, "and then I rang two of them")]
+    ids = [message.id for message in said]
+    assert await embed_all(store, embedder) == 2
     assert embedder.model_id != static.model_id
-    assert [m.id for m in await store.pending_embeddings(static.model_id)] == [message.id]
-    assert await embed_all(store, static) == 1
-    assert await stored_vectors(store) == {message.id: static.model_id}
-    assert [m.id for m in await store.pending_embeddings(embedder.model_id)] == [message.id]
+    assert [m.id for m in await store.pending_embeddings(static.model_id)] == ids
+    assert await embed_all(store, static) == 2
+    assert await stored_vectors(store) == dict.fromkeys(ids, static.model_id)
+    assert [m.id for m in await store.pending_embeddings(embedder.model_id)] == ids
+    kept, counted = await counts_and_aggregate(store)
+    assert kept == counted
 
 
 async def test_a_fact_said_in_other_words_is_nearer_than_distractors_sharing_words(

@@ -1,0 +1,3 @@
+-- 28: nothing to do on PostgreSQL. SQLite's vector-count triggers failed inside an upsert (a
+-- switch of encoder: the trigger's INSERT OR IGNORE took the outer statement's conflict policy);
+-- PostgreSQL's trigger function adds the row with its own ON CONFLICT, which holds there.
