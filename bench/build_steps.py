@@ -30,6 +30,7 @@ PARTS = {
     "turns_at": "recalled turns read",
     "semantic_matches_counted": "vector search",
     "semantic_matches_of": "vector search",
+    "semantic_matches": "vector search",
     "save_embeddings": "request's vector stored",
 }
 
