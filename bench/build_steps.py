@@ -30,6 +30,7 @@ PARTS = {
     "turns_at": "recalled turns read",
     "semantic_matches_counted": "vector search",
     "semantic_matches_of": "vector search",
+    "semantic_matches": "vector search",
     "save_embeddings": "request's vector stored",
 }
 
@@ -100,11 +101,13 @@ class TimedStore:
 
 
 class TimedEncoder:
-    """The sentence encoder, its time counted as "question encoded" (it runs in its thread)."""
+    """The sentence encoder, its time counted as "question encoded" (in its thread; the static
+    table's on the event loop, the request and its content words: `SemanticRecall.content_matches`)."""
 
     def __init__(self, encoder: Any, parts: Parts) -> None:
         self.model_id = encoder.model_id
-        self.encode = parts.timed("question encoded (its thread)", encoder.encode)
+        self.mean_of_words = getattr(encoder, "mean_of_words", False)
+        self.encode = parts.timed("question encoded", encoder.encode)
 
 
 @contextlib.contextmanager

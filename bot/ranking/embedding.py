@@ -56,6 +56,10 @@ class Embedder(abc.ABC):
 
     model_id: str
     dim: int
+    # Whether a text's vector is a mean of its words' vectors, order and context unseen (the
+    # static table): a request is then searched by its content words alone, which the words
+    # around them ("what", "have I", "this") would only pull towards every other question.
+    mean_of_words = False
 
     @abc.abstractmethod
     def encode(self, texts: Sequence[str]) -> Vectors: ...

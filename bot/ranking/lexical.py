@@ -33,6 +33,9 @@ STOPWORDS = frozenset(str.split(
     "please thanks thank okay yes yeah no hey hello remember remind tell know think said say "
     "get got make made want need like one two ok hi"
 ))
+# Stopwords that say what kind of answer a question wants (a place, a person, an amount):
+# `content_text` keeps them beside the content words.
+ASKING = frozenset(str.split("what when where which who whom whose why how much many"))
 # BM25 with every term counted once per message (the index holds distinct terms), and a fixed
 # average length: a message's score depends on nothing but itself and the searched messages.
 K1 = 1.2
@@ -83,6 +86,30 @@ def content_words(text: str) -> list[str]:
         if word is not None:
             words[word] = None
     return list(words)
+
+
+def content_text(text: str) -> str:
+    """`text`'s content words as written (not stemmed), in order, space-separated: the words
+    `content_words` keeps and the words that say what is asked (`ASKING`), without the other
+    stopwords and short function words around them ("What health troubles have I had?" ->
+    "What health troubles"). Empty when it has no content word."""
+    kept: list[str] = []
+    content = False
+    sentence_start = True
+    for piece in _PIECE.findall(text):
+        if piece in _BREAKS:
+            sentence_start = True
+            continue
+        lower = piece.casefold()
+        if _word(_fold(lower)[:MAX_WORD_CHARS]) is not None or (
+                len(piece) >= 2 and piece[0].isupper() and (not sentence_start or piece.isupper())
+                and lower not in STOPWORDS):
+            kept.append(piece)
+            content = True
+        elif lower in ASKING:
+            kept.append(piece)
+        sentence_start = False
+    return " ".join(kept) if content else ""
 
 
 def query_terms(text: str) -> list[str]:

@@ -55,6 +55,8 @@ class StaticEncoder(Embedder):
     `TableFile` (rows read when needed).
     """
 
+    mean_of_words = True
+
     def __init__(self, rows: Any, scales: Any, tokenizer: WordPiece, *, model_id: str) -> None:
         self.model_id = model_id
         # Rows in a file, or in memory (an int8 array of the whole table, as read from a zip).

@@ -61,6 +61,9 @@ class SemanticReads(Protocol):
     async def semantic_matches_counted(
         self, session_key: str, message_id: int, *, model: str, limit: int
     ) -> tuple[list[tuple[int, float]] | None, int]: ...
+    async def semantic_matches(
+        self, session_key: str, query: Sequence[float], *, model: str, before_id: int, limit: int
+    ) -> list[tuple[int, float]]: ...
 
 
 class ToolCallLedger(Protocol):
