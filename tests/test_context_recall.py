@@ -133,6 +133,27 @@ async def test_a_fact_sharing_words_is_found_lexically_without_the_extra(
     assert record.snapshot["counts"]["found_semantic"] == 0
 
 
+@pytest.mark.parametrize("expansions", [24, 0])
+async def test_a_fact_in_other_words_is_found_by_the_thesaurus_without_the_extra(
+    api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig, expansions: int
+) -> None:
+    """Without embeddings, the question's "guitar" finds the fact's "Fender" through the thesaurus
+    made from the static table (`recall_expansions`); with 0 neighbours, nothing offers it."""
+    fact = await seed(view, channel, "the Fender amp finally arrived")
+    api.default = picking("Fender")
+    async with daemon_with(config_for(api, make_config, recall_expansions=expansions), channel) as daemon:
+        await say(daemon, channel, "how is my guitar setup coming along?")
+
+    (record,) = await view.snapshots(str(channel.key()))
+    offered = [c for c in record.snapshot["candidates"] if fact[0].id in c["ids"]]
+    if expansions:
+        assert offered[0]["sources"]["lexical"]["rank"] == 1 and offered[0]["chosen"] is True
+        assert "Fender amp" in request_text(reply_requests(api)[0])
+    else:
+        assert offered == []
+        assert "Fender amp" not in request_text(reply_requests(api)[0])
+
+
 @needs_semantic
 async def test_candidates_never_cross_sessions(
     api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig,

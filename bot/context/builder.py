@@ -368,7 +368,8 @@ class ContextBuilder:
             session, request, limit=conv.semantic_count, window=conv.lookback_count))
         late = LatePlan()
         words = asyncio.ensure_future(self._store.lexical_then_turns(
-            session, request.text, before_id=request.id, limit=max(conv.recall_count, 0), plan=late))
+            session, request.text, before_id=request.id, limit=max(conv.recall_count, 0), plan=late,
+            expand=conv.recall_expansions))
         # Awaited by the pool; should the build fail before, its error is the build's already.
         words.add_done_callback(lambda done: done.cancelled() or done.exception())
         return Found([], [], {}, words, late, session, meaning)
