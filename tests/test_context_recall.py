@@ -133,7 +133,7 @@ async def test_a_fact_sharing_words_is_found_lexically_without_the_extra(
     assert record.snapshot["counts"]["found_semantic"] == 0
 
 
-@pytest.mark.parametrize("expansions", [24, 0])
+@pytest.mark.parametrize("expansions", [16, 0])
 async def test_a_fact_in_other_words_is_found_by_the_thesaurus_without_the_extra(
     api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig, expansions: int
 ) -> None:

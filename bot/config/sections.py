@@ -137,7 +137,7 @@ class ConversationConfig(Section):
     # Lexical recall also searches for up to this many thesaurus neighbours of the request's
     # words (bot/ranking/thesaurus.py, made from the static table; "cats" finds "kitten"), each
     # weighing its similarity times its idf; 0: the request's own words only.
-    recall_expansions: NonNegInt = 24
+    recall_expansions: NonNegInt = 16
     # Turns shown to triage (or ranked by the fallback), best of the merged sources first.
     triage_max_candidates: PosInt = 40
 
