@@ -517,7 +517,8 @@ async def measure_recall(
             key = str(rng.choice(generated.sessions))
             request = generated.requests[key]
             started = time.perf_counter()
-            found, turns = await store.lexical_turns(key, request.text, before_id=request.id, limit=limit)
+            found, turns = await store.lexical_turns(key, request.text, before_id=request.id, limit=limit,
+                                                     expand=ConversationConfig().recall_expansions)
             elapsed = (time.perf_counter() - started) * 1000
             if index >= warmup:
                 timings.append(elapsed)

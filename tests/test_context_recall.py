@@ -133,6 +133,50 @@ async def test_a_fact_sharing_words_is_found_lexically_without_the_extra(
     assert record.snapshot["counts"]["found_semantic"] == 0
 
 
+@pytest.mark.parametrize("expansions", [16, 0])
+async def test_a_fact_in_other_words_is_found_by_the_thesaurus_without_the_extra(
+    api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig, expansions: int
+) -> None:
+    """Without embeddings, the question's "guitar" finds the fact's "Fender" through the thesaurus
+    made from the static table (`recall_expansions`); with 0 neighbours, nothing offers it."""
+    fact = await seed(view, channel, "the Fender amp finally arrived")
+    api.default = picking("Fender")
+    async with daemon_with(config_for(api, make_config, recall_expansions=expansions), channel) as daemon:
+        await say(daemon, channel, "how is my guitar setup coming along?")
+
+    (record,) = await view.snapshots(str(channel.key()))
+    offered = [c for c in record.snapshot["candidates"] if fact[0].id in c["ids"]]
+    if expansions:
+        assert offered[0]["sources"]["lexical"]["rank"] == 1 and offered[0]["chosen"] is True
+        assert "Fender amp" in request_text(reply_requests(api)[0])
+    else:
+        assert offered == []
+        assert "Fender amp" not in request_text(reply_requests(api)[0])
+
+
+@pytest.mark.parametrize("encoder", ["static", pytest.param("minilm", marks=needs_semantic)])
+async def test_beside_minilm_the_thesaurus_is_not_searched(
+    api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig, encoder: str
+) -> None:
+    """With semantic recall on, the thesaurus' neighbours are searched beside the static encoder
+    ("guitar" finds "Fender" lexically) and not beside MiniLM, whose own matches they would crowd."""
+    fact = await seed(view, channel, "the Fender amp finally arrived")
+    config = make_config(config_data(
+        api, conversation={"lookback_count": 20, "always_include_recent": 4},
+        semantic={"enabled": "on", "encoder": encoder}, compaction={"enabled": False}))
+    embedder = load_embedder(config)
+    assert embedder is not None
+    await embed_backlog(view, embedder, batch_size=32)
+    api.default = picking("Fender")
+    async with daemon_with(config, channel) as daemon:
+        await say(daemon, channel, "how is my guitar setup coming along?")
+
+    (record,) = await view.snapshots(str(channel.key()))
+    offered = [c for c in record.snapshot["candidates"] if fact[0].id in c["ids"]]
+    sources = offered[0]["sources"] if offered else {}
+    assert ("lexical" in sources) == (encoder == "static")
+
+
 @needs_semantic
 async def test_candidates_never_cross_sessions(
     api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig,

@@ -134,6 +134,11 @@ class ConversationConfig(Section):
     # and by meaning (semantic, with the `semantic` extra); 0 turns a source off.
     recall_count: NonNegInt = 20
     semantic_count: NonNegInt = 40
+    # Lexical recall also searches for up to this many thesaurus neighbours of the request's
+    # words (bot/ranking/thesaurus.py, made from the static table; "cats" finds "kitten"), each
+    # weighing its similarity times its idf; 0: the request's own words only. Not beside
+    # semantic recall with encoder = "minilm" (its matches are better than the neighbours').
+    recall_expansions: NonNegInt = 16
     # Turns shown to triage (or ranked by the fallback), best of the merged sources first.
     triage_max_candidates: PosInt = 40
 

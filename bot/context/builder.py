@@ -96,6 +96,8 @@ class ContextBuilder:
         window = context_window(model, conv.context_window or known)
         self.budget = Budget(window, conv.reserve_tokens, conv.history_share)
         self._config_fingerprint = {**conv.model_dump(), "window": window}
+        # Beside MiniLM the thesaurus' neighbours only crowd out better matches (issue 38: measured).
+        self._expansions = 0 if config.semantic.encoder == "minilm" else conv.recall_expansions
 
     async def build(
         self, key: SessionKey, request: StoredMessage, chat: ChatRef | None = None,
@@ -368,7 +370,8 @@ class ContextBuilder:
             session, request, limit=conv.semantic_count, window=conv.lookback_count))
         late = LatePlan()
         words = asyncio.ensure_future(self._store.lexical_then_turns(
-            session, request.text, before_id=request.id, limit=max(conv.recall_count, 0), plan=late))
+            session, request.text, before_id=request.id, limit=max(conv.recall_count, 0), plan=late,
+            expand=self._expansions))
         # Awaited by the pool; should the build fail before, its error is the build's already.
         words.add_done_callback(lambda done: done.cancelled() or done.exception())
         return Found([], [], {}, words, late, session, meaning)

@@ -61,13 +61,14 @@ async def read_with_recall(
     try:
         read, found = await store.context_and_recall(
             session, **_bounds(conv, request, pin), compaction=pin is None, text=request.text,
-            recall_before=request.id, recall_limit=limit)
+            recall_before=request.id, recall_limit=limit, expand=conv.recall_expansions)
     except Exception as exc:
         log.warning("context and recall not read together; read apart", session_key=session,
                     error=describe(exc), exc_info=True)
         return await asyncio.gather(
             read_history(store, conv, session, request, pin, compaction=True),
-            store.lexical_turns(session, request.text, before_id=request.id, limit=limit))
+            store.lexical_turns(session, request.text, before_id=request.id, limit=limit,
+                                expand=conv.recall_expansions))
     return await _as_seen(store, conv, session, request, pin, read, compaction=True), found
 
 

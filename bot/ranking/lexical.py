@@ -19,6 +19,8 @@ from functools import lru_cache
 
 import snowballstemmer  # type: ignore[import-untyped]
 
+from bot.ranking.thesaurus import expansions
+
 MAX_TERMS = 12  # a request searches for at most this many of its words
 MIN_WORD_CHARS = 3  # shorter words are noise unless they are numbers or names
 MAX_WORD_CHARS = 40  # a longer run (a URL, a hash, a paste) is cut: it still matches itself
@@ -52,10 +54,12 @@ _local = threading.local()  # a Snowball stemmer keeps state while it works: one
 
 @dataclass(frozen=True, slots=True)
 class SearchTerm:
-    """One tagged term of a request, searched exactly or (a longer stem) as a prefix."""
+    """One tagged term of a request, searched exactly or (a longer stem) as a prefix; `factor`
+    scales its idf (below 1 for a thesaurus neighbour of the request's words)."""
 
     token: str
     prefix: bool
+    factor: float = 1.0
 
     def match(self) -> str:
         """The term as an FTS5 query: a quoted string (never syntax), `*` for a prefix."""
@@ -133,13 +137,22 @@ def index_terms(session_key: str, text: str) -> str:
     return " ".join(tag + _token(word) for word in content_words(text))
 
 
-def search_terms(session_key: str, text: str) -> list[SearchTerm]:
-    """The tagged terms a request searches for in its session's postings."""
+def search_terms(session_key: str, text: str, *, expand: int = 0) -> list[SearchTerm]:
+    """The tagged terms a request searches for in its session's postings: its words, then up to
+    `expand` of their thesaurus neighbours (`bot.ranking.thesaurus.expansions`), each term's idf
+    then scaled by its similarity to the request's word."""
     tag = session_tag(session_key)
-    return [
-        SearchTerm(tag + _token(word), len(word) >= PREFIX_MIN and word.isascii() and word.isalpha())
-        for word in query_terms(text)
-    ]
+    words = query_terms(text)
+    terms = [SearchTerm(tag + _token(word), _prefixed(word)) for word in words]
+    if expand > 0:
+        terms += [SearchTerm(tag + _token(word), _prefixed(word), factor)
+                  for word, factor in expansions(words, expand, prefix_min=PREFIX_MIN)]
+    return terms
+
+
+def _prefixed(word: str) -> bool:
+    """Whether `word` is searched as a prefix too (a stem of PREFIX_MIN letters or more)."""
+    return len(word) >= PREFIX_MIN and word.isascii() and word.isalpha()
 
 
 def term_weight(matches: int, searched: int) -> float:

@@ -68,13 +68,16 @@ class Store(
     async def context_and_recall(
         self, session_key: str, *, before_id: int, limit: int, request_id: int,
         scheduled: int, compaction: bool, text: str, recall_before: int, recall_limit: int,
+        expand: int = 0,
     ) -> tuple[ContextRead, LexicalFound]:
         """`context_reads` (the same arguments) and `lexical_turns(session_key, text,
-        before_id=recall_before, limit=recall_limit)`, both asked at once: on PostgreSQL each on
-        a pooled connection of its own; SQLite answers both in one hand-off to its thread."""
+        before_id=recall_before, limit=recall_limit, expand=expand)`, both asked at once: on
+        PostgreSQL each on a pooled connection of its own; SQLite answers both in one hand-off to
+        its thread."""
         reads, found = await asyncio.gather(
             self.context_reads(session_key, before_id=before_id, limit=limit, request_id=request_id,
                                scheduled=scheduled, compaction=compaction),
-            self.lexical_turns(session_key, text, before_id=recall_before, limit=recall_limit),
+            self.lexical_turns(session_key, text, before_id=recall_before, limit=recall_limit,
+                               expand=expand),
         )
         return reads, found

@@ -38,7 +38,7 @@ def _scored_parameters(
     session_key: str, before_id: int, limit: int, terms: Sequence[SearchTerm]
 ) -> tuple[object, ...]:
     return (session_key, before_id, RECALL_COMMON, *LENGTH, limit, POOL * limit,
-            *(term.match() for term in terms))
+            *(term.match() for term in terms), *(term.factor for term in terms))
 
 
 def _group(rows: Sequence[Any], asked: Sequence[int], *, max_len: int) -> dict[int, list[StoredMessage]]:
@@ -74,10 +74,11 @@ class Recall(Database):
 
     @abstractmethod
     async def lexical_turns(
-        self, session_key: str, text: str, *, before_id: int, limit: int
+        self, session_key: str, text: str, *, before_id: int, limit: int, expand: int = 0
     ) -> tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]:
         """(message id, score) of up to `limit` messages sharing words with `text`, best first,
-        and each one's whole turn (as `turns_of` gives it), in one read.
+        and each one's whole turn (as `turns_of` gives it), in one read. `expand`: up to this many
+        thesaurus neighbours of its words searched too, at lower weights (`lexical.search_terms`).
 
         Searched: the session's interactive messages above its context floor and below
         `before_id`, fallback replies left out. Each of the request's terms weighs its idf among
@@ -91,7 +92,7 @@ class Recall(Database):
 
     @abstractmethod
     async def lexical_matches(
-        self, session_key: str, text: str, *, before_id: int, limit: int
+        self, session_key: str, text: str, *, before_id: int, limit: int, expand: int = 0
     ) -> tuple[list[tuple[int, float]], TurnStarts]:
         """The matches `lexical_turns` finds, and where the session's turns start (see TurnStarts),
         in one read: the turns are read once it is known which are wanted (`turns_at`)."""
@@ -99,6 +100,7 @@ class Recall(Database):
     @abstractmethod
     async def lexical_then_turns(
         self, session_key: str, text: str, *, before_id: int, limit: int, plan: Planner[P],
+        expand: int = 0,
     ) -> tuple[list[tuple[int, float]], TurnStarts, P | None, dict[int, list[StoredMessage]]]:
         """`lexical_matches`, then `plan` and the turns it wants (`turns_at`), on SQLite's thread in
         one hand-off from the event loop: the loop is not woken between the words' search and the

@@ -374,12 +374,14 @@ class ContextReads(TurnReads, Protocol):
     async def context_and_recall(
         self, session_key: str, *, before_id: int, limit: int, request_id: int,
         scheduled: int, compaction: bool, text: str, recall_before: int, recall_limit: int,
+        expand: int = 0,
     ) -> tuple[ContextRead, LexicalFound]: ...
     async def lexical_then_turns(
         self, session_key: str, text: str, *, before_id: int, limit: int, plan: Planner[P],
+        expand: int = 0,
     ) -> tuple[list[tuple[int, float]], TurnStarts, P | None, dict[int, list[StoredMessage]]]: ...
     async def lexical_turns(
-        self, session_key: str, text: str, *, before_id: int, limit: int
+        self, session_key: str, text: str, *, before_id: int, limit: int, expand: int = 0
     ) -> tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]: ...
     async def message_by_provider_id(
         self, chat: ChatRef, provider_message_id: str

@@ -51,15 +51,17 @@ def term_range(term: SearchTerm) -> tuple[str, str]:
     return term.token, term.token + "\x01"
 
 
-def _ranges(terms: Sequence[SearchTerm]) -> tuple[list[str], list[str]]:
-    """The terms' ranges as two arrays (lows, highs): one parameter each, whatever their number."""
+def _ranges(terms: Sequence[SearchTerm]) -> tuple[list[str], list[str], list[float]]:
+    """The terms' ranges as two arrays (lows, highs) and their factors as a third: one parameter
+    each, whatever their number."""
     ranges = [term_range(term) for term in terms]
-    return [low for low, _ in ranges], [high for _, high in ranges]
+    return [low for low, _ in ranges], [high for _, high in ranges], [term.factor for term in terms]
 
 
-# `recall._scored` in PostgreSQL's terms: the same CTEs and arithmetic, the terms as two arrays
-# (?9 lows, ?10 highs; k counts from 1, in the same order) so the text never changes and each
-# connection prepares it once. Each term is one range read of the posting table's primary key.
+# `recall._scored` in PostgreSQL's terms: the same CTEs and arithmetic, the terms as arrays (?9
+# lows, ?10 highs, ?11 each term's factor; k counts from 1, in the same order) so the text never
+# changes and each connection prepares it once. Each term is one range read of the posting
+# table's primary key.
 _SCORED = (
     f"WITH f(floor) AS MATERIALIZED (SELECT {_FLOOR}), "
     "hits(k, id) AS MATERIALIZED (SELECT t.k, h.id FROM unnest(CAST(?9 AS text[]), "
@@ -71,8 +73,10 @@ _SCORED = (
     "searched(n) AS MATERIALIZED (SELECT COUNT(*) FROM (SELECT 1 FROM f CROSS JOIN messages "
     "WHERE session_key = ?1 AND origin = 'interactive' AND id > f.floor AND id < ?2 "
     f"LIMIT {SEARCHED_CAP}) AS searchable), "
-    "weights(k, w) AS MATERIALIZED (SELECT c.k, recall_weight(c.n, s.n) FROM searched s "
-    "CROSS JOIN counted c WHERE c.n <= ?3), "
+    "factors(k, x) AS MATERIALIZED (SELECT k, x FROM unnest(CAST(?11 AS float8[])) "
+    "WITH ORDINALITY AS t(x, k)), "
+    "weights(k, w) AS MATERIALIZED (SELECT c.k, recall_weight(c.n, s.n) * x.x FROM searched s "
+    "CROSS JOIN counted c JOIN factors x ON x.k = c.k WHERE c.n <= ?3), "
     "best(id, w) AS MATERIALIZED (SELECT h.id, SUM(g.w ORDER BY h.k) AS summed FROM hits h "
     "JOIN weights g ON g.k = h.k GROUP BY h.id ORDER BY summed DESC, h.id DESC LIMIT ?8), "
     "scored(id, score) AS MATERIALIZED (SELECT m.id, b.w * ?4 / (?5 + ?6 * m.token_estimate) "
@@ -112,10 +116,10 @@ class PgRecall(Recall, HistorySearch):
     """Lexical recall and history search over `recall_postings`."""
 
     async def lexical_turns(
-        self, session_key: str, text: str, *, before_id: int, limit: int
+        self, session_key: str, text: str, *, before_id: int, limit: int, expand: int = 0
     ) -> tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]:
         """See `Recall.lexical_turns`: the same matches, scores and turns."""
-        terms = search_terms(session_key, text)
+        terms = search_terms(session_key, text, expand=expand)
         if limit <= 0 or not terms:
             return [], {}
         rows = await self._conn.execute_fetchall(_LEXICAL_TURNS, (
@@ -126,10 +130,10 @@ class PgRecall(Recall, HistorySearch):
         return matches, turns
 
     async def lexical_matches(
-        self, session_key: str, text: str, *, before_id: int, limit: int
+        self, session_key: str, text: str, *, before_id: int, limit: int, expand: int = 0
     ) -> tuple[list[tuple[int, float]], TurnStarts]:
         """See `Recall.lexical_matches`: the same matches, and the same starts."""
-        terms = search_terms(session_key, text) if limit > 0 else []
+        terms = search_terms(session_key, text, expand=expand) if limit > 0 else []
         if not terms:
             rows = await self._conn.execute_fetchall(
                 f"SELECT NULL, NULL, ({_STARTS})", (session_key, before_id))
@@ -142,9 +146,11 @@ class PgRecall(Recall, HistorySearch):
 
     async def lexical_then_turns(
         self, session_key: str, text: str, *, before_id: int, limit: int, plan: Planner[P],
+        expand: int = 0,
     ) -> tuple[list[tuple[int, float]], TurnStarts, P | None, dict[int, list[StoredMessage]]]:
         """See `Recall.lexical_then_turns`: here the two reads are two round trips."""
-        matches, starts = await self.lexical_matches(session_key, text, before_id=before_id, limit=limit)
+        matches, starts = await self.lexical_matches(session_key, text, before_id=before_id, limit=limit,
+                                                     expand=expand)
         planned = plan(matches, starts)
         spans = sorted(planned.wanted) if planned is not None else []
         turns = await self.turns_at(session_key, spans)

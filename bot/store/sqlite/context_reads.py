@@ -53,10 +53,12 @@ class SqliteContextReads(Database):
     async def context_and_recall(
         self, session_key: str, *, before_id: int, limit: int, request_id: int,
         scheduled: int, compaction: bool, text: str, recall_before: int, recall_limit: int,
+        expand: int = 0,
     ) -> tuple[ContextRead, LexicalFound]:
         """See `Store.context_and_recall`: both statements as one item of SQLite's thread."""
         reads = (session_key, before_id, limit, request_id, max(scheduled, 0), int(compaction))
-        recall = lexical_turns_statement(session_key, text, before_id=recall_before, limit=recall_limit)
+        recall = lexical_turns_statement(session_key, text, before_id=recall_before, limit=recall_limit,
+                                         expand=expand)
 
         def both(db: sqlite3.Connection) -> tuple[list[Any], list[Any] | None]:
             rows = db.execute(_CONTEXT_READS, reads).fetchall()

@@ -68,7 +68,7 @@ def _scored(term_count: int) -> str:
     alone, and only the best few are looked up in `messages` (where the session key still
     filters what a colliding tag adds). The searched count is an index-only count. Parameters:
     ?1 session key, ?2 before_id, ?3 RECALL_COMMON, ?4-?6 the length factor, ?7 limit, ?8 the
-    pool, ?9... the terms (`_scored_parameters`).
+    pool, ?9... the terms, then each term's factor (`_scored_parameters`).
     """
     arms = " UNION ALL ".join(
         f"SELECT {index} AS k, id FROM (SELECT rowid AS id FROM recall_fts "
@@ -76,14 +76,16 @@ def _scored(term_count: int) -> str:
         "AND rowid < ?2 ORDER BY rowid DESC LIMIT ?3 + 1)"
         for index in range(term_count)
     )
+    factors = ", ".join(f"({index}, ?{9 + term_count + index})" for index in range(term_count))
     return (
         f"WITH f(floor) AS MATERIALIZED (SELECT {_FLOOR}), hits(k, id) AS MATERIALIZED ({arms}), "
         "counted(k, n) AS MATERIALIZED (SELECT k, COUNT(*) FROM hits GROUP BY k), "
         "searched(n) AS MATERIALIZED (SELECT COUNT(*) FROM (SELECT 1 FROM f CROSS JOIN messages "
         "WHERE session_key = ?1 AND origin = 'interactive' AND id > f.floor AND id < ?2 "
         f"LIMIT {SEARCHED_CAP})), "
-        f"weights(k, w) AS MATERIALIZED (SELECT c.k, {_WEIGHT}(c.n, s.n) FROM searched s "
-        "CROSS JOIN counted c WHERE c.n <= ?3), "
+        f"factors(k, x) AS MATERIALIZED (VALUES {factors}), "
+        f"weights(k, w) AS MATERIALIZED (SELECT c.k, {_WEIGHT}(c.n, s.n) * x.x FROM searched s "
+        "CROSS JOIN counted c JOIN factors x ON x.k = c.k WHERE c.n <= ?3), "
         "best(id, w) AS MATERIALIZED (SELECT h.id, SUM(g.w) AS summed FROM hits h "
         "CROSS JOIN weights g ON g.k = h.k GROUP BY h.id ORDER BY summed DESC, h.id DESC LIMIT ?8), "
         "scored(id, score) AS MATERIALIZED (SELECT m.id, b.w * ?4 / (?5 + ?6 * m.token_estimate) "
@@ -102,28 +104,32 @@ class SqliteRecall(Recall):
         await super()._migrate()
 
     async def lexical_turns(
-        self, session_key: str, text: str, *, before_id: int, limit: int
+        self, session_key: str, text: str, *, before_id: int, limit: int, expand: int = 0
     ) -> tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]:
         """See `Recall.lexical_turns`: each term's postings walked once, in one read."""
-        statement = lexical_turns_statement(session_key, text, before_id=before_id, limit=limit)
+        statement = lexical_turns_statement(session_key, text, before_id=before_id, limit=limit,
+                                            expand=expand)
         if statement is None:
             return [], {}
         return lexical_turns_of(await self._conn.execute_fetchall(*statement))
 
     async def lexical_matches(
-        self, session_key: str, text: str, *, before_id: int, limit: int
+        self, session_key: str, text: str, *, before_id: int, limit: int, expand: int = 0
     ) -> tuple[list[tuple[int, float]], TurnStarts]:
         """See `Recall.lexical_matches`."""
-        sql, parameters = _matches_statement(session_key, text, before_id=before_id, limit=limit)
+        sql, parameters = _matches_statement(session_key, text, before_id=before_id, limit=limit,
+                                             expand=expand)
         return _matches_and_starts(await self._conn.execute_fetchall(sql, parameters), before_id)
 
     async def lexical_then_turns(
         self, session_key: str, text: str, *, before_id: int, limit: int, plan: Planner[P],
+        expand: int = 0,
     ) -> tuple[list[tuple[int, float]], TurnStarts, P | None, dict[int, list[StoredMessage]]]:
         """See `Recall.lexical_then_turns`: on SQLite's thread in one hand-off from the event loop,
         so the loop is not woken between the words' search and the turns' read (each hand-off
         costs ~0.05 ms each way)."""
-        sql, parameters = _matches_statement(session_key, text, before_id=before_id, limit=limit)
+        sql, parameters = _matches_statement(session_key, text, before_id=before_id, limit=limit,
+                                             expand=expand)
 
         def search_then_read(conn: sqlite3.Connection) -> tuple[Any, ...]:
             matches, starts = _matches_and_starts(conn.execute(sql, parameters).fetchall(), before_id)
@@ -181,10 +187,10 @@ _BLANK = ", ".join(["NULL"] * len(MESSAGE_COLUMNS.split(",")))
 
 
 def lexical_turns_statement(
-    session_key: str, text: str, *, before_id: int, limit: int
+    session_key: str, text: str, *, before_id: int, limit: int, expand: int = 0
 ) -> tuple[str, tuple[object, ...]] | None:
     """`lexical_turns`' statement and parameters; None when there is nothing to search for."""
-    terms = search_terms(session_key, text)
+    terms = search_terms(session_key, text, expand=expand)
     if limit <= 0 or not terms:
         return None
     return (f"{_scored(len(terms))}, asked(id) AS (SELECT id FROM scored), {_TURNS} "
@@ -203,10 +209,10 @@ def lexical_turns_of(rows: Iterable[Any]) -> tuple[list[tuple[int, float]], dict
 
 
 def _matches_statement(
-    session_key: str, text: str, *, before_id: int, limit: int
+    session_key: str, text: str, *, before_id: int, limit: int, expand: int = 0
 ) -> tuple[str, tuple[object, ...]]:
     """The words' search with the session's turn starts (`lexical_matches`), or the starts alone."""
-    terms = search_terms(session_key, text) if limit > 0 else []
+    terms = search_terms(session_key, text, expand=expand) if limit > 0 else []
     if not terms:
         return (f"WITH f(floor) AS MATERIALIZED (SELECT {_FLOOR}), {_STARTS} SELECT NULL, ids FROM starts",
                 (session_key, before_id))
