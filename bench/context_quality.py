@@ -60,7 +60,7 @@ from bench.labelled_set import (  # noqa: E402
 )
 from bot.config import Config, parse_config  # noqa: E402
 from bot.context.builder import ContextBuilder  # noqa: E402
-from bot.context.triage import triage_prompt  # noqa: E402
+from bot.context.triage import reply_head, said, triage_prompt  # noqa: E402
 from bot.core.log import configure_logging  # noqa: E402
 from bot.core.messages import ChatRef, StoredMessage  # noqa: E402
 from bot.core.session_key import SessionKey  # noqa: E402
@@ -80,18 +80,33 @@ TOKEN_TARGET = 0.10
 
 
 class PerfectTriage:
-    """A fast model that picks exactly the evidence among the messages it is shown."""
+    """A fast model that picks exactly the evidence among the messages it is shown.
+
+    It picks by message id, so a cut in what triage is shown cannot hurt it here, though it
+    could hurt a real model: `shown_cut` counts the evidence messages it picked whose text the
+    prompt showed cut short, by role (the person's words, the assistant's replies).
+    """
 
     available = True
 
     def __init__(self) -> None:
         self.evidence: set[int] = set()
+        self.shown_cut: dict[str, list[int]] = {"user": [0, 0], "assistant": [0, 0]}
 
     async def __call__(
         self, older: Sequence[StoredMessage], request_text: str
     ) -> tuple[list[StoredMessage] | None, TriageReport]:
         picked = [message for message in older if message.id in self.evidence]
         units = group_turns(older)
+        for unit in units:
+            for position, message in enumerate(unit):
+                if message.id in self.evidence:
+                    flat = " ".join(message.text.split())
+                    opening = unit[0].text.split()
+                    shown = reply_head(message.text, len(opening)) if position else said(opening)
+                    tally = self.shown_cut["assistant" if position else "user"]
+                    tally[0] += shown != flat
+                    tally[1] += 1
         prompt = estimate_tokens(triage_prompt(units, request_text))  # what a real fast model reads
         return picked, TriageReport("selected", candidates=len(units), selected=len(picked),
                                     input_tokens=prompt)
@@ -349,6 +364,8 @@ async def run(
                                      semantic=semantic)
             builders.append(Builder(setup, builder, triage if isinstance(triage, PerfectTriage) else None))
         bench = Run(store, builders, embedder)
+        bench.info["shown_cut"] = {entry.setup.name: entry.triage.shown_cut for entry in builders
+                                   if entry.triage is not None}
         for conversation in conversations:
             await bench.conversation(conversation)
             progress(f"conversation {conversation.index + 1}/{len(conversations)} "
@@ -449,6 +466,11 @@ def print_report(setups: Sequence[Setup], tallies: dict[str, Tally], info: dict[
             print(f"triage prompt ({setup.name}): {statistics.fmean(t.triage_units):.1f} turns, input "
                   f"tokens median {statistics.median(t.triage_tokens):.0f}, mean "
                   f"{statistics.fmean(t.triage_tokens):.0f}, p99 {percentile(t.triage_tokens, 0.99):.0f}")
+            cut = info.get("shown_cut", {}).get(setup.name)
+            if cut:
+                print(f"  evidence it was shown cut short (the perfect triage picks by id; a real "
+                      f"model reads the cut): person's words {cut['user'][0]} of {cut['user'][1]}, "
+                      f"replies {cut['assistant'][0]} of {cut['assistant'][1]}")
     print("recall by question wording (one anchor / one topical word / paraphrase):")
     for setup in setups:
         t = tallies[setup.name]
