@@ -170,6 +170,7 @@ class Tally:
     triage_units: list[int] = field(default_factory=list)  # turns shown to triage
     # Per evidence turn in the pool: its question's kind, fused rank and each source's rank.
     ranks: list[tuple[str, int, dict[str, int]]] = field(default_factory=list)
+    kept_ranks: list[int] = field(default_factory=list)  # fused ranks of the evidence turns kept
 
     def add(self, question: Question, found: float, tokens: int, everything: int, ms: float) -> None:
         self.recall.append(found)
@@ -296,6 +297,8 @@ class Run:
                 if evidence & set(candidate["ids"]):
                     tally.ranks.append((question.kind, candidate["rank"],
                                         {k: v["rank"] for k, v in candidate["sources"].items()}))
+                    if candidate["chosen"]:
+                        tally.kept_ranks.append(candidate["rank"])
             tally.evidence.append(len(evidence))
             if found < 1.0:
                 tally.misses.append(f"{session.chat.chat_id} turn {question.turn} {question.kind} "
@@ -503,6 +506,8 @@ def print_ranks(setups: Sequence[Setup], tallies: dict[str, Tally]) -> None:
             continue
         print(f"\nevidence turns in {setup.name}'s pool by rank:")
         print(f"  fused: {buckets([rank for _, rank, _ in t.ranks])}")
+        if not setup.triage:
+            print(f"  kept by the ranked fallback, fused: {buckets(t.kept_ranks)}")
         for source in ("lookback", "lexical", "semantic"):
             print(f"  {source}: {buckets([s[source] for _, _, s in t.ranks if source in s])}")
         for kind in KIND_NAMES:
@@ -539,7 +544,8 @@ def main() -> None:
                         "and onnxruntime (see bench/embedding_speed.py)")
     parser.add_argument("--misses", action="store_true", help="list the questions each config missed")
     parser.add_argument("--ranks", action="store_true",
-                        help="where the evidence that reached the pool ranked (fused and per source)")
+                        help="where the evidence that reached the pool ranked (fused and per source), "
+                             "and which of it the ranked fallback kept")
     parser.add_argument("--extended", action="store_true",
                         help="issue 38's set: multi-hop and inference questions too, longer chats")
     parser.add_argument("--mix", default=":".join(str(MIX[w]) for w in WORDINGS),
