@@ -60,7 +60,7 @@ from bench.labelled_set import (  # noqa: E402
 )
 from bot.config import Config, parse_config  # noqa: E402
 from bot.context.builder import ContextBuilder  # noqa: E402
-from bot.context.triage import triage_prompt  # noqa: E402
+from bot.context.triage import reply_head, said, triage_prompt  # noqa: E402
 from bot.core.log import configure_logging  # noqa: E402
 from bot.core.messages import ChatRef, StoredMessage  # noqa: E402
 from bot.core.session_key import SessionKey  # noqa: E402
@@ -80,18 +80,33 @@ TOKEN_TARGET = 0.10
 
 
 class PerfectTriage:
-    """A fast model that picks exactly the evidence among the messages it is shown."""
+    """A fast model that picks exactly the evidence among the messages it is shown.
+
+    It picks by message id, so a cut in what triage is shown cannot hurt it here, though it
+    could hurt a real model: `shown_cut` counts the evidence messages it picked whose text the
+    prompt showed cut short, by role (the person's words, the assistant's replies).
+    """
 
     available = True
 
     def __init__(self) -> None:
         self.evidence: set[int] = set()
+        self.shown_cut: dict[str, list[int]] = {"user": [0, 0], "assistant": [0, 0]}
 
     async def __call__(
         self, older: Sequence[StoredMessage], request_text: str
     ) -> tuple[list[StoredMessage] | None, TriageReport]:
         picked = [message for message in older if message.id in self.evidence]
         units = group_turns(older)
+        for unit in units:
+            for position, message in enumerate(unit):
+                if message.id in self.evidence:
+                    flat = " ".join(message.text.split())
+                    opening = unit[0].text.split()
+                    shown = reply_head(message.text, len(opening)) if position else said(opening)
+                    tally = self.shown_cut["assistant" if position else "user"]
+                    tally[0] += shown != flat
+                    tally[1] += 1
         prompt = estimate_tokens(triage_prompt(units, request_text))  # what a real fast model reads
         return picked, TriageReport("selected", candidates=len(units), selected=len(picked),
                                     input_tokens=prompt)
@@ -155,6 +170,7 @@ class Tally:
     triage_units: list[int] = field(default_factory=list)  # turns shown to triage
     # Per evidence turn in the pool: its question's kind, fused rank and each source's rank.
     ranks: list[tuple[str, int, dict[str, int]]] = field(default_factory=list)
+    kept_ranks: list[int] = field(default_factory=list)  # fused ranks of the evidence turns kept
 
     def add(self, question: Question, found: float, tokens: int, everything: int, ms: float) -> None:
         self.recall.append(found)
@@ -281,6 +297,8 @@ class Run:
                 if evidence & set(candidate["ids"]):
                     tally.ranks.append((question.kind, candidate["rank"],
                                         {k: v["rank"] for k, v in candidate["sources"].items()}))
+                    if candidate["chosen"]:
+                        tally.kept_ranks.append(candidate["rank"])
             tally.evidence.append(len(evidence))
             if found < 1.0:
                 tally.misses.append(f"{session.chat.chat_id} turn {question.turn} {question.kind} "
@@ -349,6 +367,8 @@ async def run(
                                      semantic=semantic)
             builders.append(Builder(setup, builder, triage if isinstance(triage, PerfectTriage) else None))
         bench = Run(store, builders, embedder)
+        bench.info["shown_cut"] = {entry.setup.name: entry.triage.shown_cut for entry in builders
+                                   if entry.triage is not None}
         for conversation in conversations:
             await bench.conversation(conversation)
             progress(f"conversation {conversation.index + 1}/{len(conversations)} "
@@ -449,6 +469,11 @@ def print_report(setups: Sequence[Setup], tallies: dict[str, Tally], info: dict[
             print(f"triage prompt ({setup.name}): {statistics.fmean(t.triage_units):.1f} turns, input "
                   f"tokens median {statistics.median(t.triage_tokens):.0f}, mean "
                   f"{statistics.fmean(t.triage_tokens):.0f}, p99 {percentile(t.triage_tokens, 0.99):.0f}")
+            cut = info.get("shown_cut", {}).get(setup.name)
+            if cut:
+                print(f"  evidence it was shown cut short (the perfect triage picks by id; a real "
+                      f"model reads the cut): person's words {cut['user'][0]} of {cut['user'][1]}, "
+                      f"replies {cut['assistant'][0]} of {cut['assistant'][1]}")
     print("recall by question wording (one anchor / one topical word / paraphrase):")
     for setup in setups:
         t = tallies[setup.name]
@@ -481,6 +506,8 @@ def print_ranks(setups: Sequence[Setup], tallies: dict[str, Tally]) -> None:
             continue
         print(f"\nevidence turns in {setup.name}'s pool by rank:")
         print(f"  fused: {buckets([rank for _, rank, _ in t.ranks])}")
+        if not setup.triage:
+            print(f"  kept by the ranked fallback, fused: {buckets(t.kept_ranks)}")
         for source in ("lookback", "lexical", "semantic"):
             print(f"  {source}: {buckets([s[source] for _, _, s in t.ranks if source in s])}")
         for kind in KIND_NAMES:
@@ -517,7 +544,8 @@ def main() -> None:
                         "and onnxruntime (see bench/embedding_speed.py)")
     parser.add_argument("--misses", action="store_true", help="list the questions each config missed")
     parser.add_argument("--ranks", action="store_true",
-                        help="where the evidence that reached the pool ranked (fused and per source)")
+                        help="where the evidence that reached the pool ranked (fused and per source), "
+                             "and which of it the ranked fallback kept")
     parser.add_argument("--extended", action="store_true",
                         help="issue 38's set: multi-hop and inference questions too, longer chats")
     parser.add_argument("--mix", default=":".join(str(MIX[w]) for w in WORDINGS),

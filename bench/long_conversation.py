@@ -38,8 +38,7 @@ from typing import Any
 
 from bot.config import parse_config
 from bot.context.compaction import MERGE_SYSTEM, SUMMARY_SYSTEM
-from bot.context.triage import TRIAGE_SYSTEM
-from bot.context.triage import _clip as triage_clip
+from bot.context.triage import TRIAGE_SYSTEM, reply_head, said
 from bot.core.log import configure_logging
 from bot.daemon.assembly import Daemon
 from bot.daemon.notify import Notifier
@@ -451,7 +450,7 @@ def generate(turns: int, seed: int) -> list[tuple[str, str]]:
 
 # -- the scripted model ---------------------------------------------------------------------------
 
-_UNIT = re.compile(r"^\[(\d+)\] \d\d:\d\d (.*?): (.*)$")
+_UNIT = re.compile(r"^\[(\d+)\] (A: )?(.*)$")  # one person speaks here: no name before the text
 _REPLIED = " A: "
 _CHAT_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d\] ([^:]+): (.*)$")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
@@ -470,7 +469,7 @@ def parse_triage_prompt(prompt: str) -> tuple[list[Unit], str]:
     request = ""
     for line in prompt.splitlines():
         if match := _UNIT.match(line):
-            units.append(Unit(match.group(2), [match.group(3)]))
+            units.append(Unit("A" if match.group(2) else "U", [match.group(3)]))
         elif line.startswith(_REPLIED) and units:
             units[-1].texts.append(line.removeprefix(_REPLIED))
         elif line.startswith("New message: "):
@@ -527,8 +526,8 @@ def request_text(rec: RecordedRequest) -> str:
 class ScriptedModel:
     """The stand-in's answers: the generated reply of the current turn, triage and summaries.
 
-    It also checks each triage prompt: a turn shown as a user message followed by "assistant
-    replied: X" should show the reply that really answered that message.
+    It also checks each triage prompt: a turn shown as a user message followed by " A: X" (the
+    opening of a reply) should show the reply that really answered that message.
     """
 
     def __init__(self, pairs: list[tuple[str, str]]) -> None:
@@ -536,7 +535,8 @@ class ScriptedModel:
         self.turn = 0  # 1-based, set by the driver before each message
         self._replies: dict[str, set[str]] = {}
         for user, reply in pairs:
-            self._replies.setdefault(triage_clip(user), set()).add(triage_clip(reply))
+            words = user.split()
+            self._replies.setdefault(said(words), set()).add(reply_head(reply, len(words)))
         self.units_with_reply = 0
         self.misattributed: list[tuple[int, str, str]] = []  # (turn, user text, reply shown)
 

@@ -32,13 +32,13 @@ def test_conversation_defaults_match_the_spec() -> None:
         context_min_messages=10,
         previous_tasks_count=3,
         selection_fallback="ranked",
-        ranked_fallback_turns=40,
+        ranked_fallback_turns=60,
         ranked_fallback_tokens=1200,
         history_limit=0,
-        recall_count=20,
+        recall_count=30,
         recall_expansions=16,
-        semantic_count=40,
-        triage_max_candidates=40,
+        semantic_count=60,
+        triage_max_candidates=60,
     )
     assert conv.model_dump() == {
         "enabled": True,
@@ -53,16 +53,16 @@ def test_conversation_defaults_match_the_spec() -> None:
         "context_min_messages": 10,
         "previous_tasks_count": 3,
         "selection_fallback": "ranked",
-        "ranked_fallback_turns": 40,
+        "ranked_fallback_turns": 60,
         "ranked_fallback_tokens": 1200,
         "history_limit": 0,
         "context_window": 0,
         "reserve_tokens": 20000,
         "history_share": 0.5,
-        "recall_count": 20,
+        "recall_count": 30,
         "recall_expansions": 16,
-        "semantic_count": 40,
-        "triage_max_candidates": 40,
+        "semantic_count": 60,
+        "triage_max_candidates": 60,
     }
 
 

@@ -105,10 +105,9 @@ async def test_triage_picks_the_older_turns_the_fast_model_names(
 
     (asked,) = api.requests_for(FAST)
     prompt = asked.messages[0]["content"]
-    assert "U: the user, Ada)" in prompt
-    assert re.search(r"\[1\] \d\d:\d\d U: question about cats", prompt)
-    assert "\n A: answer about cats" in prompt
-    assert re.search(r"\[3\] \d\d:\d\d U: question about weather", prompt)
+    assert "what Ada said, then A: the assistant's reply" in prompt
+    assert "\n[1] question about cats\n A: answer about cats\n" in prompt
+    assert "\n[3] question about weather\n" in prompt
     assert "[4]" not in prompt and "lunch" not in prompt  # the guaranteed recent ones are not asked
     assert "New message: so what should I feed them?" in prompt
 

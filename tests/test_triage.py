@@ -86,38 +86,44 @@ def older_history() -> list[StoredMessage]:
 # --- triage_prompt -------------------------------------------------------------------------------
 
 
-def test_prompt_numbers_units_with_speaker_time_and_text() -> None:
-    """Each unit gets a short index [1]..[n] with the speaker's name, the UTC time and the text
-    (the date once, above the day's turns)."""
+def test_prompt_numbers_units_with_speaker_and_text() -> None:
+    """Each unit gets a short index [1]..[n] with the speaker's name (several people speak) and
+    the text, the date once above the day's turns."""
     prompt = triage_prompt(group_turns(older_history()), "when is the dentist?")
-    assert "\n2024-03-01\n[1] 09:31 Ada: what's the weather in Oslo?\n" in prompt
-    assert "\n[2] 09:34 Grace: thanks\n" in prompt
-    assert "\n[3] 09:35 Ada: remind me about the dentist\n" in prompt
+    assert "\n2024-03-01\n[1] Ada: what's the weather in Oslo?\n" in prompt
+    assert "\n[2] Grace: thanks\n" in prompt
+    assert "\n[3] Ada: remind me about the dentist\n" in prompt
     assert prompt.count("2024-03-01") == 1
     assert "[4]" not in prompt
     assert "[1]..[3]" in prompt
 
 
 def test_prompt_writes_each_date_once_above_its_days_turns() -> None:
-    """Turns on another UTC day go under that day's date; the time of day stays on each turn."""
+    """Turns on another UTC day go under that day's date: the year once, then month-day."""
     units = group_turns([msg(1, "user", "monday's question", name="Ada"),
                          msg(2, "assistant", "monday's answer"),
                          msg(3, "user", "tuesday's question", name="Grace", at=T0 + 86400 + 120),
                          msg(4, "user", "later on tuesday", name="Grace", at=T0 + 86400 + 3600)])
     lines = triage_prompt(units, "x").splitlines()
     at = lines.index("2024-03-01")
-    assert lines[at:at + 6] == ["2024-03-01", "[1] 09:31 Ada: monday's question",
-                                " A: monday's answer", "2024-03-02",
-                                "[2] 09:32 Grace: tuesday's question", "[3] 10:30 Grace: later on tuesday"]
+    assert lines[at:at + 6] == ["2024-03-01", "[1] Ada: monday's question", " A: monday's answer",
+                                "03-02", "[2] Grace: tuesday's question", "[3] Grace: later on tuesday"]
 
 
-def test_prompt_marks_a_lone_user_U_and_names_them_once() -> None:
-    """With one person speaking, their turns are marked U and the header says who U is."""
+def test_prompt_writes_the_year_again_when_it_changes() -> None:
+    new_year = datetime(2025, 1, 2, 8, 0, tzinfo=UTC).timestamp()
+    units = group_turns([msg(1, "user", "december"), msg(2, "user", "january", at=new_year)])
+    lines = triage_prompt(units, "x").splitlines()
+    assert lines[1:5] == ["2024-03-01", "[1] december", "2025-01-02", "[2] january"]
+
+
+def test_prompt_leaves_a_lone_users_turns_unmarked_and_names_them_once() -> None:
+    """With one person speaking, their turns carry no mark and the header says whose they are."""
     units = group_turns([msg(1, "user", "first", name="Ada"), msg(2, "assistant", "reply"),
                          msg(3, "user", "second", name="Ada")])
     prompt = triage_prompt(units, "x")
-    assert "U: the user, Ada)" in prompt.splitlines()[0]
-    assert "[1] 09:31 U: first\n A: reply\n[2] 09:33 U: second\n" in prompt
+    assert "what Ada said, then A: the assistant's reply" in prompt.splitlines()[0]
+    assert "[1] first\n A: reply\n[2] second\n" in prompt
     assert prompt.count("Ada") == 1
 
 
@@ -128,11 +134,32 @@ def test_the_models_answer_picks_the_turns_shown_under_those_numbers() -> None:
                          msg(4, "assistant", "at 9", at=T0 + 86460),
                          msg(5, "user", "cats?", at=T0 + 2 * 86400)])
     prompt = triage_prompt(units, "x")
-    shown = dict(re.findall(r"^\[(\d+)\] \d\d:\d\d U: (.*)$", prompt, re.MULTILINE))
+    shown = dict(re.findall(r"^\[(\d+)\] (.*)$", prompt, re.MULTILINE))
     wanted = [int(n) for n, text in shown.items() if text in ("dentist?", "cats?")]
     chosen = parse_triage_answer(f'{{"relevant": {wanted}}}', len(units))
     assert chosen == [2, 3]
     assert [m.text for index in chosen for m in units[index - 1]] == ["dentist?", "at 9", "cats?"]
+
+
+def test_prompt_shows_a_persons_words_whole_and_only_a_replys_opening() -> None:
+    """What the person said is shown whole (to 40 words); of the reply only its first words,
+    more of them the less the person said, and "…" marks the cut."""
+    said = " ".join(f"s{n}" for n in range(20))
+    reply = " ".join(f"r{n}" for n in range(50))
+    units = group_turns([msg(1, "user", said), msg(2, "assistant", reply),
+                         msg(3, "user", "ok do it"), msg(4, "assistant", reply),
+                         msg(5, "user", "a b c d e f g h i j"), msg(6, "assistant", "Sure thing.")])
+    lines = triage_prompt(units, "x").splitlines()
+    assert lines[2:8] == [f"[1] {said}", " A: r0 r1…", "[2] ok do it",
+                          " A: r0 r1 r2 r3 r4 r5 r6 r7 r8…", "[3] a b c d e f g h i j",
+                          " A: Sure thing."]
+
+
+def test_prompt_cuts_a_long_message_to_its_head_and_tail() -> None:
+    words = [f"w{n}" for n in range(100)]
+    prompt = triage_prompt([[msg(1, "user", " ".join(words))]], "x")
+    assert f"[1] {' '.join(words[:30])} … {' '.join(words[-8:])}\n" in prompt
+    assert "w30 " not in prompt and "w91" not in prompt
 
 
 def test_prompt_includes_replies_and_actions_and_the_new_message() -> None:
@@ -162,13 +189,16 @@ def test_prompt_puts_actions_after_the_reply_they_belong_to() -> None:
     )
 
 
-def test_prompt_names_unknown_senders_and_leading_replies() -> None:
-    """A user without a display name shows as U; a leading assistant unit shows as A."""
+def test_prompt_marks_leading_replies_and_unknown_senders() -> None:
+    """A unit the assistant opened shows as A; a user without a display name, alone, is "the
+    user", and among named people is U."""
     units = group_turns([msg(1, "assistant", "earlier answer"), msg(2, "user", "hey", name=None)])
     prompt = triage_prompt(units, "hello")
-    assert re.search(r"^\[1\] \d\d:\d\d A: earlier answer$", prompt, re.MULTILINE)
-    assert re.search(r"^\[2\] \d\d:\d\d U: hey$", prompt, re.MULTILINE)
-    assert "U: the user)" in prompt
+    assert re.search(r"^\[1\] A: earlier answer$", prompt, re.MULTILINE)
+    assert re.search(r"^\[2\] hey$", prompt, re.MULTILINE)
+    assert "what the user said" in prompt
+    units = group_turns([msg(1, "user", "hi", name="Ada"), msg(2, "user", "hey", name=None)])
+    assert "\n[2] U: hey\n" in triage_prompt(units, "hello")
 
 
 def test_prompt_flattens_and_clips_long_text() -> None:

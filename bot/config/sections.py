@@ -121,7 +121,7 @@ class ConversationConfig(Section):
     # Triage failed or no fast model: "ranked" keeps the best-ranked candidates that fit the
     # budget, "recent" only the newest, "all" every candidate.
     selection_fallback: Literal["ranked", "recent", "all"] = "ranked"
-    ranked_fallback_turns: NonNegInt = 40
+    ranked_fallback_turns: NonNegInt = 60
     # ... and what they may cost in tokens together (0: only the history budget bounds them).
     ranked_fallback_tokens: NonNegInt = 1200
     history_limit: NonNegInt = 0
@@ -132,15 +132,15 @@ class ConversationConfig(Section):
     history_share: Annotated[float, Field(gt=0, le=1)] = 0.5
     # Candidates beyond the lookback, found within the session: by the request's words (lexical)
     # and by meaning (semantic, with the `semantic` extra); 0 turns a source off.
-    recall_count: NonNegInt = 20
-    semantic_count: NonNegInt = 40
+    recall_count: NonNegInt = 30
+    semantic_count: NonNegInt = 60
     # Lexical recall also searches for up to this many thesaurus neighbours of the request's
     # words (bot/ranking/thesaurus.py, made from the static table; "cats" finds "kitten"), each
     # weighing its similarity times its idf; 0: the request's own words only. Not beside
     # semantic recall with encoder = "minilm" (its matches are better than the neighbours').
     recall_expansions: NonNegInt = 16
     # Turns shown to triage (or ranked by the fallback), best of the merged sources first.
-    triage_max_candidates: PosInt = 40
+    triage_max_candidates: PosInt = 60
 
 
 class SemanticConfig(Section):

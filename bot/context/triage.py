@@ -24,32 +24,47 @@ TRIAGE_SYSTEM = (
     "An empty list is a valid answer when none are relevant."
 )
 _SNIPPET = 400
+# What triage is shown of each earlier turn (issue 38): a person's words whole up to
+# `_SAID_WORDS`, longer ones as their head and tail; each reply only its first `_REPLY_WORDS`
+# words, as what the person said is what a later question asks after, and a reply's opening
+# words say what it was about. Long words (links) are bounded by characters as well.
+_SAID_WORDS = 40
+_SAID_HEAD, _SAID_TAIL = 30, 8
+_REPLY_WORDS = (2, 10)
+_TURN_WORDS = 12
+_WORD_CHARS = 12  # characters a shown word may average before the head is cut by characters
 
 
 def triage_prompt(units: Sequence[Sequence[StoredMessage]], request: str) -> str:
     """Number each earlier turn with a short local index the model can answer with.
 
     Compact, as a wider pool costs tokens per line: the UTC date once per day, then per turn its
-    index, time of day, a short speaker mark ("A" the assistant, "U" the user when one person, or
-    no name, speaks; else each person's name) and the text; the header explains the marks once.
+    index, a speaker mark only where needed (none for the one person who speaks, "A" for a turn
+    the assistant opened, each person's name when several speak) and their words, then " A:" and
+    the opening of the reply; the header explains the marks once.
     """
     names = {first.sender_name for first, *_ in units if first.role != "assistant"}
     single = len(names) <= 1
     lines = [_header(next(iter(names), None) if single else None, single)]
-    day = -1
+    day, year = -1, ""
     for index, unit in enumerate(units, start=1):
         first = unit[0]
-        minute = math.floor(first.created_at) // 60
-        if minute // 1440 != day:
-            day = minute // 1440
-            lines.append(_day(day))
-        user = "U" if single else first.sender_name or "U"
-        speaker = "A" if first.role == "assistant" else user
-        text = _clip(with_labels(first.text, first.media))
-        lines.append(f"[{index}] {_time_of_day(minute)} {speaker}: {text}")
+        if math.floor(first.created_at) // 86400 != day:
+            day = math.floor(first.created_at) // 86400
+            date = _day(day)
+            # The year once, then month-day until it changes.
+            lines.append(date if date[:4] != year else date[5:])
+            year = date[:4]
+        text, count = _opening(with_labels(first.text, first.media))
+        if first.role == "assistant":
+            lines.append(f"[{index}] A: {text}")
+        elif single:
+            lines.append(f"[{index}] {text}")
+        else:
+            lines.append(f"[{index}] {first.sender_name or 'U'}: {text}")
         for position, message in enumerate(unit):
             if position:
-                lines.append(f" A: {_clip(message.text)}")
+                lines.append(f" A: {reply_head(message.text, count)}")
             # Actions go right after the reply that took them, so the model can tell whose they are.
             if message.actions:
                 lines.append(f" actions: {'; '.join(message.actions)}")
@@ -60,14 +75,48 @@ def triage_prompt(units: Sequence[Sequence[StoredMessage]], request: str) -> str
     return "\n".join(lines)
 
 
+def _opening(text: str) -> tuple[str, int]:
+    """What a turn's first message shows and how many words it has. Most chat text is already
+    flat (see `_clip`) and short: its words are counted by its spaces, in C, without a split."""
+    if (len(text) <= _SNIPPET and text.isprintable() and "  " not in text
+            and text[:1] != " " and text[-1:] != " "):
+        count = text.count(" ") + 1 if text else 0
+        if count <= _SAID_WORDS:
+            return text, count
+    words = text.split()
+    return said(words), len(words)
+
+
+def said(words: Sequence[str]) -> str:
+    """A person's words as triage shows them: whole up to `_SAID_WORDS`, else head … tail."""
+    if len(words) <= _SAID_WORDS:
+        return _clip(" ".join(words))
+    head = _chars(" ".join(words[:_SAID_HEAD]), _SAID_HEAD)
+    return f"{head} … {_chars(' '.join(words[-_SAID_TAIL:]), _SAID_TAIL)}"
+
+
+def reply_head(text: str, said_words: int) -> str:
+    """A reply as triage shows it: its opening words, "…" where it goes on; the fewer words the
+    person said (an "ok, do it" says little of what the turn was about), the more of the reply,
+    `_TURN_WORDS` for the two together, within `_REPLY_WORDS`."""
+    count = min(_REPLY_WORDS[1], max(_REPLY_WORDS[0], _TURN_WORDS - said_words))
+    words = text.split(maxsplit=count)
+    if len(words) <= count:
+        return _chars(" ".join(words), count)
+    return _chars(" ".join(words[:count]), count) + "…"
+
+
+def _chars(text: str, words: int) -> str:
+    limit = words * _WORD_CHARS
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _header(name: str | None, single: bool) -> str:
     if not single:
-        who = "A: the assistant; users by name, U if unnamed"
-    elif name:
-        who = f"A: the assistant, U: the user, {name}"
+        who = "each turn opens with who spoke, by name (U if unnamed); A: the assistant's reply"
     else:
-        who = "A: the assistant, U: the user"
-    return f"Earlier turns under their UTC date, oldest first ({who}):"
+        who = f"each turn: what {name or 'the user'} said, then A: the assistant's reply"
+    return f"Earlier turns under their UTC date, oldest first ({who}, cut short where \"…\"):"
 
 
 def parse_triage_answer(text: str, count: int) -> list[int] | None:
@@ -115,12 +164,6 @@ def _clip(text: str) -> str:
         return text
     flat = " ".join(text.split())
     return flat if len(flat) <= _SNIPPET else flat[: _SNIPPET - 1] + "…"
-
-
-def _time_of_day(minute: int) -> str:
-    """A UTC minute (seconds since the epoch // 60) as its time of day, HH:MM."""
-    hour, rest = divmod(minute % 1440, 60)
-    return f"{hour:02d}:{rest:02d}"
 
 
 @lru_cache(maxsize=1024)
