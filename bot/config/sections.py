@@ -137,7 +137,7 @@ class ConversationConfig(Section):
     # Lexical recall also searches for up to this many thesaurus neighbours of the request's
     # words (bot/ranking/thesaurus.py, made from the static table; "cats" finds "kitten"), each
     # weighing its similarity times its idf; 0: the request's own words only. Not beside
-    # semantic recall with encoder = "minilm" (its matches are better than the neighbours').
+    # semantic recall (its matches reach what the neighbours do, or better).
     recall_expansions: NonNegInt = 16
     # Turns shown to triage (or ranked by the fallback), best of the merged sources first.
     triage_max_candidates: PosInt = 60

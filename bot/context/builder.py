@@ -96,8 +96,10 @@ class ContextBuilder:
         window = context_window(model, conv.context_window or known)
         self.budget = Budget(window, conv.reserve_tokens, conv.history_share)
         self._config_fingerprint = {**conv.model_dump(), "window": window}
-        # Beside MiniLM the thesaurus' neighbours only crowd out better matches (issue 38: measured).
-        self._expansions = 0 if config.semantic.encoder == "minilm" else conv.recall_expansions
+        # Beside semantic recall the thesaurus' neighbours find nothing more (the static table's
+        # content-words query reaches what they do) or crowd out better matches (MiniLM's), and
+        # cost the build a term per neighbour (issue 38: measured): words alone use them.
+        self._expansions = 0 if semantic is not None else conv.recall_expansions
 
     async def build(
         self, key: SessionKey, request: StoredMessage, chat: ChatRef | None = None,
