@@ -21,9 +21,11 @@ CHAT = ChatRef("telegram", "42")
 DM = build("main", "telegram", "direct", 42)
 
 
-async def test_a_sent_chunk_is_recorded_ahead_of_writes_already_waiting(store: Store) -> None:
-    """Fifty turns' writes were queued before it; the chunk's id is committed before most of them
-    (behind at most the writes already running), and the outbox knows the chunk was sent."""
+async def test_a_sent_chunk_is_recorded_among_writes_already_waiting(store: Store) -> None:
+    """Fifty turns' writes were queued before it; the chunk's id is committed, the outbox knows the
+    chunk was sent and every write lands. (That the id does not wait behind them is the next
+    test's, made certain by holding the store's thread: how many of fifty finish first is a race
+    of two threads, and a loaded machine ran all fifty first.)"""
     request = await store.append_inbound(InboundMessage(DM, CHAT, "42", "Ada", "hello", "1"))
     assert request is not None
     reply = await store.append_reply(str(DM), "hi", request_id=request.id,
@@ -36,10 +38,8 @@ async def test_a_sent_chunk_is_recorded_ahead_of_writes_already_waiting(store: S
         await asyncio.sleep(0)
 
     await store.record_chunk(reply.id, CHAT, 0, "900")
-    finished_first = sum(write.done() for write in writes)
-    await asyncio.gather(*writes)
+    assert all(stored is not None for stored in await asyncio.gather(*writes))
 
-    assert finished_first < 15, f"{finished_first} of 50 queued writes went first"
     (pending,) = await store.pending_deliveries(reply.id)
     assert pending.outbound.skip_chunks == 1
     assert [m.provider_message_id for m in await store.history(str(DM), 10)] == ["1", "900"]
