@@ -36,7 +36,7 @@ def test_conversation_defaults_match_the_spec() -> None:
         ranked_fallback_tokens=1200,
         history_limit=0,
         recall_count=30,
-        recall_expansions=16,
+        recall_expansions=0,
         semantic_count=60,
         triage_max_candidates=60,
     )
@@ -60,7 +60,7 @@ def test_conversation_defaults_match_the_spec() -> None:
         "reserve_tokens": 20000,
         "history_share": 0.5,
         "recall_count": 30,
-        "recall_expansions": 16,
+        "recall_expansions": 0,
         "semantic_count": 60,
         "triage_max_candidates": 60,
     }

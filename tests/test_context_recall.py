@@ -162,7 +162,7 @@ async def test_beside_semantic_recall_the_thesaurus_is_not_searched(
     ("guitar" does not find "Fender" by words, as it does without semantic recall)."""
     fact = await seed(view, channel, "the Fender amp finally arrived")
     config = make_config(config_data(
-        api, conversation={"lookback_count": 20, "always_include_recent": 4},
+        api, conversation={"lookback_count": 20, "always_include_recent": 4, "recall_expansions": 16},
         semantic={"enabled": "on", "encoder": encoder}, compaction={"enabled": False}))
     embedder = load_embedder(config)
     assert embedder is not None
