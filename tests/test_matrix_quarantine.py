@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable
+from contextlib import closing
 
 from bot.config import Config
 from bot.store import Store
@@ -27,9 +28,14 @@ async def test_an_event_the_store_refuses_twice_is_quarantined_and_the_next_one_
     async with matrix_daemon(config, bot_account.access_token) as daemon:
         room = await alice.create_room(invite=(bot_account.user_id,), direct=True)
         await joined(alice, room, bot_account)
-        with sqlite3.connect(config.database_path()) as db:
+        # The write lock first (BEGIN IMMEDIATE), then the trigger: a schema change begun as a read
+        # while the running daemon keeps its sync token failed half the time with "database is
+        # locked" (never a lock the daemon held: it was free whenever asked so).
+        with closing(sqlite3.connect(config.database_path(), timeout=30, isolation_level=None)) as db:
+            db.execute("BEGIN IMMEDIATE")
             db.execute("CREATE TRIGGER refuse_poison BEFORE INSERT ON messages WHEN NEW.text = 'poison' "
                        "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
+            db.execute("COMMIT")
         poison = await alice.send(room, "poison")
         await alice.send(room, "after the poison")
         (answer,) = await replies(alice, room, bot_account)
