@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from contextlib import closing
+from contextlib import closing, suppress
 from pathlib import Path
 
 from bot.core.messages import ChatRef, InboundMessage, OutboundMessage
@@ -119,3 +119,35 @@ async def test_a_sent_chunk_is_recorded_while_the_store_s_thread_is_busy(tmp_pat
         assert await waiting is not None
         (pending,) = await store.pending_deliveries(reply.id)
         assert pending.outbound.skip_chunks == 1
+
+
+async def test_a_transaction_cancelled_while_it_begins_leaves_the_database_unlocked(tmp_path: Path) -> None:
+    """SQLite: a write's BEGIN IMMEDIATE waits its turn on the store's thread and the write is
+    cancelled meanwhile (a timeout, a stop): the BEGIN still runs on the thread, and must not leave
+    a transaction open that holds the write lock for good (every other process then waits out
+    its busy timeout: "database is locked"), nor one that later writes would join uncommitted."""
+    db_path = tmp_path / "switchboard.db"
+    async with SqliteStore.open(db_path) as store:
+        started, release = threading.Event(), threading.Event()
+
+        def long_read(db: sqlite3.Connection) -> None:
+            db.execute("SELECT COUNT(*) FROM messages").fetchall()
+            started.set()
+            release.wait(60)
+
+        busy = asyncio.create_task(in_connection_thread(store._conn, long_read))
+        assert await asyncio.to_thread(started.wait, 60)
+        write = asyncio.create_task(store.keep_channel_cursor("matrix", "s1"))
+        for _ in range(5):  # it takes the write lock and queues its BEGIN behind the read
+            await asyncio.sleep(0)
+        write.cancel()
+        release.set()
+        await busy
+        with suppress(asyncio.CancelledError):
+            await write
+        await store.keep_channel_cursor("matrix", "s2")  # the next write takes the lock after it
+
+        with closing(sqlite3.connect(db_path, timeout=1, isolation_level=None)) as outside:
+            outside.execute("BEGIN IMMEDIATE")
+            outside.execute("ROLLBACK")
+            assert outside.execute("SELECT cursor FROM channel_cursors").fetchall() == [("s2",)]

@@ -4,6 +4,7 @@ and the second connection that only records sent chunks."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import time
@@ -169,11 +170,15 @@ class SqliteDatabase(Database):
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[None]:
         async with self._write_lock:
-            await self._conn.execute("BEGIN IMMEDIATE")
+            # BEGIN inside the try: a write cancelled while its BEGIN waits on the connection's
+            # thread (a timeout, a stop) still has it run there, and the ROLLBACK queued behind
+            # it ends it; left open, it held the write lock for good and every later BEGIN failed.
             try:
+                await self._conn.execute("BEGIN IMMEDIATE")
                 yield
             except BaseException:
-                await self._conn.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error):  # no transaction when BEGIN itself failed
+                    await self._conn.execute("ROLLBACK")
                 raise
             await self._conn.execute("COMMIT")
 

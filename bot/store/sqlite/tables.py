@@ -3,6 +3,8 @@ transaction, writes as INSERTs, and the recall index merged after a load."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -36,11 +38,12 @@ class SqliteTables(Tables):
     async def reading_snapshot(self) -> AsyncIterator[None]:
         """Every read in the block sees the database as of one moment (a read transaction: in WAL
         mode a daemon still writing is not seen, and is not blocked)."""
-        await self._conn.execute("BEGIN")
-        try:
+        try:  # BEGIN inside: cancelled while it waits on the thread, it still runs there
+            await self._conn.execute("BEGIN")
             yield
         finally:
-            await self._conn.execute("COMMIT")
+            with contextlib.suppress(sqlite3.Error):  # none open when BEGIN itself failed
+                await self._conn.execute("COMMIT")
 
     async def read_table(
         self, table: str, columns: Sequence[str], batch: int
