@@ -25,17 +25,17 @@ async def test_an_event_the_store_refuses_twice_is_quarantined_and_the_next_one_
     the sync token stays on it for one more try, then it is kept raw in the quarantine with its
     error, and Alice's next message is stored and answered."""
     config = matrix_config()
+    # The refusal is made before the daemon starts (it refuses only 'poison'): made from outside
+    # while the daemon ran, the trigger's write waited out 30 s of "database is locked" in about
+    # one run of eight beside another test worker (cause not found; see the stop's note).
+    async with Store.open(config.database_path()):
+        pass
+    with closing(sqlite3.connect(config.database_path(), isolation_level=None)) as db:
+        db.execute("CREATE TRIGGER refuse_poison BEFORE INSERT ON messages WHEN NEW.text = 'poison' "
+                   "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
     async with matrix_daemon(config, bot_account.access_token) as daemon:
         room = await alice.create_room(invite=(bot_account.user_id,), direct=True)
         await joined(alice, room, bot_account)
-        # The write lock first (BEGIN IMMEDIATE), then the trigger: a schema change begun as a read
-        # while the running daemon keeps its sync token failed half the time with "database is
-        # locked" (never a lock the daemon held: it was free whenever asked so).
-        with closing(sqlite3.connect(config.database_path(), timeout=30, isolation_level=None)) as db:
-            db.execute("BEGIN IMMEDIATE")
-            db.execute("CREATE TRIGGER refuse_poison BEFORE INSERT ON messages WHEN NEW.text = 'poison' "
-                       "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
-            db.execute("COMMIT")
         poison = await alice.send(room, "poison")
         await alice.send(room, "after the poison")
         (answer,) = await replies(alice, room, bot_account)
