@@ -81,6 +81,30 @@ async def test_a_waiting_request_is_a_doubt_only_once_the_reply_s_send_failed(st
     assert (await store.sends_nearby(reply.id, "telegram", "42")).doubts == 1
 
 
+class HeldThread:
+    """The store's connection thread held by a long read until `release`: what is asked of the
+    store meanwhile queues behind it."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+        self._started, self._release = threading.Event(), threading.Event()
+        self._busy: asyncio.Task[None] | None = None
+
+    def _long_read(self, db: sqlite3.Connection) -> None:
+        db.execute("SELECT COUNT(*) FROM messages").fetchall()
+        self._started.set()
+        self._release.wait(60)
+
+    async def hold(self) -> None:
+        self._busy = asyncio.create_task(in_connection_thread(self._store._conn, self._long_read))
+        assert await asyncio.to_thread(self._started.wait, 60)
+
+    async def release(self) -> None:
+        self._release.set()
+        if self._busy is not None:
+            await self._busy
+
+
 async def test_a_sent_chunk_is_recorded_while_the_store_s_thread_is_busy(tmp_path: Path) -> None:
     """SQLite: the store's connection thread is held by a long read, a turn's write waits behind it
     holding the write lock; the chunk's id is committed all the same, on a path of its own, and the
@@ -90,16 +114,9 @@ async def test_a_sent_chunk_is_recorded_while_the_store_s_thread_is_busy(tmp_pat
         assert request is not None
         reply = await store.append_reply(str(DM), "hi", request_id=request.id,
                                          deliver=OutboundMessage(CHAT, "hi"))
-        started, release = threading.Event(), threading.Event()
-
-        def long_read(db: sqlite3.Connection) -> None:
-            db.execute("SELECT COUNT(*) FROM messages").fetchall()
-            started.set()
-            release.wait(60)
-
-        busy = asyncio.create_task(in_connection_thread(store._conn, long_read))
+        held = HeldThread(store)
+        await held.hold()
         try:
-            assert await asyncio.to_thread(started.wait, 60)
             other = build("main", "telegram", "direct", 43)
             waiting = asyncio.create_task(store.append_inbound(InboundMessage(
                 other, ChatRef("telegram", "43"), "43", "Bo", "meanwhile", "2")))
@@ -114,8 +131,7 @@ async def test_a_sent_chunk_is_recorded_while_the_store_s_thread_is_busy(tmp_pat
                                        "WHERE provider_message_id = '900'").fetchall() == [(reply.id,)]
             assert not waiting.done()
         finally:
-            release.set()
-            await busy
+            await held.release()
         assert await waiting is not None
         (pending,) = await store.pending_deliveries(reply.id)
         assert pending.outbound.skip_chunks == 1
@@ -128,21 +144,13 @@ async def test_a_transaction_cancelled_while_it_begins_leaves_the_database_unloc
     its busy timeout: "database is locked"), nor one that later writes would join uncommitted."""
     db_path = tmp_path / "switchboard.db"
     async with SqliteStore.open(db_path) as store:
-        started, release = threading.Event(), threading.Event()
-
-        def long_read(db: sqlite3.Connection) -> None:
-            db.execute("SELECT COUNT(*) FROM messages").fetchall()
-            started.set()
-            release.wait(60)
-
-        busy = asyncio.create_task(in_connection_thread(store._conn, long_read))
-        assert await asyncio.to_thread(started.wait, 60)
+        held = HeldThread(store)
+        await held.hold()
         write = asyncio.create_task(store.keep_channel_cursor("matrix", "s1"))
         for _ in range(5):  # it takes the write lock and queues its BEGIN behind the read
             await asyncio.sleep(0)
         write.cancel()
-        release.set()
-        await busy
+        await held.release()
         with suppress(asyncio.CancelledError):
             await write
         await store.keep_channel_cursor("matrix", "s2")  # the next write takes the lock after it
