@@ -57,6 +57,7 @@ from bench.labelled_set import (  # noqa: E402
     fts5_top,
     generate,
     semantic_top,
+    word_reachable,
 )
 from bot.config import Config, parse_config  # noqa: E402
 from bot.context.builder import ContextBuilder  # noqa: E402
@@ -590,6 +591,10 @@ def main() -> None:
           f"top 20 (the issue's judge, real chats: 65%); per kind: "
           + ", ".join(f"{KIND_NAMES[k]} {v:.0%}" for k, v in fts5_by_kind(conversations).items()
                       if k in KIND_NAMES))
+    print("evidence holding one of its question's words (the ceiling of recall by the question's "
+          "words alone, without a thesaurus): " + ", ".join(
+              f"{KIND_NAMES.get(k, k)} {v:.1%}" for k, v in word_reachable(conversations).items()
+              if k in KIND_NAMES or k == "all"))
     print(f"question's content words found in an evidence turn {d['overlap_evidence']:.1%} "
           f"(none at all in {d['evidence_zero_overlap']:.0%} of the turns), in a distractor turn "
           f"{d['overlap_distractor']:.1%}; distinct filler messages per conversation "

@@ -1503,6 +1503,19 @@ def semantic_top(
     return _by_kind(found)
 
 
+def word_reachable(conversations: Sequence[Conversation]) -> dict[str, float]:
+    """Per kind of question, the share of evidence turns holding at least one of the question's
+    content words (averaged over questions, as recall is): the ceiling of any recall that matches
+    the question's own words, bm25 or ours, before a thesaurus or a model adds words of its own."""
+    found: list[tuple[str, float]] = []
+    for conversation in conversations:
+        for q in conversation.questions:
+            wanted = content_words(q.text)
+            reachable = sum(1 for i in q.evidence if wanted & content_words(turn_text(conversation.turns[i])))
+            found.append((q.kind, reachable / len(q.evidence)))
+    return _by_kind(found)
+
+
 def _by_kind(found: Sequence[tuple[str, float]]) -> dict[str, float]:
     kinds: dict[str, list[float]] = {"all": []}
     for kind, share in found:

@@ -25,6 +25,7 @@ from bench.labelled_set import (
     semantic_top,
     shared_words,
     turn_text,
+    word_reachable,
 )
 
 
@@ -213,3 +214,15 @@ def test_plain_bm25_and_plain_cosine_find_less_of_the_hard_kinds() -> None:
     encoder = StaticEncoder.load(ModelFiles(MODEL_NAME, directory=PACKAGED, encoder="static"))
     meaning = semantic_top(extended, encoder.encode)
     assert max(meaning["multihop"], meaning["inference"]) < meaning["fact"]
+
+
+def test_word_reachable_is_the_ceiling_plain_bm25_cannot_pass() -> None:
+    """The share of evidence holding one of its question's words bounds what bm25 finds, per kind,
+    and the hard kinds' evidence mostly holds none (names aside, their questions share nothing)."""
+    extended = generate(6, seed=13, extended=True)
+    ceiling = word_reachable(extended)
+    found = fts5_by_kind(extended)
+    for kind, share in found.items():
+        assert share <= ceiling[kind] + 1e-9, kind
+    assert ceiling["multihop"] < 0.25 and ceiling["inference"] < 0.3
+    assert ceiling["fact"] > 0.5
