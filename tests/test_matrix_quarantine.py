@@ -27,10 +27,10 @@ async def test_an_event_the_store_refuses_twice_is_quarantined_and_the_next_one_
     config = matrix_config()
     # The refusal is made before the daemon starts (it refuses only 'poison'). Made while the
     # daemon ran, with sqlite3's blocking call on the event loop the daemon shares, it met
-    # "database is locked" (after its whole busy timeout) in about one run of eight: it could come
-    # while the daemon's sync loop was between the BEGIN and the COMMIT of its cursor write, and
-    # that write needs this event loop to reach its COMMIT. Another process is never in that
-    # position (tests/test_matrix_outside_writes.py).
+    # "database is locked" (after its whole busy timeout) in about one run of eight: it came while
+    # the daemon's sync loop was between the BEGIN and the COMMIT of its cursor write, which needed
+    # this event loop to reach its COMMIT (one statement since; a write of several statements still
+    # does). Another process is never in that position (tests/test_matrix_outside_writes.py).
     async with Store.open(config.database_path()):
         pass
     with closing(sqlite3.connect(config.database_path(), isolation_level=None)) as db:
