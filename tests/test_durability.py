@@ -217,7 +217,9 @@ async def test_a_reply_the_database_refuses_once_is_stored_by_the_retry(
     channel = FakeChannel()
     async with daemon(make_config(config_data(api)), channel) as running_daemon:
         # The model answers after 0.2 s, inside the window; the retry 1.5 s later is past it.
-        refuse_replies(db, until=time.time() + 0.9)
+        # On a thread: a blocking write on the event loop the daemon shares can wait out its
+        # busy timeout behind a daemon write that needs that loop to commit.
+        await asyncio.to_thread(refuse_replies, db, until=time.time() + 0.9)
         await channel.inject(said(channel, "are you there?", message_id="1"))
         await router_of(running_daemon).idle()
 

@@ -25,9 +25,12 @@ async def test_an_event_the_store_refuses_twice_is_quarantined_and_the_next_one_
     the sync token stays on it for one more try, then it is kept raw in the quarantine with its
     error, and Alice's next message is stored and answered."""
     config = matrix_config()
-    # The refusal is made before the daemon starts (it refuses only 'poison'): made from outside
-    # while the daemon ran, the trigger's write waited out 30 s of "database is locked" in about
-    # one run of eight beside another test worker (cause not found; see the stop's note).
+    # The refusal is made before the daemon starts (it refuses only 'poison'). Made while the
+    # daemon ran, with sqlite3's blocking call on the event loop the daemon shares, it met
+    # "database is locked" (after its whole busy timeout) in about one run of eight: it came while
+    # the daemon's sync loop was between the BEGIN and the COMMIT of its cursor write, which needed
+    # this event loop to reach its COMMIT (one statement since; a write of several statements still
+    # does). Another process is never in that position (tests/test_matrix_outside_writes.py).
     async with Store.open(config.database_path()):
         pass
     with closing(sqlite3.connect(config.database_path(), isolation_level=None)) as db:

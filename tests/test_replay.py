@@ -315,9 +315,11 @@ async def test_a_context_build_failure_gets_the_fallback_and_the_daemon_goes_on(
         async with daemon_with(config, channel) as daemon:
             await say(daemon, channel, "before")
             # The previous-tasks block reads schedule_runs: without it, building the context fails.
-            raw_sql(db, "DROP TABLE schedule_runs")
+            # On a thread: a blocking write on the event loop the daemon shares can wait out its
+            # busy timeout behind a daemon write that needs that loop to commit.
+            await asyncio.to_thread(raw_sql, db, "DROP TABLE schedule_runs")
             await say(daemon, channel, "during")
-            raw_sql(db, migrations("sqlite")[2])
+            await asyncio.to_thread(raw_sql, db, migrations("sqlite")[2])
             await say(daemon, channel, "after")
 
     assert [m.text for m in channel.sent] == ["re: before", FALLBACK_REPLY, "re: after"]

@@ -146,16 +146,18 @@ async def test_a_transaction_cancelled_while_it_begins_leaves_the_database_unloc
     async with SqliteStore.open(db_path) as store:
         held = HeldThread(store)
         await held.hold()
-        write = asyncio.create_task(store.keep_channel_cursor("matrix", "s1"))
+        # A note: a write of several statements (BEGIN, a count, an insert, COMMIT).
+        write = asyncio.create_task(store.add_note("telegram", "42", "first", session_key=None, max_notes=5))
         for _ in range(5):  # it takes the write lock and queues its BEGIN behind the read
             await asyncio.sleep(0)
         write.cancel()
         await held.release()
         with suppress(asyncio.CancelledError):
             await write
-        await store.keep_channel_cursor("matrix", "s2")  # the next write takes the lock after it
+        # The next write takes the lock after it.
+        assert await store.add_note("telegram", "42", "second", session_key=None, max_notes=5) is not None
 
         with closing(sqlite3.connect(db_path, timeout=1, isolation_level=None)) as outside:
             outside.execute("BEGIN IMMEDIATE")
             outside.execute("ROLLBACK")
-            assert outside.execute("SELECT cursor FROM channel_cursors").fetchall() == [("s2",)]
+            assert outside.execute("SELECT note FROM user_notes").fetchall() == [("second",)]

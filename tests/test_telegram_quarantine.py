@@ -4,6 +4,7 @@ webhook body nothing can read, is quarantined; the updates after it keep flowing
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import sqlite3
@@ -121,7 +122,10 @@ async def test_a_store_failure_that_happens_once_is_retried_and_stored_not_quara
         async with telegram_daemon(config) as daemon:
             pushed = tg.push_message(private_chat(ADA), ADA, "are you there?")
             await tg.wait_for(lambda: [e for e in logs if e["event"] == NOT_STORED])
-            refusal.allow()  # before the retry, half a second later
+            # Before the retry, half a second later; on a thread: a blocking write on the event
+            # loop the daemon shares can wait out its busy timeout behind a daemon write that
+            # needs that loop to commit.
+            await asyncio.to_thread(refusal.allow)
             await tg.wait_for(lambda: tg.sent)
             await settled(tg, daemon, pushed)
 

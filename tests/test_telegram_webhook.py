@@ -189,12 +189,13 @@ async def test_a_stop_refuses_new_requests_with_503_and_stores_the_one_in_hand(
     one arriving while it stops gets 503 and stays with Telegram, which delivers it to the next
     run: both are answered then, nothing lost and nothing twice."""
     config = webhook_config()
-    locker = sqlite3.connect(db, isolation_level=None)
+    # Used from a thread (BEGIN waits for the lock there, not on the event loop the daemon shares).
+    locker = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
     try:
         async with webhook_daemon(config) as (daemon, channel):
             server = channel._updates
             assert isinstance(server, WebhookServer)
-            locker.execute("BEGIN IMMEDIATE")  # the daemon's write waits for this lock
+            await asyncio.to_thread(locker.execute, "BEGIN IMMEDIATE")  # the daemon's write waits for it
             in_hand = tg.push_message(private_chat(ADA), ADA, "written as we stop")
             await wait_until(lambda: server.in_hand == 1)
             daemon.request_stop()
