@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bot.cli.context_view import context_lines
 from bot.config import Config, parse_config
 from bot.context.embed_worker import embed_backlog
 from bot.context.replay import replay
@@ -22,6 +24,7 @@ from bot.store import Store
 from bot.testing.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Response, Text
 from bot.testing.fake_channel import FakeChannel
 from tests.harness import FAST, config_data, daemon_with, echo, reply_requests, request_text, say
+from tests.test_web import browser, free_port, log_in, with_account
 
 MakeConfig = Callable[[dict[str, Any]], Config]
 STATIC = {"enabled": "on", "encoder": "static"}
@@ -118,6 +121,10 @@ async def test_the_picks_neighbours_are_offered_in_a_second_call(
     assert sorted(record.snapshot["triaged"]) == sorted(m.id for m in neighbour + fact)
     (offered,) = [c for c in record.snapshot["candidates"] if neighbour[0].id in c["ids"]]
     assert list(offered["sources"]) == ["neighbour"] and offered["chosen"] is True
+    shown = context_lines(record, 1, {m.id: m for m in neighbour + fact}, full=False)
+    pool = shown[next(i for i, line in enumerate(shown) if line.startswith("candidates (")):]
+    (row,) = [line for line in pool if f"#{neighbour[0].id} " in line]
+    assert re.search(r"  2:1 1\.000\s+yes  ", row), row  # the second round's first, as the CLI shows it
     assert record.snapshot["triage"]["input_tokens"] == 20  # 10 a call from the stand-in
     (triage,) = [u for u in await view.usage_since(0) if u.kind == "triage"]
     assert (triage.input_tokens, triage.output_tokens) == (20, 10)
@@ -195,6 +202,31 @@ async def test_replay_rebuilds_the_second_round(
     await brain.aclose()
     assert result.matches, (result.recorded_ids, result.rebuilt_ids)
     assert neighbour[0].id in result.rebuilt_ids
+
+
+async def test_the_console_marks_the_second_rounds_turns(
+    api: AnthropicStandIn, channel: FakeChannel, view: Store, make_config: MakeConfig,
+    embedder: Embedder, db: Path,
+) -> None:
+    """The turn's page shows the neighbour in the semantic column as the second round's, kept."""
+    neighbour, _ = await seed(view, channel, embedder)
+    api.default = picking("adoption", "dumplings")
+    await with_account(db)
+    port = free_port()
+    config = config_for(api, make_config, triage_second_round=2)
+    config = make_config({**config_data(api, web={"enabled": True, "listen": f"127.0.0.1:{port}"}),
+                          "conversation": config.conversation.model_dump(), "semantic": STATIC,
+                          "compaction": {"enabled": False}})
+    async with daemon_with(config, channel) as daemon, browser() as client:
+        await say(daemon, channel, QUESTION)
+        url = f"http://127.0.0.1:{port}{config.web.base_path}"
+        await log_in(client, url)
+        async with client.get(f"{url}/sessions/{channel.key()}/turns/-1") as page:
+            html = await page.text()
+    row = html[html.index(f"<td>#{neighbour[0].id}</td>"):]
+    row = row[:row.index("</tr>")]
+    assert re.search(r"<td>2nd round 1 <span class=\"muted\">1\.000</span></td>", row), row
+    assert "<td>yes</td>" in row
 
 
 def test_the_setting_is_checked() -> None:
