@@ -2,7 +2,7 @@
 
 Usage: .venv/bin/python -m bench.context_build [--sizes 10000,100000,1000000] [--sessions 1000]
        [--samples 2000] [--repeat 3] [--pin-cpu N] [--keep DIR] [--recall N] [--recall-only]
-       [--backfill] [--semantic [static|minilm]] [--postgres [URL]]
+       [--backfill] [--semantic [static|minilm]] [--second-round N] [--postgres [URL]]
 
 Each database is created with the real Store (so the schema and migrations are the real ones),
 then filled with plain sqlite3 executemany in big transactions, recall's index terms written with
@@ -619,6 +619,9 @@ def measure_size(
     ]
     if args.semantic:
         configs.insert(1, (f"default + {args.semantic}", bench_config(db, recall_count=recall), True))
+        if args.second_round:  # the instant triage picks two turns: every build has a second round
+            configs.insert(2, (f"+ second round {args.second_round}", bench_config(
+                db, recall_count=recall, triage_second_round=args.second_round), True))
     for label, config, semantic in configs:
         results = asyncio.run(measure_runs(generated, config, label, args.samples, args.repeat,
                                            encoder=encoder if semantic else None, opener=opener))
@@ -653,6 +656,9 @@ def main() -> None:
                         help="also time whole builds with semantic recall, each new request "
                              "encoded by this encoder of the semantic extra (default: static); "
                              "older messages get a random vector of its size")
+    parser.add_argument("--second-round", type=int, default=0, metavar="N",
+                        help="with --semantic, also time its builds with [conversation] "
+                             "triage_second_round = N (a second triage call in every build)")
     parser.add_argument("--postgres", nargs="?", const="", metavar="URL",
                         help="also run every measurement on PostgreSQL: the database at URL (empty, "
                              "or holding this size's load already), or without URL a new server of "

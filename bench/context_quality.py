@@ -92,11 +92,13 @@ class PerfectTriage:
 
     def __init__(self) -> None:
         self.evidence: set[int] = set()
+        self.calls = 0  # calls in the current build: 2 when triage's second round ran
         self.shown_cut: dict[str, list[int]] = {"user": [0, 0], "assistant": [0, 0]}
 
     async def __call__(
         self, older: Sequence[StoredMessage], request_text: str
     ) -> tuple[list[StoredMessage] | None, TriageReport]:
+        self.calls += 1
         picked = [message for message in older if message.id in self.evidence]
         units = group_turns(older)
         for unit in units:
@@ -169,6 +171,7 @@ class Tally:
     misses: list[str] = field(default_factory=list)
     triage_tokens: list[int] = field(default_factory=list)  # the triage prompt's input tokens
     triage_units: list[int] = field(default_factory=list)  # turns shown to triage
+    second_calls: list[bool] = field(default_factory=list)  # triage called twice (second round)
     # Per evidence turn in the pool: its question's kind, fused rank and each source's rank.
     ranks: list[tuple[str, int, dict[str, int]]] = field(default_factory=list)
     kept_ranks: list[int] = field(default_factory=list)  # fused ranks of the evidence turns kept
@@ -282,6 +285,7 @@ class Run:
         for entry in self.builders[shift:] + self.builders[:shift]:
             if entry.triage is not None:
                 entry.triage.evidence = evidence
+                entry.triage.calls = 0
             started = time.perf_counter()
             context = await entry.builder.build(session.key, request, session.chat)
             elapsed = (time.perf_counter() - started) * 1000
@@ -292,6 +296,7 @@ class Run:
             if context.triage.outcome == "selected":
                 tally.triage_tokens.append(context.triage.input_tokens)
                 tally.triage_units.append(context.triage.candidates)
+                tally.second_calls.append(entry.triage is not None and entry.triage.calls > 1)
             pool = {i for candidate in context.candidates for i in candidate["ids"]}
             tally.candidates.append(len(evidence & pool))
             for candidate in context.candidates:
@@ -469,7 +474,9 @@ def print_report(setups: Sequence[Setup], tallies: dict[str, Tally], info: dict[
         if t.triage_tokens:
             print(f"triage prompt ({setup.name}): {statistics.fmean(t.triage_units):.1f} turns, input "
                   f"tokens median {statistics.median(t.triage_tokens):.0f}, mean "
-                  f"{statistics.fmean(t.triage_tokens):.0f}, p99 {percentile(t.triage_tokens, 0.99):.0f}")
+                  f"{statistics.fmean(t.triage_tokens):.0f}, p99 {percentile(t.triage_tokens, 0.99):.0f}"
+                  + (f"; a second call (triage_second_round) in {statistics.fmean(t.second_calls):.0%} "
+                     "of questions" if any(t.second_calls) else ""))
             cut = info.get("shown_cut", {}).get(setup.name)
             if cut:
                 print(f"  evidence it was shown cut short (the perfect triage picks by id; a real "

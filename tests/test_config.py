@@ -39,6 +39,7 @@ def test_conversation_defaults_match_the_spec() -> None:
         recall_expansions=0,
         semantic_count=60,
         triage_max_candidates=60,
+        triage_second_round=0,
     )
     assert conv.model_dump() == {
         "enabled": True,
@@ -63,6 +64,7 @@ def test_conversation_defaults_match_the_spec() -> None:
         "recall_expansions": 0,
         "semantic_count": 60,
         "triage_max_candidates": 60,
+        "triage_second_round": 0,
     }
 
 

@@ -88,7 +88,8 @@ def _candidate_lines(
 ) -> list[str]:
     """The pool triage chose from: each older turn's rank, fused score, what each source made of
     it (rank and score: recency for the lookback, idf for lexical, cosine for semantic), and
-    whether it went in."""
+    whether it went in; a turn of triage's second round shows "2:" and its rank and cosine there
+    as a neighbour of the first round's picks."""
     if not candidates:
         return []
     lines = [f"candidates ({len(candidates)} older turns, best first; per source: rank score)"]
@@ -98,10 +99,13 @@ def _candidate_lines(
         sources = candidate.get("sources") or {}
 
         def cell(name: str, width: int, sources: dict[str, Any] = sources) -> str:
-            hit = sources.get(name)
+            hit, mark = sources.get(name), ""
+            if not hit and name == "semantic" and sources.get("neighbour"):
+                hit, mark = sources["neighbour"], "2:"  # offered in triage's second round
             if not hit:
                 return f"{'-':<{width}}"
-            text = str(hit.get("rank")) if name == "lookback" else f"{hit.get('rank')} {hit.get('score'):.3f}"
+            text = (str(hit.get("rank")) if name == "lookback"
+                    else f"{mark}{hit.get('rank')} {hit.get('score'):.3f}")
             return f"{text:<{width}}"
 
         prefix = (f"  {candidate.get('rank', '?'):>4}  {'#' + str(candidate['id']):<9} "

@@ -143,6 +143,10 @@ class ConversationConfig(Section):
     recall_expansions: NonNegInt = 0
     # Turns shown to triage (or ranked by the fallback), best of the merged sources first.
     triage_max_candidates: PosInt = 60
+    # With semantic recall: when triage picks 1-3 turns, up to this many turns nearest them in
+    # meaning (by their stored vectors) go to the fast model in a second call, and what either
+    # call picks goes in; 0: off (docs/context.md, Semantic recall).
+    triage_second_round: Annotated[int, Field(ge=0, le=60)] = 0
 
 
 class SemanticConfig(Section):

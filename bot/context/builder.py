@@ -13,6 +13,7 @@ from bot.config.provider_check import main_model
 from bot.context.reads import Pin as Pin
 from bot.context.reads import Seen, read_history, read_with_recall
 from bot.context.recalled_turns import Plan, plan_reads, pool_of_recalled
+from bot.context.second_round import second_round
 from bot.context.semantic_recall import SemanticRecall
 from bot.context.triage import LiveTriage, Triager
 from bot.core.messages import ChatRef, StoredMessage
@@ -323,6 +324,15 @@ class ContextBuilder:
             if selected is not None:
                 picked = {message.id for message in selected}
                 chosen = {c.id for c in pool if any(m.id in picked for m in c.messages)}
+                # Semantic recall ran (none under a history limit): the picks' vectors are searched.
+                if conv.triage_second_round and found.meaning is not None and self._semantic:
+                    selected, report, second = await second_round(
+                        self._triager, self._semantic, self._store, request, session=found.session,
+                        pool=pool, chosen=chosen, selected=selected, report=report,
+                        exclude=(m.id for m in in_context), size=conv.triage_second_round)
+                    picked = {message.id for message in selected}
+                    chosen |= {c.id for c in second if any(m.id in picked for m in c.messages)}
+                    pool = [*pool, *second]
                 return tag(selected, "triaged") + kept, report, pool, chosen
         room -= sum(message_cost(entry.message) for entry in kept)
         fallback, reason = self._fallback(pool, room)

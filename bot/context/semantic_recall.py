@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("switchboard.recall")
 RECALL_FAILED = "semantic recall failed; this turn uses lexical recall only"
+NEIGHBOURS_FAILED = "the search for the picks' neighbours failed; triage's first round stands"
 
 
 class SemanticRecall:
@@ -129,3 +130,16 @@ class SemanticRecall:
             return []
         return found or []
 
+
+    async def neighbours(
+        self, session: str, seeds: list[int], *, before_id: int, limit: int
+    ) -> list[list[tuple[int, float]]]:
+        """For each seed message, the `limit` messages nearest its stored vector, older and newer
+        (below `before_id`), best first: the second round of triage (`second_round`); none (with
+        the warning) when the search fails."""
+        try:
+            return await self._store.semantic_neighbours(
+                session, seeds, model=self._embedder.model_id, before_id=before_id, limit=limit)
+        except Exception as exc:
+            log.warning(NEIGHBOURS_FAILED, session_key=session, error=describe(exc), exc_info=True)
+            return [[] for _ in seeds]

@@ -16,7 +16,9 @@ from typing import Any, Literal
 
 from bot.core.messages import StoredMessage
 
-Source = Literal["lookback", "lexical", "semantic"]
+Source = Literal["lookback", "lexical", "semantic", "neighbour"]
+# The sources fused into the pool; "neighbour" marks the turns of triage's second round
+# (bot/context/second_round.py), offered after the pool, never fused with it.
 SOURCES: tuple[Source, ...] = ("lookback", "lexical", "semantic")
 # The usual constant of reciprocal rank fusion: large enough that rank 1 of one source does not
 # drown ranks 2..10 of the others.

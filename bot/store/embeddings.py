@@ -244,6 +244,24 @@ class Embeddings(Database):
         nearest = await self._nearest(session_key, model, floor, signature, blob, message_id, limit)
         return nearest, signature[0]
 
+    async def semantic_neighbours(
+        self, session_key: str, message_ids: Sequence[int], *, model: str, before_id: int, limit: int
+    ) -> list[list[tuple[int, float]]]:
+        """For each of `message_ids`, `semantic_matches` by its stored vector (as stored, int8):
+        the session's older and newer messages alike, below `before_id`, itself left out; [] for
+        one without a vector. One read, whatever their number (the session's vectors are kept)."""
+        if limit <= 0 or not message_ids:
+            return [[] for _ in message_ids]
+        floor, signature, _ = await self._signature(session_key, model)
+        matrix = await self._session_matrix(session_key, model, signature)
+        found: list[list[tuple[int, float]]] = []
+        for message_id in message_ids:
+            row = matrix.row(message_id) if matrix is not None else None
+            near = [] if row is None or matrix is None else matrix.nearest(
+                row, floor=floor, before_id=before_id, limit=limit + 1)
+            found.append([match for match in near if match[0] != message_id][:limit])
+        return found
+
     async def _nearest(
         self, session_key: str, model: str, floor: int, signature: Signature,
         query: bytes | Sequence[float], before_id: int, limit: int,

@@ -64,6 +64,9 @@ class SemanticReads(Protocol):
     async def semantic_matches(
         self, session_key: str, query: Sequence[float], *, model: str, before_id: int, limit: int
     ) -> list[tuple[int, float]]: ...
+    async def semantic_neighbours(
+        self, session_key: str, message_ids: Sequence[int], *, model: str, before_id: int, limit: int
+    ) -> list[list[tuple[int, float]]]: ...
 
 
 class ToolCallLedger(Protocol):

@@ -75,6 +75,14 @@ class Matrix:
         return [(int(i), float(s)) for s, i in heapq.nlargest(limit, ((round(s, 6), i) for s, i in near))]
 
 
+    def row(self, message_id: int) -> bytes | None:
+        """The stored (int8) vector of `message_id`, or None when the matrix has none for it."""
+        at = bisect_left(self.ids, message_id)
+        if at == len(self.ids) or self.ids[at] != message_id:
+            return None
+        return bytes(self.rows[at * self.dim:(at + 1) * self.dim])
+
+
 def float_parts(query: Sequence[float]) -> list[bytes]:
     """A float vector as two int8 vectors `a` and `b` with query ∝ a + b / 254 (to 1/508 of the
     largest component's 127 steps)."""
