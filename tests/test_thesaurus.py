@@ -68,9 +68,9 @@ async def test_a_neighbour_finds_its_message_below_the_word_itself(store: Store)
 
 
 async def test_without_neighbours_found_the_words_score_as_with_them(store: Store) -> None:
-    """The words' search without thesaurus neighbours (SQLite then leaves the terms' factors out of
-    its statement) scores exactly as with neighbours that find nothing, and as BM25's idf by
-    length says; the words' search with the turn starts (`lexical_matches`) agrees; both stores."""
+    """The words' search without thesaurus neighbours scores exactly as with neighbours that find
+    nothing, and as BM25's idf by length says; the words' search with the turn starts
+    (`lexical_matches`) agrees; both stores."""
     channel = FakeChannel()
     key = str(channel.key())
     cat = await store.append_inbound(channel.message("the cat slept all day"))

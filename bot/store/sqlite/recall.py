@@ -61,15 +61,14 @@ _TURN_ROWS = (
 )
 
 
-def _scored(term_count: int, *, factored: bool = True) -> str:
+def _scored(term_count: int) -> str:
     """The CTEs ending in scored(id, score): the best matches of `term_count` search terms.
 
     The postings hold one session's interactive messages: terms are counted and summed on them
     alone, and only the best few are looked up in `messages` (where the session key still
     filters what a colliding tag adds). The searched count is an index-only count. Parameters:
     ?1 session key, ?2 before_id, ?3 RECALL_COMMON, ?4-?6 the length factor, ?7 limit, ?8 the
-    pool, ?9... the terms, then each term's factor (`_scored_parameters`) when `factored`; without
-    (every factor 1.0: no thesaurus neighbour among the terms) the weights are not multiplied by them.
+    pool, ?9... the terms, then each term's factor (`_scored_parameters`).
     """
     arms = " UNION ALL ".join(
         f"SELECT {index} AS k, id FROM (SELECT rowid AS id FROM recall_fts "
@@ -77,38 +76,22 @@ def _scored(term_count: int, *, factored: bool = True) -> str:
         "AND rowid < ?2 ORDER BY rowid DESC LIMIT ?3 + 1)"
         for index in range(term_count)
     )
-    if factored:
-        factors = ", ".join(f"({index}, ?{9 + term_count + index})" for index in range(term_count))
-        weights = (f"factors(k, x) AS MATERIALIZED (VALUES {factors}), "
-                   f"weights(k, w) AS MATERIALIZED (SELECT c.k, {_WEIGHT}(c.n, s.n) * x.x FROM searched s "
-                   "CROSS JOIN counted c JOIN factors x ON x.k = c.k WHERE c.n <= ?3), ")
-    else:
-        weights = (f"weights(k, w) AS MATERIALIZED (SELECT c.k, {_WEIGHT}(c.n, s.n) FROM searched s "
-                   "CROSS JOIN counted c WHERE c.n <= ?3), ")
+    factors = ", ".join(f"({index}, ?{9 + term_count + index})" for index in range(term_count))
     return (
         f"WITH f(floor) AS MATERIALIZED (SELECT {_FLOOR}), hits(k, id) AS MATERIALIZED ({arms}), "
         "counted(k, n) AS MATERIALIZED (SELECT k, COUNT(*) FROM hits GROUP BY k), "
         "searched(n) AS MATERIALIZED (SELECT COUNT(*) FROM (SELECT 1 FROM f CROSS JOIN messages "
         "WHERE session_key = ?1 AND origin = 'interactive' AND id > f.floor AND id < ?2 "
-        f"LIMIT {SEARCHED_CAP})), {weights}"
+        f"LIMIT {SEARCHED_CAP})), "
+        f"factors(k, x) AS MATERIALIZED (VALUES {factors}), "
+        f"weights(k, w) AS MATERIALIZED (SELECT c.k, {_WEIGHT}(c.n, s.n) * x.x FROM searched s "
+        "CROSS JOIN counted c JOIN factors x ON x.k = c.k WHERE c.n <= ?3), "
         "best(id, w) AS MATERIALIZED (SELECT h.id, SUM(g.w) AS summed FROM hits h "
         "CROSS JOIN weights g ON g.k = h.k GROUP BY h.id ORDER BY summed DESC, h.id DESC LIMIT ?8), "
         "scored(id, score) AS MATERIALIZED (SELECT m.id, b.w * ?4 / (?5 + ?6 * m.token_estimate) "
         "AS score FROM best b CROSS JOIN messages m ON m.id = b.id WHERE m.session_key = ?1 "
         "AND m.origin = 'interactive' AND m.fallback = 0 ORDER BY score DESC, m.id DESC LIMIT ?7)"
     )
-
-
-def _scored_statement(
-    session_key: str, before_id: int, limit: int, terms: Sequence[SearchTerm]
-) -> tuple[str, tuple[object, ...]]:
-    """`_scored`'s CTEs and their parameters: the terms' factors only when one is not 1.0 (a
-    thesaurus neighbour's; with `recall_expansions = 0`, the default, there is none), so the
-    weights are the same numbers either way."""
-    parameters = _scored_parameters(session_key, before_id, limit, terms)
-    if any(term.factor != 1.0 for term in terms):
-        return _scored(len(terms)), parameters
-    return _scored(len(terms), factored=False), parameters[:len(parameters) - len(terms)]
 
 
 class SqliteRecall(Recall):
@@ -210,10 +193,10 @@ def lexical_turns_statement(
     terms = search_terms(session_key, text, expand=expand)
     if limit <= 0 or not terms:
         return None
-    scored, parameters = _scored_statement(session_key, before_id, limit, terms)
-    return (f"{scored}, asked(id) AS (SELECT id FROM scored), {_TURNS} "
+    return (f"{_scored(len(terms))}, asked(id) AS (SELECT id FROM scored), {_TURNS} "
             f"SELECT 0, id, score, {_BLANK} FROM scored UNION ALL "
-            f"SELECT 1, t.start, NULL, {_M_COLUMNS} {_TURN_ROWS} ORDER BY 1, 4", parameters)
+            f"SELECT 1, t.start, NULL, {_M_COLUMNS} {_TURN_ROWS} ORDER BY 1, 4",
+            _scored_parameters(session_key, before_id, limit, terms))
 
 
 def lexical_turns_of(rows: Iterable[Any]) -> tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]:
@@ -233,9 +216,8 @@ def _matches_statement(
     if not terms:
         return (f"WITH f(floor) AS MATERIALIZED (SELECT {_FLOOR}), {_STARTS} SELECT NULL, ids FROM starts",
                 (session_key, before_id))
-    scored, parameters = _scored_statement(session_key, before_id, limit, terms)
-    return (f"{scored}, {_STARTS} SELECT id, score FROM scored UNION ALL SELECT NULL, ids FROM starts",
-            parameters)
+    return (f"{_scored(len(terms))}, {_STARTS} SELECT id, score FROM scored UNION ALL "
+            "SELECT NULL, ids FROM starts", _scored_parameters(session_key, before_id, limit, terms))
 
 
 def _matches_and_starts(rows: Iterable[Any], before_id: int) -> tuple[list[tuple[int, float]], TurnStarts]:
