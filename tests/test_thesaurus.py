@@ -65,3 +65,25 @@ async def test_a_neighbour_finds_its_message_below_the_word_itself(store: Store)
     assert dict(found)[kitten.id] == score(term_weight(1, 3) * similarity, kitten.token_estimate)
     matches, _ = await store.lexical_matches(key, "how are the cats?", before_id=FAR, limit=10, expand=24)
     assert matches == found
+
+
+async def test_without_neighbours_found_the_words_score_as_with_them(store: Store) -> None:
+    """The words' search without thesaurus neighbours scores exactly as with neighbours that find
+    nothing, and as BM25's idf by length says; the words' search with the turn starts
+    (`lexical_matches`) agrees; both stores."""
+    channel = FakeChannel()
+    key = str(channel.key())
+    cat = await store.append_inbound(channel.message("the cat slept all day"))
+    photo = await store.append_inbound(channel.message("a photo of the garden"))
+    await store.append_inbound(channel.message("the weather was grey"))
+    assert cat is not None and photo is not None
+    question = "a photo of the cat?"
+    plain, _ = await store.lexical_turns(key, question, before_id=FAR, limit=10)
+    assert dict(plain) == {cat.id: score(term_weight(1, 3), cat.token_estimate),
+                           photo.id: score(term_weight(1, 3), photo.token_estimate)}
+    assert len(search_terms(key, question, expand=2)) == 4  # two neighbours, found nowhere here
+    expanded, _ = await store.lexical_turns(key, question, before_id=FAR, limit=10, expand=2)
+    assert expanded == plain
+    for expand in (0, 2):
+        matches, _ = await store.lexical_matches(key, question, before_id=FAR, limit=10, expand=expand)
+        assert matches == plain

@@ -55,6 +55,22 @@ def test_a_float_query_scores_within_a_hundred_thousandth() -> None:
     assert max(abs(found[int(i)] - float(c)) for i, c in zip(ids, cosines, strict=True)) < 1e-5
 
 
+def test_a_row_of_zeros_scores_zero_and_the_others_as_float_arithmetic() -> None:
+    """A vector of zeros (no word piece encoded) has no norm: it scores 0, and the rest are ranked
+    as numpy ranks them, by a stored query and by a float one."""
+    rows, ids = random_matrix(5, 200)
+    rows[17] = 0
+    matrix = build_matrix(ids, DIM, rows.tobytes(), signature=(len(ids), ids[-1], sum(ids)))
+    query = rows[40]
+    found = matrix.nearest(query.tobytes(), floor=0, before_id=2**62, limit=200)
+    assert dict(found)[int(ids[17])] == 0.0
+    assert [i for i, _ in found if i != ids[17]] == [
+        i for i in reference(np.delete(rows, 17, axis=0), np.delete(np.asarray(ids), 17), query,
+                             floor=0, before=2**62, limit=200)]
+    floats = dict(matrix.nearest(query.astype(np.float32) / 3, floor=0, before_id=2**62, limit=200))
+    assert floats[int(ids[17])] == 0.0 and max(floats.values()) == 1.0
+
+
 def test_vectors_read_out_of_order_and_appended_search_as_one_matrix() -> None:
     rows, ids = random_matrix(4, 40)
     shuffled = list(range(40))[::-1]

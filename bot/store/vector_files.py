@@ -25,7 +25,10 @@ import os
 import secrets
 import shutil
 import struct
+import sys
 from array import array
+from itertools import islice
+from operator import lt
 from pathlib import Path
 
 import structlog
@@ -151,11 +154,23 @@ def _parse(data: bytes, removed: int) -> Vectors | None:
         return None
     if magic != _MAGIC or dim <= 0 or (len(data) - _HEADER.size) % (8 + dim):
         raise ValueError("not a whole vector file (written by something else, or cut short)")
-    records = list(_record(dim).iter_unpack(memoryview(data)[_HEADER.size:]))
-    ids = array("q", [record[0] for record in records])
-    if any(ids[i] >= ids[i + 1] for i in range(len(ids) - 1)):
+    # Sliced apart in C (a tuple per record and loops over them in Python were ~0.27 ms for a
+    # session of 1 000 vectors, read in most builds whose session is not in memory): each id byte
+    # is every `record`-th byte from its place.
+    record, start = 8 + dim, _HEADER.size
+    packed = bytearray(8 * ((len(data) - start) // record))
+    for place in range(8):
+        packed[place::8] = data[start + place::record]
+    ids = array("q", packed)
+    if sys.byteorder != "little":
+        ids.byteswap()
+    if not all(map(lt, ids, islice(ids, 1, None))):
         raise ValueError("ids out of order (two writers appended at once)")
-    return ids, int(dim), b"".join(record[1] for record in records)
+    # The vectors: every record's id bytes deleted, a byte of each per pass (each pass in C).
+    rows = bytearray(memoryview(data)[start:])
+    for place in range(8):
+        del rows[0::record - place]
+    return ids, int(dim), bytes(rows)
 
 
 def _records(ids: array[int], dim: int, rows: bytes) -> bytes:
