@@ -22,6 +22,7 @@ from bot.ranking.budget import message_cost
 from bot.ranking.embedding import Embedder, load_embedder, unavailable_reason
 from bot.store import Store
 from bot.testing.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Response, Text
+from bot.testing.chatter import CHATTER
 from bot.testing.fake_channel import FakeChannel
 from tests.harness import FAST, config_data, daemon_with, echo, reply_requests, request_text, say
 
@@ -31,12 +32,6 @@ needs_semantic = pytest.mark.skipif(not SEMANTIC, reason="the semantic extra is 
 
 FACT = "I spent the weekend looking into adoption agencies"
 QUESTION = "What did I research lately about growing our family?"
-CHATTER = [
-    "the train was late again this morning", "made lasagne for dinner", "the heating is broken",
-    "watched a documentary about volcanoes", "my knee hurts after the run", "bought new curtains",
-    "the printer jammed twice", "we planted tomatoes on the balcony", "lost my umbrella on the bus",
-    "tried a new coffee place downtown", "finished the quarterly report", "the cat knocked over a vase",
-]
 
 
 @pytest.fixture(scope="module")

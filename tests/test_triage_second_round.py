@@ -22,6 +22,7 @@ from bot.models.brain import AnthropicBrain
 from bot.ranking.embedding import Embedder, embedding_text, load_embedder, unavailable_reason, vector_bytes
 from bot.store import Store
 from bot.testing.anthropic_api import AnthropicStandIn, Error, RecordedRequest, Response, Text
+from bot.testing.chatter import CHATTER
 from bot.testing.fake_channel import FakeChannel
 from tests.harness import FAST, config_data, daemon_with, echo, reply_requests, request_text, say
 from tests.test_web import browser, free_port, log_in, with_account
@@ -35,12 +36,6 @@ pytestmark = pytest.mark.skipif(
 FACT = "I spent the weekend looking into adoption agencies"
 NEIGHBOUR = "my grandmother taught me her recipe for plum dumplings"
 QUESTION = "What did I find out about adoption agencies?"
-CHATTER = [
-    "the train was late again this morning", "made lasagne for dinner", "the heating is broken",
-    "watched a documentary about volcanoes", "my knee hurts after the run", "bought new curtains",
-    "the printer jammed twice", "we planted tomatoes on the balcony", "lost my umbrella on the bus",
-    "tried a new coffee place downtown", "finished the quarterly report", "the cat knocked over a vase",
-]
 
 
 @pytest.fixture(scope="module")
