@@ -19,7 +19,7 @@ from itertools import compress, repeat
 from operator import add, mul, sub, truediv
 from typing import Any, cast
 
-from bot.store.vector_files import Vectors
+from bot.store.vector_files import Filed, Vectors
 
 # A session's vectors of a model as `embedding_counts` counts them: how many, the largest id, the
 # sum of ids, and how many were ever removed (a copy read before a removal is never the table's).
@@ -43,6 +43,12 @@ class Matrix:
     @property
     def nbytes(self) -> int:
         return len(self.ids) * 8 + len(self.rows) + len(self.scales) * 8
+
+    def part(self, start: int = 0) -> Filed:
+        """The rows from the `start`-th on, with their 1/norms, as a vector file keeps them."""
+        if not start:
+            return self.ids, self.dim, self.rows, self.scales
+        return self.ids[start:], self.dim, self.rows[start * self.dim:], self.scales[start:]
 
     def nearest(self, query: bytes | Sequence[float], *, floor: int, before_id: int,
                 limit: int) -> list[tuple[int, float]]:
@@ -117,9 +123,8 @@ def _simsimd() -> Any:
     return simsimd
 
 
-def holds(vectors: Vectors, signature: Signature) -> bool:
-    """Whether `vectors` are exactly the ones the table counts (their number and sum of ids)."""
-    ids = vectors[0]
+def holds(ids: array[int], signature: Signature) -> bool:
+    """Whether vectors of `ids` are exactly the ones the table counts (their number and sum)."""
     return len(ids) == signature[0] and sum(ids) == signature[2]
 
 
@@ -150,6 +155,12 @@ def build_matrix(ids: array[int], dim: int, rows: bytes, *, signature: Signature
         squares: Iterable[float] = map(max, found, repeat(1e-24)) if 0.0 in found else found
         scales = array("d", map(truediv, repeat(1.0), map(math.sqrt, squares)))
     return Matrix(ids, dim, rows, scales, signature)
+
+
+def filed_matrix(filed: Filed, *, signature: Signature) -> Matrix:
+    """The matrix of a vector file's read (its rows' norms as the file keeps them)."""
+    ids, dim, rows, scales = filed
+    return Matrix(ids, dim, rows, scales, signature, filed=True)
 
 
 def appended(
