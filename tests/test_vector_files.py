@@ -64,10 +64,36 @@ def the_file(store: Store) -> Path:
     return store.vector_files().path(str(SESSION), MODEL)
 
 
+def blocks_in_file(store: Store) -> list[tuple[list[int], list[float], bytes]]:
+    """The file's blocks: (ids, 1/norms, vectors) each."""
+    data, at, blocks = the_file(store).read_bytes(), HEADER, []
+    assert data[:4] == b"SBV3"
+    while at < len(data):
+        count = int(np.frombuffer(data, "<i8", 1, at)[0])
+        ids = np.frombuffer(data, "<i8", count, at + 8)
+        scales = np.frombuffer(data, "<f8", count, at + 8 + 8 * count)
+        blocks.append(([int(i) for i in ids], [float(x) for x in scales],
+                       data[at + 8 + 16 * count:at + 8 + (16 + DIM) * count]))
+        at += 8 + (16 + DIM) * count
+    assert at == len(data)
+    return blocks
+
+
+def block(ids: list[int], scales: list[float], vectors: bytes) -> bytes:
+    return (np.array([len(ids), *ids], "<i8").tobytes() + np.array(scales, "<f8").tobytes() + vectors)
+
+
 def ids_in_file(store: Store) -> list[int]:
-    data = the_file(store).read_bytes()[HEADER:]
-    records = np.frombuffer(data, dtype=np.dtype([("id", "<i8"), ("vector", "i1", (DIM,))]))
-    return [int(i) for i in records["id"]]
+    return [i for ids, _, _ in blocks_in_file(store) for i in ids]
+
+
+def records_file(store: Store, removed: int = 0) -> bytes:
+    """The session's vectors in the earlier layout (SBV2): a record (id, vector) per vector."""
+    body = b"".join(
+        np.int64(i).astype("<i8").tobytes() + vector
+        for ids, _, vectors in blocks_in_file(store)
+        for i, vector in zip(ids, (vectors[n * DIM:(n + 1) * DIM] for n in range(len(ids))), strict=True))
+    return b"SBV2" + np.uint32(DIM).astype("<u4").tobytes() + np.int64(removed).astype("<i8").tobytes() + body
 
 
 @pytest.mark.sqlite_only
@@ -124,7 +150,7 @@ async def test_vectors_stored_for_a_session_in_memory_join_it_there_and_in_its_f
     assert ids_in_file(store) == ids
 
 
-@pytest.mark.parametrize("damage", ["cut short", "not a vector file", "ids out of order", "empty"])
+@pytest.mark.parametrize("damage", ["cut short", "not a vector file", "blocks out of order", "empty"])
 async def test_a_damaged_file_is_never_trusted_and_is_written_again(store: Store, damage: str) -> None:
     """A file cut short by a crash, written by something else, appended to by two writers at once
     or empty gives no wrong vector: the search reads the table, and the file is mended."""
@@ -132,19 +158,49 @@ async def test_a_damaged_file_is_never_trusted_and_is_written_again(store: Store
     truth = await search(store)
     path = the_file(store)
     data = path.read_bytes()
-    record = 8 + DIM
     if damage == "cut short":
         path.write_bytes(data[:-5])
     elif damage == "not a vector file":
         path.write_bytes(b"PK\x03\x04" + data[4:])
-    elif damage == "ids out of order":
-        body = data[HEADER:]
-        path.write_bytes(data[:HEADER] + body[record:2 * record] + body[:record] + body[2 * record:])
+    elif damage == "blocks out of order":  # as two writers appending at once may leave them
+        (ids, scales, vectors), = blocks_in_file(store)
+        path.write_bytes(data[:HEADER] + block(ids[6:], scales[6:], vectors[6 * DIM:])
+                         + block(ids[:6], scales[:6], vectors[:6 * DIM]))
     else:
         path.write_bytes(b"")
     store.drop_cached_vectors()
     assert await search(store) == truth
     assert ids_in_file(store) == ids
+
+
+async def test_a_file_of_the_earlier_layout_is_never_parsed_as_this_one(store: Store) -> None:
+    """A file a former version wrote (a record per vector) is not read as blocks: the search
+    finds what the table holds, and the file is written again in this layout."""
+    ids = await stored_with_vectors(store, 9)
+    truth = await search(store)
+    old = records_file(store)
+    the_file(store).write_bytes(old)
+    store.drop_cached_vectors()
+    assert await search(store) == truth
+    assert ids_in_file(store) == ids and the_file(store).read_bytes() != old
+
+
+async def test_appended_blocks_keep_each_rows_norm_and_are_joined_when_many(store: Store) -> None:
+    """Each append adds a block with its rows' norms, and a search after a restart finds what a
+    fresh read of the table does; a file of many blocks is written again as one."""
+    ids = await stored_with_vectors(store, 5)
+    await search(store)
+    for seed in range(2, 12):
+        ids += await stored_with_vectors(store, 1, seed=seed)
+    assert len(blocks_in_file(store)) == 11 and ids_in_file(store) == ids
+    store.drop_cached_vectors()
+    from_file, reads = await traced_search(store)
+    joined = blocks_in_file(store)
+    assert reads == 0 and len(joined) == 1 and ids_in_file(store) == ids
+    store.vector_files().clear()
+    store.drop_cached_vectors()
+    assert await search(store) == from_file
+    assert blocks_in_file(store) == joined  # the same norms as worked out from the table
 
 
 async def test_a_file_holding_other_vectors_than_the_table_counts_is_replaced(store: Store) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bot.ranking.embedding import vector_bytes
-from bot.store.vector_matrix import appended, build_matrix, vectors_of
+from bot.store.vector_matrix import appended, build_matrix, float_parts, vectors_of
 
 np = pytest.importorskip("numpy")
 DIM = 64
@@ -53,6 +53,21 @@ def test_a_float_query_scores_within_a_hundred_thousandth() -> None:
     cosines = rows.astype(np.float64) @ query / (np.linalg.norm(rows.astype(np.float64), axis=1)
                                                  * np.linalg.norm(query))
     assert max(abs(found[int(i)] - float(c)) for i, c in zip(ids, cosines, strict=True)) < 1e-5
+
+
+def test_a_float_query_is_split_as_pythons_round_splits_it() -> None:
+    """The query's int8 parts (worked out in simsimd's loops) are exactly Python's round() of
+    its scaled values and of their remainders × 254, halves to even; not finite: refused."""
+    rng = np.random.default_rng(4)
+    halves = [127.0, 0.5, -0.5, 1.5, -1.5, 2.5, 63.5, -63.5, 0.0, 126.5 / 127 * 127]
+    for values in (rng.standard_normal(DIM).tolist(), halves * 4, [x / 254 for x in range(-127, 128)]):
+        scale = 127.0 / max(map(abs, values))
+        scaled = [v * scale for v in values]
+        first = [round(v) for v in scaled]
+        second = [round((v - f) * 254) for v, f in zip(scaled, first, strict=True)]
+        assert float_parts(values) == [array("b", first).tobytes(), array("b", second).tobytes()]
+    with pytest.raises(ValueError, match="finite"):
+        float_parts([1.0, float("nan")])
 
 
 def test_a_row_of_zeros_scores_zero_and_the_others_as_float_arithmetic() -> None:

@@ -25,7 +25,7 @@ from bot.core.messages import StoredMessage
 from bot.store.database import Database
 from bot.store.messages import MESSAGE_COLUMNS, rows_to_messages
 from bot.store.vector_files import VectorFiles, Vectors, vectors_dir
-from bot.store.vector_matrix import Matrix, Signature, appended, build_matrix, holds, vectors_of
+from bot.store.vector_matrix import Matrix, Signature, appended, build_matrix, filed_matrix, holds, vectors_of
 
 # A vector to keep: (message id, session key, vector bytes, the message text it was encoded from).
 VectorRow = tuple[int, str, bytes, str]
@@ -149,7 +149,8 @@ class Embeddings(Database):
         matrix = appended(cached, *newer, signature=signature)
         if matrix is None:
             return
-        matrix.filed = cached.filed and await self.vector_files().append(session_key, model, newer)
+        matrix.filed = cached.filed and await self.vector_files().append(
+            session_key, model, matrix.part(len(cached.ids)))
         self._keep((session_key, model), matrix)
 
     async def embedding_of(self, message_id: int, model: str) -> array[float] | None:
@@ -301,33 +302,31 @@ class Embeddings(Database):
         files = self.vector_files()
         matrix: Matrix | None = None
         older: Matrix | None = None  # vectors known here that the table has newer ones after
-        if read is not None and holds(read, signature):
+        if read is not None and holds(read[0], signature):
             matrix = build_matrix(*read, signature=signature)
-            matrix.filed = await files.write(session_key, model, read, removed=signature[3])
+            matrix.filed = await files.write(session_key, model, matrix.part(), removed=signature[3])
         elif (cached is not None and signature[0] > cached.signature[0] and signature[1] > cached.signature[1]
               and signature[3] == cached.signature[3]):
             older = cached
         else:
             stored = await files.read(session_key, model, removed=signature[3])
-            if stored is not None and holds(stored, signature):
-                matrix = build_matrix(*stored, signature=signature)
-                matrix.filed = True
+            if stored is not None and holds(stored[0], signature):
+                matrix = filed_matrix(stored, signature=signature)
             elif stored is not None and 0 < len(stored[0]) < signature[0]:
-                older = build_matrix(*stored, signature=signature)
-                older.filed = True
+                older = filed_matrix(stored, signature=signature)
         if older is not None and len(older.ids):
             newer = await self._vectors(session_key, model, after_id=int(older.ids[-1]))
             if (len(older.ids) + len(newer[0]) == signature[0]
                     and sum(older.ids) + sum(newer[0]) == signature[2]):
                 matrix = appended(older, *newer, signature=signature)
             if matrix is not None:
-                matrix.filed = await (files.append(session_key, model, newer) if older.filed else
-                                      files.write(session_key, model, (matrix.ids, matrix.dim, matrix.rows),
-                                                  removed=signature[3]))
+                matrix.filed = await (files.append(session_key, model, matrix.part(len(older.ids)))
+                                      if older.filed else
+                                      files.write(session_key, model, matrix.part(), removed=signature[3]))
         if matrix is None:
             read = await self._vectors(session_key, model, after_id=0)
             matrix = build_matrix(*read, signature=signature)
-            matrix.filed = await files.write(session_key, model, read, removed=signature[3])
+            matrix.filed = await files.write(session_key, model, matrix.part(), removed=signature[3])
         self._keep(key, matrix)
         return matrix
 

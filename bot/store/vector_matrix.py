@@ -11,15 +11,19 @@ at 254 steps, so its scores are within ~1e-5 of float arithmetic's.
 from __future__ import annotations
 
 import math
+import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import add, mul, sub, truediv
-from typing import Any, cast
+from operator import add, le, mul, truediv
+from typing import Any
 
-from bot.store.vector_files import Vectors
+from bot.store.vector_files import Filed, Vectors
+
+# 1.5 × 2 ** 52: a float of at most 2 ** 51 added to it is rounded to an integer, half to even.
+_ROUNDING = 6755399441055744.0
 
 # A session's vectors of a model as `embedding_counts` counts them: how many, the largest id, the
 # sum of ids, and how many were ever removed (a copy read before a removal is never the table's).
@@ -44,6 +48,12 @@ class Matrix:
     def nbytes(self) -> int:
         return len(self.ids) * 8 + len(self.rows) + len(self.scales) * 8
 
+    def part(self, start: int = 0) -> Filed:
+        """The rows from the `start`-th on, with their 1/norms, as a vector file keeps them."""
+        if not start:
+            return self.ids, self.dim, self.rows, self.scales
+        return self.ids[start:], self.dim, self.rows[start * self.dim:], self.scales[start:]
+
     def nearest(self, query: bytes | Sequence[float], *, floor: int, before_id: int,
                 limit: int) -> list[tuple[int, float]]:
         """(id, cosine rounded to six decimals) of the `limit` rows nearest `query` with floor < id <
@@ -56,20 +66,24 @@ class Matrix:
         parts = [query] if isinstance(query, bytes | bytearray) else float_parts(query)
         if any(len(part) != self.dim for part in parts):
             raise ValueError(f"a query of {len(parts[0])} values against vectors of {self.dim}")
-        dots: Iterable[float] = _dots(block, parts)
+        # Per row: dot / |query| / |row|, each step over every row in simsimd's loops, in C (with
+        # the float query's parts: dot with the first + dot with the second × 1/254), each step
+        # one rounding of the same operation as a Python float's, so the same bits (fused or not:
+        # every product is with 1 or added to 0); sorting and comparing are Python's, in C.
+        kernels, rows = _simsimd(), high - low
+        zeros = array("d", bytes(8 * rows))
+        dots = _dots(block, parts[0])
         if len(parts) > 1:
-            both = cast("list[float]", dots)
-            dots = map(add, both[0::2], map(mul, both[1::2], repeat(1 / 254)))
+            dots = kernels.wsum(dots, kernels.wsum(_dots(block, parts[1]), zeros, alpha=1 / 254, beta=0.0),
+                                alpha=1.0, beta=1.0)
         values = _query_values(parts)
         norm = math.sqrt(sum(map(mul, values, values)))
-        # Per row: dot / |query| / |row|. The loops are map's, compress's and sort's, in C: a
-        # search of 1 000 vectors is ~0.2 ms of Python, not a millisecond per thousand rows of it
-        # (no tuple per row, and no heapq.nlargest, whose loop over every row is Python's).
-        scores = list(map(mul, map(mul, dots, repeat(1.0 / max(norm, 1e-12))), self.scales[low:high]))
+        scaled = kernels.wsum(dots, zeros, alpha=1.0 / max(norm, 1e-12), beta=0.0)
+        scores = _floats(kernels.fma(scaled, self.scales[low:high], zeros, alpha=1.0, beta=0.0)).tolist()
         # Six decimals, as snapshots record them: ties go to the newer message and replay finds
         # the same order. Only a score within 1e-6 of the limit-th can round level with it.
         cut = sorted(scores)[-min(limit, len(scores))] - 1e-6
-        near = list(map(cut.__le__, scores))
+        near = list(map(le, repeat(cut), scores))
         ranked = zip(map(round, compress(scores, near), repeat(6)), compress(self.ids[low:high], near),
                      strict=True)
         return [(int(i), float(s)) for s, i in sorted(ranked, reverse=True)[:limit]]
@@ -89,10 +103,30 @@ def float_parts(query: Sequence[float]) -> list[bytes]:
     values = query.tolist() if hasattr(query, "tolist") else list(query)
     peak = max(map(abs, values), default=0.0)
     scale = 127.0 / peak if peak > 0 else 0.0
-    scaled = list(map(mul, values, repeat(scale)))
-    first = array("b", map(round, scaled))
-    second = array("b", map(round, map(mul, map(sub, scaled, first), repeat(254))))
-    return [first.tobytes(), second.tobytes()]
+    if not values:
+        return [b"", b""]
+    if not math.isfinite(sum(values)):
+        raise ValueError("a query of values that are not all finite numbers")
+    # Each value scaled, rounded half to even as Python's round() does (adding 1.5 × 2 ** 52
+    # leaves the integer in the float's low bits: its low byte is the int8), the rounding's
+    # remainder scaled by 254 and rounded so: in simsimd's loops, the same bits as map(round, ...).
+    kernels, zeros = _simsimd(), array("d", bytes(8 * len(values)))
+    magic = array("d", [_ROUNDING]) * len(values)
+    scaled = kernels.wsum(array("d", values), zeros, alpha=scale, beta=0.0)
+    first = kernels.wsum(scaled, magic, alpha=1.0, beta=1.0)
+    rest = kernels.wsum(scaled, kernels.wsum(first, magic, alpha=1.0, beta=-1.0), alpha=1.0, beta=-1.0)
+    second = kernels.wsum(kernels.wsum(rest, zeros, alpha=254.0, beta=0.0), magic, alpha=1.0, beta=1.0)
+    return [_low_bytes(first), _low_bytes(second)]
+
+
+def _floats(found: Any) -> memoryview[float]:
+    """simsimd's float64 answer as one flat run of floats."""
+    return memoryview(found).cast("B").cast("d")
+
+
+def _low_bytes(rounded: Any) -> bytes:
+    # Little-endian: a float's lowest byte first (a big-endian machine's is its last).
+    return bytes(memoryview(rounded).cast("B")[0 if sys.byteorder == "little" else 7::8])
 
 
 def _query_values(parts: list[bytes]) -> list[float]:
@@ -101,13 +135,9 @@ def _query_values(parts: list[bytes]) -> list[float]:
     return list(map(add, array("b", parts[0]), map(truediv, array("b", parts[1]), repeat(254.0))))
 
 
-def _dots(block: memoryview, parts: list[bytes]) -> list[float]:
-    """Each row of `block` (n × dim int8) dotted with each part (dim int8), exact integers: one
-    value per row for one part, else a row's values side by side (n × len(parts))."""
-    kernels: Any = _simsimd()
-    queries = memoryview(b"".join(parts)).cast("b", (len(parts), len(parts[0])))
-    found = kernels.cdist(block, queries, metric="dot")
-    return cast("list[float]", memoryview(found).cast("B").cast("d").tolist())  # of (n, parts) float64
+def _dots(block: memoryview, part: bytes) -> memoryview[float]:
+    """Each row of `block` (n × dim int8) dotted with `part` (dim int8), exact integers (float64)."""
+    return _floats(_simsimd().cdist(block, memoryview(part).cast("b", (1, len(part))), metric="dot"))
 
 
 def _simsimd() -> Any:
@@ -117,9 +147,8 @@ def _simsimd() -> Any:
     return simsimd
 
 
-def holds(vectors: Vectors, signature: Signature) -> bool:
-    """Whether `vectors` are exactly the ones the table counts (their number and sum of ids)."""
-    ids = vectors[0]
+def holds(ids: array[int], signature: Signature) -> bool:
+    """Whether vectors of `ids` are exactly the ones the table counts (their number and sum)."""
     return len(ids) == signature[0] and sum(ids) == signature[2]
 
 
@@ -150,6 +179,12 @@ def build_matrix(ids: array[int], dim: int, rows: bytes, *, signature: Signature
         squares: Iterable[float] = map(max, found, repeat(1e-24)) if 0.0 in found else found
         scales = array("d", map(truediv, repeat(1.0), map(math.sqrt, squares)))
     return Matrix(ids, dim, rows, scales, signature)
+
+
+def filed_matrix(filed: Filed, *, signature: Signature) -> Matrix:
+    """The matrix of a vector file's read (its rows' norms as the file keeps them)."""
+    ids, dim, rows, scales = filed
+    return Matrix(ids, dim, rows, scales, signature, filed=True)
 
 
 def appended(
