@@ -12,7 +12,7 @@ from structlog.testing import capture_logs
 
 from bot.config import Config, parse_config
 from bot.context.builder import ContextBuilder
-from bot.context.reads import Pin
+from bot.context.reads import Pin, read_history, read_with_recall
 from bot.core.messages import ChatRef, InboundMessage, StoredMessage
 from bot.core.session_key import build
 from bot.models.brain import AnthropicBrain
@@ -68,7 +68,8 @@ async def test_the_joint_read_answers_as_the_two_reads(store: Store) -> None:
     fact, request = await conversation(store)
     joint = await together(store, request, request.text, 8)
     assert joint == await apart(store, request, request.text, 8)
-    (compaction, block, history), (matches, turns) = joint
+    (compaction, block, history, before), (matches, turns) = joint
+    assert before in ([], None)  # nothing after the request: no read of what came before it
     assert compaction is not None and [m.text for m in block] == ["morning briefing"]
     assert history[-1].id == request.id and len(history) == 21
     assert matches and matches[0][0] == fact[0].id and turns[fact[0].id] == fact
@@ -130,3 +131,50 @@ async def test_a_failed_joint_read_is_read_apart_into_the_same_context(store: St
     replayed = await ContextBuilder(config, store, brain).build(DM, request, CHAT, pin=pin)
     replayed_apart = await failing.build(DM, request, CHAT, pin=pin)
     assert replayed.snapshot() == replayed_apart.snapshot() == joint.snapshot()
+
+
+class ReadsNothingAhead:
+    """A store that never reads the history before the request with the rest (as PostgreSQL)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def context_and_recall(self, *args: Any, **kwargs: Any) -> Any:
+        (compaction, block, history, _), found = await self._store.context_and_recall(*args, **kwargs)
+        return (compaction, block, history, None), found
+
+    async def context_reads(self, *args: Any, **kwargs: Any) -> Any:
+        compaction, block, history, _ = await self._store.context_reads(*args, **kwargs)
+        return compaction, block, history, None
+
+
+async def test_a_request_queued_behind_others_sees_the_same_history_in_one_hand_off(
+    tmp_path: Path,
+) -> None:
+    """Requests stored before the replies to the earlier ones (queued behind them): each one's
+    history (the replies stored after it, not the requests) is the one the separate read of what
+    came before it gives, and on SQLite it comes with the rest, in one hand-off."""
+    conv = recall_config(tmp_path).conversation
+    async with Store.open(tmp_path / "switchboard.db") as store:
+        _, first = await conversation(store, exchanges=12)
+        second, third = [await store.append_inbound(inbound(text)) for text in ("and?", "hello?")]
+        assert second is not None and third is not None
+        await store.append_reply(str(DM), "the stairs are blue", request_id=first.id)
+        for request in (first, second, third):
+            read, _ = await store.context_and_recall(
+                str(DM), before_id=FAR, limit=conv.lookback_count + 1, request_id=request.id,
+                scheduled=3, compaction=True, text="", recall_before=request.id, recall_limit=0)
+            assert read[3] == await store.recent_messages(
+                str(DM), before_id=request.id, limit=conv.lookback_count + 1)
+            async with hand_offs(store) as items:
+                seen = await read_history(store, conv, str(DM), request, None, compaction=True)
+                (joint, _) = await read_with_recall(store, conv, str(DM), request, None)
+            assert len(items) == 2  # one per read, none for what came before the request
+            apart = ReadsNothingAhead(store)
+            assert seen == joint == await read_history(apart, conv, str(DM), request, None, compaction=True)  # type: ignore[arg-type]
+            texts = [m.text for m in seen[2]]
+            assert texts[-1] == "the stairs are blue"  # the reply, stored after the request
+            assert not {m.text for m in (first, second, third) if m.id >= request.id} & set(texts)

@@ -44,3 +44,22 @@ def test_a_line_has_its_secrets_blanked_in_every_field() -> None:
     assert out == {"event": f"call Bearer {REDACTED}", "n": 3, "none": None,
                    "nested": {"url": f"postgres://{REDACTED}@db/x", "parts": [REDACTED, 1.5]},
                    "pair": (f"password={REDACTED}", "plain")}
+
+
+SHARED = Redactor(["the-known-secret"])
+
+
+@given(st.lists(TEXT, max_size=6))
+def test_a_string_seen_before_is_redacted_as_the_first_time(texts: list[str]) -> None:
+    """One redactor across many lines (it remembers the strings it found clean): each text, met
+    again, is still answered as the patterns answer it."""
+    for text in [*texts, *texts]:
+        assert SHARED.redact(text) == reference(text, ["the-known-secret"])
+
+
+def test_a_str_subclass_field_is_redacted() -> None:
+    class Label(str):
+        pass
+
+    out = Redactor(["the-known-secret"])(None, "info", {"event": Label("key the-known-secret"), "ok": True})
+    assert out == {"event": f"key {REDACTED}", "ok": True}

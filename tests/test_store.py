@@ -285,15 +285,16 @@ async def test_context_reads_are_the_three_reads(store: Store) -> None:
     assert request is not None
     await store.append_inbound(inbound("another session", key=OTHER_DM))
 
-    latest, block, history = await store.context_reads(
+    latest, block, history, before = await store.context_reads(
         str(DM), before_id=2**62, limit=3, request_id=request.id, scheduled=2, compaction=True)
     assert latest == await store.latest_compaction(str(DM)) == compaction
     assert block == await store.scheduled_between(str(DM), after_id=None, before_id=request.id, limit=2)
     assert [m.id for m in block] == [b.id for b in briefings[1:]]
     assert history == await store.recent_messages(str(DM), before_id=2**62, limit=3)
     assert [m.text for m in history] == ["thanks", "you're welcome", "and now?"]
+    assert before in ([], None)  # nothing stored after the request
 
-    none, no_block, all_history = await store.context_reads(
+    none, no_block, all_history, _ = await store.context_reads(
         str(DM), before_id=request.id, limit=10, request_id=request.id, scheduled=0, compaction=False)
     assert (none, no_block) == (None, [])
     assert [m.text for m in all_history] == ["thanks", "you're welcome"]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from channels.telegram.html import to_telegram_html
+from channels.telegram.html import is_plain, rendered, to_telegram_html
 
 ALLOWED_TAGS = {"b", "i", "s", "u", "code", "pre", "a", "blockquote"}
 ALLOWED_ATTRS = {"a": {"href"}, "code": {"class"}}
@@ -271,3 +272,38 @@ def test_visible_text_is_bounded_by_the_markdown(markdown: str) -> None:
 def test_any_unicode_text_is_escaped_and_kept(text: str) -> None:
     """Arbitrary Unicode never yields malformed HTML."""
     check(to_telegram_html(text))
+
+
+# Prose-like text: mostly what plain replies are made of, with some of what makes text Markdown.
+PROSE = st.lists(st.sampled_from(
+    [*"abcXYZ  .,:;!?'\"()/@%$^{}-=+#>19", "é", "…", "—", "\n", "\n\n", "\t", "\u00a0", "\u2028",
+     "*", "_", "`", "[", "]", "<", ">", "&", "~", "|", "\\", "\r", "\0", "  "]), max_size=60).map("".join)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(text=PROSE | st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=60))
+def test_plain_text_renders_as_itself(text: str) -> None:
+    """Text `is_plain` takes past the parse is exactly what the parse and render give for it."""
+    if is_plain(text):
+        assert rendered(text) == text
+        assert to_telegram_html(text) == text
+
+
+@pytest.mark.parametrize("text", [
+    "re: m1-2. The tide comes in twice a day because the moon pulls the sea toward it: see?",
+    "First paragraph, plain.\n\nSecond one (with parentheses) and a 3.5 % figure!",
+    "Ça va — très bien… 日本語も。",
+])
+def test_plain_prose_skips_the_parse(text: str) -> None:
+    assert is_plain(text)
+    assert to_telegram_html(text) == rendered(text) == text
+
+
+@pytest.mark.parametrize("text", [
+    "", "**bold**", "a_b", "`code`", "[link](http://x.y)", "<b>", "a & b", "~~x~~", "a | b",
+    "\\escaped", "# heading", "> quote", "- item", "+ item", "* item", "1. item", "=", " lead",
+    "trail ", "line\nbreak", "a\n\n\nb", "a\n\n", "tab\there", "nb\u00a0sp", "cr\rx", "nul\0",
+    "p\n\n    code",
+])
+def test_markdown_and_odd_whitespace_are_parsed(text: str) -> None:
+    assert not is_plain(text)

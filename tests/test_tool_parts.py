@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from fnmatch import fnmatchcase
 from typing import Any
 
 import anthropic
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bot.config import AnthropicConfig, ToolsConfig, parse_config
 from bot.core.errors import ConfigError
@@ -108,6 +111,19 @@ def test_permissions_globs_rules_and_writing_tools_in_shared_chats() -> None:
     assert permitted(search, asking(shared=False, user="9"), config)
     nobody = ToolsConfig(shared_writes="nobody")
     assert not permitted(writer, asking(shared=True, admin=True), nobody)
+
+
+_GLOB = st.text(alphabet="ab_*?[]!-", min_size=1, max_size=6)
+
+
+@given(name=st.text(alphabet="ab_-", min_size=1, max_size=6), allow=st.lists(_GLOB, max_size=3),
+       deny=st.lists(_GLOB, max_size=3))
+def test_allow_and_deny_globs_match_as_fnmatch_does(name: str, allow: list[str], deny: list[str]) -> None:
+    """"*" (the default allow) is taken as matching without a glob; every pattern decides as
+    `fnmatchcase` does."""
+    config = ToolsConfig(allow=allow, deny=deny)
+    expected = (any(fnmatchcase(name, p) for p in allow) and not any(fnmatchcase(name, p) for p in deny))
+    assert permitted(tool(name), asking(shared=False), config) == expected
 
 
 def test_the_toolbox_skips_a_duplicate_name_and_a_broken_source() -> None:

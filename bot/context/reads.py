@@ -80,7 +80,7 @@ async def _as_seen(
     message: they have not answered it yet. A message queued behind earlier ones of its session
     was stored before the replies to them: those replies (not the user messages queued after it)
     belong to its history."""
-    latest, scheduled, newest = read
+    latest, scheduled, newest, read_before = read
     limit = conv.lookback_count
     if compaction and pin is not None and pin.compaction_id is not None:
         latest = await store.compaction_by_id(pin.compaction_id)
@@ -89,6 +89,8 @@ async def _as_seen(
     later = [m for m in newest if m.id > request.id]
     if not later:
         return latest, scheduled, [m for m in newest if m.id < request.id][-limit:], as_of
-    before = await store.recent_messages(session, before_id=request.id, limit=limit)
+    # Read with the rest where the store could (at most `limit` + 1: the same newest `limit`).
+    before = (read_before if read_before is not None
+              else await store.recent_messages(session, before_id=request.id, limit=limit))
     answered = [m for m in later if m.role == "assistant"]
     return latest, scheduled, (before + answered)[-limit:], as_of

@@ -38,8 +38,20 @@ class Redactor:
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         self._secrets = sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True)
+        # Whether a string holds a known secret or a secret's shape, in one search.
+        self._maybe = re.compile("|".join([*map(re.escape, self._secrets), _MAYBE_SECRET.pattern]))
+        # Strings found clean, as most of a line's recur (its event, logger, level, channel, model).
+        self._clean: set[str] = set()
 
     def redact(self, text: str) -> str:
+        if text in self._clean:
+            return text
+        if self._maybe.search(text) is None:  # most strings: nothing to replace below
+            if len(text) <= _CLEAN_LENGTH:
+                if len(self._clean) >= _CLEAN_STRINGS:
+                    self._clean.clear()
+                self._clean.add(text)
+            return text
         for secret in self._secrets:
             text = text.replace(secret, REDACTED)
         if _MAYBE_SECRET.search(text) is None:
@@ -49,11 +61,20 @@ class Redactor:
         return text
 
     def __call__(self, logger: Any, name: str, event_dict: EventDict) -> EventDict:
+        redact = self.redact
         for key, value in event_dict.items():  # values replaced in place: the keys stay as they are
-            if isinstance(value, str | dict | list | tuple):
-                event_dict[key] = _walk(value, self.redact)
+            kind = type(value)
+            if kind is str:
+                event_dict[key] = redact(value)
+            elif kind not in _SCALARS and isinstance(value, _CONTAINERS):  # a str subclass too
+                event_dict[key] = _walk(value, redact)
         return event_dict
 
+
+# What a line's fields mostly are: nothing to redact in them, told apart by their exact type.
+_SCALARS = frozenset((int, float, bool, type(None)))
+_CONTAINERS = (str, dict, list, tuple)
+_CLEAN_STRINGS, _CLEAN_LENGTH = 1024, 200  # how many clean strings are remembered, and how long
 
 _last_error: dict[str, Any] | None = None
 

@@ -63,7 +63,9 @@ class Store(
     ) -> ContextRead:
         """`latest_compaction` (None unless `compaction`), `scheduled_between(after_id=None,
         before_id=request_id, limit=scheduled)` and `recent_messages(before_id=before_id,
-        limit=limit)`, in one read."""
+        limit=limit)`, in one read; and, where the store reads it in the same go (SQLite), when
+        that history holds messages after the request, `recent_messages(before_id=request_id,
+        limit=limit)` (else None: the build reads it apart when needed)."""
 
     async def context_and_recall(
         self, session_key: str, *, before_id: int, limit: int, request_id: int,

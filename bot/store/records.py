@@ -80,10 +80,13 @@ class CompactionRecord:
     notified: int
 
 
-# What a context build reads: the compaction in use (or None), the scheduled block and the newest
-# history (`context_reads`); and lexical recall's matches, (message id, score) best first, with
-# each one's turn by its id (`lexical_turns`).
-ContextRead = tuple[CompactionRecord | None, list[StoredMessage], list[StoredMessage]]
+# What a context build reads: the compaction in use (or None), the scheduled block, the newest
+# history and, where the store reads it in the same go, the newest history before the request
+# when messages were stored after it (else None: read apart when needed) (`context_reads`); and
+# lexical recall's matches, (message id, score) best first, with each one's turn by its id
+# (`lexical_turns`).
+ContextRead = tuple[
+    CompactionRecord | None, list[StoredMessage], list[StoredMessage], list[StoredMessage] | None]
 LexicalFound = tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]
 
 RunStatus = Literal[

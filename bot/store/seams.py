@@ -373,7 +373,7 @@ class ContextReads(TurnReads, Protocol):
     async def context_reads(
         self, session_key: str, *, before_id: int, limit: int, request_id: int,
         scheduled: int, compaction: bool,
-    ) -> tuple[CompactionRecord | None, list[StoredMessage], list[StoredMessage]]: ...
+    ) -> ContextRead: ...
     async def context_and_recall(
         self, session_key: str, *, before_id: int, limit: int, request_id: int,
         scheduled: int, compaction: bool, text: str, recall_before: int, recall_limit: int,

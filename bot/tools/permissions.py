@@ -10,7 +10,8 @@ from bot.tools.base import Tool, ToolContext
 
 
 def _matches(name: str, patterns: list[str]) -> bool:
-    return any(fnmatchcase(name, pattern) for pattern in patterns)
+    # "*" (the default allow) matches any name: found without a glob.
+    return "*" in patterns or any(fnmatchcase(name, pattern) for pattern in patterns)
 
 
 def permitted(tool: Tool, context: ToolContext, config: ToolsConfig) -> bool:
@@ -22,7 +23,7 @@ def permitted(tool: Tool, context: ToolContext, config: ToolsConfig) -> bool:
     """
     allowed = _matches(tool.name, config.allow) and not _matches(tool.name, config.deny)
     shared_writes = config.shared_writes
-    user = f"{context.chat.provider}:{context.user_id}"
+    user = f"{context.chat.provider}:{context.user_id}" if config.rules else ""
     for rule in config.rules:
         if not fnmatchcase(str(context.session_key), rule.sessions):
             continue

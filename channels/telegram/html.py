@@ -44,9 +44,34 @@ _INLINE_TAGS = {"strong": "b", "em": "i", "s": "s"}
 @functools.lru_cache(maxsize=32)
 def to_telegram_html(markdown: str) -> str:
     """Render Markdown as Telegram HTML; the result has trailing whitespace trimmed."""
+    # Plain prose is what `rendered` gives back for it, without the parse.
+    return markdown if is_plain(markdown) else rendered(markdown)
+
+
+def rendered(markdown: str) -> str:
+    """`to_telegram_html` by markdown-it's parse, for any text."""
     source = markdown.replace("\r\n", "\n").replace("\r", "\n").replace("\0", "\ufffd")
     tree = SyntaxTreeNode(_MD.parse(source))
     return _Renderer(source.split("\n")).blocks(tree.children, "\n\n", depth=0, quoted=False).rstrip()
+
+
+# Many replies are plain prose: paragraphs no Markdown construct can start in render as they are.
+# A paragraph is plain when it is one printable line (no tab, control or odd space), without the
+# characters inline markup, entities, HTML, links and tables are made of, neither starting with a
+# block's marker (a heading, quote, list, rule or indented code) nor ending in a space.
+_MARKUP = re.compile(r"[\\`*_\[\]<>&~|]")
+_BLOCK_START = frozenset("#>-+*=0123456789 ")
+
+
+def is_plain(markdown: str) -> bool:
+    """Whether `markdown` renders as itself: plain paragraphs, each apart by one blank line."""
+    if _MARKUP.search(markdown) is not None:
+        return False
+    for paragraph in markdown.split("\n\n"):
+        if (not paragraph or paragraph[0] in _BLOCK_START or paragraph[-1] == " "
+                or not paragraph.isprintable()):
+            return False
+    return True
 
 
 def _escape(text: str) -> str:

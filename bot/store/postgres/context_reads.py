@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.core.messages import StoredMessage
 from bot.store.compactions import COMPACTION_COLUMNS, latest_compaction_sql
 from bot.store.database import Database
 from bot.store.messages import MESSAGE_COLUMNS, recent_sql, rows_to_messages, scheduled_sql
-from bot.store.records import CompactionRecord
+from bot.store.records import CompactionRecord, ContextRead
 
 _MESSAGE_WIDTH = len(MESSAGE_COLUMNS.split(","))
 _COMPACTION_AT = 1 + _MESSAGE_WIDTH  # where a row's compaction columns start
@@ -34,7 +33,7 @@ class PgContextReads(Database):
     async def context_reads(
         self, session_key: str, *, before_id: int, limit: int, request_id: int,
         scheduled: int, compaction: bool,
-    ) -> tuple[CompactionRecord | None, list[StoredMessage], list[StoredMessage]]:
+    ) -> ContextRead:
         """See `Store.context_reads`: the same one read (one round trip to the server, not
         three), each row with the message columns, then the compaction's."""
         rows = await self._conn.execute_fetchall(
@@ -48,7 +47,7 @@ class PgContextReads(Database):
         history, block = ([row[1:_COMPACTION_AT] for row in sorted(part, key=_message_id_of)]
                           for part in parts[:2])
         return (CompactionRecord(*latest) if latest else None, rows_to_messages(block),
-                rows_to_messages(history))
+                rows_to_messages(history), None)
 
 
 def _message_id_of(row: Any) -> int:

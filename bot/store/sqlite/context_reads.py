@@ -22,7 +22,9 @@ _PAD = ", NULL" * (len(MESSAGE_COLUMNS.split(",")) - _COMPACTION_WIDTH)
 # ?1 the session, ?2 the history's bound, ?3 its limit, ?4 the request, ?5 the scheduled block's
 # limit, ?6 1 when the compaction is wanted (else 0). The statements of `recent_messages`,
 # `scheduled_between` (since the previous user message) and `latest_compaction`, tagged 0, 1, 2;
-# a compaction's columns come first in its row.
+# a compaction's columns come first in its row. Tagged 3, only when the history holds messages
+# stored after the request (a request queued behind others of its session), `recent_messages`
+# before the request too, which the build then reads: no second hand-off to SQLite's thread.
 _CONTEXT_READS = (
     "SELECT 0, * FROM ("
     + recent_sql(origin="'interactive'", before="?2", after="0", limit="?3")
@@ -30,6 +32,10 @@ _CONTEXT_READS = (
     + scheduled_sql(after=None, before="?4", limit="?5")
     + ") UNION ALL SELECT 2, * FROM ("
     + latest_compaction_sql(limit="?6", padding=_PAD)
+    + ") UNION ALL SELECT 3, * FROM ("
+    # The condition inside the scan's own WHERE: SQLite tests it once, before reading a row.
+    + recent_sql(origin="'interactive'", after="0", limit="?3", before="?4 AND EXISTS ("
+                 + recent_sql(origin="'interactive'", before="?2", after="?4", limit="1") + ")")
     + ")"
 )
 
@@ -42,8 +48,9 @@ class SqliteContextReads(Database):
         scheduled: int, compaction: bool,
     ) -> ContextRead:
         """`latest_compaction` (None unless `compaction`), `scheduled_between(after_id=None,
-        before_id=request_id, limit=scheduled)` and `recent_messages(before_id=before_id,
-        limit=limit)`, in one read."""
+        before_id=request_id, limit=scheduled)`, `recent_messages(before_id=before_id,
+        limit=limit)` and, when that holds messages after the request, `recent_messages(
+        before_id=request_id, limit=limit)` (else no rows), in one read."""
         rows = await self._conn.execute_fetchall(
             _CONTEXT_READS,
             (session_key, before_id, limit, request_id, max(scheduled, 0), int(compaction)),
@@ -71,12 +78,12 @@ class SqliteContextReads(Database):
 
 def _context_of(rows: Iterable[Any]) -> ContextRead:
     """`context_reads`' answer from its statement's rows."""
-    parts: tuple[list[Any], ...] = ([], [], [])
+    parts: tuple[list[Any], ...] = ([], [], [], [])
     for row in rows:
         parts[row[0]].append(row[1:])
-    history, block, latest = (sorted(part, key=_row_id) for part in parts)
+    history, block, latest, before = (sorted(part, key=_row_id) for part in parts)
     record = CompactionRecord(*latest[-1][:_COMPACTION_WIDTH]) if latest else None
-    return record, rows_to_messages(block), rows_to_messages(history)
+    return record, rows_to_messages(block), rows_to_messages(history), rows_to_messages(before)
 
 
 def _row_id(row: Any) -> int:
