@@ -130,7 +130,6 @@ class SemanticRecall:
             return []
         return found or []
 
-
     async def neighbours(
         self, session: str, seeds: list[int], *, before_id: int, limit: int
     ) -> list[list[tuple[int, float]]]:

@@ -23,8 +23,6 @@ class Cursors(Database):
         return str(row[0]) if row is not None else None
 
     async def keep_channel_cursor(self, provider: str, cursor: str) -> None:
-        # One statement, no BEGIN and COMMIT around it (kept after every sync): on SQLite the write
-        # lock is then held only while the thread runs it, never across the event loop's turns.
         async with self._one_write():
             await self._conn.execute(
                 "INSERT INTO channel_cursors (provider, cursor, updated_at) VALUES (?, ?, ?) "

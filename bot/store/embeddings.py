@@ -255,11 +255,13 @@ class Embeddings(Database):
             return [[] for _ in message_ids]
         floor, signature, _ = await self._signature(session_key, model)
         matrix = await self._session_matrix(session_key, model, signature)
+        if matrix is None:
+            return [[] for _ in message_ids]
         found: list[list[tuple[int, float]]] = []
         for message_id in message_ids:
-            row = matrix.row(message_id) if matrix is not None else None
-            near = [] if row is None or matrix is None else matrix.nearest(
-                row, floor=floor, before_id=before_id, limit=limit + 1)
+            row = matrix.row(message_id)
+            near = ([] if row is None else
+                    matrix.nearest(row, floor=floor, before_id=before_id, limit=limit + 1))
             found.append([match for match in near if match[0] != message_id][:limit])
         return found
 

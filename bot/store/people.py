@@ -69,7 +69,7 @@ class People(Database):
         return str(row[0]) if row is not None and row[0] else None
 
     async def set_user_timezone(self, provider: str, user_id: str, zone: str) -> None:
-        async with self._transaction():
+        async with self._one_write():
             await self._conn.execute(
                 "INSERT INTO user_settings (provider, user_id, timezone, updated_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(provider, user_id) DO UPDATE SET timezone = excluded.timezone, "

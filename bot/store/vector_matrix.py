@@ -88,7 +88,6 @@ class Matrix:
                      strict=True)
         return [(int(i), float(s)) for s, i in sorted(ranked, reverse=True)[:limit]]
 
-
     def row(self, message_id: int) -> bytes | None:
         """The stored (int8) vector of `message_id`, or None when the matrix has none for it."""
         at = bisect_left(self.ids, message_id)

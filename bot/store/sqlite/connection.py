@@ -191,8 +191,10 @@ class SqliteDatabase(Database):
     def _one_write(self) -> AbstractAsyncContextManager[None]:
         """For a write that is one statement: the write lock (statements of other coroutines must
         not join another's transaction on the shared connection); the statement, run outside a
-        transaction, is one of its own, so no BEGIN and COMMIT hand-offs. Where each statement is
-        a transaction of its own on its own connection (PostgreSQL), nothing."""
+        transaction, is one of its own, so no BEGIN and COMMIT hand-offs, and the file's write lock
+        is held only while the thread runs it, never across the event loop's turns (another
+        process waits milliseconds, not for the loop). Where each statement is a transaction of
+        its own on its own connection (PostgreSQL), nothing."""
         return self._write_lock
 
     async def _serialize(self, *key: str) -> None:

@@ -150,7 +150,7 @@ class SqliteRecall(Recall):
         """See `Recall.merge_recall_index`: every message written adds a small segment that FTS5
         merges only now and then, and a search looks each term up in every segment (about 2.5 µs
         each)."""
-        async with self._transaction():
+        async with self._one_write():
             await self._conn.execute(
                 "INSERT INTO recall_fts (recall_fts, rank) VALUES ('merge', ?)", (-MERGE_PAGES,)
             )
