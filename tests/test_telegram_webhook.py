@@ -156,11 +156,12 @@ async def test_an_update_the_store_refuses_gets_a_500_and_telegrams_redelivery_i
     config = webhook_config()
     refuse_user_messages(db)
 
-    def allow_after_the_first_refusal(attempt: WebhookAttempt) -> None:
+    async def allow_after_the_first_refusal(attempt: WebhookAttempt) -> None:
         # Before the redelivery: refused twice the same way, the update would be quarantined.
+        # From a thread, as another process writes: not on the loop the daemon's writes need.
         if attempt.status == 500:
-            allow_user_messages(db)
             tg.webhook_sender.on_answer = None
+            await asyncio.to_thread(allow_user_messages, db)
 
     tg.webhook_sender.on_answer = allow_after_the_first_refusal
     async with webhook_daemon(config) as (daemon, _):

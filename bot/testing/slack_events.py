@@ -18,7 +18,7 @@ import hmac
 import json
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -58,8 +58,9 @@ class EventsSender:
         self.max_retries = max_retries
         self.retry_delays = retry_delays
         self.attempts: list[EventAttempt] = []
-        # Called the moment an answer (or its absence) is known.
-        self.on_answer: Callable[[EventAttempt], None] | None = None
+        # Called the moment an answer (or its absence) is known; what it returns to await is
+        # awaited before the next attempt.
+        self.on_answer: Callable[[EventAttempt], Awaitable[None] | None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     def post_soon(self, envelope: Envelope, answered: Callable[[], None]) -> None:
@@ -88,8 +89,8 @@ class EventsSender:
             envelope.acked = status == 200
             sent_reason = headers.get("X-Slack-Retry-Reason", "")
             self.attempts.append(EventAttempt(envelope.event_id, retry, sent_reason, status))
-            if self.on_answer is not None:
-                self.on_answer(self.attempts[-1])
+            if self.on_answer is not None and (waited := self.on_answer(self.attempts[-1])):
+                await waited
             answered()
             if envelope.acked:
                 return

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -76,8 +76,10 @@ class WebhookSender:
         self.first_delay = first_delay
         self.timeout = timeout
         self.attempts: list[WebhookAttempt] = []
-        # Called the moment an answer (or its absence) is known, before anything else runs.
-        self.on_answer: Callable[[WebhookAttempt], None] | None = None
+        # Called the moment an answer (or its absence) is known, before anything else runs; what it
+        # returns to await (a write from a thread: not on the loop the daemon shares) is awaited
+        # before the next attempt.
+        self.on_answer: Callable[[WebhookAttempt], Awaitable[None] | None] | None = None
         self._session: aiohttp.ClientSession | None = None
         self._tasks: dict[Any, asyncio.Task[int | None]] = {}
         self._last_of_chat: dict[Any, asyncio.Task[int | None]] = {}
@@ -98,8 +100,8 @@ class WebhookSender:
                     break
             status = await self._post_once(webhook.url, update, headers)
             self.attempts.append(WebhookAttempt(update.get("update_id"), webhook.url, token, status))
-            if self.on_answer is not None:
-                self.on_answer(self.attempts[-1])
+            if self.on_answer is not None and (waited := self.on_answer(self.attempts[-1])):
+                await waited
             if status is not None and 200 <= status < 300:
                 break
         return status
