@@ -91,14 +91,18 @@ async def test_sqlite_answers_both_in_one_hand_off(tmp_path: Path) -> None:
         assert len(items) == 2
 
 
-class JointReadFails:
-    """A store whose joint read fails (its other methods are the real store's)."""
+class StoreAround:
+    """The real store, but for the methods a subclass answers itself."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
+
+
+class JointReadFails(StoreAround):
+    """A store whose joint read fails (its other methods are the real store's)."""
 
     async def context_and_recall(self, *args: Any, **kwargs: Any) -> Any:
         raise sqlite3.OperationalError("disk I/O error")
@@ -133,14 +137,8 @@ async def test_a_failed_joint_read_is_read_apart_into_the_same_context(store: St
     assert replayed.snapshot() == replayed_apart.snapshot() == joint.snapshot()
 
 
-class ReadsNothingAhead:
+class ReadsNothingAhead(StoreAround):
     """A store that never reads the history before the request with the rest (as PostgreSQL)."""
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
 
     async def context_and_recall(self, *args: Any, **kwargs: Any) -> Any:
         (compaction, block, history, _), found = await self._store.context_and_recall(*args, **kwargs)

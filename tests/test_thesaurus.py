@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bot.core.messages import StoredMessage
 from bot.ranking.lexical import PREFIX_MIN, score, search_terms, session_tag, term_weight
 from bot.ranking.thesaurus import PATH, expansions, neighbours
 from bot.store import Store
@@ -47,15 +48,19 @@ def test_search_terms_add_neighbours_after_the_words_at_their_similarity() -> No
         assert term.token == tag + "x" + word and term.factor == similarity < 1
 
 
+async def chat(store: Store, *texts: str) -> tuple[str, list[StoredMessage]]:
+    """A new chat's session key and its messages of `texts`, stored in order."""
+    channel = FakeChannel()
+    stored = [await store.append_inbound(channel.message(text)) for text in texts]
+    assert all(stored)
+    return str(channel.key()), [message for message in stored if message is not None]
+
+
 async def test_a_neighbour_finds_its_message_below_the_word_itself(store: Store) -> None:
     """"cats" finds the message saying "kitten" only with expansion, ranked below the message with
     the word itself, scored as the neighbour's similarity times its idf; on both stores."""
-    channel = FakeChannel()
-    key = str(channel.key())
-    kitten = await store.append_inbound(channel.message("we adopted a tiny kitten today"))
-    cat = await store.append_inbound(channel.message("the cat slept all day"))
-    await store.append_inbound(channel.message("the weather was grey"))
-    assert kitten is not None and cat is not None
+    key, (kitten, cat, _) = await chat(
+        store, "we adopted a tiny kitten today", "the cat slept all day", "the weather was grey")
     plain, _ = await store.lexical_turns(key, "how are the cats?", before_id=FAR, limit=10)
     assert [message_id for message_id, _ in plain] == [cat.id]
     found, turns = await store.lexical_turns(key, "how are the cats?", before_id=FAR, limit=10, expand=24)
@@ -71,12 +76,8 @@ async def test_without_neighbours_found_the_words_score_as_with_them(store: Stor
     """The words' search without thesaurus neighbours scores exactly as with neighbours that find
     nothing, and as BM25's idf by length says; the words' search with the turn starts
     (`lexical_matches`) agrees; both stores."""
-    channel = FakeChannel()
-    key = str(channel.key())
-    cat = await store.append_inbound(channel.message("the cat slept all day"))
-    photo = await store.append_inbound(channel.message("a photo of the garden"))
-    await store.append_inbound(channel.message("the weather was grey"))
-    assert cat is not None and photo is not None
+    key, (cat, photo, _) = await chat(
+        store, "the cat slept all day", "a photo of the garden", "the weather was grey")
     question = "a photo of the cat?"
     plain, _ = await store.lexical_turns(key, question, before_id=FAR, limit=10)
     assert dict(plain) == {cat.id: score(term_weight(1, 3), cat.token_estimate),
