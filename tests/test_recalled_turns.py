@@ -3,8 +3,9 @@ cut read, the pool being the one every turn read gives (real stores, both backen
 
 from __future__ import annotations
 
+import asyncio
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from bot.context.recalled_turns import Plan, plan_reads, pool_of_recalled
 from bot.core.messages import StoredMessage
@@ -59,9 +60,9 @@ async def test_a_match_s_turn_is_placed_by_the_starts_read_with_the_matches(stor
 
 
 async def test_the_words_search_then_the_planned_turns_come_in_one_call(store: Store) -> None:
-    """lexical_then_turns gives the matches and starts lexical_matches gives, calls the plan with
-    them, and reads the turns the plan wants as turns_at reads them; a plan that cannot say yet
-    (None) leaves the turns to the caller."""
+    """lexical_then_turns gives the matches and starts lexical_matches gives, calls the planner it
+    is given (once given: the builder gives it once the pool knows the window) with them, and
+    reads the turns the plan wants as turns_at reads them; a plan that wants none reads none."""
     channel = FakeChannel()
     key = str(channel.key())
     made = await conversation(store, channel, 30)
@@ -73,14 +74,28 @@ async def test_the_words_search_then_the_planned_turns_come_in_one_call(store: S
         seen.append((found, read))
         return plan_reads({"lexical": found}, read, limit=3, lookback=[], edge=None, lead=None)
 
-    found, read, planned, turns = await store.lexical_then_turns(
-        key, "walrus", before_id=request.id, limit=8, plan=plan)
+    planner: asyncio.Future[Callable[[list[tuple[int, float]], TurnStarts], Plan]] = (
+        asyncio.get_running_loop().create_future())
+    searched = asyncio.ensure_future(store.lexical_then_turns(
+        key, "walrus", before_id=request.id, limit=8, plan=planner))
+    await asyncio.sleep(0)  # the search under way (on PostgreSQL), its planner not given yet
+    assert not searched.done() and not seen
+    planner.set_result(plan)
+    found, read, planned, turns = await searched
     assert (found, read) == (matches, starts) and seen == [(matches, starts)]
-    assert planned is not None and len(planned.wanted) == 3  # the best three of eight turns
+    assert len(planned.wanted) == 3  # the best three of eight turns
     assert turns == await store.turns_at(key, sorted(planned.wanted))
     assert set(turns) == {start for start, _ in planned.wanted}
+
+    nothing = Plan({}, [], frozenset())
     assert await store.lexical_then_turns(key, "walrus", before_id=request.id, limit=8,
-                                          plan=lambda found, read: None) == (matches, starts, None, {})
+                                          plan=_given(lambda found, read: nothing)) == (
+        matches, starts, nothing, {})
+
+
+async def _given(plan: Callable[[list[tuple[int, float]], TurnStarts], Plan]) -> Callable[
+        [list[tuple[int, float]], TurnStarts], Plan]:
+    return plan
 
 
 async def test_a_malformed_row_leaves_only_itself_out_of_the_turns_read(store: Store) -> None:
