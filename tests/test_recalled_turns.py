@@ -6,10 +6,18 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
+import pytest
+
+from bot.config import Config, parse_config
+from bot.context.builder import ContextBuilder
 from bot.context.recalled_turns import Plan, plan_reads, pool_of_recalled
-from bot.core.messages import StoredMessage
+from bot.context.semantic_recall import SemanticRecall
+from bot.core.messages import ChatRef, StoredMessage
+from bot.models.brain import AnthropicBrain
 from bot.ranking.candidates import Candidate, fuse, lookback_turns, matched_turns
+from bot.ranking.embedding import load_embedder
 from bot.store import Store
 from bot.store.turn_starts import TurnStarts
 from bot.testing.fake_channel import FakeChannel
@@ -199,3 +207,67 @@ async def test_matches_older_than_the_starts_read_are_placed_by_their_own_read(s
     assert [(c.messages, c.hits, c.score, c.rank) for c in pool] == [
         (c.messages, c.hits, c.score, c.rank) for c in expected]
     assert {c.id for c in pool} == {old[3][0].id, old[7][0].id, old[12][0].id, new[2][0].id, new[5][0].id}
+
+
+def semantic_builder(store: Any, make_config: Callable[[dict[str, Any]], Config]) -> ContextBuilder:
+    """A builder with semantic recall by the shipped static table, its fast model unreachable (no
+    API key: the ranked fallback keeps what the pool offers)."""
+    config = make_config({"conversation": {"lookback_count": 20, "always_include_recent": 4}})
+    embedder = load_embedder(parse_config({"semantic": {"encoder": "static"}}, "<static>"))
+    assert embedder is not None
+    return ContextBuilder(config, store, AnthropicBrain(config.anthropic, None),
+                          semantic=SemanticRecall(store, embedder))
+
+
+async def test_a_semantic_build_reads_the_recalled_turns_whole_on_either_store(
+    store: Store, store_backend: str, make_config: Callable[[dict[str, Any]], Config],
+) -> None:
+    """With semantic recall the words' search waits for the pool's plan, then its turns are read
+    (on SQLite in the same hand-off): a turn far beyond the window that the request's words find
+    comes into the pool whole, its user message and its replies, on both stores."""
+    channel = FakeChannel()
+    made = await conversation(store, channel, 30)
+    request = await store.append_inbound(channel.message("which walrus fact came fourth?"))
+    assert request is not None
+    context = await semantic_builder(store, make_config).build(channel.key(), request, ChatRef("fake", "42"))
+    assert context.counts["found_lexical"] > 0
+    turns = {turn[0].id: tuple(m.id for m in turn) for turn in made}
+    window = {entry.message.id for entry in context.entries if entry.reason == "recent"}
+    found = [tuple(c["ids"]) for c in context.candidates if "lexical" in c["sources"]]
+    assert turns[made[4][0].id] in found  # from before the window (its last 20 messages)
+    # Each turn read whole, none standing in as its user message alone (but for the messages
+    # the context holds already).
+    assert all(ids == tuple(i for i in turns[ids[0]] if i not in window) for ids in found)
+
+
+class FailingHistory:
+    """The store, its history read failing (after the build started its searches)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def context_reads(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the history read fell over")
+
+
+async def test_a_build_that_fails_before_its_pool_leaves_no_search_waiting(
+    store: Store, make_config: Callable[[dict[str, Any]], Config],
+) -> None:
+    """The words' search waits for a plan only the pool gives: a build that fails before (here its
+    history read) gives it up, and the search ends instead of waiting for ever."""
+    channel = FakeChannel()
+    await conversation(store, channel, 30)
+    request = await store.append_inbound(channel.message("which walrus fact came fourth?"))
+    assert request is not None
+    before = asyncio.all_tasks()
+    builder = semantic_builder(FailingHistory(store), make_config)
+    with pytest.raises(RuntimeError, match="fell over"):
+        await builder.build(channel.key(), request, ChatRef("fake", "42"))
+    searches = [task for task in asyncio.all_tasks() - before
+                if "lexical_then_turns" in task.get_coro().__qualname__]  # type: ignore[union-attr]
+    assert searches
+    _, waiting = await asyncio.wait(searches, timeout=30)  # a guard: without the fix, for ever
+    assert not waiting and all(task.cancelled() for task in searches)
