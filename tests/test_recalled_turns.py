@@ -3,12 +3,21 @@ cut read, the pool being the one every turn read gives (real stores, both backen
 
 from __future__ import annotations
 
+import asyncio
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
+import pytest
+
+from bot.config import Config, parse_config
+from bot.context.builder import ContextBuilder
 from bot.context.recalled_turns import Plan, plan_reads, pool_of_recalled
-from bot.core.messages import StoredMessage
+from bot.context.semantic_recall import SemanticRecall
+from bot.core.messages import ChatRef, StoredMessage
+from bot.models.brain import AnthropicBrain
 from bot.ranking.candidates import Candidate, fuse, lookback_turns, matched_turns
+from bot.ranking.embedding import load_embedder
 from bot.store import Store
 from bot.store.turn_starts import TurnStarts
 from bot.testing.fake_channel import FakeChannel
@@ -59,9 +68,9 @@ async def test_a_match_s_turn_is_placed_by_the_starts_read_with_the_matches(stor
 
 
 async def test_the_words_search_then_the_planned_turns_come_in_one_call(store: Store) -> None:
-    """lexical_then_turns gives the matches and starts lexical_matches gives, calls the plan with
-    them, and reads the turns the plan wants as turns_at reads them; a plan that cannot say yet
-    (None) leaves the turns to the caller."""
+    """lexical_then_turns gives the matches and starts lexical_matches gives, calls the planner it
+    is given (once given: the builder gives it once the pool knows the window) with them, and
+    reads the turns the plan wants as turns_at reads them; a plan that wants none reads none."""
     channel = FakeChannel()
     key = str(channel.key())
     made = await conversation(store, channel, 30)
@@ -73,14 +82,28 @@ async def test_the_words_search_then_the_planned_turns_come_in_one_call(store: S
         seen.append((found, read))
         return plan_reads({"lexical": found}, read, limit=3, lookback=[], edge=None, lead=None)
 
-    found, read, planned, turns = await store.lexical_then_turns(
-        key, "walrus", before_id=request.id, limit=8, plan=plan)
+    planner: asyncio.Future[Callable[[list[tuple[int, float]], TurnStarts], Plan]] = (
+        asyncio.get_running_loop().create_future())
+    searched = asyncio.ensure_future(store.lexical_then_turns(
+        key, "walrus", before_id=request.id, limit=8, plan=planner))
+    await asyncio.sleep(0)  # the search under way (on PostgreSQL), its planner not given yet
+    assert not searched.done() and not seen
+    planner.set_result(plan)
+    found, read, planned, turns = await searched
     assert (found, read) == (matches, starts) and seen == [(matches, starts)]
-    assert planned is not None and len(planned.wanted) == 3  # the best three of eight turns
+    assert len(planned.wanted) == 3  # the best three of eight turns
     assert turns == await store.turns_at(key, sorted(planned.wanted))
     assert set(turns) == {start for start, _ in planned.wanted}
+
+    nothing = Plan({}, [], frozenset())
     assert await store.lexical_then_turns(key, "walrus", before_id=request.id, limit=8,
-                                          plan=lambda found, read: None) == (matches, starts, None, {})
+                                          plan=_given(lambda found, read: nothing)) == (
+        matches, starts, nothing, {})
+
+
+async def _given(plan: Callable[[list[tuple[int, float]], TurnStarts], Plan]) -> Callable[
+        [list[tuple[int, float]], TurnStarts], Plan]:
+    return plan
 
 
 async def test_a_malformed_row_leaves_only_itself_out_of_the_turns_read(store: Store) -> None:
@@ -184,3 +207,67 @@ async def test_matches_older_than_the_starts_read_are_placed_by_their_own_read(s
     assert [(c.messages, c.hits, c.score, c.rank) for c in pool] == [
         (c.messages, c.hits, c.score, c.rank) for c in expected]
     assert {c.id for c in pool} == {old[3][0].id, old[7][0].id, old[12][0].id, new[2][0].id, new[5][0].id}
+
+
+def semantic_builder(store: Any, make_config: Callable[[dict[str, Any]], Config]) -> ContextBuilder:
+    """A builder with semantic recall by the shipped static table, its fast model unreachable (no
+    API key: the ranked fallback keeps what the pool offers)."""
+    config = make_config({"conversation": {"lookback_count": 20, "always_include_recent": 4}})
+    embedder = load_embedder(parse_config({"semantic": {"encoder": "static"}}, "<static>"))
+    assert embedder is not None
+    return ContextBuilder(config, store, AnthropicBrain(config.anthropic, None),
+                          semantic=SemanticRecall(store, embedder))
+
+
+async def test_a_semantic_build_reads_the_recalled_turns_whole_on_either_store(
+    store: Store, store_backend: str, make_config: Callable[[dict[str, Any]], Config],
+) -> None:
+    """With semantic recall the words' search waits for the pool's plan, then its turns are read
+    (on SQLite in the same hand-off): a turn far beyond the window that the request's words find
+    comes into the pool whole, its user message and its replies, on both stores."""
+    channel = FakeChannel()
+    made = await conversation(store, channel, 30)
+    request = await store.append_inbound(channel.message("which walrus fact came fourth?"))
+    assert request is not None
+    context = await semantic_builder(store, make_config).build(channel.key(), request, ChatRef("fake", "42"))
+    assert context.counts["found_lexical"] > 0
+    turns = {turn[0].id: tuple(m.id for m in turn) for turn in made}
+    window = {entry.message.id for entry in context.entries if entry.reason == "recent"}
+    found = [tuple(c["ids"]) for c in context.candidates if "lexical" in c["sources"]]
+    assert turns[made[4][0].id] in found  # from before the window (its last 20 messages)
+    # Each turn read whole, none standing in as its user message alone (but for the messages
+    # the context holds already).
+    assert all(ids == tuple(i for i in turns[ids[0]] if i not in window) for ids in found)
+
+
+class FailingHistory:
+    """The store, its history read failing (after the build started its searches)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def context_reads(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the history read fell over")
+
+
+async def test_a_build_that_fails_before_its_pool_leaves_no_search_waiting(
+    store: Store, make_config: Callable[[dict[str, Any]], Config],
+) -> None:
+    """The words' search waits for a plan only the pool gives: a build that fails before (here its
+    history read) gives it up, and the search ends instead of waiting for ever."""
+    channel = FakeChannel()
+    await conversation(store, channel, 30)
+    request = await store.append_inbound(channel.message("which walrus fact came fourth?"))
+    assert request is not None
+    before = asyncio.all_tasks()
+    builder = semantic_builder(FailingHistory(store), make_config)
+    with pytest.raises(RuntimeError, match="fell over"):
+        await builder.build(channel.key(), request, ChatRef("fake", "42"))
+    searches = [task for task in asyncio.all_tasks() - before
+                if "lexical_then_turns" in task.get_coro().__qualname__]  # type: ignore[union-attr]
+    assert searches
+    _, waiting = await asyncio.wait(searches, timeout=30)  # a guard: without the fix, for ever
+    assert not waiting and all(task.cancelled() for task in searches)

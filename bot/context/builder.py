@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 from bot.config import Config, resolve_history_limit
 from bot.config.provider_check import main_model
 from bot.context.reads import Pin as Pin
 from bot.context.reads import Seen, read_history, read_with_recall
-from bot.context.recalled_turns import Plan, plan_reads, pool_of_recalled
+from bot.context.recall_searches import NOTHING, Found, meaning, start_searches
+from bot.context.recalled_turns import plan_reads, pool_of_recalled
 from bot.context.second_round import second_round
 from bot.context.semantic_recall import SemanticRecall
 from bot.context.triage import LiveTriage, Triager
@@ -43,41 +43,10 @@ from bot.ranking.stages import (
     tag,
 )
 from bot.store.seams import ContextReads
-from bot.store.turn_starts import TurnStarts
 
 
-class LatePlan:
-    """Which recalled turns to read, decided on SQLite's thread as soon as the words' search
-    answers, by `plan` once the builder has set it (it needs the window and the semantic matches,
-    known by then in nearly every build); None until then (the builder plans after the search)."""
-
-    plan: Callable[[list[tuple[int, float]], TurnStarts], Plan] | None = None
-
-    def __call__(self, lexical: list[tuple[int, float]], starts: TurnStarts) -> Plan | None:
-        plan = self.plan  # set on the event loop: read once
-        return None if plan is None else plan(lexical, starts)
-
-
-@dataclass(frozen=True, slots=True)
-class Found:
-    """What recall found beyond the window: ranked (message id, score) matches, and their turns
-    (lexical recall alone); with semantic recall, both searches still under way: the words'
-    (`words`: matches, turn starts, and the turns `late` planned), whose turns are read once the
-    pool's cut is known, and the meaning's by the request's stored vector (`meaning`: None when it
-    has none yet, and the pool encodes it only where the session holds more than the window)."""
-
-    lexical: list[tuple[int, float]]
-    semantic: list[tuple[int, float]]
-    turns: dict[int, list[StoredMessage]]
-    words: asyncio.Future[tuple[list[tuple[int, float]], TurnStarts, Plan | None,
-                                dict[int, list[StoredMessage]]]] | None = None
-    late: LatePlan | None = None
-    session: str = ""
-    meaning: asyncio.Future[list[tuple[int, float]] | None] | None = None
-
-
-async def _no_recall() -> Found:
-    return Found([], [], {})
+async def _given(found: Found) -> Found:
+    return found
 
 
 class ContextBuilder:
@@ -125,13 +94,28 @@ class ContextBuilder:
         recall = limit is None and conv.use_selection
         semantic = self._semantic if conv.semantic_count > 0 else None
         reads: Awaitable[tuple[Seen, Found]]
+        found = NOTHING
         if recall and semantic is None:
             reads = self._read_with_recall(session, request, pin)  # one hand-off for both
         else:
-            reads = asyncio.gather(
-                read_history(self._store, conv, session, request, pin, compaction=limit is None),
-                self._recall(session, request, semantic) if recall and semantic is not None
-                else _no_recall())
+            history: Awaitable[Seen] = read_history(self._store, conv, session, request, pin,
+                                                    compaction=limit is None)
+            if recall and semantic is not None:
+                history = asyncio.ensure_future(history)  # SQLite reads it first
+                found = start_searches(self._store, semantic, conv, session, request,
+                                       expand=self._expansions)
+            reads = asyncio.gather(history, _given(found))
+        try:
+            return await self._built(request, chat, pin, reads, limit=limit, now=now)
+        finally:
+            found.abandon()
+
+    async def _built(
+        self, request: StoredMessage, chat: ChatRef | None, pin: Pin | None,
+        reads: Awaitable[tuple[Seen, Found]], *, limit: int | None, now: float,
+    ) -> Context:
+        """The build once its reads are under way: what goes in, within the budget."""
+        conv = self._conv
         if request.reply_to_id is None or chat is None:  # no reply target to read beside them
             ((compaction, scheduled, fetched, as_of), found), reply_to = await reads, None
         else:
@@ -213,21 +197,6 @@ class ContextBuilder:
         seen, (lexical, turns) = await read_with_recall(self._store, self._conv, session, request, pin)
         return seen, Found(lexical, [], turns)
 
-    async def _meaning(
-        self, found: Found, request: StoredMessage, *, wanted: bool
-    ) -> list[tuple[int, float]]:
-        """Semantic recall's matches: those of the request's stored vector, else of its encoding
-        (run in its thread while SQLite searches the words); none unless `wanted`, whether or
-        not a vector was stored, so that replay (which finds the one stored since) agrees."""
-        if found.meaning is None:
-            return found.semantic if wanted else []
-        stored = await found.meaning  # started before the reads: answered, or nearly, by now
-        if not wanted:
-            return []
-        if stored is not None or self._semantic is None:
-            return stored or []
-        return await self._semantic.encoded_matches(found.session, request, limit=self._conv.semantic_count)
-
     def _order_matters(
         self, older_window: Sequence[StoredMessage], kept: Sequence[ContextEntry], room: int
     ) -> bool:
@@ -275,18 +244,18 @@ class ContextBuilder:
                 exclude=excluded, limit=limit,
             )
 
-        if found.words is None or found.late is None:
+        if found.words is None or found.planner is None:
             return rank(found.turns)
         kept = set(excluded)
         edge = min(excluded, default=None)
         lookback = [turn[0].id for turn in looked_back if any(m.id not in kept for m in turn)]
-        found.late.plan = lambda lexical, starts: plan_reads(
+        found.planner.set_result(lambda lexical, starts: plan_reads(
             {"lexical": lexical, "semantic": semantic}, starts, limit=limit, lookback=lookback,
-            edge=edge, lead=lead)
+            edge=edge, lead=lead))
         matches["lexical"], starts, plan, read = await found.words
         return await pool_of_recalled(
             self._store, found.session, matches, starts, rank, limit=limit, lookback=lookback, edge=edge,
-            lead=lead, ahead=(plan, read) if plan is not None else None)
+            lead=lead, ahead=(plan, read))
 
     async def _select(
         self, messages: list[StoredMessage], request: StoredMessage, found: Found, *, room: int,
@@ -312,7 +281,8 @@ class ContextBuilder:
         # which all go to triage anyway: the request is not encoded for that (a chat's first
         # messages, and every turn while it is shorter than the window).
         wanted = not whole or self._order_matters(older_window, kept, room)
-        semantic = await self._meaning(found, request, wanted=wanted)
+        semantic = await meaning(found, self._semantic, request, wanted=wanted,
+                                 limit=self._conv.semantic_count)
         pool = await self._pool(older_window, in_context, found, semantic)
         if not pool:
             return kept, TriageReport("skipped"), pool, set()
@@ -368,22 +338,3 @@ class ContextBuilder:
         if target is None or target.session_key != request.session_key or target.id >= request.id:
             return None
         return target
-
-    async def _recall(self, session: str, request: StoredMessage, semantic: SemanticRecall) -> Found:
-        """With semantic recall, both searches started and neither waited for: the meaning's by
-        the request's stored vector, then the words' (SQLite answers them back to back); the
-        request encoded beside them when the session's vectors alone outnumber the window (issue
-        32: not after the reads), else only if the pool wants it (`_meaning`). (Lexical recall
-        alone is read with the history: `read_with_recall`.)"""
-        conv = self._conv
-        # Started first: the vectors' read is answered before the words' search, so the semantic
-        # matches are known (when stored) by the time the plan of the turns' read is made.
-        meaning = asyncio.ensure_future(semantic.early_matches(
-            session, request, limit=conv.semantic_count, window=conv.lookback_count))
-        late = LatePlan()
-        words = asyncio.ensure_future(self._store.lexical_then_turns(
-            session, request.text, before_id=request.id, limit=max(conv.recall_count, 0), plan=late,
-            expand=self._expansions))
-        # Awaited by the pool; should the build fail before, its error is the build's already.
-        words.add_done_callback(lambda done: done.cancelled() or done.exception())
-        return Found([], [], {}, words, late, session, meaning)

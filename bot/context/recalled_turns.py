@@ -8,9 +8,9 @@ whose messages decide something: a turn reaching into the context's own messages
 it empty) and the one holding the window's leading replies. A stand-in counts in its source's
 ranking as its turn would (a turn older than the context's messages keeps its user message), so the
 pool is the one reading every turn gives; should a stand-in make the cut once the rest is read, it
-is read too and the pool ranked again. On SQLite the first read is planned on the store's thread as
-soon as the words' search answers, and read there too (`plan_reads`, `Recall.lexical_then_turns`):
-the event loop is not woken in between.
+is read too and the pool ranked again. The first read is planned as soon as the words' search
+answers, given the planner once the pool knows the window (`plan_reads`, `Recall.lexical_then_turns`):
+on SQLite on the store's thread, where the turns are read too, the event loop not woken in between.
 """
 
 from __future__ import annotations

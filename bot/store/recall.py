@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import time
 from abc import abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -99,14 +99,16 @@ class Recall(Database):
 
     @abstractmethod
     async def lexical_then_turns(
-        self, session_key: str, text: str, *, before_id: int, limit: int, plan: Planner[P],
-        expand: int = 0,
-    ) -> tuple[list[tuple[int, float]], TurnStarts, P | None, dict[int, list[StoredMessage]]]:
-        """`lexical_matches`, then `plan` and the turns it wants (`turns_at`), on SQLite's thread in
-        one hand-off from the event loop: the loop is not woken between the words' search and the
-        turns' read (each hand-off costs ~0.05 ms each way). `plan` is called there with the
-        matches and the starts; None (it cannot say yet) leaves the turns to the caller. Gives the
-        matches, the starts, the plan and its turns by start."""
+        self, session_key: str, text: str, *, before_id: int, limit: int,
+        plan: Awaitable[Planner[P]], expand: int = 0,
+    ) -> tuple[list[tuple[int, float]], TurnStarts, P, dict[int, list[StoredMessage]]]:
+        """`lexical_matches`, then the planner `plan` gives (called with the matches and the
+        starts) and the turns it wants (`turns_at`). On SQLite the search waits for the planner
+        and all of it runs on SQLite's thread in one hand-off from the event loop (issue 38: one
+        core has nothing to run beside the search, and a hand-off of its own for the turns cost
+        more than the search's head start saved); on PostgreSQL the search runs while the
+        planner is awaited, the turns read after it. Gives the matches, the starts, the plan and
+        its turns by start."""
 
     async def turns_at(
         self, session_key: str, spans: Sequence[tuple[int, int]]

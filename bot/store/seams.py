@@ -9,7 +9,7 @@ what the next one needs. Only the daemon's assembly (and the CLI) hold the whole
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Collection, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -380,9 +380,9 @@ class ContextReads(TurnReads, Protocol):
         expand: int = 0,
     ) -> tuple[ContextRead, LexicalFound]: ...
     async def lexical_then_turns(
-        self, session_key: str, text: str, *, before_id: int, limit: int, plan: Planner[P],
-        expand: int = 0,
-    ) -> tuple[list[tuple[int, float]], TurnStarts, P | None, dict[int, list[StoredMessage]]]: ...
+        self, session_key: str, text: str, *, before_id: int, limit: int,
+        plan: Awaitable[Planner[P]], expand: int = 0,
+    ) -> tuple[list[tuple[int, float]], TurnStarts, P, dict[int, list[StoredMessage]]]: ...
     async def lexical_turns(
         self, session_key: str, text: str, *, before_id: int, limit: int, expand: int = 0
     ) -> tuple[list[tuple[int, float]], dict[int, list[StoredMessage]]]: ...

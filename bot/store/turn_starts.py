@@ -63,5 +63,5 @@ class Planned(Protocol):
 
 
 P = TypeVar("P", bound=Planned)
-# Which turns to read, from the words' matches and the session's turn starts (None: not yet known).
-Planner = Callable[[list[tuple[int, float]], TurnStarts], P | None]
+# Which turns to read, from the words' matches and the session's turn starts.
+Planner = Callable[[list[tuple[int, float]], TurnStarts], P]

@@ -12,7 +12,7 @@ psycopg prepares it once per connection and the server plans it once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from bot.core.messages import StoredMessage
@@ -145,14 +145,15 @@ class PgRecall(Recall, HistorySearch):
         return matches, TurnStarts.of(next((r[2] for r in rows if r[0] is None), None), before_id)
 
     async def lexical_then_turns(
-        self, session_key: str, text: str, *, before_id: int, limit: int, plan: Planner[P],
-        expand: int = 0,
-    ) -> tuple[list[tuple[int, float]], TurnStarts, P | None, dict[int, list[StoredMessage]]]:
-        """See `Recall.lexical_then_turns`: here the two reads are two round trips."""
+        self, session_key: str, text: str, *, before_id: int, limit: int,
+        plan: Awaitable[Planner[P]], expand: int = 0,
+    ) -> tuple[list[tuple[int, float]], TurnStarts, P, dict[int, list[StoredMessage]]]:
+        """See `Recall.lexical_then_turns`: here the two reads are two round trips, the search's
+        made while the planner is awaited (the server runs it beside the event loop)."""
         matches, starts = await self.lexical_matches(session_key, text, before_id=before_id, limit=limit,
                                                      expand=expand)
-        planned = plan(matches, starts)
-        spans = sorted(planned.wanted) if planned is not None else []
+        planned = (await plan)(matches, starts)
+        spans = sorted(planned.wanted)
         turns = await self.turns_at(session_key, spans)
         return matches, starts, planned, {start: turns.get(start, []) for start, _ in spans}
 

@@ -4,7 +4,7 @@ in the same hand-off from the event loop where it can."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import Any
 
 from bot.core.messages import StoredMessage
@@ -122,19 +122,20 @@ class SqliteRecall(Recall):
         return _matches_and_starts(await self._conn.execute_fetchall(sql, parameters), before_id)
 
     async def lexical_then_turns(
-        self, session_key: str, text: str, *, before_id: int, limit: int, plan: Planner[P],
-        expand: int = 0,
-    ) -> tuple[list[tuple[int, float]], TurnStarts, P | None, dict[int, list[StoredMessage]]]:
-        """See `Recall.lexical_then_turns`: on SQLite's thread in one hand-off from the event loop,
-        so the loop is not woken between the words' search and the turns' read (each hand-off
-        costs ~0.05 ms each way)."""
+        self, session_key: str, text: str, *, before_id: int, limit: int,
+        plan: Awaitable[Planner[P]], expand: int = 0,
+    ) -> tuple[list[tuple[int, float]], TurnStarts, P, dict[int, list[StoredMessage]]]:
+        """See `Recall.lexical_then_turns`: once the planner is given, on SQLite's thread in one
+        hand-off from the event loop, so the loop is not woken between the words' search and the
+        turns' read."""
         sql, parameters = _matches_statement(session_key, text, before_id=before_id, limit=limit,
                                              expand=expand)
+        planner = await plan
 
         def search_then_read(conn: sqlite3.Connection) -> tuple[Any, ...]:
             matches, starts = _matches_and_starts(conn.execute(sql, parameters).fetchall(), before_id)
-            planned = plan(matches, starts)
-            spans = sorted(planned.wanted) if planned is not None else []
+            planned = planner(matches, starts)
+            spans = sorted(planned.wanted)
             rows = conn.execute(*_turn_rows_sql(session_key, spans)).fetchall() if spans else []
             return matches, starts, planned, spans, rows
 
