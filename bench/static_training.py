@@ -1,13 +1,15 @@
 """Make the static encoder's table (bot/ranking/static_model) from all-MiniLM-L6-v2 and text on this machine.
 
 Usage: .venv/bin/python -m bench.static_training corpus|teach|fit|all [--work DIR] [--real N]
-       [--wordnet N] [--jobs 2] [--onnx DIR] [--lam 0.003] [--dim 256] [--texts 76000]
+       [--wordnet N] [--jobs 2] [--onnx DIR] [--lam 0.003] [--dim 256] [--texts 0]
 
 Not a benchmark: it makes the file that `encoder = "static"` reads, from the MiniLM weights
 package (`make semantic`) and local text, seeded. The table is shipped rather than made at install:
-the teacher stage takes about an hour of one core per 100 000 texts, and the text is whatever
-documentation the machine has, so another machine makes a table like it, not the same bytes. The
-shipped one: 100 000 sentences + 18 626 coverage texts, the int8 ONNX teacher, `--texts 76000`.
+the teacher stage takes about an hour of one core per 100 000 texts (~10 minutes with the int8
+ONNX teacher), and the text is whatever documentation the machine has, so another machine makes a
+table like it, not the same bytes. The shipped one (issue 38, 2026-11-29): `corpus --real 100000
+--wordnet 60000` (100 000 sentences, 60 000 WordNet texts, 18 591 coverage texts), the int8 ONNX
+teacher, fitted on all 178 591 but 2 000 held out (before it: no WordNet, the first 76 000 of 118 626).
 Three stages, each writing into `--work` (default /tmp/static-training):
 
 - corpus: English sentences from the machine's own documentation (man pages, /usr/share/doc, vim's
@@ -325,8 +327,9 @@ def fit(work: Path, lam: float, dim: int, out: Path = OUT, center: bool = False,
     gram[np.arange(size), np.arange(size)] += lam
     right += lam * prior[fitted]
     table = prior.copy()
-    # numpy's OpenBLAS crashed (a segfault inside its LU) on the 24 713-piece system of all 118 k
-    # texts, in float32 and float64 alike; the shipped table is the fit of the first 76 000 texts.
+    # numpy's OpenBLAS once crashed (a segfault inside its LU) on the 24 713-piece system of all
+    # 118 k texts, in float32 and float64 alike (that table was fitted on the first 76 000); the
+    # 26 356-piece system of the shipped table's 178 591 texts solved (2026-11-29).
     table[fitted] = np.linalg.solve(gram, right)
     del gram
     np.save(work / "fitted.npy", table)
@@ -395,8 +398,8 @@ def main() -> None:
     parser.add_argument("--lam", type=float, default=0.003, help="the ridge (default %(default)s)")
     parser.add_argument("--dim", type=int, default=256, help="columns kept (default %(default)s)")
     parser.add_argument("--center", action="store_true", help="subtract the mean sentence vector")
-    parser.add_argument("--texts", type=int, default=76_000,
-                        help="fit on the corpus's first N texts (default %(default)s, as shipped; 0: all)")
+    parser.add_argument("--texts", type=int, default=0,
+                        help="fit on the corpus's first N texts (default %(default)s: all, as shipped)")
     parser.add_argument("--out", type=Path, default=OUT, help="where the table goes (default %(default)s)")
     args = parser.parse_args()
     if args.stage in ("corpus", "all"):
