@@ -1,21 +1,25 @@
 """Make the static encoder's table (bot/ranking/static_model) from all-MiniLM-L6-v2 and text on this machine.
 
 Usage: .venv/bin/python -m bench.static_training corpus|teach|fit|all [--work DIR] [--real N]
-       [--jobs 2] [--onnx DIR] [--lam 0.003] [--dim 256] [--texts 76000]
+       [--wordnet N] [--jobs 2] [--onnx DIR] [--lam 0.003] [--dim 256] [--texts 0]
 
 Not a benchmark: it makes the file that `encoder = "static"` reads, from the MiniLM weights
 package (`make semantic`) and local text, seeded. The table is shipped rather than made at install:
-the teacher stage takes about an hour of one core per 100 000 texts, and the text is whatever
-documentation the machine has, so another machine makes a table like it, not the same bytes. The
-shipped one: 100 000 sentences + 18 626 coverage texts, the int8 ONNX teacher, `--texts 76000`.
+the teacher stage takes about an hour of one core per 100 000 texts (~10 minutes with the int8
+ONNX teacher), and the text is whatever documentation the machine has, so another machine makes a
+table like it, not the same bytes. The shipped one (issue 38, 2026-11-29): `corpus --real 100000
+--wordnet 60000` (100 000 sentences, 60 000 WordNet texts, 18 591 coverage texts), the int8 ONNX
+teacher, fitted on all 178 591 but 2 000 held out (before it: no WordNet, the first 76 000 of 118 626).
 Three stages, each writing into `--work` (default /tmp/static-training):
 
 - corpus: English sentences from the machine's own documentation (man pages, /usr/share/doc, vim's
   help, the Python standard library's docstrings and comments), filtered to 4-40 word prose,
   deduplicated and shuffled; `--real` of them, plus "coverage" texts of 3-10 random whole words
   of MiniLM's vocabulary (every such word in three) so that words the documentation never uses
-  are fitted too. Neither the benchmarks' generated chats (bench/labelled_set.py,
-  bench/long_conversation.py) nor any test text is read.
+  are fitted too; with `--wordnet N`, N texts from WordNet 3.0's glosses and example sentences
+  (apt wordnet-base: "bake: cook and make edible by putting in a hot oven", "bake the potatoes"),
+  general English where the documentation has no everyday words. Neither the benchmarks'
+  generated chats (bench/labelled_set.py, bench/long_conversation.py) nor any test text is read.
 - teach: MiniLM's sentence vector of every text (`--jobs` processes at nice +10; with `--onnx DIR`
   onnxruntime on the int8 export there, ~2x faster, as bench/embedding_speed.py loads it).
 - fit: each word piece's vector, fitted by ridge regression so that the plain mean of a text's
@@ -122,7 +126,51 @@ def _sources() -> Iterator[str]:
             yield from _python_text(path)
 
 
-def corpus(work: Path, real: int) -> None:
+_WORDNET = Path("/usr/share/wordnet")
+
+
+def _wordnet(limit: int, vocabulary: dict[str, int], rng: random.Random) -> list[str]:
+    """Up to `limit` texts from WordNet 3.0's glosses (apt wordnet-base): per synset "its words:
+    gloss" and each example sentence alone; general English, so that everyday words (sourdough,
+    tonsillitis) are fitted from prose rather than only from random-word bags. Synsets of
+    single-word lemmas, commonest first: the first sense of lemmas tagged in SemCor, the first sense
+    of the others whose word is one MiniLM piece, the second sense of the tagged, the rest's first."""
+    tiers: list[list[tuple[str, str]]] = [[], [], [], []]
+    for pos in ("noun", "verb", "adj", "adv"):
+        for line in (_WORDNET / f"index.{pos}").read_text().splitlines():
+            if line.startswith(" "):
+                continue
+            fields = line.split()
+            lemma, rest = fields[0], fields[4 + int(fields[3]):]
+            if not lemma.isalpha():
+                continue
+            offsets = rest[2:]
+            if int(rest[1]):  # tagged in SemCor
+                tiers[0].append((pos, offsets[0]))
+                tiers[2] += [(pos, offset) for offset in offsets[1:2]]
+            else:
+                tiers[1 if lemma in vocabulary else 3].append((pos, offsets[0]))
+    glosses: dict[str, dict[str, str]] = {}
+    texts: dict[str, None] = {}
+    for tier in tiers:
+        rng.shuffle(tier)
+        for pos, offset in tier:
+            if pos not in glosses:
+                glosses[pos] = {line[:8]: line for line in (_WORDNET / f"data.{pos}").read_text().splitlines()
+                                if not line.startswith(" ")}
+            head, _, gloss = glosses[pos][offset].partition(" | ")
+            parts = head.split()
+            words = [re.sub(r"\(.*\)$", "", w) for w in parts[4:4 + 2 * int(parts[3], 16):2] if "_" not in w]
+            words = list(dict.fromkeys(words))[:3]
+            definition, *examples = [p.strip(' "') for p in re.split(r';\s*"', gloss.strip())]
+            for text in [f"{', '.join(words)}: {definition}", *examples]:
+                if len(text.split()) >= 3 and len(texts) < limit:
+                    texts[text] = None
+        print(f"WordNet: {len(texts)} texts after {len(tier)} more synsets", flush=True)
+    return list(texts)
+
+
+def corpus(work: Path, real: int, wordnet: int = 0) -> None:
     from bot.config import parse_config
     from bot.ranking.embedding import model_files
 
@@ -150,11 +198,13 @@ def corpus(work: Path, real: int) -> None:
             at += take
             rng.shuffle(chosen)
             coverage.append(" ".join(chosen))
-    texts = sentences + coverage
+    definitions = _wordnet(wordnet, vocabulary, rng) if wordnet else []
+    texts = sentences + definitions + coverage
     rng.shuffle(texts)
     work.mkdir(parents=True, exist_ok=True)
     (work / "train.txt").write_text("\n".join(texts) + "\n")
-    print(f"corpus: {len(sentences)} sentences of {len(seen)} found, {len(coverage)} coverage texts")
+    print(f"corpus: {len(sentences)} sentences of {len(seen)} found, {len(definitions)} WordNet texts, "
+          f"{len(coverage)} coverage texts")
 
 
 # -- teacher ------------------------------------------------------------------------------------
@@ -277,8 +327,9 @@ def fit(work: Path, lam: float, dim: int, out: Path = OUT, center: bool = False,
     gram[np.arange(size), np.arange(size)] += lam
     right += lam * prior[fitted]
     table = prior.copy()
-    # numpy's OpenBLAS crashed (a segfault inside its LU) on the 24 713-piece system of all 118 k
-    # texts, in float32 and float64 alike; the shipped table is the fit of the first 76 000 texts.
+    # numpy's OpenBLAS once crashed (a segfault inside its LU) on the 24 713-piece system of all
+    # 118 k texts, in float32 and float64 alike (that table was fitted on the first 76 000); the
+    # 26 356-piece system of the shipped table's 178 591 texts solved (2026-11-29).
     table[fitted] = np.linalg.solve(gram, right)
     del gram
     np.save(work / "fitted.npy", table)
@@ -339,18 +390,20 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/static-training"))
     parser.add_argument("--real", type=int, default=100_000,
                         help="documentation sentences (default %(default)s)")
+    parser.add_argument("--wordnet", type=int, default=0,
+                        help="texts from WordNet's glosses and examples (default %(default)s)")
     parser.add_argument("--jobs", type=int, default=2, help="teacher processes (default %(default)s)")
     parser.add_argument("--shard", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--onnx", metavar="DIR", help="teach with onnxruntime on the int8 export in DIR")
     parser.add_argument("--lam", type=float, default=0.003, help="the ridge (default %(default)s)")
     parser.add_argument("--dim", type=int, default=256, help="columns kept (default %(default)s)")
     parser.add_argument("--center", action="store_true", help="subtract the mean sentence vector")
-    parser.add_argument("--texts", type=int, default=76_000,
-                        help="fit on the corpus's first N texts (default %(default)s, as shipped; 0: all)")
+    parser.add_argument("--texts", type=int, default=0,
+                        help="fit on the corpus's first N texts (default %(default)s: all, as shipped)")
     parser.add_argument("--out", type=Path, default=OUT, help="where the table goes (default %(default)s)")
     args = parser.parse_args()
     if args.stage in ("corpus", "all"):
-        corpus(args.work, args.real)
+        corpus(args.work, args.real, args.wordnet)
     if args.stage in ("teach", "all"):
         teach(args.work, args.jobs, args.onnx)
     if args.stage == "teach-shard":
