@@ -4,8 +4,10 @@ cut read, the pool being the one every turn read gives (real stores, both backen
 from __future__ import annotations
 
 import asyncio
+import os
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +23,8 @@ from bot.ranking.embedding import load_embedder
 from bot.store import Store
 from bot.store.turn_starts import TurnStarts
 from bot.testing.fake_channel import FakeChannel
-from tests.sql import execute, traced
+from tests.harness import wait_until
+from tests.sql import execute, hand_offs, traced
 
 FAR = 10**9
 
@@ -271,3 +274,45 @@ async def test_a_build_that_fails_before_its_pool_leaves_no_search_waiting(
     assert searches
     _, waiting = await asyncio.wait(searches, timeout=30)  # a guard: without the fix, for ever
     assert not waiting and all(task.cancelled() for task in searches)
+
+
+@pytest.fixture(params=["one CPU", "several CPUs"])
+def cpus(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The test's thread (the event loop's) on one CPU, or on every CPU it may use (then at least
+    two: the case needs them)."""
+    every = os.sched_getaffinity(0)
+    if request.param == "several CPUs" and len(every) < 2:
+        pytest.skip("this machine gives the tests one CPU")
+    if request.param == "one CPU":
+        os.sched_setaffinity(0, {min(every)})
+    try:
+        yield request.param
+    finally:
+        os.sched_setaffinity(0, every)
+
+
+async def test_on_sqlite_the_words_search_starts_at_once_only_beside_another_cpu(
+    tmp_path: Path, cpus: str
+) -> None:
+    """On one CPU, SQLite's thread could not search beside the event loop anyway: the search waits
+    for the planner and runs with the turns' read in one hand-off. With another CPU it starts at
+    once, before the planner is given, and the turns are read after it (issue 38: on two cores
+    the build took ~0.7 ms longer when the search waited)."""
+    async with Store.open(tmp_path / "switchboard.db") as store:
+        channel = FakeChannel()
+        key = str(channel.key())
+        await conversation(store, channel, 30)
+        request = await store.append_inbound(channel.message("which walrus fact came fourth?"))
+        assert request is not None
+        planner: asyncio.Future[Callable[[list[tuple[int, float]], TurnStarts], Plan]] = (
+            asyncio.get_running_loop().create_future())
+        async with traced(store) as statements, hand_offs(store) as items:
+            searched = asyncio.ensure_future(store.lexical_then_turns(
+                key, "walrus", before_id=request.id, limit=8, plan=planner))
+            if cpus == "several CPUs":
+                await wait_until(lambda: any("recall_fts" in sql for sql in statements), timeout=10)
+            planner.set_result(lambda found, read: plan_reads(
+                {"lexical": found}, read, limit=3, lookback=[], edge=None, lead=None))
+            _, _, planned, turns = await searched
+        assert len(planned.wanted) == 3 and len(turns) == 3
+        assert len(items) == (1 if cpus == "one CPU" else 2)

@@ -3,10 +3,10 @@ searches started before the history is read and answered to the pool.
 
 The meaning's search (the request's vector) starts at once. The words' search gets the planner of
 the recalled turns' read (`plan_reads`) once the pool knows the window and the meaning's matches:
-on SQLite it waits for it, then searches, plans and reads the planned turns on SQLite's thread in
-one hand-off from the event loop (issue 38: on one core the search started earlier finished
-before the pool could plan, and the turns took a hand-off of their own); on PostgreSQL the server
-searches meanwhile (`Recall.lexical_then_turns`).
+on SQLite with one CPU it waits for it, then searches, plans and reads the planned turns on
+SQLite's thread in one hand-off from the event loop (issue 38: on one core the search started
+earlier finished before the pool could plan, and the turns took a hand-off of their own); with
+more CPUs, and on PostgreSQL, the search runs meanwhile (`Recall.lexical_then_turns`).
 """
 
 from __future__ import annotations

@@ -103,11 +103,11 @@ class Recall(Database):
         plan: Awaitable[Planner[P]], expand: int = 0,
     ) -> tuple[list[tuple[int, float]], TurnStarts, P, dict[int, list[StoredMessage]]]:
         """`lexical_matches`, then the planner `plan` gives (called with the matches and the
-        starts) and the turns it wants (`turns_at`). On SQLite the search waits for the planner
-        and all of it runs on SQLite's thread in one hand-off from the event loop (issue 38: one
-        core has nothing to run beside the search, and a hand-off of its own for the turns cost
-        more than the search's head start saved); on PostgreSQL the search runs while the
-        planner is awaited, the turns read after it. Gives the matches, the starts, the plan and
+        starts) and the turns it wants (`turns_at`). On SQLite with one CPU the search waits for
+        the planner and all of it runs on SQLite's thread in one hand-off from the event loop
+        (issue 38: one core has nothing to run beside the search, and a hand-off of its own for
+        the turns cost more than the search's head start saved); with more CPUs, and on
+        PostgreSQL, the search runs while the planner is awaited, the turns read after it. Gives the matches, the starts, the plan and
         its turns by start."""
 
     async def turns_at(
