@@ -8,8 +8,9 @@ package (`make semantic`) and local text, seeded. The table is shipped rather th
 the teacher stage takes about an hour of one core per 100 000 texts (~10 minutes with the int8
 ONNX teacher), and the text is whatever documentation the machine has, so another machine makes a
 table like it, not the same bytes. The shipped one (issue 38, 2026-11-29): `corpus --real 100000
---wordnet 60000` (100 000 sentences, 60 000 WordNet texts, 18 591 coverage texts), the int8 ONNX
-teacher, fitted on all 178 591 but 2 000 held out (before it: no WordNet, the first 76 000 of 118 626).
+--wordnet 100000` (100 000 sentences, all 98 689 WordNet texts, 18 591 coverage texts), the int8
+ONNX teacher, fitted on all 217 280 but 2 000 held out (before it: 60 000 WordNet texts; before
+that, no WordNet and the first 76 000 of 118 626).
 Three stages, each writing into `--work` (default /tmp/static-training):
 
 - corpus: English sentences from the machine's own documentation (man pages, /usr/share/doc, vim's
@@ -329,7 +330,7 @@ def fit(work: Path, lam: float, dim: int, out: Path = OUT, center: bool = False,
     table = prior.copy()
     # numpy's OpenBLAS once crashed (a segfault inside its LU) on the 24 713-piece system of all
     # 118 k texts, in float32 and float64 alike (that table was fitted on the first 76 000); the
-    # 26 356-piece system of the shipped table's 178 591 texts solved (2026-11-29).
+    # 26 861-piece system of the shipped table's 217 280 texts solved (2026-11-29; ~15 GB at peak).
     table[fitted] = np.linalg.solve(gram, right)
     del gram
     np.save(work / "fitted.npy", table)
