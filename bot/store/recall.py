@@ -107,8 +107,8 @@ class Recall(Database):
         the planner and all of it runs on SQLite's thread in one hand-off from the event loop
         (issue 38: one core has nothing to run beside the search, and a hand-off of its own for
         the turns cost more than the search's head start saved); with more CPUs, and on
-        PostgreSQL, the search runs while the planner is awaited, the turns read after it. Gives the matches, the starts, the plan and
-        its turns by start."""
+        PostgreSQL, the search runs while the planner is awaited, the turns read after it.
+        Gives the matches, the starts, the plan and its turns by start."""
 
     async def turns_at(
         self, session_key: str, spans: Sequence[tuple[int, int]]
