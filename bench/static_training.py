@@ -136,6 +136,8 @@ def _wordnet(limit: int, vocabulary: dict[str, int], rng: random.Random) -> list
     tonsillitis) are fitted from prose rather than only from random-word bags. Synsets of
     single-word lemmas, commonest first: the first sense of lemmas tagged in SemCor, the first sense
     of the others whose word is one MiniLM piece, the second sense of the tagged, the rest's first."""
+    if not _WORDNET.is_dir():
+        raise SystemExit(f"{_WORDNET} is missing: install Debian's wordnet-base, or pass --wordnet 0")
     tiers: list[list[tuple[str, str]]] = [[], [], [], []]
     for pos in ("noun", "verb", "adj", "adv"):
         for line in (_WORDNET / f"index.{pos}").read_text().splitlines():
@@ -391,8 +393,9 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/static-training"))
     parser.add_argument("--real", type=int, default=100_000,
                         help="documentation sentences (default %(default)s)")
-    parser.add_argument("--wordnet", type=int, default=0,
-                        help="texts from WordNet's glosses and examples (default %(default)s)")
+    parser.add_argument("--wordnet", type=int, default=100_000,
+                        help="texts from WordNet's glosses and examples (default %(default)s: all of "
+                             "them, as shipped; 0: none)")
     parser.add_argument("--jobs", type=int, default=2, help="teacher processes (default %(default)s)")
     parser.add_argument("--shard", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--onnx", metavar="DIR", help="teach with onnxruntime on the int8 export in DIR")

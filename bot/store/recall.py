@@ -97,18 +97,23 @@ class Recall(Database):
         """The matches `lexical_turns` finds, and where the session's turns start (see TurnStarts),
         in one read: the turns are read once it is known which are wanted (`turns_at`)."""
 
-    @abstractmethod
     async def lexical_then_turns(
         self, session_key: str, text: str, *, before_id: int, limit: int,
         plan: Awaitable[Planner[P]], expand: int = 0,
     ) -> tuple[list[tuple[int, float]], TurnStarts, P, dict[int, list[StoredMessage]]]:
         """`lexical_matches`, then the planner `plan` gives (called with the matches and the
-        starts) and the turns it wants (`turns_at`). On SQLite with one CPU the search waits for
-        the planner and all of it runs on SQLite's thread in one hand-off from the event loop
-        (issue 38: one core has nothing to run beside the search, and a hand-off of its own for
-        the turns cost more than the search's head start saved); with more CPUs, and on
-        PostgreSQL, the search runs while the planner is awaited, the turns read after it.
-        Gives the matches, the starts, the plan and its turns by start."""
+        starts) and the turns it wants (`turns_at`). Here the search runs while the planner is
+        awaited (beside the event loop's work: the server's, or SQLite's thread on another CPU),
+        the turns read after it; SQLite on one CPU does it all in one hand-off instead (issue 38:
+        one core has nothing to run beside the search, and a hand-off of its own for the turns
+        cost more than the search's head start saved). Gives the matches, the starts, the plan
+        and its turns by start."""
+        matches, starts = await self.lexical_matches(session_key, text, before_id=before_id, limit=limit,
+                                                     expand=expand)
+        planned = (await plan)(matches, starts)
+        spans = sorted(planned.wanted)
+        turns = await self.turns_at(session_key, spans)
+        return matches, starts, planned, {start: turns.get(start, []) for start, _ in spans}
 
     async def turns_at(
         self, session_key: str, spans: Sequence[tuple[int, int]]

@@ -12,7 +12,7 @@ psycopg prepares it once per connection and the server plans it once.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from bot.core.messages import StoredMessage
@@ -20,7 +20,7 @@ from bot.ranking.lexical import SearchTerm, search_terms
 from bot.store.history_search import TERM_HITS, HistorySearch
 from bot.store.messages import MESSAGE_COLUMNS, qualified_columns
 from bot.store.recall import SEARCHED_CAP, Recall, _group, _scored_parameters
-from bot.store.turn_starts import TURN_STARTS, P, Planner, TurnStarts
+from bot.store.turn_starts import TURN_STARTS, TurnStarts
 
 _FLOOR = "(SELECT COALESCE((SELECT context_floor FROM sessions WHERE key = ?1), 0))"
 
@@ -143,19 +143,6 @@ class PgRecall(Recall, HistorySearch):
         matches = sorted(((int(r[0]), float(r[1])) for r in rows if r[0] is not None),
                          key=lambda m: (-m[1], -m[0]))
         return matches, TurnStarts.of(next((r[2] for r in rows if r[0] is None), None), before_id)
-
-    async def lexical_then_turns(
-        self, session_key: str, text: str, *, before_id: int, limit: int,
-        plan: Awaitable[Planner[P]], expand: int = 0,
-    ) -> tuple[list[tuple[int, float]], TurnStarts, P, dict[int, list[StoredMessage]]]:
-        """See `Recall.lexical_then_turns`: here the two reads are two round trips, the search's
-        made while the planner is awaited (the server runs it beside the event loop)."""
-        matches, starts = await self.lexical_matches(session_key, text, before_id=before_id, limit=limit,
-                                                     expand=expand)
-        planned = (await plan)(matches, starts)
-        spans = sorted(planned.wanted)
-        turns = await self.turns_at(session_key, spans)
-        return matches, starts, planned, {start: turns.get(start, []) for start, _ in spans}
 
     async def _turn_rows(self, session_key: str, spans: Sequence[tuple[int, int]]) -> list[Any]:
         return list(await self._conn.execute_fetchall(

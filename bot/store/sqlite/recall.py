@@ -137,18 +137,14 @@ class SqliteRecall(Recall):
     ) -> tuple[list[tuple[int, float]], TurnStarts, P, dict[int, list[StoredMessage]]]:
         """See `Recall.lexical_then_turns`. On one CPU: once the planner is given, on SQLite's
         thread in one hand-off from the event loop, so the loop is not woken between the words'
-        search and the turns' read. With more CPUs the search starts at once, beside the event
-        loop's own work, and the turns are read once the planner is given (issue 38, the 1 M
-        build unpinned on two cores: waiting for the planner made it 4.5-4.7 → 5.2-5.6 ms)."""
+        search and the turns' read. With more CPUs as everywhere: the search at once, beside the
+        event loop's own work (issue 38, the 1 M build unpinned on two cores: waiting for the
+        planner made it 4.5-4.7 → 5.2-5.6 ms)."""
+        if several_cpus():
+            return await super().lexical_then_turns(session_key, text, before_id=before_id, limit=limit,
+                                                    plan=plan, expand=expand)
         sql, parameters = _matches_statement(session_key, text, before_id=before_id, limit=limit,
                                              expand=expand)
-        if several_cpus():
-            matches, starts = _matches_and_starts(await self._conn.execute_fetchall(sql, parameters),
-                                                  before_id)
-            planned = (await plan)(matches, starts)
-            spans = sorted(planned.wanted)
-            found = await self.turns_at(session_key, spans)
-            return matches, starts, planned, {start: found.get(start, []) for start, _ in spans}
         planner = await plan
 
         def search_then_read(conn: sqlite3.Connection) -> tuple[Any, ...]:
